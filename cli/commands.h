@@ -1,0 +1,12 @@
+// commands.h: one add_<name>(CLI::App&) per subcommand, each defined in its own file (run.cpp, info.cpp, ...).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tessera::cli {
+
+void add_run(CLI::App& app);
+void add_info(CLI::App& app);
+void add_tokenize(CLI::App& app);
+
+} // namespace tessera::cli
