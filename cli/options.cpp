@@ -1,1 +1,62 @@
-// placeholder: being written
+// options.cpp: shared flag definitions and prompt input.
+#include "options.h"
+
+#include "ggml-like/error.h"
+
+#include <fmt/core.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+namespace tessera::cli {
+
+void add_model_options(CLI::App& cmd, model_options& o, bool model_required) {
+    auto* m = cmd.add_option("-m,--model", o.model, "Model file (GGUF)");
+    if (model_required) m->required();
+    cmd.add_option("-c,--ctx-size", o.session.n_ctx, "Context size in tokens (0: the model's, at most 4096)")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
+    cmd.add_option("-b,--batch-size", o.session.n_batch, "Tokens evaluated per graph during prompt processing")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    cmd.add_option("-t,--threads", o.session.n_threads, "CPU threads (0: one per core, at most 8)")
+        ->check(CLI::Range(0, 512));
+    cmd.add_flag("-v,--verbose", o.verbose, "More log output on stderr");
+}
+
+void add_sampling_options(CLI::App& cmd, sampler_params& s) {
+    cmd.add_option("--temp", s.temp, "Temperature; 0 = greedy")->capture_default_str();
+    cmd.add_option("--top-k", s.top_k, "Top-k sampling; 0 = off")->capture_default_str();
+    cmd.add_option("--top-p", s.top_p, "Top-p (nucleus) sampling; 1 = off")->capture_default_str();
+    cmd.add_option("--min-p", s.min_p, "Min-p sampling; 0 = off")->capture_default_str();
+    cmd.add_option("--repeat-penalty", s.repeat_penalty, "Penalty for repeated tokens; 1 = off")
+        ->capture_default_str();
+    cmd.add_option("--repeat-last-n", s.repeat_last_n, "Tokens the repeat penalty looks back; -1 = all")
+        ->capture_default_str();
+    cmd.add_option("-s,--seed", s.seed, "Random seed (default: random)");
+}
+
+void add_prompt_options(CLI::App& cmd, prompt_options& o) {
+    cmd.add_option("-p,--prompt", o.prompt, "Prompt text");
+    cmd.add_option("-f,--file", o.file, "Read the prompt from a file (its bytes exactly)");
+    cmd.add_option("-n,--n-predict", o.n_predict, "Tokens to generate; -1 = until end of generation")
+        ->capture_default_str()
+        ->check(CLI::Range(-1, 1 << 24));
+}
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (f.bad()) throw error(fmt::format("{}: read error", path));
+    return s;
+}
+
+std::string read_prompt(const prompt_options& o) {
+    const bool has_p = !o.prompt.empty(), has_f = !o.file.empty();
+    if (has_p && has_f) throw error("give either -p/--prompt or -f/--file, not both");
+    if (!has_p && !has_f) throw error("no prompt: give -p TEXT or -f FILE");
+    return has_p ? o.prompt : read_text_file(o.file);
+}
+
+} // namespace tessera::cli

@@ -1,1 +1,35 @@
+// options.h: option groups shared by subcommands (model/runtime, sampling, prompt), defined once so every command
+// spells a flag the same way (llama.cpp's spelling where it has one).
 #pragma once
+
+#include "llm/model.h"
+#include "llm/sampler.h"
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace tessera::cli {
+
+struct model_options {
+    std::string model;          // -m
+    session_params session;     // -c, -b, -t
+    bool verbose = false;       // -v
+};
+
+struct prompt_options {
+    std::string prompt;         // -p
+    std::string file;           // -f
+    int n_predict = 128;        // -n; -1: until end of generation or a full context
+};
+
+void add_model_options(CLI::App& cmd, model_options& o, bool model_required = true);
+void add_sampling_options(CLI::App& cmd, sampler_params& s);
+void add_prompt_options(CLI::App& cmd, prompt_options& o);
+
+// The prompt text from -p or -f (the file's bytes exactly); throws tessera::error when neither or both are given.
+std::string read_prompt(const prompt_options& o);
+// Reads a whole file; tessera::error naming the path on failure.
+std::string read_text_file(const std::string& path);
+
+} // namespace tessera::cli

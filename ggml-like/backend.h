@@ -1,1 +1,48 @@
+// backend.h: the small interface every backend implements (CPU now, CUDA later), and graph execution on one.
 #pragma once
+
+#include "alloc.h"
+#include "graph.h"
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace tessera {
+
+// Memory owned by a backend (host memory for the CPU, device memory for CUDA).
+struct buffer {
+    virtual ~buffer() = default;
+    virtual void* base() = 0;
+    virtual size_t size() const = 0;
+};
+
+struct backend {
+    virtual ~backend() = default;
+    virtual std::string name() const = 0;
+    virtual std::unique_ptr<buffer> alloc(size_t bytes) = 0;
+    // Copies between host memory and a tensor's storage (offset/size in bytes inside the tensor).
+    virtual void set(tensor& t, const void* src, size_t offset, size_t size) = 0;
+    virtual void get(const tensor& t, void* dst, size_t offset, size_t size) = 0;
+    // Whether this backend can compute `node` (op + types of its sources).
+    virtual bool supports(const tensor& node) const = 0;
+    // Computes g.nodes in order; every tensor's data must already be bound.
+    virtual void compute(graph& g) = 0;
+    virtual void synchronize() {}
+};
+
+// Runs graphs on one backend, keeping one compute buffer that grows as needed.
+class graph_runner {
+  public:
+    explicit graph_runner(backend& be) : be_(be) {}
+    // Plans memory, binds it, and checks every node is supported; after this, inputs can be set.
+    void prepare(graph& g);
+    void compute(graph& g) { be_.compute(g); }
+    size_t buffer_size() const { return buf_ ? buf_->size() : 0; }
+
+  private:
+    backend& be_;
+    std::unique_ptr<buffer> buf_;
+};
+
+} // namespace tessera

@@ -1,1 +1,199 @@
-// placeholder: being written
+// ops.cpp: graph-node builders (shape checks and result shapes only).
+#include "ops.h"
+
+#include "error.h"
+
+namespace tessera {
+
+namespace {
+
+tensor* new_view(context& ctx, tensor* a, size_t offset) {
+    tensor* r = ctx.dup_header(*a);
+    r->o = op::view;
+    r->src[0] = a;
+    r->view_src = a->view_src ? a->view_src : a;
+    r->view_offs = (a->view_src ? a->view_offs : 0) + offset;
+    return r;
+}
+
+tensor* new_result(context& ctx, op o, const tensor& shape_of, type t = type::f32) {
+    tensor* r = ctx.new_tensor(t, shape_of.ne, TS_MAX_DIMS);
+    r->o = o;
+    return r;
+}
+
+bool can_broadcast(const tensor& a, const tensor& b) {
+    for (int d = 0; d < TS_MAX_DIMS; d++)
+        if (b.ne[d] == 0 || a.ne[d] % b.ne[d] != 0) return false;
+    return true;
+}
+
+} // namespace
+
+tensor* view_1d(context& ctx, tensor* a, int64_t ne0, size_t offset) {
+    tensor* r = new_view(ctx, a, offset);
+    r->ne[0] = ne0;
+    r->ne[1] = r->ne[2] = r->ne[3] = 1;
+    r->nb[1] = r->nb[2] = r->nb[3] = row_size(a->t, ne0);
+    return r;
+}
+
+tensor* view_2d(context& ctx, tensor* a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset) {
+    tensor* r = new_view(ctx, a, offset);
+    r->ne[0] = ne0;
+    r->ne[1] = ne1;
+    r->ne[2] = r->ne[3] = 1;
+    r->nb[1] = nb1;
+    r->nb[2] = r->nb[3] = nb1 * size_t(ne1);
+    return r;
+}
+
+tensor* view_3d(context& ctx, tensor* a, int64_t ne0, int64_t ne1, int64_t ne2, size_t nb1, size_t nb2,
+                size_t offset) {
+    tensor* r = new_view(ctx, a, offset);
+    r->ne[0] = ne0;
+    r->ne[1] = ne1;
+    r->ne[2] = ne2;
+    r->ne[3] = 1;
+    r->nb[1] = nb1;
+    r->nb[2] = nb2;
+    r->nb[3] = nb2 * size_t(ne2);
+    return r;
+}
+
+tensor* reshape_2d(context& ctx, tensor* a, int64_t ne0, int64_t ne1) {
+    TS_ASSERT(a->is_contiguous() && ne0 * ne1 == a->n_elements());
+    return view_2d(ctx, a, ne0, ne1, row_size(a->t, ne0), 0);
+}
+
+tensor* reshape_3d(context& ctx, tensor* a, int64_t ne0, int64_t ne1, int64_t ne2) {
+    TS_ASSERT(a->is_contiguous() && ne0 * ne1 * ne2 == a->n_elements());
+    const size_t nb1 = row_size(a->t, ne0);
+    return view_3d(ctx, a, ne0, ne1, ne2, nb1, nb1 * size_t(ne1), 0);
+}
+
+tensor* permute(context& ctx, tensor* a, int axis0, int axis1, int axis2, int axis3) {
+    const int axis[4] = {axis0, axis1, axis2, axis3};
+    tensor* r = new_view(ctx, a, 0);
+    for (int d = 0; d < TS_MAX_DIMS; d++) {
+        r->ne[axis[d]] = a->ne[d];
+        r->nb[axis[d]] = a->nb[d];
+    }
+    return r;
+}
+
+tensor* transpose(context& ctx, tensor* a) { return permute(ctx, a, 1, 0, 2, 3); }
+
+tensor* get_rows(context& ctx, tensor* a, tensor* ids) {
+    TS_ASSERT(ids->t == type::i32 && ids->ne[1] == 1);
+    tensor* r = ctx.new_tensor(type::f32, {a->ne[0], ids->ne[0]});
+    r->o = op::get_rows;
+    r->src[0] = a;
+    r->src[1] = ids;
+    return r;
+}
+
+tensor* mul_mat(context& ctx, tensor* a, tensor* b) {
+    TS_ASSERT(a->ne[0] == b->ne[0]);
+    TS_ASSERT(b->ne[2] % a->ne[2] == 0 && b->ne[3] % a->ne[3] == 0);
+    TS_ASSERT(b->t == type::f32);
+    tensor* r = ctx.new_tensor(type::f32, {a->ne[1], b->ne[1], b->ne[2], b->ne[3]});
+    r->o = op::mul_mat;
+    r->src[0] = a;
+    r->src[1] = b;
+    return r;
+}
+
+tensor* add(context& ctx, tensor* a, tensor* b) {
+    TS_ASSERT(can_broadcast(*a, *b));
+    tensor* r = new_result(ctx, op::add, *a);
+    r->src[0] = a;
+    r->src[1] = b;
+    return r;
+}
+
+tensor* mul(context& ctx, tensor* a, tensor* b) {
+    TS_ASSERT(can_broadcast(*a, *b));
+    tensor* r = new_result(ctx, op::mul, *a);
+    r->src[0] = a;
+    r->src[1] = b;
+    return r;
+}
+
+tensor* scale(context& ctx, tensor* a, float s) {
+    tensor* r = new_result(ctx, op::scale, *a);
+    r->src[0] = a;
+    r->op_params.f[0] = s;
+    return r;
+}
+
+tensor* rms_norm(context& ctx, tensor* a, float eps) {
+    tensor* r = new_result(ctx, op::rms_norm, *a);
+    r->src[0] = a;
+    r->op_params.f[0] = eps;
+    return r;
+}
+
+tensor* rope(context& ctx, tensor* a, tensor* pos, tensor* freq_factors, int n_rot, rope_mode mode, float freq_base,
+             float freq_scale) {
+    TS_ASSERT(pos->t == type::i32 && pos->ne[0] == a->ne[2]);
+    TS_ASSERT(n_rot % 2 == 0 && n_rot <= a->ne[0]);
+    TS_ASSERT(!freq_factors || (freq_factors->t == type::f32 && freq_factors->ne[0] >= n_rot / 2));
+    tensor* r = new_result(ctx, op::rope, *a);
+    r->src[0] = a;
+    r->src[1] = pos;
+    r->src[2] = freq_factors;
+    r->op_params.i[0] = n_rot;
+    r->op_params.i[1] = int32_t(mode);
+    r->op_params.f[2] = freq_base;
+    r->op_params.f[3] = freq_scale;
+    return r;
+}
+
+tensor* soft_max(context& ctx, tensor* a, tensor* mask, float scale) {
+    TS_ASSERT(!mask || (mask->t == type::f32 && mask->ne[0] == a->ne[0] && mask->ne[1] >= a->ne[1]));
+    tensor* r = new_result(ctx, op::soft_max, *a);
+    r->src[0] = a;
+    r->src[1] = mask;
+    r->op_params.f[0] = scale;
+    return r;
+}
+
+tensor* silu(context& ctx, tensor* a) {
+    tensor* r = new_result(ctx, op::silu, *a);
+    r->src[0] = a;
+    return r;
+}
+
+tensor* swiglu(context& ctx, tensor* gate, tensor* up) {
+    TS_ASSERT(same_shape(*gate, *up));
+    tensor* r = new_result(ctx, op::swiglu, *gate);
+    r->src[0] = gate;
+    r->src[1] = up;
+    return r;
+}
+
+tensor* cpy(context& ctx, tensor* a, tensor* dst) {
+    TS_ASSERT(a->n_elements() == dst->n_elements());
+    tensor* r = new_view(ctx, dst, 0);
+    r->o = op::cpy;
+    r->src[0] = a;
+    r->src[1] = dst;
+    return r;
+}
+
+tensor* attention(context& ctx, tensor* q, tensor* k, tensor* v, tensor* mask, float scale) {
+    TS_ASSERT(q->t == type::f32 && q->ne[0] == k->ne[0] && k->ne[0] == v->ne[0]);
+    TS_ASSERT(k->ne[1] == v->ne[1] && k->ne[2] == v->ne[2] && q->ne[1] % k->ne[1] == 0);
+    TS_ASSERT(!mask || (mask->t == type::f32 && mask->ne[0] == k->ne[2] && mask->ne[1] >= q->ne[2]));
+    tensor* r = ctx.new_tensor(type::f32, {q->ne[0], q->ne[1], q->ne[2]});
+    r->o = op::attention;
+    r->src[0] = q;
+    r->src[1] = k;
+    r->src[2] = v;
+    r->src[3] = mask;
+    r->op_params.f[0] = scale;
+    return r;
+}
+
+} // namespace tessera

@@ -1,1 +1,48 @@
+// ops.h: builders that add one node to a context. Shapes are given as ggml `ne` (innermost first).
+// Builders check shapes (TS_ASSERT: callers build graphs from validated models) and compute nothing.
 #pragma once
+
+#include "graph.h"
+
+namespace tessera {
+
+// ---- views (no computation; the result aliases a's memory) ----
+tensor* view_1d(context& ctx, tensor* a, int64_t ne0, size_t offset);
+tensor* view_2d(context& ctx, tensor* a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset);
+tensor* view_3d(context& ctx, tensor* a, int64_t ne0, int64_t ne1, int64_t ne2, size_t nb1, size_t nb2,
+                size_t offset);
+tensor* reshape_2d(context& ctx, tensor* a, int64_t ne0, int64_t ne1); // a must be contiguous
+tensor* reshape_3d(context& ctx, tensor* a, int64_t ne0, int64_t ne1, int64_t ne2);
+// result dimension axis_i takes a's dimension i (ggml_permute convention)
+tensor* permute(context& ctx, tensor* a, int axis0, int axis1, int axis2, int axis3);
+tensor* transpose(context& ctx, tensor* a);
+
+// ---- compute ----
+// a (n_embd, n_rows) any computable type, ids (n) i32 -> (n_embd, n) f32
+tensor* get_rows(context& ctx, tensor* a, tensor* ids);
+// a (k, n, ...) weights of any computable type, b (k, m, ...) f32 -> (n, m, ...) f32; a broadcast over dims 2,3
+tensor* mul_mat(context& ctx, tensor* a, tensor* b);
+tensor* add(context& ctx, tensor* a, tensor* b); // b broadcast to a's shape (each b.ne[d] divides a.ne[d])
+tensor* mul(context& ctx, tensor* a, tensor* b);
+tensor* scale(context& ctx, tensor* a, float s);
+tensor* rms_norm(context& ctx, tensor* a, float eps);
+
+enum class rope_mode : int32_t { normal = 0, neox = 2 };
+// a (head_dim, n_head, n_tok) f32, pos (n_tok) i32, freq_factors (n_rot/2) f32 or null.
+// theta_i = pos * freq_scale * freq_base^(-2i/n_rot) / freq_factors[i]; normal rotates pairs (2i, 2i+1),
+// neox rotates (i, i + n_rot/2). Dimensions >= n_rot pass through.
+tensor* rope(context& ctx, tensor* a, tensor* pos, tensor* freq_factors, int n_rot, rope_mode mode, float freq_base,
+             float freq_scale);
+// a (n_kv, n_rows, ...) f32; mask (n_kv, >= n_rows) f32 or null, broadcast over dims 2,3
+tensor* soft_max(context& ctx, tensor* a, tensor* mask, float scale);
+tensor* silu(context& ctx, tensor* a);
+tensor* swiglu(context& ctx, tensor* gate, tensor* up); // silu(gate) * up
+// Writes a (converted to dst's type) into the memory dst views; returns a tensor aliasing dst.
+tensor* cpy(context& ctx, tensor* a, tensor* dst);
+// Attention over a KV cache (the core of llama.cpp's flash_attn_ext):
+//   q (hd, n_head, n_tok) f32; k, v (hd, n_head_kv, n_kv) f16/f32 (views of the cache; strides free);
+//   mask (n_kv, n_tok) f32 additive (0 / -inf) or null.
+//   dst (hd, n_head, n_tok) f32: O = softmax(scale * Q K^T + mask) V, query head h uses KV head h / (n_head/n_head_kv).
+tensor* attention(context& ctx, tensor* q, tensor* k, tensor* v, tensor* mask, float scale);
+
+} // namespace tessera

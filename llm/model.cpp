@@ -1,1 +1,166 @@
-// placeholder: being written
+// model.cpp: loading a GGUF model (architecture dispatch, tensor checks) and the session that evaluates batches.
+#include "llm/model.h"
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/quant/vec_dot.h"
+#include "ggml-like/error.h"
+#include "ggml-like/ops.h"
+#include "llm/arch/arch.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+namespace tessera {
+
+model::model(gguf_file f) : file(std::move(f)), voc(vocab::from_gguf(file)) {}
+
+std::unique_ptr<model> model::load(const std::string& path, const progress_fn& progress) {
+    if (!std::filesystem::exists(path)) throw error(fmt::format("{}: no such file", path));
+    gguf_file f = gguf_file::open(path);
+    const std::string arch = f.get_string("general.architecture").value_or("");
+    if (arch.empty()) throw error(fmt::format("{}: missing general.architecture", path));
+    if (arch != "llama")
+        throw error(fmt::format("{}: architecture '{}' is not supported yet (supported: llama)", path, arch));
+
+    std::unique_ptr<model> m(new model(std::move(f)));
+    m->path = path;
+    m->arch = arch;
+    m->name = m->file.get_string("general.name").value_or(std::filesystem::path(path).filename().string());
+    m->used_.assign(m->file.tensors().size(), false);
+    arch::llama_load(*m);
+
+    // every tensor in the file must have been claimed (a stray tensor means a layout we do not understand)
+    for (size_t i = 0; i < m->used_.size(); i++)
+        if (!m->used_[i])
+            throw error(fmt::format("{}: unexpected tensor {} for architecture {}", path, m->file.tensors()[i].name,
+                                    arch));
+    if (progress) progress(1.0f);
+    return m;
+}
+
+tensor* model::require(const std::string& tname, std::initializer_list<int64_t> ne, bool required) {
+    const auto& infos = file.tensors();
+    const gguf_tensor_info* info = file.find_tensor(tname);
+    if (!info) {
+        if (required) throw error(fmt::format("{}: missing tensor {}", path, tname));
+        return nullptr;
+    }
+    used_[size_t(info - infos.data())] = true;
+    int64_t want[4] = {1, 1, 1, 1};
+    int i = 0;
+    for (int64_t d : ne) want[i++] = d;
+    bool ok = true;
+    for (int d = 0; d < 4; d++) ok &= (want[d] < 0 || want[d] == info->ne[d]);
+    auto shape = [](const int64_t* x) {
+        int n = 4;
+        while (n > 1 && x[n - 1] == 1) n--;
+        std::string s = x[0] < 0 ? "?" : std::to_string(x[0]);
+        for (int d = 1; d < n; d++) s += " x " + (x[d] < 0 ? std::string("?") : std::to_string(x[d]));
+        return s;
+    };
+    if (!ok)
+        throw error(fmt::format("{}: tensor {}: expected shape {}, got {}", path, tname, shape(want), shape(info->ne)));
+    const type_traits* tt = find_type(info->type_id);
+    if (!tt || !cpu::find_cpu_ops(info->t()))
+        throw error(fmt::format("{}: tensor {} has type {} which tessera cannot compute yet", path, tname,
+                                tt ? tt->name : fmt::format("id {}", info->type_id)));
+    tensor* t = weights.new_tensor(info->t(), info->ne, 4);
+    t->data = const_cast<uint8_t*>(info->data);
+    t->flags |= flag_param;
+    t->set_name(tname);
+    n_params += uint64_t(info->n_elements());
+    n_bytes += info->size;
+    return t;
+}
+
+std::string model::type_summary() const {
+    std::map<std::string, uint64_t> bytes;
+    for (const auto& t : file.tensors())
+        if (t.n_dims >= 2) bytes[type_info(t.t()).name] += t.size;
+    std::string best;
+    uint64_t most = 0;
+    for (auto& [k, v] : bytes)
+        if (v > most) {
+            most = v;
+            best = k;
+        }
+    return best;
+}
+
+session::session(const model& m, const session_params& p) : m_(m), p_(p) {
+    cpu::cpu_options opt;
+    opt.n_threads = p.n_threads;
+    be_ = std::make_unique<cpu::cpu_backend>(opt);
+    runner_ = std::make_unique<graph_runner>(*be_);
+    int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(m.hp.n_ctx_train, 4096);
+    if (n_ctx < 1 || n_ctx > (int64_t(1) << 24)) throw error(fmt::format("context size {} is out of range", n_ctx));
+    if (p_.n_batch < 1) throw error(fmt::format("batch size {} must be positive", p_.n_batch));
+    kv_.init(*be_, int(m.hp.n_layer), m.hp.n_embd_kv(), n_ctx);
+}
+
+session::~session() = default;
+
+int session::n_threads() const { return static_cast<const cpu::cpu_backend&>(*be_).n_threads(); }
+
+std::span<const float> session::decode(std::span<const token> tokens, bool all_logits) {
+    if (tokens.empty()) throw error("decode: no tokens to evaluate");
+    if (kv_.n_used + int64_t(tokens.size()) > kv_.n_ctx)
+        throw error(fmt::format("context is full: {} tokens held + {} new > context size {} (raise -c)", kv_.n_used,
+                                tokens.size(), kv_.n_ctx));
+    for (token t : tokens)
+        if (t < 0 || t >= m_.hp.n_vocab)
+            throw error(fmt::format("token id {} is out of range (vocabulary has {} tokens)", t, m_.hp.n_vocab));
+    const int64_t n_vocab = m_.hp.n_vocab;
+    logits_.resize(size_t(all_logits ? int64_t(tokens.size()) * n_vocab : n_vocab));
+    for (size_t i = 0; i < tokens.size(); i += size_t(p_.n_batch)) {
+        const size_t n = std::min(tokens.size() - i, size_t(p_.n_batch));
+        const bool last = i + n == tokens.size();
+        if (!all_logits && !last) {
+            decode_batch(tokens.subspan(i, n), false, SIZE_MAX); // logits not needed
+            continue;
+        }
+        decode_batch(tokens.subspan(i, n), all_logits, all_logits ? i * size_t(n_vocab) : 0);
+    }
+    return logits_;
+}
+
+std::span<const float> session::decode_batch(std::span<const token> tokens, bool all_logits, size_t logits_offset) {
+    const int64_t n = int64_t(tokens.size());
+    const int64_t n_past = kv_.n_used, n_kv = n_past + n;
+
+    context ctx;
+    graph g;
+    arch::batch_inputs in;
+    in.n_tok = n;
+    in.n_past = n_past;
+    in.all_logits = all_logits;
+    in.ids = ctx.new_tensor(type::i32, {n});
+    in.pos = ctx.new_tensor(type::i32, {n});
+    in.mask = ctx.new_tensor(type::f32, {n_kv, n});
+    for (tensor* t : {in.ids, in.pos, in.mask}) t->flags |= flag_input;
+    tensor* logits = arch::llama_build(m_, ctx, g, in, kv_);
+    runner_->prepare(g);
+
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; i++) pos[size_t(i)] = int32_t(n_past + i);
+    std::vector<float> mask(static_cast<size_t>(n_kv * n));
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n_kv; j++)
+            mask[size_t(i * n_kv + j)] = j <= n_past + i ? 0.0f : -std::numeric_limits<float>::infinity();
+    be_->set(*in.ids, tokens.data(), 0, size_t(n) * 4);
+    be_->set(*in.pos, pos.data(), 0, pos.size() * 4);
+    be_->set(*in.mask, mask.data(), 0, mask.size() * 4);
+
+    runner_->compute(g);
+    kv_.n_used = n_kv;
+    if (logits_offset != SIZE_MAX)
+        be_->get(*logits, logits_.data() + logits_offset, 0, size_t(logits->n_elements()) * sizeof(float));
+    return logits_;
+}
+
+} // namespace tessera

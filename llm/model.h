@@ -1,1 +1,121 @@
+// model.h: a model loaded from GGUF (hyper-parameters, tokenizer, weight tensors mapped from the file) and a
+// session that evaluates tokens on a backend with a KV cache. Architectures live in llm/arch/ (one file each).
 #pragma once
+
+#include "ggml-like/backend.h"
+#include "ggml-like/gguf.h"
+#include "llm/kv_cache.h"
+#include "llm/vocab.h"
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+struct hparams {
+    int64_t n_vocab = 0;
+    int64_t n_ctx_train = 0;
+    int64_t n_embd = 0;
+    int64_t n_layer = 0;
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t n_ff = 0;
+    int64_t head_dim = 0; // key/value length per head
+    int64_t n_rot = 0;
+    float rms_eps = 1e-5f;
+    float rope_freq_base = 10000.0f;
+    float rope_freq_scale = 1.0f;
+    int32_t rope_mode = 0; // rope_mode::normal for llama
+
+    int64_t n_embd_kv() const { return head_dim * n_head_kv; }
+};
+
+struct layer_weights {
+    tensor* attn_norm = nullptr; // (n_embd)
+    tensor* wq = nullptr;        // (n_embd, n_head * head_dim)
+    tensor* wk = nullptr;        // (n_embd, n_head_kv * head_dim)
+    tensor* wv = nullptr;        // (n_embd, n_head_kv * head_dim)
+    tensor* wo = nullptr;        // (n_head * head_dim, n_embd)
+    tensor* bq = nullptr;        // optional biases
+    tensor* bk = nullptr;
+    tensor* bv = nullptr;
+    tensor* bo = nullptr;
+    tensor* ffn_norm = nullptr;  // (n_embd)
+    tensor* ffn_gate = nullptr;  // (n_embd, n_ff)
+    tensor* ffn_up = nullptr;    // (n_embd, n_ff)
+    tensor* ffn_down = nullptr;  // (n_ff, n_embd)
+};
+
+// progress(fraction done) during load; may be empty
+using progress_fn = std::function<void(float)>;
+
+class model {
+  public:
+    // Maps the file, reads hyper-parameters and tokenizer, checks every tensor's name, shape and type.
+    static std::unique_ptr<model> load(const std::string& path, const progress_fn& progress = {});
+
+    std::string path;
+    std::string arch;        // general.architecture
+    std::string name;        // general.name or the file name
+    gguf_file file;
+    vocab voc;
+    hparams hp;
+
+    context weights;         // tensor headers; data points into the mapped file
+    tensor* tok_embd = nullptr;    // (n_embd, n_vocab)
+    tensor* output_norm = nullptr; // (n_embd)
+    tensor* output = nullptr;      // (n_embd, n_vocab); == tok_embd when tied
+    tensor* rope_freqs = nullptr;  // (n_rot/2) optional
+    std::vector<layer_weights> layers;
+
+    uint64_t n_params = 0;
+    uint64_t n_bytes = 0; // weight bytes
+    std::string type_summary() const; // most common weight type ("q4_1")
+
+    // Looks up a tensor, checks its shape (ne, missing dims 1) and that it is computable; throws tessera::error.
+    tensor* require(const std::string& tname, std::initializer_list<int64_t> ne, bool required = true);
+
+  private:
+    model(gguf_file f);
+    std::vector<bool> used_;
+};
+
+struct session_params {
+    int64_t n_ctx = 0;    // 0: the model's training context, at most 4096
+    int64_t n_batch = 512; // tokens per graph
+    int n_threads = 0;    // 0: one per core (at most 8)
+};
+
+// Evaluation state: backend, KV cache and reusable graph memory. Not thread-safe.
+class session {
+  public:
+    session(const model& m, const session_params& p);
+    ~session();
+
+    // Evaluates `tokens` at positions [n_past, n_past + n). Returns logits (n_vocab) for the last token, or for every
+    // token (n * n_vocab, row per token) when all_logits. Throws tessera::error when the context would overflow.
+    std::span<const float> decode(std::span<const token> tokens, bool all_logits = false);
+
+    int64_t n_past() const { return kv_.n_used; }
+    int64_t n_ctx() const { return kv_.n_ctx; }
+    void clear() { kv_.n_used = 0; }
+    void truncate(int64_t n) { kv_.n_used = std::min(kv_.n_used, n); } // forget positions >= n
+    const model& mdl() const { return m_; }
+    backend& be() { return *be_; }
+    int n_threads() const;
+
+  private:
+    std::span<const float> decode_batch(std::span<const token> tokens, bool all_logits, size_t logits_offset);
+
+    const model& m_;
+    session_params p_;
+    std::unique_ptr<backend> be_;
+    std::unique_ptr<graph_runner> runner_;
+    kv_cache kv_;
+    std::vector<float> logits_;
+};
+
+} // namespace tessera

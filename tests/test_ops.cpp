@@ -1,1 +1,322 @@
+// test_ops.cpp: every CPU op against a naive double-precision implementation written here, on seeded random inputs
+// (never zeros) with NaN-poisoned outputs and odd sizes; each case states its NMSE bound. The CPU backend is the
+// reference other backends are checked against, so it is itself checked against the plainest code possible.
 #include "helpers.h"
+
+#include "backends/cpu/cpu_backend.h"
+#include "ggml-like/ops.h"
+#include "quant/format.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+using namespace tessera;
+using tessera::test::nmse;
+using tessera::test::random_normal;
+
+namespace {
+
+// Owns a context, the data of leaf tensors, and runs the graph on a CPU backend.
+struct harness {
+    context ctx;
+    std::vector<std::vector<uint8_t>> storage;
+    cpu::cpu_backend be;
+    explicit harness(int n_threads = 3, bool reference = false) : be(cpu::cpu_options{n_threads, reference}) {}
+
+    tensor* leaf_f32(std::initializer_list<int64_t> ne, uint32_t seed, float sigma = 1.0f) {
+        tensor* t = ctx.new_tensor(type::f32, ne);
+        auto v = random_normal(size_t(t->n_elements()), seed, sigma);
+        storage.emplace_back(reinterpret_cast<uint8_t*>(v.data()), reinterpret_cast<uint8_t*>(v.data() + v.size()));
+        t->data = storage.back().data();
+        return t;
+    }
+    tensor* leaf_i32(std::vector<int32_t> v) {
+        tensor* t = ctx.new_tensor(type::i32, {int64_t(v.size())});
+        storage.emplace_back(reinterpret_cast<uint8_t*>(v.data()), reinterpret_cast<uint8_t*>(v.data() + v.size()));
+        t->data = storage.back().data();
+        return t;
+    }
+    // quantizes random data to type t with the reference quantizer; returns also the dequantized floats
+    tensor* leaf_typed(type t, int64_t ne0, int64_t ne1, uint32_t seed, std::vector<float>& deq) {
+        tensor* x = ctx.new_tensor(t, {ne0, ne1});
+        auto v = random_normal(size_t(ne0 * ne1), seed);
+        const row_ops* ops = find_row_ops(t);
+        storage.emplace_back(x->n_bytes());
+        x->data = storage.back().data();
+        deq.resize(v.size());
+        for (int64_t r = 0; r < ne1; r++) {
+            ops->from_float(v.data() + r * ne0, static_cast<uint8_t*>(x->data) + size_t(r) * x->nb[1], ne0);
+            ops->to_float(static_cast<uint8_t*>(x->data) + size_t(r) * x->nb[1], deq.data() + r * ne0, ne0);
+        }
+        return x;
+    }
+    // computes out; returns its values (contiguous copy)
+    std::vector<float> run(tensor* out) {
+        out->flags |= flag_output;
+        graph g;
+        g.expand(out);
+        memory_plan plan = plan_memory(g);
+        std::vector<uint8_t> mem(plan.size + 64);
+        bind_memory(g, plan, mem.data());
+        // poison every computed tensor
+        for (tensor* n : g.nodes)
+            if (!n->view_src) std::fill_n(static_cast<float*>(n->data), n->n_bytes() / 4, std::nanf(""));
+        be.compute(g);
+        std::vector<float> r(size_t(out->n_elements()));
+        for (int64_t i = 0; i < out->n_elements(); i++) {
+            const int64_t i0 = i % out->ne[0], i1 = (i / out->ne[0]) % out->ne[1];
+            const int64_t i2 = (i / (out->ne[0] * out->ne[1])) % out->ne[2];
+            const int64_t i3 = i / (out->ne[0] * out->ne[1] * out->ne[2]);
+            r[size_t(i)] = *reinterpret_cast<float*>(static_cast<uint8_t*>(out->data) + i0 * out->nb[0] +
+                                                     i1 * out->nb[1] + i2 * out->nb[2] + i3 * out->nb[3]);
+        }
+        return r;
+    }
+};
+
+const float* f32(const tensor* t) { return static_cast<const float*>(t->data); }
+
+} // namespace
+
+TEST(ops, add_mul_broadcast) {
+    harness h;
+    tensor* a = h.leaf_f32({37, 5, 3}, 1);
+    tensor* b = h.leaf_f32({37}, 2);
+    auto ra = h.run(add(h.ctx, a, b));
+    auto rm = h.run(mul(h.ctx, a, b));
+    std::vector<float> ea(ra.size()), em(rm.size());
+    for (size_t i = 0; i < ea.size(); i++) {
+        ea[i] = f32(a)[i] + f32(b)[i % 37];
+        em[i] = f32(a)[i] * f32(b)[i % 37];
+    }
+    EXPECT_EQ(nmse(ra.data(), ea.data(), ea.size()), 0.0); // exact: one f32 operation per element
+    EXPECT_EQ(nmse(rm.data(), em.data(), em.size()), 0.0);
+}
+
+TEST(ops, scale_silu_swiglu) {
+    harness h;
+    tensor* a = h.leaf_f32({131, 7}, 3, 3.0f);
+    tensor* b = h.leaf_f32({131, 7}, 4);
+    auto rs = h.run(scale(h.ctx, a, 0.37f));
+    auto rl = h.run(silu(h.ctx, a));
+    auto rg = h.run(swiglu(h.ctx, a, b));
+    std::vector<float> es(rs.size()), el(rs.size()), eg(rs.size());
+    for (size_t i = 0; i < es.size(); i++) {
+        const double x = f32(a)[i];
+        es[i] = float(x * 0.37);
+        el[i] = float(x / (1.0 + std::exp(-x)));
+        eg[i] = float(x / (1.0 + std::exp(-x)) * f32(b)[i]);
+    }
+    EXPECT_LT(nmse(rs.data(), es.data(), es.size()), 1e-12);
+    EXPECT_LT(nmse(rl.data(), el.data(), el.size()), 1e-12); // bound: f32 exp and division, ~1e-7 relative
+    EXPECT_LT(nmse(rg.data(), eg.data(), eg.size()), 1e-12);
+}
+
+TEST(ops, rms_norm) {
+    harness h;
+    tensor* a = h.leaf_f32({577, 9}, 5, 2.0f);
+    auto r = h.run(rms_norm(h.ctx, a, 1e-5f));
+    std::vector<float> e(r.size());
+    for (int64_t row = 0; row < 9; row++) {
+        double ss = 0;
+        for (int64_t i = 0; i < 577; i++) ss += double(f32(a)[row * 577 + i]) * f32(a)[row * 577 + i];
+        const double s = 1.0 / std::sqrt(ss / 577 + 1e-5);
+        for (int64_t i = 0; i < 577; i++) e[size_t(row * 577 + i)] = float(f32(a)[row * 577 + i] * s);
+    }
+    EXPECT_LT(nmse(r.data(), e.data(), e.size()), 1e-12);
+}
+
+TEST(ops, rope_normal_and_neox) {
+    for (auto mode : {rope_mode::normal, rope_mode::neox}) {
+        harness h;
+        const int64_t hd = 64, n_head = 3, n_tok = 5;
+        tensor* a = h.leaf_f32({hd, n_head, n_tok}, 6);
+        tensor* pos = h.leaf_i32({0, 1, 7, 100, 4095});
+        tensor* ff = h.leaf_f32({hd / 2}, 7);
+        for (int64_t i = 0; i < hd / 2; i++) static_cast<float*>(ff->data)[i] = 1.0f + 0.1f * float(i % 5);
+        const float base = 10000.0f, fscale = 0.5f;
+        auto r = h.run(rope(h.ctx, a, pos, ff, int(hd), mode, base, fscale));
+        std::vector<float> e(r.size());
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t hh = 0; hh < n_head; hh++) {
+                const float* x = f32(a) + (t * n_head + hh) * hd;
+                float* y = e.data() + (t * n_head + hh) * hd;
+                for (int64_t i = 0; i < hd / 2; i++) {
+                    const double th = static_cast<const int32_t*>(pos->data)[t] * fscale *
+                                      std::pow(double(base), -2.0 * double(i) / double(hd)) / f32(ff)[i];
+                    const int64_t j0 = mode == rope_mode::neox ? i : 2 * i;
+                    const int64_t j1 = mode == rope_mode::neox ? i + hd / 2 : 2 * i + 1;
+                    y[j0] = float(x[j0] * std::cos(th) - x[j1] * std::sin(th));
+                    y[j1] = float(x[j0] * std::sin(th) + x[j1] * std::cos(th));
+                }
+            }
+        // bound: the angle is built by repeated f32 multiplication (as ggml); at position 4095 that is ~1e-4 rad
+        EXPECT_LT(nmse(r.data(), e.data(), e.size()), 1e-7) << "mode " << int(mode);
+    }
+}
+
+TEST(ops, soft_max_with_mask) {
+    harness h;
+    const int64_t n_kv = 19, n_rows = 6;
+    tensor* a = h.leaf_f32({n_kv, n_rows}, 8, 4.0f);
+    tensor* mask = h.leaf_f32({n_kv, n_rows}, 9);
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t j = 0; j < n_kv; j++)
+            static_cast<float*>(mask->data)[r * n_kv + j] = j <= r + 10 ? 0.0f : -INFINITY;
+    auto out = h.run(soft_max(h.ctx, a, mask, 0.3f));
+    std::vector<float> e(out.size());
+    for (int64_t r = 0; r < n_rows; r++) {
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= std::min(n_kv - 1, r + 10); j++) mx = std::max(mx, 0.3 * f32(a)[r * n_kv + j]);
+        for (int64_t j = 0; j < n_kv; j++)
+            if (j <= r + 10) sum += std::exp(0.3 * f32(a)[r * n_kv + j] - mx);
+        for (int64_t j = 0; j < n_kv; j++)
+            e[size_t(r * n_kv + j)] = j <= r + 10 ? float(std::exp(0.3 * f32(a)[r * n_kv + j] - mx) / sum) : 0.0f;
+    }
+    EXPECT_LT(nmse(out.data(), e.data(), e.size()), 1e-12);
+}
+
+TEST(ops, get_rows_every_type) {
+    for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0}) {
+        harness h;
+        std::vector<float> deq;
+        tensor* w = h.leaf_typed(t, 96, 11, 10, deq);
+        tensor* ids = h.leaf_i32({3, 0, 10, 3, 7});
+        auto r = h.run(get_rows(h.ctx, w, ids));
+        std::vector<float> e;
+        for (int32_t id : {3, 0, 10, 3, 7}) e.insert(e.end(), deq.begin() + id * 96, deq.begin() + (id + 1) * 96);
+        EXPECT_EQ(nmse(r.data(), e.data(), e.size()), 0.0) << type_name(t); // exact: same dequantization
+    }
+}
+
+// mul_mat for every weight type, fast kernels and the reference, odd row/column counts, with broadcast over dim 2.
+TEST(ops, mul_mat_every_type) {
+    struct shape {
+        int64_t k, n, m;
+    };
+    for (bool reference : {false, true})
+        for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0})
+            for (shape s : {shape{64, 1, 1}, shape{96, 17, 3}, shape{256, 33, 37}, shape{576, 5, 1}}) {
+                harness h(3, reference);
+                std::vector<float> wd;
+                tensor* w = h.leaf_typed(t, s.k, s.n, 11, wd);
+                tensor* x = h.leaf_f32({s.k, s.m}, 12);
+                auto r = h.run(mul_mat(h.ctx, w, x));
+                std::vector<float> e(size_t(s.n * s.m));
+                for (int64_t im = 0; im < s.m; im++)
+                    for (int64_t in = 0; in < s.n; in++) {
+                        double acc = 0;
+                        for (int64_t i = 0; i < s.k; i++) acc += double(wd[in * s.k + i]) * f32(x)[im * s.k + i];
+                        e[size_t(im * s.n + in)] = float(acc);
+                    }
+                // bound: activations are rounded to the dot type: q8 (~2^-8 relative per element) -> NMSE ~1e-4;
+                // f16 ~1e-7; bf16 ~1e-5; f32 exact-ish
+                const double bound = t == type::f32 ? 1e-10 : t == type::f16 ? 1e-6 : t == type::bf16 ? 1e-4 : 5e-4;
+                EXPECT_LT(nmse(r.data(), e.data(), e.size()), bound)
+                    << type_name(t) << " k=" << s.k << " n=" << s.n << " m=" << s.m << " ref=" << reference;
+            }
+}
+
+TEST(ops, mul_mat_transposed_activation_and_batch) {
+    // x given as a permuted view (non-contiguous rows are not allowed, but dims 2/3 broadcast are)
+    harness h;
+    std::vector<float> wd;
+    tensor* w = h.leaf_typed(type::f32, 32, 3, 13, wd);
+    tensor* x = h.leaf_f32({32, 4, 2}, 14);
+    auto r = h.run(mul_mat(h.ctx, w, x));
+    std::vector<float> e(3 * 4 * 2);
+    for (int64_t b = 0; b < 2; b++)
+        for (int64_t im = 0; im < 4; im++)
+            for (int64_t in = 0; in < 3; in++) {
+                double acc = 0;
+                for (int64_t i = 0; i < 32; i++) acc += double(wd[in * 32 + i]) * f32(x)[(b * 4 + im) * 32 + i];
+                e[size_t((b * 4 + im) * 3 + in)] = float(acc);
+            }
+    EXPECT_LT(nmse(r.data(), e.data(), e.size()), 1e-10);
+}
+
+TEST(ops, cpy_to_f16_view) {
+    harness h;
+    tensor* a = h.leaf_f32({24, 3}, 15);
+    tensor* cache = h.ctx.new_tensor(type::f16, {24, 10});
+    std::vector<uint16_t> mem(240, 0x7e00);
+    cache->data = mem.data();
+    tensor* dst = view_2d(h.ctx, cache, 24, 3, cache->nb[1], 4 * cache->nb[1]); // rows 4..6
+    graph g;
+    g.expand(cpy(h.ctx, a, dst));
+    memory_plan plan = plan_memory(g);
+    std::vector<uint8_t> buf(plan.size + 64);
+    bind_memory(g, plan, buf.data());
+    h.be.compute(g);
+    for (int64_t i = 0; i < 72; i++) EXPECT_EQ(mem[size_t(96 + i)], fp32_to_fp16(f32(a)[i]));
+    EXPECT_EQ(mem[95], 0x7e00); // untouched outside the view
+    EXPECT_EQ(mem[168], 0x7e00);
+}
+
+// attention against softmax(QK^T * scale + mask) V computed naively, with GQA and a causal mask over a cache.
+TEST(ops, attention_gqa_causal) {
+    harness h;
+    const int64_t hd = 64, n_head = 6, n_head_kv = 2, n_tok = 5, n_kv = 13;
+    tensor* q = h.leaf_f32({hd, n_head, n_tok}, 16);
+    tensor* kf = h.leaf_f32({hd * n_head_kv, n_kv}, 17);
+    tensor* vf = h.leaf_f32({hd * n_head_kv, n_kv}, 18);
+    // f16 caches built from the f32 values
+    std::vector<uint16_t> k16(size_t(hd * n_head_kv * n_kv)), v16(k16.size());
+    for (size_t i = 0; i < k16.size(); i++) {
+        k16[i] = fp32_to_fp16(f32(kf)[i]);
+        v16[i] = fp32_to_fp16(f32(vf)[i]);
+    }
+    tensor* kc = h.ctx.new_tensor(type::f16, {hd * n_head_kv, n_kv});
+    tensor* vc = h.ctx.new_tensor(type::f16, {hd * n_head_kv, n_kv});
+    kc->data = k16.data();
+    vc->data = v16.data();
+    tensor* mask = h.leaf_f32({n_kv, n_tok}, 19);
+    const int64_t n_past = n_kv - n_tok;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t j = 0; j < n_kv; j++)
+            static_cast<float*>(mask->data)[t * n_kv + j] = j <= n_past + t ? 0.0f : -INFINITY;
+    tensor* kv = view_3d(h.ctx, kc, hd, n_head_kv, n_kv, hd * 2, kc->nb[1], 0);
+    tensor* vv = view_3d(h.ctx, vc, hd, n_head_kv, n_kv, hd * 2, vc->nb[1], 0);
+    const float sc = 1.0f / 8.0f;
+    auto r = h.run(attention(h.ctx, q, kv, vv, mask, sc));
+    std::vector<float> e(r.size());
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t hh = 0; hh < n_head; hh++) {
+            const int64_t hk = hh / (n_head / n_head_kv);
+            std::vector<double> s(static_cast<size_t>(n_kv));
+            double mx = -1e300;
+            for (int64_t j = 0; j <= n_past + t; j++) {
+                double d = 0;
+                for (int64_t i = 0; i < hd; i++)
+                    d += double(f32(q)[(t * n_head + hh) * hd + i]) * fp16_to_fp32(k16[size_t(j * hd * n_head_kv + hk * hd + i)]);
+                s[size_t(j)] = d * sc;
+                mx = std::max(mx, s[size_t(j)]);
+            }
+            double sum = 0;
+            for (int64_t j = 0; j <= n_past + t; j++) sum += std::exp(s[size_t(j)] - mx);
+            for (int64_t i = 0; i < hd; i++) {
+                double o = 0;
+                for (int64_t j = 0; j <= n_past + t; j++)
+                    o += std::exp(s[size_t(j)] - mx) / sum * fp16_to_fp32(v16[size_t(j * hd * n_head_kv + hk * hd + i)]);
+                e[size_t((t * n_head + hh) * hd + i)] = float(o);
+            }
+        }
+    EXPECT_LT(nmse(r.data(), e.data(), e.size()), 1e-10); // f32 accumulation over <= 13 rows
+}
+
+// The planner must not hand a live tensor's memory to another: a long chain with a late reader.
+TEST(alloc, reuse_respects_liveness) {
+    harness h;
+    tensor* a = h.leaf_f32({64}, 20);
+    tensor* first = scale(h.ctx, a, 2.0f);
+    tensor* cur = first;
+    for (int i = 0; i < 20; i++) cur = scale(h.ctx, cur, 1.0f);
+    tensor* out = add(h.ctx, cur, first); // `first` must survive the chain
+    auto r = h.run(out);
+    for (int64_t i = 0; i < 64; i++) EXPECT_FLOAT_EQ(r[size_t(i)], 4.0f * f32(a)[i]);
+    graph g;
+    g.expand(out);
+    memory_plan plan = plan_memory(g);
+    EXPECT_LT(plan.size, 22u * 256u); // and it does reuse: far less than one buffer per node
+}

@@ -1,1 +1,122 @@
-// placeholder: being written
+// cpu_backend.cpp: host buffers, the per-node scratch, and compute(): every thread walks the node list, does its
+// share of each node, and meets the others at a barrier before the next node.
+#include "cpu_backend.h"
+
+#include "backends/cpu/ops/ops.h"
+#include "backends/cpu/quant/vec_dot.h"
+#include "ggml-like/error.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+
+namespace tessera::cpu {
+
+namespace {
+
+struct host_buffer final : buffer {
+    void* p = nullptr;
+    size_t n = 0;
+    explicit host_buffer(size_t bytes) : n(bytes) {
+        p = std::aligned_alloc(TS_TENSOR_ALIGN, (bytes + TS_TENSOR_ALIGN - 1) / TS_TENSOR_ALIGN * TS_TENSOR_ALIGN);
+        if (!p && bytes) throw std::bad_alloc();
+    }
+    ~host_buffer() override { std::free(p); }
+    void* base() override { return p; }
+    size_t size() const override { return n; }
+};
+
+} // namespace
+
+int default_n_threads() {
+    const unsigned hc = std::thread::hardware_concurrency();
+    return int(hc == 0 ? 1 : std::min(hc, 8u));
+}
+
+cpu_backend::cpu_backend(cpu_options opt)
+    : opt_(opt), pool_(opt.n_threads > 0 ? opt.n_threads : default_n_threads()) {}
+
+std::unique_ptr<buffer> cpu_backend::alloc(size_t bytes) { return std::make_unique<host_buffer>(bytes); }
+
+void cpu_backend::set(tensor& t, const void* src, size_t offset, size_t size) {
+    std::memcpy(static_cast<uint8_t*>(t.data) + offset, src, size);
+}
+
+void cpu_backend::get(const tensor& t, void* dst, size_t offset, size_t size) {
+    std::memcpy(dst, static_cast<const uint8_t*>(t.data) + offset, size);
+}
+
+bool cpu_backend::supports(const tensor& node) const {
+    auto computable = [&](const tensor* s) { return s && find_cpu_ops(s->t) != nullptr; };
+    auto f32 = [](const tensor* s) { return s && s->t == type::f32; };
+    switch (node.o) {
+    case op::none: return true;
+    case op::view: return true;
+    case op::get_rows: return computable(node.src[0]) && node.src[1]->t == type::i32;
+    case op::mul_mat: return computable(node.src[0]) && f32(node.src[1]);
+    case op::add: return f32(node.src[0]) && f32(node.src[1]);
+    case op::mul: return f32(node.src[0]) && f32(node.src[1]);
+    case op::scale: return f32(node.src[0]);
+    case op::rms_norm: return f32(node.src[0]);
+    case op::rope: return f32(node.src[0]);
+    case op::soft_max: return f32(node.src[0]);
+    case op::silu: return f32(node.src[0]);
+    case op::swiglu: return f32(node.src[0]) && f32(node.src[1]);
+    case op::cpy: return f32(node.src[0]) && find_cpu_ops(node.t) != nullptr;
+    case op::attention: return f32(node.src[0]) && (node.src[1]->t == type::f16 || node.src[1]->t == type::f32);
+    }
+    return false;
+}
+
+size_t work_size(const tensor& node, int n_threads) {
+    switch (node.o) {
+    case op::mul_mat: {
+        const cpu_type_ops* ops = find_cpu_ops(node.src[0]->t);
+        const tensor& x = *node.src[1];
+        return row_size(ops->dot_type, x.ne[0]) * size_t(x.ne[1] * x.ne[2] * x.ne[3]);
+    }
+    case op::attention: {
+        const int64_t hd = node.src[0]->ne[0], n_kv = node.src[1]->ne[2];
+        return size_t(n_threads) * size_t(n_kv + 2 * hd) * sizeof(float);
+    }
+    default: return 0;
+    }
+}
+
+void cpu_backend::compute(graph& g) {
+    size_t wsize = 0;
+    for (tensor* n : g.nodes) wsize = std::max(wsize, work_size(*n, pool_.n_threads()));
+    if (work_.size() < wsize) work_.resize(wsize);
+
+    pool_.run([&](int ith, int nth) {
+        compute_params p;
+        p.ith = ith;
+        p.nth = nth;
+        p.wdata = work_.data();
+        p.wsize = work_.size();
+        p.pool = &pool_;
+        p.reference = opt_.reference;
+        for (tensor* n : g.nodes) {
+            switch (n->o) {
+            case op::none: break;
+            case op::view: break;
+            case op::get_rows: get_rows(p, *n); break;
+            case op::mul_mat: mul_mat(p, *n); break;
+            case op::add: add(p, *n); break;
+            case op::mul: mul(p, *n); break;
+            case op::scale: scale(p, *n); break;
+            case op::rms_norm: rms_norm(p, *n); break;
+            case op::rope: rope(p, *n); break;
+            case op::soft_max: soft_max(p, *n); break;
+            case op::silu: silu(p, *n); break;
+            case op::swiglu: swiglu(p, *n); break;
+            case op::cpy: cpy(p, *n); break;
+            case op::attention: attention(p, *n); break;
+            }
+            if (n->o != op::view && n->o != op::none) p.barrier();
+        }
+    });
+}
+
+} // namespace tessera::cpu

@@ -1,1 +1,37 @@
+// cpu_backend.h: the reference backend: host memory, a thread pool, and one switch over ops (cpu_backend.cpp).
 #pragma once
+
+#include "backends/cpu/thread_pool.h"
+#include "ggml-like/backend.h"
+
+#include <memory>
+#include <vector>
+
+namespace tessera::cpu {
+
+struct cpu_options {
+    int n_threads = 0;      // 0 = one per core, at most 8
+    bool reference = false; // scalar reference kernels only (tests: the oracle)
+};
+
+class cpu_backend final : public backend {
+  public:
+    explicit cpu_backend(cpu_options opt = {});
+    std::string name() const override { return "cpu"; }
+    std::unique_ptr<buffer> alloc(size_t bytes) override;
+    void set(tensor& t, const void* src, size_t offset, size_t size) override;
+    void get(const tensor& t, void* dst, size_t offset, size_t size) override;
+    bool supports(const tensor& node) const override;
+    void compute(graph& g) override;
+
+    int n_threads() const { return pool_.n_threads(); }
+
+  private:
+    cpu_options opt_;
+    thread_pool pool_;
+    std::vector<uint8_t> work_;
+};
+
+int default_n_threads();
+
+} // namespace tessera::cpu

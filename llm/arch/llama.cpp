@@ -1,1 +1,174 @@
-// placeholder: being written
+// llama.cpp (the architecture, not the project): hyper-parameters, weights and forward graph of llama-family models
+// (Llama 1-3, SmolLM, Mistral-style GQA). Facts: ../shared/docs/FORMATS.md §5.
+//   per layer: h = x + Wo Attn(RoPE(Wq n), RoPE(Wk n), Wv n), n = RMSNorm(x) * attn_norm
+//              out = h + Wdown (silu(Wgate m) * Wup m),   m = RMSNorm(h) * ffn_norm
+//   logits = output (RMSNorm(x_last) * output_norm)
+#include "arch.h"
+
+#include "ggml-like/error.h"
+#include "ggml-like/ops.h"
+
+#include <fmt/core.h>
+
+#include <cmath>
+
+namespace tessera::arch {
+
+namespace {
+
+// A per-layer value may be stored as a scalar or an array with one entry per layer; we need them all equal.
+int64_t uniform_int(const model& m, const std::string& key, std::optional<int64_t> fallback) {
+    const gguf_value* v = m.file.find(key);
+    if (!v) {
+        if (fallback) return *fallback;
+        throw error(fmt::format("{}: missing metadata key {}", m.path, key));
+    }
+    if (v->is_array()) {
+        if (v->n == 0) throw error(fmt::format("{}: metadata {} is an empty array", m.path, key));
+        const int64_t first = v->int_at(0);
+        for (uint64_t i = 1; i < v->n; i++)
+            if (v->int_at(i) != first)
+                throw error(fmt::format("{}: metadata {} differs between layers, which tessera does not support",
+                                        m.path, key));
+        return first;
+    }
+    return v->int_at(0);
+}
+
+void check_range(const model& m, const char* what, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi)
+        throw error(fmt::format("{}: {} = {} is out of range (expected {}..{})", m.path, what, v, lo, hi));
+}
+
+} // namespace
+
+void llama_load(model& m) {
+    const std::string a = m.arch;
+    hparams& hp = m.hp;
+    hp.n_layer = uniform_int(m, a + ".block_count", {});
+    hp.n_ctx_train = uniform_int(m, a + ".context_length", {});
+    hp.n_embd = uniform_int(m, a + ".embedding_length", {});
+    hp.n_ff = uniform_int(m, a + ".feed_forward_length", {});
+    hp.n_head = uniform_int(m, a + ".attention.head_count", {});
+    hp.n_head_kv = uniform_int(m, a + ".attention.head_count_kv", hp.n_head);
+    check_range(m, "block_count", hp.n_layer, 1, 1024);
+    check_range(m, "context_length", hp.n_ctx_train, 1, int64_t(1) << 24);
+    check_range(m, "embedding_length", hp.n_embd, 1, 1 << 20);
+    check_range(m, "feed_forward_length", hp.n_ff, 1, 1 << 22);
+    check_range(m, "attention.head_count", hp.n_head, 1, 4096);
+    check_range(m, "attention.head_count_kv", hp.n_head_kv, 1, hp.n_head);
+    if (hp.n_head % hp.n_head_kv != 0)
+        throw error(fmt::format("{}: head_count {} is not a multiple of head_count_kv {}", m.path, hp.n_head,
+                                hp.n_head_kv));
+    if (hp.n_embd % hp.n_head != 0 && !m.file.find(a + ".attention.key_length"))
+        throw error(fmt::format("{}: embedding_length {} is not a multiple of head_count {}", m.path, hp.n_embd,
+                                hp.n_head));
+    hp.head_dim = uniform_int(m, a + ".attention.key_length", hp.n_embd / hp.n_head);
+    const int64_t v_len = uniform_int(m, a + ".attention.value_length", hp.head_dim);
+    if (v_len != hp.head_dim)
+        throw error(fmt::format("{}: key_length {} != value_length {} is not supported", m.path, hp.head_dim, v_len));
+    check_range(m, "attention.key_length", hp.head_dim, 2, 1024);
+    hp.n_rot = uniform_int(m, a + ".rope.dimension_count", hp.head_dim);
+    if (hp.n_rot != hp.head_dim)
+        throw error(fmt::format("{}: rope.dimension_count {} must equal the head size {} for llama", m.path, hp.n_rot,
+                                hp.head_dim));
+    if (hp.head_dim % 2 != 0) throw error(fmt::format("{}: head size {} is odd", m.path, hp.head_dim));
+    const auto eps = m.file.get_float(a + ".attention.layer_norm_rms_epsilon");
+    if (!eps) throw error(fmt::format("{}: missing metadata key {}.attention.layer_norm_rms_epsilon", m.path, a));
+    hp.rms_eps = float(*eps);
+    if (!(hp.rms_eps > 0.0f && hp.rms_eps < 1.0f))
+        throw error(fmt::format("{}: layer_norm_rms_epsilon {} is out of range", m.path, hp.rms_eps));
+    hp.rope_freq_base = float(m.file.get_float(a + ".rope.freq_base").value_or(10000.0));
+    if (!(hp.rope_freq_base > 0.0f && std::isfinite(hp.rope_freq_base)))
+        throw error(fmt::format("{}: rope.freq_base {} is out of range", m.path, hp.rope_freq_base));
+    const std::string scaling = m.file.get_string(a + ".rope.scaling.type").value_or("linear");
+    double factor = m.file.get_float(a + ".rope.scaling.factor").value_or(0.0);
+    if (factor == 0.0) factor = m.file.get_float(a + ".rope.scale_linear").value_or(0.0);
+    if (scaling != "none" && scaling != "linear")
+        throw error(fmt::format("{}: rope scaling '{}' is not supported yet (supported: none, linear)", m.path,
+                                scaling));
+    hp.rope_freq_scale = (scaling == "linear" && factor > 0.0) ? float(1.0 / factor) : 1.0f;
+    hp.rope_mode = int32_t(rope_mode::normal);
+
+    // weights
+    const int64_t E = hp.n_embd, D = hp.head_dim, F = hp.n_ff;
+    m.tok_embd = m.require("token_embd.weight", {E, -1});
+    hp.n_vocab = m.tok_embd->ne[1];
+    if (hp.n_vocab != m.voc.n_tokens())
+        throw error(fmt::format("{}: token_embd.weight has {} rows but the vocabulary has {} tokens", m.path,
+                                hp.n_vocab, m.voc.n_tokens()));
+    m.output_norm = m.require("output_norm.weight", {E});
+    m.output = m.require("output.weight", {E, hp.n_vocab}, false);
+    if (!m.output) m.output = m.tok_embd; // tied embeddings
+    m.rope_freqs = m.require("rope_freqs.weight", {hp.n_rot / 2}, false);
+    m.layers.resize(size_t(hp.n_layer));
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        layer_weights& l = m.layers[size_t(il)];
+        auto name = [&](const char* t) { return fmt::format("blk.{}.{}", il, t); };
+        l.attn_norm = m.require(name("attn_norm.weight"), {E});
+        l.wq = m.require(name("attn_q.weight"), {E, hp.n_head * D});
+        l.wk = m.require(name("attn_k.weight"), {E, hp.n_head_kv * D});
+        l.wv = m.require(name("attn_v.weight"), {E, hp.n_head_kv * D});
+        l.wo = m.require(name("attn_output.weight"), {hp.n_head * D, E});
+        l.bq = m.require(name("attn_q.bias"), {hp.n_head * D}, false);
+        l.bk = m.require(name("attn_k.bias"), {hp.n_head_kv * D}, false);
+        l.bv = m.require(name("attn_v.bias"), {hp.n_head_kv * D}, false);
+        l.bo = m.require(name("attn_output.bias"), {E}, false);
+        l.ffn_norm = m.require(name("ffn_norm.weight"), {E});
+        l.ffn_gate = m.require(name("ffn_gate.weight"), {E, F});
+        l.ffn_up = m.require(name("ffn_up.weight"), {E, F});
+        l.ffn_down = m.require(name("ffn_down.weight"), {F, E});
+    }
+}
+
+tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv) {
+    const hparams& hp = m.hp;
+    const int64_t n = in.n_tok, n_kv = in.n_past + in.n_tok;
+    const int64_t D = hp.head_dim, E = hp.n_embd, EKV = hp.n_embd_kv();
+    const float kq_scale = 1.0f / std::sqrt(float(D));
+    const auto mode = rope_mode(hp.rope_mode);
+
+    tensor* inp = get_rows(ctx, m.tok_embd, in.ids); // (E, n)
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        const layer_weights& l = m.layers[size_t(il)];
+        // attention block
+        tensor* cur = mul(ctx, rms_norm(ctx, inp, hp.rms_eps), l.attn_norm);
+        tensor* q = mul_mat(ctx, l.wq, cur);
+        tensor* k = mul_mat(ctx, l.wk, cur);
+        tensor* v = mul_mat(ctx, l.wv, cur);
+        if (l.bq) q = add(ctx, q, l.bq);
+        if (l.bk) k = add(ctx, k, l.bk);
+        if (l.bv) v = add(ctx, v, l.bv);
+        q = rope(ctx, reshape_3d(ctx, q, D, hp.n_head, n), in.pos, m.rope_freqs, int(hp.n_rot), mode,
+                 hp.rope_freq_base, hp.rope_freq_scale);
+        k = rope(ctx, reshape_3d(ctx, k, D, hp.n_head_kv, n), in.pos, m.rope_freqs, int(hp.n_rot), mode,
+                 hp.rope_freq_base, hp.rope_freq_scale);
+        // append this batch's K, V to the cache (rows n_past .. n_past + n), before attention reads them
+        tensor* kc = kv.k[size_t(il)];
+        tensor* vc = kv.v[size_t(il)];
+        g.expand(cpy(ctx, reshape_2d(ctx, k, EKV, n), view_2d(ctx, kc, EKV, n, kc->nb[1], size_t(in.n_past) * kc->nb[1])));
+        g.expand(cpy(ctx, v, view_2d(ctx, vc, EKV, n, vc->nb[1], size_t(in.n_past) * vc->nb[1])));
+        tensor* kview = view_3d(ctx, kc, D, hp.n_head_kv, n_kv, row_size(kc->t, D), kc->nb[1], 0);
+        tensor* vview = view_3d(ctx, vc, D, hp.n_head_kv, n_kv, row_size(vc->t, D), vc->nb[1], 0);
+        tensor* attn = attention(ctx, q, kview, vview, in.mask, kq_scale); // (D, n_head, n)
+        cur = mul_mat(ctx, l.wo, reshape_2d(ctx, attn, D * hp.n_head, n));
+        if (l.bo) cur = add(ctx, cur, l.bo);
+        tensor* ffn_inp = add(ctx, cur, inp);
+        // feed-forward block
+        cur = mul(ctx, rms_norm(ctx, ffn_inp, hp.rms_eps), l.ffn_norm);
+        tensor* gate = mul_mat(ctx, l.ffn_gate, cur);
+        tensor* up = mul_mat(ctx, l.ffn_up, cur);
+        cur = mul_mat(ctx, l.ffn_down, swiglu(ctx, gate, up));
+        inp = add(ctx, cur, ffn_inp);
+        if (il == hp.n_layer - 1 && !in.all_logits && n > 1)
+            inp = view_2d(ctx, inp, E, 1, inp->nb[1], size_t(n - 1) * inp->nb[1]); // only the last token's logits
+    }
+    tensor* cur = mul(ctx, rms_norm(ctx, inp, hp.rms_eps), m.output_norm);
+    tensor* logits = mul_mat(ctx, m.output, cur);
+    logits->flags |= flag_output;
+    logits->set_name("logits");
+    g.expand(logits);
+    return logits;
+}
+
+} // namespace tessera::arch

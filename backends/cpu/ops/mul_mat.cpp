@@ -1,1 +1,56 @@
-// placeholder: being written
+// mul_mat.cpp: dst (n, m) = W (k, n)^T x (k, m): activations are converted once to the weight's dot type (q8_0, q8_1,
+// f16, ...) into the shared scratch, then every thread computes 16x16 output tiles with the type's vec_dot, so a
+// tile's 16 weight rows and 16 activation rows stay in L1 while they are reused.
+#include "ops.h"
+
+#include "backends/cpu/quant/vec_dot.h"
+#include "ggml-like/error.h"
+
+namespace tessera::cpu {
+
+namespace {
+constexpr int64_t TILE_N = 16; // weight rows per tile
+constexpr int64_t TILE_M = 16; // activation rows per tile
+} // namespace
+
+void mul_mat(const compute_params& p, tensor& dst) {
+    const tensor& w = *dst.src[0];
+    const tensor& x = *dst.src[1];
+    const cpu_type_ops* ops = find_cpu_ops(w.t, p.reference);
+    TS_ASSERT(ops != nullptr && x.t == type::f32 && x.nb[0] == 4);
+    const int64_t k = w.ne[0], n = w.ne[1];
+    const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];
+    const int64_t r2 = ne2 / w.ne[2], r3 = ne3 / w.ne[3]; // broadcast of w over dims 2, 3
+    const size_t act_row = row_size(ops->dot_type, k);
+
+    // 1) x rows -> dot type, all threads
+    const int64_t n_x_rows = m * ne2 * ne3;
+    int64_t a0, a1;
+    split(n_x_rows, p.ith, p.nth, a0, a1);
+    for (int64_t r = a0; r < a1; r++) {
+        const int64_t i1 = r % m, i2 = (r / m) % ne2, i3 = r / (m * ne2);
+        ops->act_from_float(at<float>(x, 0, i1, i2, i3), p.wdata + size_t(r) * act_row, k);
+    }
+    p.barrier();
+
+    // 2) tiles of (TILE_N weight rows) x (TILE_M activation rows), spread over threads
+    const int64_t tiles_n = (n + TILE_N - 1) / TILE_N, tiles_m = (m + TILE_M - 1) / TILE_M;
+    const int64_t n_tiles = tiles_n * tiles_m * ne2 * ne3;
+    int64_t t0, t1;
+    split(n_tiles, p.ith, p.nth, t0, t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t tn = t % tiles_n, tm = (t / tiles_n) % tiles_m;
+        const int64_t i23 = t / (tiles_n * tiles_m);
+        const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
+        const int64_t n0 = tn * TILE_N, n1 = std::min(n, n0 + TILE_N);
+        const int64_t m0 = tm * TILE_M, m1 = std::min(m, m0 + TILE_M);
+        for (int64_t im = m0; im < m1; im++) {
+            const uint8_t* a = p.wdata + size_t((i3 * ne2 + i2) * m + im) * act_row;
+            float* y = at<float>(dst, 0, im, i2, i3);
+            for (int64_t in = n0; in < n1; in++)
+                y[in] = ops->vec_dot(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), a, k);
+        }
+    }
+}
+
+} // namespace tessera::cpu

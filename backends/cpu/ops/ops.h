@@ -1,1 +1,53 @@
+// ops.h: the CPU op implementations, one function per op (one file per op family: elementwise, norm, rope, ...).
+// Every function is called by all threads of the pool with the same node; thread ith does its share.
 #pragma once
+
+#include "backends/cpu/thread_pool.h"
+#include "ggml-like/tensor.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::cpu {
+
+struct compute_params {
+    int ith = 0, nth = 1;
+    uint8_t* wdata = nullptr; // scratch shared by all threads of this node (see work_size)
+    size_t wsize = 0;
+    thread_pool* pool = nullptr;
+    bool reference = false; // use the scalar reference kernels (tests)
+    void barrier() const {
+        if (pool) pool->barrier();
+    }
+};
+
+// [begin, end) of n items for thread ith
+inline void split(int64_t n, int ith, int nth, int64_t& begin, int64_t& end) {
+    const int64_t per = (n + nth - 1) / nth;
+    begin = std::min<int64_t>(n, per * ith);
+    end = std::min<int64_t>(n, begin + per);
+}
+
+// Scratch bytes a node needs with n_threads threads.
+size_t work_size(const tensor& node, int n_threads);
+
+void get_rows(const compute_params& p, tensor& dst);
+void mul_mat(const compute_params& p, tensor& dst);
+void add(const compute_params& p, tensor& dst);
+void mul(const compute_params& p, tensor& dst);
+void scale(const compute_params& p, tensor& dst);
+void rms_norm(const compute_params& p, tensor& dst);
+void rope(const compute_params& p, tensor& dst);
+void soft_max(const compute_params& p, tensor& dst);
+void silu(const compute_params& p, tensor& dst);
+void swiglu(const compute_params& p, tensor& dst);
+void cpy(const compute_params& p, tensor& dst);
+void attention(const compute_params& p, tensor& dst);
+
+// Element address helper: t->data + i0*nb0 + i1*nb1 + i2*nb2 + i3*nb3
+template <class T> inline T* at(const tensor& t, int64_t i0, int64_t i1 = 0, int64_t i2 = 0, int64_t i3 = 0) {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(t.data) + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] +
+                                i3 * t.nb[3]);
+}
+
+} // namespace tessera::cpu

@@ -1,1 +1,55 @@
-// placeholder: being written
+// rope.cpp: rotary position embedding on (head_dim, n_head, n_tok) rows.
+// theta_i = pos * freq_scale * base^(-2i/n_rot) / ff[i]; normal mode rotates (x[2i], x[2i+1]), neox (x[i], x[i+n_rot/2]).
+// The per-pair angle is built by repeated multiplication in f32, as ggml does, so results agree with it bit for bit.
+#include "ops.h"
+
+#include "ggml-like/ops.h"
+
+#include <cmath>
+#include <vector>
+
+namespace tessera::cpu {
+
+void rope(const compute_params& p, tensor& dst) {
+    const tensor& a = *dst.src[0];
+    const tensor& pos = *dst.src[1];
+    const tensor* ff = dst.src[2];
+    const int n_rot = dst.op_params.i[0];
+    const auto mode = rope_mode(dst.op_params.i[1]);
+    const float freq_base = dst.op_params.f[2];
+    const float freq_scale = dst.op_params.f[3];
+    const float theta_scale = std::pow(freq_base, -2.0f / float(n_rot));
+    const int64_t hd = a.ne[0], n_head = a.ne[1], n_tok = a.ne[2];
+
+    std::vector<float> cache(static_cast<size_t>(n_rot)); // (cos, sin) per pair
+    int64_t t0, t1;
+    split(n_tok, p.ith, p.nth, t0, t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const int32_t pp = static_cast<const int32_t*>(pos.data)[t];
+        float theta = float(pp);
+        for (int i = 0; i < n_rot / 2; i++) {
+            const float f = ff ? static_cast<const float*>(ff->data)[i] : 1.0f;
+            const float th = freq_scale * (theta / f);
+            cache[size_t(2 * i)] = std::cos(th);
+            cache[size_t(2 * i + 1)] = std::sin(th);
+            theta *= theta_scale;
+        }
+        for (int64_t h = 0; h < n_head; h++) {
+            const float* x = at<float>(a, 0, h, t);
+            float* y = at<float>(dst, 0, h, t);
+            const size_t xs = a.nb[0] / 4;
+            const int half = n_rot / 2;
+            for (int i = 0; i < half; i++) {
+                const float c = cache[size_t(2 * i)], s = cache[size_t(2 * i + 1)];
+                const int j0 = mode == rope_mode::neox ? i : 2 * i;
+                const int j1 = mode == rope_mode::neox ? i + half : 2 * i + 1;
+                const float x0 = x[j0 * xs], x1 = x[j1 * xs];
+                y[j0] = x0 * c - x1 * s;
+                y[j1] = x0 * s + x1 * c;
+            }
+            for (int64_t i = n_rot; i < hd; i++) y[i] = x[i * xs];
+        }
+    }
+}
+
+} // namespace tessera::cpu

@@ -1,0 +1,198 @@
+// vec_dot_avx2.cpp: AVX2/FMA/F16C row kernels for the CPU backend (compiled with -mavx2 -mfma -mf16c, called only
+// after cpu_has_avx2()). Each matches its scalar reference in quant/ up to float summation order; test_quant checks.
+#include "quant/q4_0.h"
+#include "quant/q4_1.h"
+#include "quant/q8_0.h"
+#include "quant/q8_1.h"
+
+#include <immintrin.h>
+
+namespace tessera::cpu::avx2 {
+
+namespace {
+
+inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v);
+    __m128 hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+// 16 bytes of nibbles -> 32 bytes: elements 0..15 (low nibbles) then 16..31 (high nibbles)
+inline __m256i unpack_nibbles(const uint8_t* qs) {
+    const __m128i tmp = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m256i bytes = _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp);
+    return _mm256_and_si256(bytes, _mm256_set1_epi8(0x0f));
+}
+
+// sum of products of 32 unsigned (u) x signed (s) bytes, as 8 int32 lanes converted to float
+inline __m256 dot_us(__m256i u, __m256i s) {
+    const __m256i p16 = _mm256_maddubs_epi16(u, s);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+// signed x signed: |x| * (y with x's sign)
+inline __m256 dot_ss(__m256i x, __m256i y) {
+    return dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+inline float h2f(f16 h) { return _cvtsh_ss(h.bits); }
+
+} // namespace
+
+float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const block_q4_0*>(w);
+    auto* y = static_cast<const block_q8_0*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
+        const __m256i q4 = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
+        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+        acc = _mm256_fmadd_ps(d, dot_ss(q4, q8), acc);
+    }
+    return hsum(acc);
+}
+
+float vec_dot_q4_1_q8_1(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const block_q4_1*>(w);
+    auto* y = static_cast<const block_q8_1*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
+        summs += h2f(x[i].m) * h2f(y[i].s);
+        const __m256i q4 = unpack_nibbles(x[i].qs);
+        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+        acc = _mm256_fmadd_ps(d, dot_us(q4, q8), acc);
+    }
+    return hsum(acc) + summs;
+}
+
+float vec_dot_q8_0_q8_0(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const block_q8_0*>(w);
+    auto* y = static_cast<const block_q8_0*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
+        const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+        acc = _mm256_fmadd_ps(d, dot_ss(qx, qy), acc);
+    }
+    return hsum(acc);
+}
+
+float vec_dot_f16_f16(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const uint16_t*>(w);
+    auto* y = static_cast<const uint16_t*>(a);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+        const __m256 y0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i)));
+        const __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8)));
+        const __m256 y1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i + 8)));
+        acc0 = _mm256_fmadd_ps(x0, y0, acc0);
+        acc1 = _mm256_fmadd_ps(x1, y1, acc1);
+    }
+    float s = hsum(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) s += _cvtsh_ss(x[i]) * _cvtsh_ss(y[i]);
+    return s;
+}
+
+float vec_dot_f32_f32(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const float*>(w);
+    auto* y = static_cast<const float*>(a);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    float s = hsum(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+
+namespace {
+
+// 32 floats -> 32 int8 (x * id rounded to nearest), returned in element order; also their sum when asked
+inline __m256i quantize32(const float* x, float& d_out, bool& zero) {
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
+           v3 = _mm256_loadu_ps(x + 24);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 amax = _mm256_andnot_ps(sign, v0);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v1));
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v2));
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v3));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float max_scalar = _mm_cvtss_f32(m4);
+    d_out = max_scalar / 127.0f;
+    zero = max_scalar == 0.0f;
+    const __m256 mul = _mm256_set1_ps(zero ? 0.0f : 127.0f / max_scalar);
+    constexpr int round = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, mul), round));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, mul), round));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, mul), round));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, mul), round));
+    i0 = _mm256_packs_epi32(i0, i1);
+    i2 = _mm256_packs_epi32(i2, i3);
+    i0 = _mm256_packs_epi16(i0, i2);
+    // packs interleave 128-bit lanes; restore element order
+    return _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+inline int hsum_i8(__m256i q) {
+    const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+    const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+} // namespace
+
+void quantize_row_q8_0(const float* x, void* y, int64_t n) {
+    auto* b = static_cast<block_q8_0*>(y);
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d;
+        bool zero;
+        const __m256i q = quantize32(x + i * 32, d, zero);
+        b[i].d = to_f16(d);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs), q);
+    }
+}
+
+void quantize_row_q8_1(const float* x, void* y, int64_t n) {
+    auto* b = static_cast<block_q8_1*>(y);
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d;
+        bool zero;
+        const __m256i q = quantize32(x + i * 32, d, zero);
+        b[i].d = to_f16(d);
+        b[i].s = to_f16(d * float(hsum_i8(q)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs), q);
+    }
+}
+
+void f32_to_f16_row(const float* x, void* y, int64_t n) {
+    auto* h = static_cast<uint16_t*>(y);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), 0));
+    for (; i < n; i++) h[i] = fp32_to_fp16(x[i]);
+}
+
+void f16_to_f32_row(const void* x, float* y, int64_t n) {
+    auto* h = static_cast<const uint16_t*>(x);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+    for (; i < n; i++) y[i] = fp16_to_fp32(h[i]);
+}
+
+} // namespace tessera::cpu::avx2

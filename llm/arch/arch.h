@@ -1,0 +1,22 @@
+// arch.h: what every architecture file provides: reading its hyper-parameters and weights into a model, and building
+// the forward graph of one batch. Only llama for now (arch/llama.cpp).
+#pragma once
+
+#include "llm/model.h"
+
+namespace tessera::arch {
+
+struct batch_inputs {
+    tensor* ids = nullptr;  // (n_tok) i32 token ids
+    tensor* pos = nullptr;  // (n_tok) i32 positions
+    tensor* mask = nullptr; // (n_kv, n_tok) f32: 0 where token t may attend to cache row j, -inf elsewhere
+    int64_t n_tok = 0;
+    int64_t n_past = 0;     // cache rows already filled; the batch writes rows [n_past, n_past + n_tok)
+    bool all_logits = false;
+};
+
+void llama_load(model& m);
+// Returns the logits tensor: (n_vocab, n_tok) when all_logits, else (n_vocab, 1) for the last token.
+tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
+
+} // namespace tessera::arch
