@@ -1,5 +1,271 @@
+// info.cpp: `tessera info MODEL`: the GGUF header, every metadata key and the tensor table, or one JSON object.
+// Parsing and validation live in ggml-like/gguf.cpp; this file only formats what the reader returns.
 #include "commands.h"
 
+#include "ggml-like/error.h"
+#include "ggml-like/gguf.h"
+#include "ggml-like/types.h"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+
 namespace tessera::cli {
-void add_info(CLI::App& app) { (void)app; }
+
+namespace {
+
+struct info_options {
+    std::string model;
+    bool json = false;
+    bool no_tensors = false;
+};
+
+constexpr size_t max_string_chars = 60; // strings longer than this (chat templates) are cut to one line
+constexpr size_t max_array_chars = 70;  // array previews stop once this many characters are shown
+constexpr uint64_t max_json_array = 16; // longer arrays become {"type", "count"} in --json
+
+// One line: newlines, tabs, quotes and control bytes escaped; cut to `max` characters with "..." when longer.
+std::string escape(std::string_view s, size_t max) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); i++) {
+        if (out.size() >= max) return out + "...";
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '\n':
+            out += "\\n";
+            break;
+        case '\r':
+            out += "\\r";
+            break;
+        case '\t':
+            out += "\\t";
+            break;
+        case '"':
+            out += "\\\"";
+            break;
+        case '\\':
+            out += "\\\\";
+            break;
+        default:
+            if (c < 0x20 || c == 0x7f)
+                out += fmt::format("\\x{:02x}", c);
+            else
+                out += char(c);
+        }
+    }
+    return out;
+}
+
+// Element i of a value, as text: numbers as written, floats in their shortest form, strings quoted.
+std::string element_text(const gguf_value& v, uint64_t i) {
+    switch (v.scalar_type()) {
+    case gguf_type::string:
+        return "\"" + escape(v.strs[i], max_string_chars) + "\"";
+    case gguf_type::boolean:
+        return v.int_at(i) ? "true" : "false";
+    case gguf_type::f32:
+        return fmt::format("{}", float(v.float_at(i)));
+    case gguf_type::f64:
+        return fmt::format("{}", v.float_at(i));
+    case gguf_type::u64: {
+        uint64_t u;
+        std::memcpy(&u, v.raw.data() + i * 8, 8);
+        return fmt::format("{}", u);
+    }
+    default:
+        return fmt::format("{}", v.int_at(i));
+    }
+}
+
+std::string type_text(const gguf_value& v) {
+    return v.is_array() ? fmt::format("arr[{}]", gguf_type_name(v.elem_type)) : gguf_type_name(v.type);
+}
+
+// A scalar in full (strings cut to one line); an array as "[N strings] "a", "b", ..." with the first few elements.
+std::string value_text(const gguf_value& v) {
+    if (!v.is_array()) return element_text(v, 0);
+    std::string out = v.elem_type == gguf_type::string ? fmt::format("[{} string{}]", v.n, v.n == 1 ? "" : "s")
+                                                       : fmt::format("[{} x {}]", v.n, gguf_type_name(v.elem_type));
+    size_t start = out.size();
+    for (uint64_t i = 0; i < v.n; i++) {
+        if (out.size() - start > max_array_chars) return out + ", ...";
+        out += (i == 0 ? " " : ", ") + element_text(v, i);
+    }
+    return out;
+}
+
+std::string human_bytes(uint64_t b) {
+    if (b < 1024) return fmt::format("{} B", b);
+    const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+    double x = double(b);
+    int u = -1;
+    while (x >= 1024 && u < 3) {
+        x /= 1024;
+        u++;
+    }
+    return fmt::format("{:.2f} {}", x, units[u]);
+}
+
+std::string human_count(uint64_t n) {
+    if (n >= 1000000000) return fmt::format("{:.2f} B", double(n) / 1e9);
+    if (n >= 1000000) return fmt::format("{:.2f} M", double(n) / 1e6);
+    if (n >= 1000) return fmt::format("{:.2f} K", double(n) / 1e3);
+    return fmt::format("{}", n);
+}
+
+std::string shape_text(const gguf_tensor_info& t) {
+    std::string s = fmt::format("{}", t.ne[0]);
+    for (uint32_t d = 1; d < t.n_dims; d++) s += fmt::format(" x {}", t.ne[d]);
+    return s;
+}
+
+const char* tensor_type_name(uint32_t id) {
+    const type_traits* tt = find_type(id);
+    return tt ? tt->name : "?";
+}
+
+struct totals {
+    uint64_t n_params = 0;
+    uint64_t bytes = 0;
+    std::map<uint32_t, std::pair<uint64_t, uint64_t>> by_type; // type id -> (tensors, bytes)
+
+    explicit totals(const gguf_file& f) {
+        for (const auto& t : f.tensors()) {
+            n_params += uint64_t(t.n_elements());
+            bytes += t.size;
+            by_type[t.type_id].first++;
+            by_type[t.type_id].second += t.size;
+        }
+    }
+    double bpw() const { return n_params ? double(bytes) * 8 / double(n_params) : 0.0; }
+};
+
+void print_text(const gguf_file& f, const info_options& o) {
+    fmt::print("file       {}\n", f.path());
+    fmt::print("version    {}\n", f.version());
+    fmt::print("size       {} bytes ({})\n", f.file_size(), human_bytes(f.file_size()));
+    fmt::print("alignment  {}\n", f.alignment());
+    fmt::print("n_kv       {}\n", f.kvs().size());
+    fmt::print("n_tensors  {}\n", f.tensors().size());
+    fmt::print("data       at byte {}\n", f.data_offset());
+
+    size_t key_w = 3, type_w = 4;
+    for (const auto& kv : f.kvs()) {
+        key_w = std::max(key_w, kv.key.size());
+        type_w = std::max(type_w, type_text(kv.value).size());
+    }
+    fmt::print("\n{:<{}}  {:<{}}  {}\n", "key", key_w, "type", type_w, "value");
+    for (const auto& kv : f.kvs())
+        fmt::print("{:<{}}  {:<{}}  {}\n", kv.key, key_w, type_text(kv.value), type_w, value_text(kv.value));
+
+    const totals tot(f);
+    if (!o.no_tensors && !f.tensors().empty()) {
+        size_t name_w = 4, shape_w = 5;
+        for (const auto& t : f.tensors()) {
+            name_w = std::max(name_w, t.name.size());
+            shape_w = std::max(shape_w, shape_text(t).size());
+        }
+        fmt::print("\n{:>5}  {:<{}}  {:<7}  {:<{}}  {:>10}\n", "#", "name", name_w, "type", "shape", shape_w, "bytes");
+        size_t i = 0;
+        for (const auto& t : f.tensors())
+            fmt::print("{:>5}  {:<{}}  {:<7}  {:<{}}  {:>10}\n", i++, t.name, name_w, tensor_type_name(t.type_id),
+                       shape_text(t), shape_w, human_bytes(t.size));
+    }
+    if (f.tensors().empty()) return;
+    fmt::print("\nparameters {} ({})\n", tot.n_params, human_count(tot.n_params));
+    fmt::print("bytes      {} ({})\n", tot.bytes, human_bytes(tot.bytes));
+    fmt::print("bpw        {:.3f}\n", tot.bpw());
+    for (const auto& [id, cb] : tot.by_type)
+        fmt::print("  {:<8} {:>5} tensors  {:>10}\n", tensor_type_name(id), cb.first, human_bytes(cb.second));
+}
+
+using ojson = nlohmann::ordered_json;
+
+ojson element_json(const gguf_value& v, uint64_t i) {
+    switch (v.scalar_type()) {
+    case gguf_type::string:
+        return v.strs[i];
+    case gguf_type::boolean:
+        return v.int_at(i) != 0;
+    // an f32 goes through its shortest decimal form so that 1e-5f prints as 1e-05, not 9.99999974737875e-06
+    case gguf_type::f32:
+        return std::stod(fmt::format("{}", float(v.float_at(i))));
+    case gguf_type::f64:
+        return v.float_at(i);
+    case gguf_type::u64: {
+        uint64_t u;
+        std::memcpy(&u, v.raw.data() + i * 8, 8);
+        return u;
+    }
+    default:
+        return v.int_at(i);
+    }
+}
+
+ojson value_json(const gguf_value& v) {
+    if (!v.is_array()) return element_json(v, 0);
+    if (v.n > max_json_array) return ojson{{"type", gguf_type_name(v.elem_type)}, {"count", v.n}};
+    ojson a = ojson::array();
+    for (uint64_t i = 0; i < v.n; i++) a.push_back(element_json(v, i));
+    return a;
+}
+
+void print_json(const gguf_file& f, const info_options& o) {
+    ojson j;
+    j["path"] = f.path();
+    j["version"] = f.version();
+    j["file_size"] = f.file_size();
+    j["alignment"] = f.alignment();
+    j["data_offset"] = f.data_offset();
+    j["n_kv"] = f.kvs().size();
+    j["n_tensors"] = f.tensors().size();
+    ojson md = ojson::object();
+    for (const auto& kv : f.kvs()) md[kv.key] = value_json(kv.value);
+    j["metadata"] = std::move(md);
+    if (!o.no_tensors) {
+        ojson ts = ojson::array();
+        for (const auto& t : f.tensors())
+            ts.push_back({{"name", t.name},
+                          {"type", tensor_type_name(t.type_id)},
+                          {"shape", std::vector<int64_t>(t.ne, t.ne + t.n_dims)},
+                          {"offset", t.offset},
+                          {"bytes", t.size}});
+        j["tensors"] = std::move(ts);
+    }
+    const totals tot(f);
+    ojson by_type = ojson::object();
+    for (const auto& [id, cb] : tot.by_type)
+        by_type[tensor_type_name(id)] = {{"tensors", cb.first}, {"bytes", cb.second}};
+    j["totals"] = {{"n_params", tot.n_params}, {"bytes", tot.bytes}, {"bpw", tot.bpw()}, {"types", by_type}};
+    // metadata strings are not always valid UTF-8 (byte tokens): replace what cannot be encoded instead of failing
+    fmt::print("{}\n", j.dump(2, ' ', false, ojson::error_handler_t::replace));
+}
+
+void run_info(const info_options& o) {
+    if (o.model.empty()) throw error("info: no model given, expected MODEL or -m/--model PATH");
+    gguf_file f = gguf_file::open(o.model);
+    if (o.json)
+        print_json(f, o);
+    else
+        print_text(f, o);
+}
+
+} // namespace
+
+void add_info(CLI::App& app) {
+    auto o = std::make_shared<info_options>();
+    CLI::App* sub = app.add_subcommand("info", "Print a GGUF file's header, metadata and tensors");
+    sub->add_option("MODEL", o->model, "GGUF file to inspect");
+    sub->add_option("-m,--model", o->model, "GGUF file to inspect (same as MODEL)");
+    sub->add_flag("--json", o->json, "Print one JSON object instead of text (arrays longer than 16 are summarized)");
+    sub->add_flag("--no-tensors", o->no_tensors, "Skip the tensor table");
+    sub->footer("Example:\n  tessera info models/SmolLM2-135M-Instruct.Q4_1.gguf --no-tensors");
+    sub->callback([o]() { run_info(*o); });
+}
+
 } // namespace tessera::cli

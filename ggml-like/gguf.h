@@ -118,6 +118,7 @@ class gguf_file {
 };
 
 // Builds a GGUF v3 file. Tensor data is written in the order tensors were added, each padded to the alignment.
+// A file without tensors ends right after its metadata (no padding), as llama.cpp's vocab-only files do.
 class gguf_writer {
   public:
     void set(std::string key, gguf_value value); // replaces a key of the same name, keeps first position

@@ -48,10 +48,16 @@ class vocab {
     token bos() const;           // -1 when the model has none
     token eos() const;
     token eot() const;
+    token eom() const;           // end of message (Llama 3.1 <|eom_id|>), -1 when none
+    token unk() const;
+    token pad() const;
     bool add_bos() const;
     bool add_eos() const;
+    bool add_space_prefix() const; // SPM: a space is put before the text (and after each special token)
+    bool clean_spaces() const;     // detokenize drops the space before ?!., and 's 'm 're 've (BPE, most pre names)
     bool is_eog(token id) const; // end of generation: EOS, EOT, EOM and tokens like <|im_end|>, <|eot_id|>
     bool is_control(token id) const;
+    token find(std::string_view text) const; // the id whose raw text is exactly `text`, or -1
 
   private:
     struct impl;

@@ -1,1 +1,144 @@
+// test_cli.cpp: runs the tessera binary (TESSERA_BINARY) through the shell and checks exit codes, stdout and stderr.
 #include "helpers.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct cli_result {
+    int rc = -1;
+    std::string out; // stdout
+    std::string err; // stderr
+};
+
+std::string shell_quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+// Runs `tessera ARGS` (ARGS already shell-quoted where needed); stderr goes to a temp file.
+cli_result run_tessera(const std::string& args) {
+    static int n = 0;
+    std::string err_path = (fs::temp_directory_path() /
+                            ("tessera_test_cli_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + ".err"))
+                               .string();
+    std::string cmd = shell_quote(TESSERA_BINARY) + " " + args + " 2>" + shell_quote(err_path);
+    cli_result r;
+    std::FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    size_t got;
+    while ((got = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, got);
+    int status = ::pclose(p);
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.err = tessera::test::read_file(err_path);
+    fs::remove(err_path);
+    return r;
+}
+
+std::string vocab_path() {
+    return tessera::test::data_dir() + "/vocab/ggml-vocab-llama-spm.gguf";
+}
+
+// A failure: non-zero exit, nothing on stdout, exactly one line on stderr starting with "error:".
+void expect_one_line_error(const cli_result& r, const std::string& part) {
+    EXPECT_NE(r.rc, 0);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+}
+
+} // namespace
+
+TEST(cli_info, vocab_file_text) {
+    if (!fs::exists(vocab_path())) GTEST_SKIP() << vocab_path() << " not found";
+    cli_result r = run_tessera("info " + shell_quote(vocab_path()));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    EXPECT_NE(r.out.find("version    3"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("n_tensors  0"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("tokenizer.ggml.model"), std::string::npos);
+    EXPECT_NE(r.out.find("[32000 strings] \"<unk>\", \"<s>\", \"</s>\""), std::string::npos) << r.out;
+
+    cli_result m = run_tessera("info -m " + shell_quote(vocab_path()));
+    ASSERT_EQ(m.rc, 0) << m.err;
+    EXPECT_EQ(m.out, r.out);
+}
+
+TEST(cli_info, vocab_file_json) {
+    if (!fs::exists(vocab_path())) GTEST_SKIP() << vocab_path() << " not found";
+    cli_result r = run_tessera("info --json " + shell_quote(vocab_path()));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["version"], 3);
+    EXPECT_EQ(j["n_tensors"], 0);
+    EXPECT_EQ(j["metadata"]["tokenizer.ggml.model"], "llama");
+    EXPECT_EQ(j["metadata"]["tokenizer.ggml.add_bos_token"], true);
+    EXPECT_EQ(j["metadata"]["tokenizer.ggml.tokens"]["count"], 32000);
+    EXPECT_EQ(j["metadata"]["tokenizer.ggml.tokens"]["type"], "str");
+}
+
+TEST(cli_info, model_tensors) {
+    TS_REQUIRE_MODEL();
+    cli_result r = run_tessera("info " + shell_quote(tessera::test::model_path()));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("token_embd.weight"), std::string::npos);
+    EXPECT_NE(r.out.find("576 x 49152"), std::string::npos);
+    EXPECT_NE(r.out.find("parameters "), std::string::npos);
+    EXPECT_NE(r.out.find("bpw "), std::string::npos);
+
+    cli_result n = run_tessera("info --no-tensors " + shell_quote(tessera::test::model_path()));
+    ASSERT_EQ(n.rc, 0) << n.err;
+    EXPECT_EQ(n.out.find("token_embd.weight"), std::string::npos);
+    EXPECT_NE(n.out.find("general.architecture"), std::string::npos);
+
+    cli_result j = run_tessera("info --json " + shell_quote(tessera::test::model_path()));
+    ASSERT_EQ(j.rc, 0) << j.err;
+    nlohmann::json o = nlohmann::json::parse(j.out);
+    EXPECT_EQ(o["tensors"].size(), o["n_tensors"].get<size_t>());
+    EXPECT_GT(o["totals"]["n_params"].get<uint64_t>(), 100000000u);
+}
+
+TEST(cli_info, help_ends_with_example) {
+    cli_result r = run_tessera("info --help");
+    EXPECT_EQ(r.rc, 0);
+    EXPECT_NE(r.out.find("Example:\n  tessera info "), std::string::npos) << r.out;
+}
+
+TEST(cli_info, missing_file_fails_with_one_line) {
+    cli_result r = run_tessera("info /nonexistent/dir/model.gguf");
+    expect_one_line_error(r, "/nonexistent/dir/model.gguf");
+}
+
+TEST(cli_info, no_model_fails_with_one_line) {
+    expect_one_line_error(run_tessera("info"), "no model");
+}
+
+TEST(cli_info, truncated_file_fails_with_one_line) {
+    if (!fs::exists(vocab_path())) GTEST_SKIP() << vocab_path() << " not found";
+    std::string bytes = tessera::test::read_file(vocab_path());
+    std::string cut_path =
+        (fs::temp_directory_path() / ("tessera_test_cli_cut_" + std::to_string(::getpid()) + ".gguf")).string();
+    for (size_t n : {size_t(0), size_t(10), size_t(1000), bytes.size() / 2}) {
+        {
+            std::FILE* f = std::fopen(cut_path.c_str(), "wb");
+            ASSERT_NE(f, nullptr);
+            std::fwrite(bytes.data(), 1, n, f);
+            std::fclose(f);
+        }
+        cli_result r = run_tessera("info " + shell_quote(cut_path));
+        expect_one_line_error(r, cut_path);
+    }
+    fs::remove(cut_path);
+}

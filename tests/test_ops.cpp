@@ -255,9 +255,12 @@ TEST(ops, cpy_to_f16_view) {
 }
 
 // attention against softmax(QK^T * scale + mask) V computed naively, with GQA and a causal mask over a cache.
-TEST(ops, attention_gqa_causal) {
+// Fewer than 64 queries take ggml's decode numerics (Q and the V accumulator rounded to f16); 64 or more stay in f32.
+class attention_case : public ::testing::TestWithParam<int64_t> {};
+INSTANTIATE_TEST_SUITE_P(ops, attention_case, ::testing::Values(1, 5, 70));
+TEST_P(attention_case, gqa_causal) {
     harness h;
-    const int64_t hd = 64, n_head = 6, n_head_kv = 2, n_tok = 5, n_kv = 13;
+    const int64_t hd = 64, n_head = 6, n_head_kv = 2, n_tok = GetParam(), n_kv = n_tok + 8;
     tensor* q = h.leaf_f32({hd, n_head, n_tok}, 16);
     tensor* kf = h.leaf_f32({hd * n_head_kv, n_kv}, 17);
     tensor* vf = h.leaf_f32({hd * n_head_kv, n_kv}, 18);
@@ -302,7 +305,8 @@ TEST(ops, attention_gqa_causal) {
                 e[size_t((t * n_head + hh) * hd + i)] = float(o);
             }
         }
-    EXPECT_LT(nmse(r.data(), e.data(), e.size()), 1e-10); // f32 accumulation over <= 13 rows
+    // bound: f32 accumulation ~1e-7 relative -> NMSE 1e-12; f16 accumulator (11-bit mantissa) -> NMSE ~1e-7
+    EXPECT_LT(nmse(r.data(), e.data(), e.size()), n_tok < 64 ? 2e-6 : 1e-10) << "n_tok " << n_tok;
 }
 
 // The planner must not hand a live tensor's memory to another: a long chain with a late reader.

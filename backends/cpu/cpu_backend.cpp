@@ -77,8 +77,8 @@ size_t work_size(const tensor& node, int n_threads) {
         return row_size(ops->dot_type, x.ne[0]) * size_t(x.ne[1] * x.ne[2] * x.ne[3]);
     }
     case op::attention: {
-        const int64_t hd = node.src[0]->ne[0], n_kv = node.src[1]->ne[2];
-        return size_t(n_threads) * size_t(n_kv + 2 * hd) * sizeof(float);
+        const int64_t hd = node.src[0]->ne[0];
+        return size_t(n_threads) * size_t(3 * hd) * sizeof(float);
     }
     default: return 0;
     }

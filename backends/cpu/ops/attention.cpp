@@ -1,6 +1,6 @@
 // attention.cpp: O = softmax(scale * Q K^T + mask) V over an f16 (or f32) KV cache, one (token, head) pair per task.
 // q (hd, n_head, n_tok) f32; k, v (hd, n_head_kv, n_kv); mask (n_kv, n_tok) additive; query head h reads KV head
-// h / (n_head / n_head_kv). Scores are kept in a per-thread scratch row, then s = exp(s - max) / sum.
+// h / (n_head / n_head_kv). One pass with an online softmax: M = running max, S = sum exp(s - M), O = sum exp(s - M) v / S.
 #include "ops.h"
 
 #include "backends/cpu/quant/vec_dot.h"
@@ -33,13 +33,18 @@ void attention(const compute_params& p, tensor& dst) {
     const int64_t n_head_kv = k.ne[1], n_kv = k.ne[2];
     const int64_t group = n_head / n_head_kv;
     TS_ASSERT(k.t == v.t && (k.t == type::f16 || k.t == type::f32) && k.nb[0] == type_size(k.t));
+    TS_ASSERT(q.nb[0] == 4);
     const to_float_fn f16_to_f32 = find_cpu_ops(type::f16, p.reference)->to_float;
+    // ggml's CPU flash attention keeps the V accumulator in f16 for the K/V-f16 cache when fewer than 64 queries are
+    // evaluated at once (decode, short prompts), and rounds Q to f16 for the K dot. We follow it so that greedy
+    // output agrees with llama.cpp token for token; batches of >= 64 queries accumulate in f32, as ggml's tiled path.
+    const bool f16_path = k.t == type::f16 && n_tok < 64;
 
-    // scratch per thread: scores (n_kv) + k/v row (hd) + accumulator (hd)
-    float* scratch = reinterpret_cast<float*>(p.wdata) + size_t(p.ith) * size_t(n_kv + 2 * hd);
-    float* s = scratch;
-    float* row = s + n_kv;
+    // scratch per thread: k/v row (hd) + accumulator (hd) + q row (hd)
+    float* scratch = reinterpret_cast<float*>(p.wdata) + size_t(p.ith) * size_t(3 * hd);
+    float* row = scratch;
     float* acc = row + hd;
+    float* qr = acc + hd;
 
     int64_t j0, j1;
     split(n_tok * n_head, p.ith, p.nth, j0, j1);
@@ -47,32 +52,39 @@ void attention(const compute_params& p, tensor& dst) {
         const int64_t t = job / n_head, h = job % n_head, hk = h / group;
         const float* qv = at<float>(q, 0, h, t);
         const float* m = mask ? at<float>(*mask, 0, t) : nullptr;
-        TS_ASSERT(q.nb[0] == 4);
-        // S = scale * q . k_j + mask_j ; M = max S
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < n_kv; j++) {
-            if (m && m[j] == -std::numeric_limits<float>::infinity()) {
-                s[j] = -std::numeric_limits<float>::infinity();
-                continue;
-            }
-            load_row_f32(k, at<uint8_t>(k, 0, hk, j), row, hd, f16_to_f32);
-            float dot = 0.0f;
-            for (int64_t i = 0; i < hd; i++) dot += qv[i] * row[i];
-            s[j] = dot * scale + (m ? m[j] : 0.0f);
-            mx = std::max(mx, s[j]);
-        }
-        // P = exp(S - M); O = sum_j P_j v_j / sum_j P_j
+        for (int64_t i = 0; i < hd; i++) qr[i] = f16_path ? fp16_to_fp32(fp32_to_fp16(qv[i])) : qv[i];
         for (int64_t i = 0; i < hd; i++) acc[i] = 0.0f;
-        double sum = 0.0;
+        // online softmax: M = running max, S = running sum of exp(s - M), acc = sum exp(s - M) v
+        float M = -std::numeric_limits<float>::infinity(), S = 0.0f;
         for (int64_t j = 0; j < n_kv; j++) {
-            if (s[j] == -std::numeric_limits<float>::infinity()) continue;
-            const float pj = std::exp(s[j] - mx);
-            sum += pj;
+            const float mv = m ? m[j] : 0.0f;
+            if (mv == -std::numeric_limits<float>::infinity()) continue;
+            load_row_f32(k, at<uint8_t>(k, 0, hk, j), row, hd, f16_to_f32);
+            // s = q . k_j in f32 with 4 interleaved partial sums (the order of ggml's vector dot)
+            float part[4] = {0, 0, 0, 0};
+            int64_t i = 0;
+            for (; i + 4 <= hd; i += 4)
+                for (int l = 0; l < 4; l++) part[l] = std::fma(qr[i + l], row[i + l], part[l]);
+            float dot = (part[0] + part[2]) + (part[1] + part[3]);
+            for (; i < hd; i++) dot += qr[i] * row[i];
+            const float s = dot * scale + mv;
+            float ms = 1.0f, vs = 1.0f;
+            if (s > M) {
+                ms = std::exp(M - s);
+                M = s;
+                for (int64_t d = 0; d < hd; d++) acc[d] = f16_path ? fp16_to_fp32(fp32_to_fp16(acc[d] * ms)) : acc[d] * ms;
+            } else {
+                vs = std::exp(s - M);
+            }
             load_row_f32(v, at<uint8_t>(v, 0, hk, j), row, hd, f16_to_f32);
-            for (int64_t i = 0; i < hd; i++) acc[i] += pj * row[i];
+            for (int64_t d = 0; d < hd; d++) {
+                const float a = std::fma(row[d], vs, acc[d]);
+                acc[d] = f16_path ? fp16_to_fp32(fp32_to_fp16(a)) : a;
+            }
+            S = S * ms + vs;
         }
         float* o = at<float>(dst, 0, h, t);
-        const float inv = sum > 0 ? float(1.0 / sum) : 0.0f;
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
         for (int64_t i = 0; i < hd; i++) o[i] = acc[i] * inv;
     }
 }

@@ -19,7 +19,7 @@ void rms_norm(const compute_params& p, tensor& dst) {
         float* y = at<float>(dst, 0, i1, i2, i3);
         const size_t xs = a.nb[0] / 4;
         double sum = 0.0;
-        for (int64_t i = 0; i < ne0; i++) sum += double(x[i * xs]) * double(x[i * xs]);
+        for (int64_t i = 0; i < ne0; i++) sum += double(x[i * xs] * x[i * xs]); // f32 square, f64 sum (as ggml)
         const float mean = float(sum / double(ne0));
         const float s = 1.0f / std::sqrt(mean + eps);
         for (int64_t i = 0; i < ne0; i++) y[i] = x[i * xs] * s;
