@@ -5,6 +5,7 @@
 #include "graph.h"
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,9 @@ struct buffer {
     virtual void* base() = 0;
     virtual size_t size() const = 0;
 };
+
+// Called after each node is computed (debugging, layer-by-layer comparison); reads the node through backend::get.
+using eval_callback = std::function<void(const tensor& node)>;
 
 struct backend {
     virtual ~backend() = default;
@@ -29,6 +33,10 @@ struct backend {
     // Computes g.nodes in order; every tensor's data must already be bound.
     virtual void compute(graph& g) = 0;
     virtual void synchronize() {}
+    void set_eval_callback(eval_callback cb) { on_eval = std::move(cb); }
+
+  protected:
+    eval_callback on_eval;
 };
 
 // Runs graphs on one backend, keeping one compute buffer that grows as needed.

@@ -115,6 +115,10 @@ void cpu_backend::compute(graph& g) {
             case op::attention: attention(p, *n); break;
             }
             if (n->o != op::view && n->o != op::none) p.barrier();
+            if (on_eval && n->o != op::view && n->o != op::none) {
+                if (ith == 0) on_eval(*n);
+                p.barrier();
+            }
         }
     });
 }

@@ -128,21 +128,28 @@ tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& 
     const float kq_scale = 1.0f / std::sqrt(float(D));
     const auto mode = rope_mode(hp.rope_mode);
 
-    tensor* inp = get_rows(ctx, m.tok_embd, in.ids); // (E, n)
+    // node names follow llama.cpp's ("Qcur-3") so layer dumps of the two can be compared line by line
+    auto named = [](tensor* t, const char* what, int64_t il) {
+        t->set_name(il < 0 ? std::string(what) : fmt::format("{}-{}", what, il));
+        return t;
+    };
+    tensor* inp = named(get_rows(ctx, m.tok_embd, in.ids), "embd", -1); // (E, n)
     for (int64_t il = 0; il < hp.n_layer; il++) {
         const layer_weights& l = m.layers[size_t(il)];
         // attention block
-        tensor* cur = mul(ctx, rms_norm(ctx, inp, hp.rms_eps), l.attn_norm);
-        tensor* q = mul_mat(ctx, l.wq, cur);
-        tensor* k = mul_mat(ctx, l.wk, cur);
-        tensor* v = mul_mat(ctx, l.wv, cur);
+        tensor* cur = named(mul(ctx, rms_norm(ctx, inp, hp.rms_eps), l.attn_norm), "attn_norm", il);
+        tensor* q = named(mul_mat(ctx, l.wq, cur), "Qcur", il);
+        tensor* k = named(mul_mat(ctx, l.wk, cur), "Kcur", il);
+        tensor* v = named(mul_mat(ctx, l.wv, cur), "Vcur", il);
         if (l.bq) q = add(ctx, q, l.bq);
         if (l.bk) k = add(ctx, k, l.bk);
         if (l.bv) v = add(ctx, v, l.bv);
-        q = rope(ctx, reshape_3d(ctx, q, D, hp.n_head, n), in.pos, m.rope_freqs, int(hp.n_rot), mode,
-                 hp.rope_freq_base, hp.rope_freq_scale);
-        k = rope(ctx, reshape_3d(ctx, k, D, hp.n_head_kv, n), in.pos, m.rope_freqs, int(hp.n_rot), mode,
-                 hp.rope_freq_base, hp.rope_freq_scale);
+        q = named(rope(ctx, reshape_3d(ctx, q, D, hp.n_head, n), in.pos, m.rope_freqs, int(hp.n_rot), mode,
+                       hp.rope_freq_base, hp.rope_freq_scale),
+                  "Qrope", il);
+        k = named(rope(ctx, reshape_3d(ctx, k, D, hp.n_head_kv, n), in.pos, m.rope_freqs, int(hp.n_rot), mode,
+                       hp.rope_freq_base, hp.rope_freq_scale),
+                  "Krope", il);
         // append this batch's K, V to the cache (rows n_past .. n_past + n), before attention reads them
         tensor* kc = kv.k[size_t(il)];
         tensor* vc = kv.v[size_t(il)];
@@ -150,16 +157,16 @@ tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& 
         g.expand(cpy(ctx, v, view_2d(ctx, vc, EKV, n, vc->nb[1], size_t(in.n_past) * vc->nb[1])));
         tensor* kview = view_3d(ctx, kc, D, hp.n_head_kv, n_kv, row_size(kc->t, D), kc->nb[1], 0);
         tensor* vview = view_3d(ctx, vc, D, hp.n_head_kv, n_kv, row_size(vc->t, D), vc->nb[1], 0);
-        tensor* attn = attention(ctx, q, kview, vview, in.mask, kq_scale); // (D, n_head, n)
-        cur = mul_mat(ctx, l.wo, reshape_2d(ctx, attn, D * hp.n_head, n));
+        tensor* attn = named(attention(ctx, q, kview, vview, in.mask, kq_scale), "kqv_out", il); // (D, n_head, n)
+        cur = named(mul_mat(ctx, l.wo, reshape_2d(ctx, attn, D * hp.n_head, n)), "attn_out", il);
         if (l.bo) cur = add(ctx, cur, l.bo);
-        tensor* ffn_inp = add(ctx, cur, inp);
+        tensor* ffn_inp = named(add(ctx, cur, inp), "ffn_inp", il);
         // feed-forward block
-        cur = mul(ctx, rms_norm(ctx, ffn_inp, hp.rms_eps), l.ffn_norm);
-        tensor* gate = mul_mat(ctx, l.ffn_gate, cur);
-        tensor* up = mul_mat(ctx, l.ffn_up, cur);
-        cur = mul_mat(ctx, l.ffn_down, swiglu(ctx, gate, up));
-        inp = add(ctx, cur, ffn_inp);
+        cur = named(mul(ctx, rms_norm(ctx, ffn_inp, hp.rms_eps), l.ffn_norm), "ffn_norm", il);
+        tensor* gate = named(mul_mat(ctx, l.ffn_gate, cur), "ffn_gate", il);
+        tensor* up = named(mul_mat(ctx, l.ffn_up, cur), "ffn_up", il);
+        cur = named(mul_mat(ctx, l.ffn_down, named(swiglu(ctx, gate, up), "ffn_swiglu", il)), "ffn_out", il);
+        inp = named(add(ctx, cur, ffn_inp), "l_out", il);
         if (il == hp.n_layer - 1 && !in.all_logits && n > 1)
             inp = view_2d(ctx, inp, E, 1, inp->nb[1], size_t(n - 1) * inp->nb[1]); // only the last token's logits
     }

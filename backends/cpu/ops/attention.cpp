@@ -21,6 +21,27 @@ inline void load_row_f32(const tensor& t, const uint8_t* src, float* dst, int64_
         f16_to_f32(src, dst, n);
 }
 
+// q . k summed in the order of ggml's AVX-512 f16 dot (4 registers x 16 lanes of fused multiply-adds, registers
+// folded 0+2, 1+3, then 0+1, then the 16 lanes folded in halves; leftovers added in double). Attention rounds to f16
+// and so amplifies last-bit differences; summing in the same order keeps our logits equal to llama.cpp's.
+inline float dot_ggml_order(const float* x, const float* y, int64_t n) {
+    constexpr int64_t lanes = 16, regs = 4, step = lanes * regs;
+    float sum[regs][lanes] = {};
+    const int64_t np = n - n % step;
+    for (int64_t i = 0; i < np; i += step)
+        for (int64_t j = 0; j < regs; j++)
+            for (int64_t l = 0; l < lanes; l++)
+                sum[j][l] = std::fma(x[i + j * lanes + l], y[i + j * lanes + l], sum[j][l]);
+    float v[lanes];
+    for (int64_t l = 0; l < lanes; l++) v[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
+    float h8[8], h4[4];
+    for (int l = 0; l < 8; l++) h8[l] = v[l + 8] + v[l];
+    for (int l = 0; l < 4; l++) h4[l] = h8[l + 4] + h8[l];
+    double total = double((h4[0] + h4[2]) + (h4[1] + h4[3]));
+    for (int64_t i = np; i < n; i++) total += double(x[i] * y[i]);
+    return float(total);
+}
+
 } // namespace
 
 void attention(const compute_params& p, tensor& dst) {
@@ -60,14 +81,7 @@ void attention(const compute_params& p, tensor& dst) {
             const float mv = m ? m[j] : 0.0f;
             if (mv == -std::numeric_limits<float>::infinity()) continue;
             load_row_f32(k, at<uint8_t>(k, 0, hk, j), row, hd, f16_to_f32);
-            // s = q . k_j in f32 with 4 interleaved partial sums (the order of ggml's vector dot)
-            float part[4] = {0, 0, 0, 0};
-            int64_t i = 0;
-            for (; i + 4 <= hd; i += 4)
-                for (int l = 0; l < 4; l++) part[l] = std::fma(qr[i + l], row[i + l], part[l]);
-            float dot = (part[0] + part[2]) + (part[1] + part[3]);
-            for (; i < hd; i++) dot += qr[i] * row[i];
-            const float s = dot * scale + mv;
+            const float s = dot_ggml_order(qr, row, hd) * scale + mv;
             float ms = 1.0f, vs = 1.0f;
             if (s > M) {
                 ms = std::exp(M - s);
@@ -81,7 +95,7 @@ void attention(const compute_params& p, tensor& dst) {
                 const float a = std::fma(row[d], vs, acc[d]);
                 acc[d] = f16_path ? fp16_to_fp32(fp32_to_fp16(a)) : a;
             }
-            S = S * ms + vs;
+            S = std::fma(S, ms, vs);
         }
         float* o = at<float>(dst, 0, h, t);
         const float inv = S == 0.0f ? 0.0f : 1.0f / S;

@@ -44,8 +44,9 @@ void rope(const compute_params& p, tensor& dst) {
                 const int j0 = mode == rope_mode::neox ? i : 2 * i;
                 const int j1 = mode == rope_mode::neox ? i + half : 2 * i + 1;
                 const float x0 = x[j0 * xs], x1 = x[j1 * xs];
-                y[j0] = x0 * c - x1 * s;
-                y[j1] = x0 * s + x1 * c;
+                // x0 c - x1 s and x0 s + x1 c with the first product fused, as ggml's compiled code computes them
+                y[j0] = std::fma(x0, c, -(x1 * s));
+                y[j1] = std::fma(x0, s, x1 * c);
             }
             for (int64_t i = n_rot; i < hd; i++) y[i] = x[i * xs];
         }
