@@ -12,7 +12,9 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <array>
+#include <iterator>
 #include <queue>
 
 namespace tessera {
@@ -214,13 +216,47 @@ struct span {
 //   - non-ASCII whitespace -> U+000B, as llama.cpp does before its std::regex paths (so it matches \s, never a range);
 //   - U+180E (format character, PCRE2 counts it as \s) -> U+200B (format character, not \s);
 //   - surrogates (llama.cpp decodes them; PCRE2 rejects them) -> U+E000 (both "other", \p{C});
-//   - CJK extensions H and I (letters since Unicode 15) -> U+20000 (a CJK letter PCRE2 knows).
+//   - characters new in Unicode 15.0/15.1 -> an older one of the same category (see unicode_15_stand_ins).
 // clean_at[i] is the offset in `clean` of the character that starts at match[i].
 struct split_text {
     std::string clean;
     std::string match;
     std::vector<uint32_t> clean_at; // (match.size() + 1)
 };
+
+// Code points assigned in Unicode 15.0 and 15.1, which PCRE2 10.42 (Unicode 14) sees as unassigned, each range with
+// a stand-in that Unicode 14 already has in the same general category (L, M, N, P, S, C). BMP stand-ins stay inside
+// the same literal regex ranges (U+0800-U+4E00 of deepseek's patterns); the others are outside every literal range,
+// as the new characters are. Made by comparing the categories of Unicode 14 and 15.1 (UnicodeData.txt).
+struct stand_in_range {
+    uint32_t first, last, stand_in;
+};
+constexpr stand_in_range unicode_15_stand_ins[] = {
+    {0x00CF3, 0x00CF3, 0x00CBC}, {0x00ECE, 0x00ECE, 0x00CBC}, {0x02FFC, 0x02FFF, 0x02FF0}, {0x031EF, 0x031EF, 0x02FF0},
+    {0x10EFD, 0x10EFF, 0x1D167}, {0x1123F, 0x11240, 0x20000}, {0x11241, 0x11241, 0x1D167}, {0x11B00, 0x11B09, 0x10100},
+    {0x11F00, 0x11F01, 0x1D167}, {0x11F02, 0x11F02, 0x20000}, {0x11F03, 0x11F03, 0x1D167}, {0x11F04, 0x11F10, 0x20000},
+    {0x11F12, 0x11F33, 0x20000}, {0x11F34, 0x11F3A, 0x1D167}, {0x11F3E, 0x11F42, 0x1D167}, {0x11F43, 0x11F4F, 0x10100},
+    {0x11F50, 0x11F59, 0x10107}, {0x1342F, 0x1342F, 0x20000}, {0x13439, 0x1343F, 0x13430}, {0x13440, 0x13440, 0x1D167},
+    {0x13441, 0x13446, 0x20000}, {0x13447, 0x13455, 0x1D167}, {0x1B132, 0x1B132, 0x20000}, {0x1B155, 0x1B155, 0x20000},
+    {0x1D2C0, 0x1D2D3, 0x10107}, {0x1DF25, 0x1DF2A, 0x20000}, {0x1E030, 0x1E06D, 0x20000}, {0x1E08F, 0x1E08F, 0x1D167},
+    {0x1E4D0, 0x1E4EB, 0x20000}, {0x1E4EC, 0x1E4EF, 0x1D167}, {0x1E4F0, 0x1E4F9, 0x10107}, {0x1F6DC, 0x1F6DC, 0x1F600},
+    {0x1F774, 0x1F776, 0x1F600}, {0x1F77B, 0x1F77F, 0x1F600}, {0x1F7D9, 0x1F7D9, 0x1F600}, {0x1FA75, 0x1FA77, 0x1F600},
+    {0x1FA87, 0x1FA88, 0x1F600}, {0x1FAAD, 0x1FAAF, 0x1F600}, {0x1FABB, 0x1FABD, 0x1F600}, {0x1FABF, 0x1FABF, 0x1F600},
+    {0x1FACE, 0x1FACF, 0x1F600}, {0x1FADA, 0x1FADB, 0x1F600}, {0x1FAE8, 0x1FAE8, 0x1F600}, {0x1FAF7, 0x1FAF8, 0x1F600},
+    {0x2B739, 0x2B739, 0x20000}, {0x2EBF0, 0x2EE5D, 0x20000}, {0x31350, 0x323AF, 0x20000}
+};
+
+uint32_t stand_in_for(uint32_t cpt) {
+    if (cpt >= 0x85 && (cpt == 0x85 || cpt == 0xA0 || cpt == 0x1680 || (cpt >= 0x2000 && cpt <= 0x200A) ||
+                        cpt == 0x2028 || cpt == 0x2029 || cpt == 0x202F || cpt == 0x205F || cpt == 0x3000))
+        return 0x0B;
+    if (cpt == 0x180E) return 0x200B;
+    if (cpt >= 0xD800 && cpt <= 0xDFFF) return 0xE000;
+    if (cpt < unicode_15_stand_ins[0].first) return cpt;
+    const auto* r = std::upper_bound(std::begin(unicode_15_stand_ins), std::end(unicode_15_stand_ins), cpt,
+                                     [](uint32_t c, const stand_in_range& x) { return c < x.first; });
+    return r != std::begin(unicode_15_stand_ins) && cpt <= (r - 1)->last ? (r - 1)->stand_in : cpt;
+}
 
 split_text prepare(std::string_view text) {
     split_text t;
@@ -229,15 +265,7 @@ split_text prepare(std::string_view text) {
     t.clean_at.reserve(text.size() + 1);
     for (size_t i = 0; i < text.size();) {
         const uint32_t cpt = utf8_decode(text, i);
-        uint32_t stand_in = cpt;
-        if (cpt >= 0x80) {
-            const bool space = cpt == 0x85 || cpt == 0xA0 || cpt == 0x1680 || (cpt >= 0x2000 && cpt <= 0x200A) ||
-                               cpt == 0x2028 || cpt == 0x2029 || cpt == 0x202F || cpt == 0x205F || cpt == 0x3000;
-            if (space) stand_in = 0x0B;
-            else if (cpt == 0x180E) stand_in = 0x200B;
-            else if (cpt >= 0xD800 && cpt <= 0xDFFF) stand_in = 0xE000;
-            else if ((cpt >= 0x2EBF0 && cpt <= 0x2EE5D) || (cpt >= 0x31350 && cpt <= 0x323AF)) stand_in = 0x20000;
-        }
+        const uint32_t stand_in = cpt < 0x80 ? cpt : stand_in_for(cpt);
         const size_t match_before = t.match.size();
         utf8_append(t.match, stand_in);
         t.clean_at.insert(t.clean_at.end(), t.match.size() - match_before, uint32_t(t.clean.size()));

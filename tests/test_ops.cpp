@@ -4,10 +4,12 @@
 #include "helpers.h"
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/ops.h"
 #include "quant/format.h"
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -323,4 +325,38 @@ TEST(alloc, reuse_respects_liveness) {
     g.expand(out);
     memory_plan plan = plan_memory(g);
     EXPECT_LT(plan.size, 22u * 256u); // and it does reuse: far less than one buffer per node
+}
+
+// The float kernels that reproduce ggml's rounding: the SIMD versions must equal the scalar ones bit for bit (the
+// bound is zero: any difference would make greedy output drift from llama.cpp's).
+TEST(float_kernels, simd_equals_reference_exactly) {
+    const cpu::float_kernels& ref = cpu::find_float_kernels(true);
+    const cpu::float_kernels& fast = cpu::find_float_kernels(false);
+    if (&ref == &fast) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar kernels exist";
+    for (int64_t n : {64, 128, 80, 7, 1536, 1543}) {
+        auto x = random_normal(size_t(n), uint32_t(30 + n), 4.0f);
+        auto y = random_normal(size_t(n), uint32_t(31 + n));
+        x[0] = -100.0f; // exp argument past the fast range: the fallback path
+        EXPECT_EQ(ref.dot(x.data(), y.data(), n), fast.dot(x.data(), y.data(), n)) << n;
+        for (bool f16 : {false, true}) {
+            auto a = y, b = y;
+            ref.mad(a.data(), x.data(), 0.37f, n, f16);
+            fast.mad(b.data(), x.data(), 0.37f, n, f16);
+            ref.scale(a.data(), 0.91f, n, f16);
+            fast.scale(b.data(), 0.91f, n, f16);
+            EXPECT_EQ(std::memcmp(a.data(), b.data(), size_t(n) * 4), 0) << n << " f16=" << f16;
+        }
+        std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+        ref.swiglu(x.data(), y.data(), a.data(), n);
+        fast.swiglu(x.data(), y.data(), b.data(), n);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), size_t(n) * 4), 0) << "swiglu " << n;
+        ref.silu(x.data(), a.data(), n);
+        fast.silu(x.data(), b.data(), n);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), size_t(n) * 4), 0) << "silu " << n;
+        // and ggml's expf stays within 2 ulp of libm's
+        for (int64_t i = 0; i < n; i++) {
+            const float e = cpu::expf_ggml(x[size_t(i)]), l = std::exp(x[size_t(i)]);
+            EXPECT_NEAR(e, l, 2.5e-7f * l) << x[size_t(i)];
+        }
+    }
 }

@@ -78,7 +78,7 @@ size_t work_size(const tensor& node, int n_threads) {
     }
     case op::attention: {
         const int64_t hd = node.src[0]->ne[0];
-        return size_t(n_threads) * size_t(3 * hd) * sizeof(float);
+        return size_t(n_threads) * size_t(4 * hd) * sizeof(float);
     }
     default: return 0;
     }

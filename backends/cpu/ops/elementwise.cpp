@@ -58,42 +58,21 @@ void scale(const compute_params& p, tensor& dst) {
     });
 }
 
-// e^x as ggml's AVX-512 kernel computes it (the Arm optimized-routines polynomial, max error ~1.5 ulp): n = round(x /
-// ln2), b = x - n ln2 (in two fused steps), e^b by a degree-5 polynomial, then scaled by 2^n. We use the same steps so
-// that silu, and through it the q8 activations of ffn_down, agree with llama.cpp bit for bit.
-static inline float expf_ggml(float x) {
-    const float r = 0x1.8p23f;
-    const float z = std::fma(x, 0x1.715476p+0f, r);
-    const float n = z - r;
-    const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
-    const float u = b * b;
-    const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
-                                      std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                             u, std::fma(0x1.ffffecp-1f, b, 1.0f));
-    if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
-    return std::ldexp(j, int(n));
-}
-
-// silu(x) = x / (1 + e^-x)
-static inline float silu_f(float x) { return x / (1.0f + expf_ggml(0.0f - x)); }
-
+// silu and swiglu use ggml's expf (float_kernels) so that results agree with llama.cpp bit for bit
 void silu(const compute_params& p, tensor& dst) {
     const tensor& a = *dst.src[0];
-    for_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
-        const float* x = at<float>(a, 0, i1, i2, i3);
-        const size_t xs = a.nb[0] / 4;
-        for (int64_t i = 0; i < dst.ne[0]; i++) y[i] = silu_f(x[i * xs]);
-    });
+    TS_ASSERT(a.nb[0] == 4);
+    const float_kernels& fk = find_float_kernels(p.reference);
+    for_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) { fk.silu(at<float>(a, 0, i1, i2, i3), y, dst.ne[0]); });
 }
 
 void swiglu(const compute_params& p, tensor& dst) {
     const tensor& g = *dst.src[0];
     const tensor& u = *dst.src[1];
+    TS_ASSERT(g.nb[0] == 4 && u.nb[0] == 4);
+    const float_kernels& fk = find_float_kernels(p.reference);
     for_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
-        const float* x = at<float>(g, 0, i1, i2, i3);
-        const float* z = at<float>(u, 0, i1, i2, i3);
-        const size_t xs = g.nb[0] / 4, zs = u.nb[0] / 4;
-        for (int64_t i = 0; i < dst.ne[0]; i++) y[i] = silu_f(x[i * xs]) * z[i * zs];
+        fk.swiglu(at<float>(g, 0, i1, i2, i3), at<float>(u, 0, i1, i2, i3), y, dst.ne[0]);
     });
 }
 

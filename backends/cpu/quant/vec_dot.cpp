@@ -4,6 +4,8 @@
 
 #include "quant/format.h"
 
+#include <cmath>
+
 namespace tessera::cpu {
 
 // Defined in vec_dot_avx2.cpp (compiled with -mavx2 -mfma -mf16c); only called when cpu_has_avx2().
@@ -17,7 +19,46 @@ void quantize_row_q8_0(const float* x, void* y, int64_t n);
 void quantize_row_q8_1(const float* x, void* y, int64_t n);
 void f32_to_f16_row(const float* x, void* y, int64_t n);
 void f16_to_f32_row(const void* x, float* y, int64_t n);
+float dot_ggml_order(const float* x, const float* y, int64_t n);
+void mad(float* acc, const float* v, float s, int64_t n, bool round_f16);
+void scale(float* acc, float s, int64_t n, bool round_f16);
+void swiglu(const float* g, const float* u, float* y, int64_t n);
+void silu(const float* x, float* y, int64_t n);
 } // namespace avx2
+
+// ---- scalar references of the float kernels (see vec_dot.h) ----
+namespace ref {
+
+float dot_ggml_order(const float* x, const float* y, int64_t n) {
+    constexpr int64_t lanes = 16, regs = 4, step = lanes * regs;
+    float sum[regs][lanes] = {};
+    const int64_t np = n - n % step;
+    for (int64_t i = 0; i < np; i += step)
+        for (int64_t j = 0; j < regs; j++)
+            for (int64_t l = 0; l < lanes; l++)
+                sum[j][l] = std::fma(x[i + j * lanes + l], y[i + j * lanes + l], sum[j][l]);
+    float v[lanes];
+    for (int64_t l = 0; l < lanes; l++) v[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
+    float h8[8], h4[4];
+    for (int l = 0; l < 8; l++) h8[l] = v[l + 8] + v[l];
+    for (int l = 0; l < 4; l++) h4[l] = h8[l + 4] + h8[l];
+    double total = double((h4[0] + h4[2]) + (h4[1] + h4[3]));
+    for (int64_t i = np; i < n; i++) total += double(x[i] * y[i]);
+    return float(total);
+}
+
+inline float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
+
+void mad(float* acc, const float* v, float s, int64_t n, bool f16) {
+    for (int64_t i = 0; i < n; i++) acc[i] = f16 ? round_f16(std::fma(v[i], s, acc[i])) : std::fma(v[i], s, acc[i]);
+}
+
+void scale(float* acc, float s, int64_t n, bool f16) {
+    for (int64_t i = 0; i < n; i++) acc[i] = f16 ? round_f16(acc[i] * s) : acc[i] * s;
+}
+
+} // namespace ref
+
 
 namespace {
 
@@ -82,6 +123,41 @@ struct tables {
 };
 
 } // namespace
+
+float expf_ggml(float x) {
+    const float r = 0x1.8p23f;
+    const float z = std::fma(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+    const float u = b * b;
+    const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                      std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                             u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+    if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    return std::ldexp(j, int(n));
+}
+
+namespace ref {
+// ggml runs its vector expf over whole 16-element groups and libm's expf over the tail; so do we
+void swiglu(const float* g, const float* u, float* y, int64_t n) {
+    const int64_t nv = n - n % 16;
+    for (int64_t i = 0; i < nv; i++) y[i] = g[i] / (1.0f + expf_ggml(0.0f - g[i])) * u[i];
+    for (int64_t i = nv; i < n; i++) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+void silu(const float* x, float* y, int64_t n) {
+    const int64_t nv = n - n % 16;
+    for (int64_t i = 0; i < nv; i++) y[i] = x[i] / (1.0f + expf_ggml(0.0f - x[i]));
+    for (int64_t i = nv; i < n; i++) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+} // namespace ref
+
+const float_kernels& find_float_kernels(bool reference) {
+    static const float_kernels scalar{ref::dot_ggml_order, ref::mad, ref::scale, ref::swiglu, ref::silu};
+    static const float_kernels fast = cpu_has_avx2()
+        ? float_kernels{avx2::dot_ggml_order, avx2::mad, avx2::scale, avx2::swiglu, avx2::silu}
+        : scalar;
+    return reference ? scalar : fast;
+}
 
 bool cpu_has_avx2() {
     static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&

@@ -21,6 +21,21 @@ struct cpu_type_ops {
     to_float_fn to_float;         // weight row -> f32
 };
 
+// Float kernels whose rounding must match ggml's CPU code exactly (attention, silu); scalar and AVX2 versions give
+// bit-identical results, which test_ops checks.
+struct float_kernels {
+    // x . y summed in the order of ggml's AVX-512 f16 dot: 4 registers x 16 lanes of FMAs, registers folded 0+2, 1+3,
+    // then 0+1, lanes folded in halves; elements past a multiple of 64 added in double
+    float (*dot)(const float* x, const float* y, int64_t n);
+    void (*mad)(float* acc, const float* v, float s, int64_t n, bool round_f16);  // acc = fma(v, s, acc)
+    void (*scale)(float* acc, float s, int64_t n, bool round_f16);                // acc = acc * s
+    void (*swiglu)(const float* g, const float* u, float* y, int64_t n);          // y = silu(g) * u, ggml's expf
+    void (*silu)(const float* x, float* y, int64_t n);
+};
+const float_kernels& find_float_kernels(bool reference = false);
+// e^x exactly as ggml's AVX-512 kernel computes it (Arm optimized-routines polynomial, ~1.5 ulp)
+float expf_ggml(float x);
+
 // nullptr if the CPU backend cannot compute with this type. `reference` forces the scalar reference kernels.
 const cpu_type_ops* find_cpu_ops(type t, bool reference = false);
 bool cpu_has_avx2();

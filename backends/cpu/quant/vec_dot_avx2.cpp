@@ -5,7 +5,11 @@
 #include "quant/q8_0.h"
 #include "quant/q8_1.h"
 
+#include "backends/cpu/quant/vec_dot.h"
+
 #include <immintrin.h>
+
+#include <cmath>
 
 namespace tessera::cpu::avx2 {
 
@@ -193,6 +197,105 @@ void f16_to_f32_row(const void* x, float* y, int64_t n) {
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
     for (; i < n; i++) y[i] = fp16_to_fp32(h[i]);
+}
+
+// ---- float kernels with ggml's rounding (see vec_dot.h); bit-identical to the scalar references ----
+
+float dot_ggml_order(const float* x, const float* y, int64_t n) {
+    // 4 "registers" of 16 lanes, each held as two 8-lane halves (lo, hi)
+    __m256 lo[4], hi[4];
+    for (int j = 0; j < 4; j++) lo[j] = hi[j] = _mm256_setzero_ps();
+    const int64_t np = n - n % 64;
+    for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++) {
+            lo[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16 * j), _mm256_loadu_ps(y + i + 16 * j), lo[j]);
+            hi[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16 * j + 8), _mm256_loadu_ps(y + i + 16 * j + 8), hi[j]);
+        }
+    // v = (s0 + s2) + (s1 + s3) per lane; h8 = v[8..15] + v[0..7]; h4 = h8[4..7] + h8[0..3]
+    const __m256 vlo = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
+    const __m256 vhi = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3]));
+    const __m256 h8 = _mm256_add_ps(vhi, vlo);
+    const __m128 h4 = _mm_add_ps(_mm256_extractf128_ps(h8, 1), _mm256_castps256_ps128(h8));
+    const __m128 t = _mm_add_ps(h4, _mm_shuffle_ps(h4, h4, _MM_SHUFFLE(1, 0, 3, 2))); // (0+2, 1+3, ...)
+    double total = double(_mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_shuffle_ps(t, t, 1)));
+    for (int64_t i = np; i < n; i++) total += double(x[i] * y[i]);
+    return float(total);
+}
+
+namespace {
+inline __m256 round_f16(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
+} // namespace
+
+void mad(float* acc, const float* v, float s, int64_t n, bool f16) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vs, _mm256_loadu_ps(acc + i));
+        _mm256_storeu_ps(acc + i, f16 ? round_f16(a) : a);
+    }
+    for (; i < n; i++) {
+        const float a = std::fma(v[i], s, acc[i]);
+        acc[i] = f16 ? fp16_to_fp32(fp32_to_fp16(a)) : a;
+    }
+}
+
+void scale(float* acc, float s, int64_t n, bool f16) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + i), vs);
+        _mm256_storeu_ps(acc + i, f16 ? round_f16(a) : a);
+    }
+    for (; i < n; i++) acc[i] = f16 ? fp16_to_fp32(fp32_to_fp16(acc[i] * s)) : acc[i] * s;
+}
+
+namespace {
+
+// e^x for 8 lanes, the steps of expf_ggml; false if some lane needs 2^n outside the normal range (caller falls back)
+inline bool expf8(__m256 x, __m256& out) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(an, _mm256_set1_ps(126.0f), _CMP_GT_OQ))) return false;
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    // 2^n is a normal float for |n| <= 126, so j * 2^n rounds once, as ggml's scalef does
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    out = _mm256_mul_ps(j, _mm256_castsi256_ps(e));
+    return true;
+}
+
+inline __m256 silu8(__m256 x, const float* xs) {
+    __m256 e;
+    if (!expf8(_mm256_sub_ps(_mm256_setzero_ps(), x), e)) {
+        alignas(32) float t[8];
+        for (int l = 0; l < 8; l++) t[l] = expf_ggml(0.0f - xs[l]);
+        e = _mm256_load_ps(t);
+    }
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+} // namespace
+
+void swiglu(const float* g, const float* u, float* y, int64_t n) {
+    const int64_t nv = n - n % 16; // ggml: vector expf over 16-element groups, libm's expf for the tail
+    int64_t i = 0;
+    for (; i < nv; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(g + i), g + i), _mm256_loadu_ps(u + i)));
+    for (; i < n; i++) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void silu(const float* x, float* y, int64_t n) {
+    const int64_t nv = n - n % 16;
+    int64_t i = 0;
+    for (; i < nv; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(x + i), x + i));
+    for (; i < n; i++) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
 } // namespace tessera::cpu::avx2
