@@ -1,5 +1,8 @@
 // test_cli.cpp: runs the tessera binary (TESSERA_BINARY) through the shell and checks exit codes, stdout and stderr.
 #include "helpers.h"
+#include "tiny_model.h"
+
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -141,4 +144,83 @@ TEST(cli_info, truncated_file_fails_with_one_line) {
         expect_one_line_error(r, cut_path);
     }
     fs::remove(cut_path);
+}
+
+// ---- run ----
+
+namespace {
+
+std::string tiny_model() {
+    static const std::string path = [] {
+        std::string p = (fs::temp_directory_path() / ("tessera_test_cli_tiny_" + std::to_string(::getpid()) + ".gguf"))
+                            .string();
+        tessera::test::write_tiny_model(p, {});
+        return p;
+    }();
+    return path;
+}
+
+} // namespace
+
+TEST(cli_run, generates_and_reports_timings) {
+    auto r = run_tessera("run -m " + shell_quote(tiny_model()) + " -p 'Hello world' -n 8 --temp 0 -t 2");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out.rfind("Hello world", 0), 0u); // the prompt is echoed, then the continuation
+    EXPECT_GT(r.out.size(), std::string("Hello world").size());
+    EXPECT_NE(r.err.find("prompt: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
+    auto quiet = run_tessera("run -m " + shell_quote(tiny_model()) + " -p 'Hello world' -n 8 --temp 0 --no-display-prompt");
+    ASSERT_EQ(quiet.rc, 0);
+    EXPECT_EQ("Hello world" + quiet.out, r.out); // greedy is deterministic, with or without the prompt echoed
+}
+
+TEST(cli_run, same_seed_same_text) {
+    const std::string cmd = "run -m " + shell_quote(tiny_model()) + " -p 'Once' -n 16 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 --seed ";
+    auto a = run_tessera(cmd + "42"), b = run_tessera(cmd + "42"), c = run_tessera(cmd + "7");
+    ASSERT_EQ(a.rc, 0) << a.err;
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_NE(a.out, c.out);
+}
+
+TEST(cli_run, prompt_from_file_is_read_exactly) {
+    const std::string f = (fs::temp_directory_path() / ("tessera_test_cli_prompt_" + std::to_string(::getpid()))).string();
+    { std::ofstream(f, std::ios::binary) << "line one\nline two"; }
+    auto a = run_tessera("run -m " + shell_quote(tiny_model()) + " -f " + shell_quote(f) + " -n 4 --temp 0");
+    auto b = run_tessera("run -m " + shell_quote(tiny_model()) + " -p \"$(printf 'line one\\nline two')\" -n 4 --temp 0");
+    ASSERT_EQ(a.rc, 0) << a.err;
+    EXPECT_EQ(a.out, b.out);
+    fs::remove(f);
+}
+
+TEST(cli_run, bad_input_fails_with_one_line) {
+    expect_one_line_error(run_tessera("run -m /nonexistent/model.gguf -p hi"), "no such file");
+    expect_one_line_error(run_tessera("run -m " + shell_quote(tiny_model())), "no prompt");
+    expect_one_line_error(run_tessera("run -m " + shell_quote(tiny_model()) + " -p a -f /nonexistent"), "not both");
+    expect_one_line_error(run_tessera("run -m " + shell_quote(tiny_model()) + " -f /nonexistent/prompt.txt"),
+                          "/nonexistent/prompt.txt");
+    std::string long_prompt(4000, 'a');
+    for (size_t i = 1; i < long_prompt.size(); i += 2) long_prompt[i] = ' ';
+    expect_one_line_error(run_tessera("run -m " + shell_quote(tiny_model()) + " -c 64 -p '" + long_prompt + "'"),
+                          "longer than the context");
+    // a truncated model
+    const std::string cut = (fs::temp_directory_path() / ("tessera_test_cli_cut_" + std::to_string(::getpid()))).string();
+    {
+        std::string bytes = tessera::test::read_file(tiny_model());
+        std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+    }
+    expect_one_line_error(run_tessera("run -m " + shell_quote(cut) + " -p hi"), cut);
+    fs::remove(cut);
+}
+
+TEST(cli_run, bad_flags_exit_non_zero) {
+    EXPECT_NE(run_tessera("run -m " + shell_quote(tiny_model()) + " -p hi --no-such-flag").rc, 0);
+    EXPECT_NE(run_tessera("run -m " + shell_quote(tiny_model()) + " -p hi -n notanumber").rc, 0);
+    EXPECT_NE(run_tessera("run -m " + shell_quote(tiny_model()) + " -p hi -t -3").rc, 0);
+    EXPECT_NE(run_tessera("").rc, 0); // a subcommand is required
+}
+
+TEST(cli_run, does_not_wait_on_stdin) {
+    // with stdin left open and empty, run must finish on its own
+    auto r = run_tessera("run -m " + shell_quote(tiny_model()) + " -p hi -n 2 --temp 0 < /dev/zero");
+    EXPECT_EQ(r.rc, 0);
 }

@@ -1,1 +1,191 @@
+// test_model.cpp: the llama model end to end: greedy output of the default model against llama.cpp's (golden ids
+// produced by llama.cpp built beside the project, see NOTES.md), batch-size invariance, context limits, and load
+// errors on deliberately broken tiny models.
 #include "helpers.h"
+#include "tiny_model.h"
+
+#include "ggml-like/error.h"
+#include "llm/model.h"
+#include "llm/sampler.h"
+
+#include <filesystem>
+
+using namespace tessera;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<token> greedy(const model& m, session& s, const std::string& prompt, int n) {
+    sampler g(sampler_params{.temp = 0.0f}, int32_t(m.hp.n_vocab));
+    auto logits = s.decode(m.voc.tokenize(prompt, true, true));
+    std::vector<token> out;
+    for (int i = 0; i < n; i++) {
+        const token t = g.sample(logits);
+        out.push_back(t);
+        if (m.voc.is_eog(t)) break;
+        logits = s.decode(std::span<const token>(&t, 1));
+    }
+    return out;
+}
+
+std::string temp_path(const std::string& name) {
+    return (fs::temp_directory_path() / ("tessera_test_model_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+} // namespace
+
+// llama.cpp (CPU, 2 threads, greedy) on SmolLM2-135M-Instruct.Q4_1.gguf; tessera's logits are bit-identical to it.
+TEST(model_golden, greedy_matches_llama_cpp) {
+    TS_REQUIRE_MODEL();
+    auto m = model::load(test::model_path());
+    struct golden {
+        const char* prompt;
+        std::vector<token> ids;
+    };
+    const golden cases[] = {
+        {"The capital of France is",
+         {7042, 30, 198, 198, 504, 1797, 1918, 553, 253, 2155, 282, 4723, 216, 35, 33, 33,
+          2215, 701, 30, 198, 198, 504, 1797, 1918, 553, 253, 2155, 282, 4723, 216, 35, 33}},
+        {"Once upon a time",
+         {28, 260, 2240, 282, 1315, 27108, 436, 253, 15114, 39228, 28, 351, 25854, 41658, 284, 14055,
+          9018, 30, 1249, 347, 260, 929, 3514, 411, 28, 260, 2240, 2585, 288, 5946, 624, 970}},
+    };
+    for (const auto& c : cases) {
+        for (int threads : {1, 2}) {
+            session s(*m, session_params{.n_ctx = 256, .n_threads = threads});
+            EXPECT_EQ(greedy(*m, s, c.prompt, int(c.ids.size())), c.ids) << c.prompt << ", threads " << threads;
+        }
+    }
+}
+
+TEST(model_golden, text_is_fluent_english) {
+    TS_REQUIRE_MODEL();
+    auto m = model::load(test::model_path());
+    session s(*m, session_params{.n_ctx = 128});
+    auto ids = greedy(*m, s, "The capital of France is", 8);
+    EXPECT_EQ(m->voc.detokenize(ids, false, false).rfind(" Paris.", 0), 0u);
+}
+
+// The logits of a token do not depend on how the prompt was split into batches (below 64 tokens per batch, where
+// the attention numerics are the same for every batch size).
+TEST(model_session, batch_size_does_not_change_logits) {
+    const std::string path = temp_path("batch.gguf");
+    test::write_tiny_model(path, {});
+    auto m = model::load(path);
+    std::vector<token> prompt;
+    for (int i = 0; i < 40; i++) prompt.push_back(token((i * 7919) % m->hp.n_vocab));
+    std::vector<float> ref;
+    for (int64_t nb : {40, 7, 1}) {
+        session s(*m, session_params{.n_ctx = 64, .n_batch = nb, .n_threads = 2});
+        auto l = s.decode(prompt, true);
+        if (ref.empty())
+            ref.assign(l.begin(), l.end());
+        else
+            EXPECT_EQ(std::memcmp(ref.data(), l.data(), ref.size() * 4), 0) << "n_batch " << nb;
+        EXPECT_EQ(s.n_past(), 40);
+    }
+    fs::remove(path);
+}
+
+TEST(model_session, context_overflow_is_an_error_not_a_crash) {
+    const std::string path = temp_path("ctx.gguf");
+    test::write_tiny_model(path, {});
+    auto m = model::load(path);
+    session s(*m, session_params{.n_ctx = 16});
+    std::vector<token> t(10, 5);
+    s.decode(t);
+    EXPECT_THROW(s.decode(t), error);
+    EXPECT_EQ(s.n_past(), 10); // the failed call changed nothing
+    s.truncate(4);
+    EXPECT_NO_THROW(s.decode(t));
+    const token bad[1] = {token(m->hp.n_vocab)};
+    s.clear();
+    EXPECT_THROW(s.decode(bad), error);
+    fs::remove(path);
+}
+
+// Every way a model file can be wrong for the architecture gives one clear tessera::error.
+TEST(model_load, broken_models_are_rejected_with_a_clear_message) {
+    struct bad_case {
+        const char* what;
+        test::tiny_model_spec spec;
+        const char* message;
+    };
+    std::vector<bad_case> cases;
+    {
+        test::tiny_model_spec s;
+        s.drop = {"blk.1.ffn_up.weight"};
+        cases.push_back({"missing tensor", s, "missing tensor blk.1.ffn_up.weight"});
+    }
+    {
+        test::tiny_model_spec s;
+        s.reshape["blk.0.attn_q.weight"] = {64, 32};
+        cases.push_back({"wrong shape", s, "blk.0.attn_q.weight: expected shape 64 x 64, got 64 x 32"});
+    }
+    {
+        test::tiny_model_spec s;
+        s.retype["blk.0.ffn_down.weight"] = uint32_t(type::q6_k);
+        s.reshape["blk.0.ffn_down.weight"] = {256, 64};
+        s.n_ff = 256;
+        cases.push_back({"uncomputable type", s, "type q6_K which tessera cannot compute"});
+    }
+    {
+        test::tiny_model_spec s;
+        s.arch = "mamba";
+        cases.push_back({"unknown architecture", s, "architecture 'mamba' is not supported"});
+    }
+    {
+        test::tiny_model_spec s;
+        s.edit = [](gguf_writer& w) { w.set("llama.attention.head_count_kv", gguf_value::of_u32(3)); };
+        cases.push_back({"heads not divisible", s, "not a multiple of head_count_kv"});
+    }
+    {
+        test::tiny_model_spec s;
+        s.edit = [](gguf_writer& w) { w.set("llama.attention.head_count", gguf_value::of_string("four")); };
+        cases.push_back({"key of the wrong type", s, "llama.attention.head_count"});
+    }
+    {
+        test::tiny_model_spec s;
+        s.edit = [](gguf_writer& w) { w.set("llama.block_count", gguf_value::of_u32(3)); };
+        cases.push_back({"block count larger than the tensors", s, "missing tensor blk.2."});
+    }
+    {
+        test::tiny_model_spec s;
+        s.edit = [](gguf_writer& w) { w.set("llama.block_count", gguf_value::of_u32(1)); };
+        cases.push_back({"stray tensors", s, "unexpected tensor blk.1."});
+    }
+    {
+        test::tiny_model_spec s;
+        s.edit = [](gguf_writer& w) { w.set("llama.rope.scaling.type", gguf_value::of_string("yarn")); };
+        cases.push_back({"unsupported rope scaling", s, "rope scaling 'yarn' is not supported"});
+    }
+    for (const auto& c : cases) {
+        const std::string path = temp_path("bad.gguf");
+        test::write_tiny_model(path, c.spec);
+        try {
+            model::load(path);
+            ADD_FAILURE() << c.what << ": loaded without error";
+        } catch (const error& e) {
+            EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << c.what << ": " << e.what();
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << c.what;
+        }
+        fs::remove(path);
+    }
+    EXPECT_THROW(model::load(temp_path("does-not-exist.gguf")), error);
+}
+
+// A tiny model with every weight type the CPU computes runs and gives finite logits.
+TEST(model_session, every_weight_type_runs) {
+    for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0}) {
+        const std::string path = temp_path("types.gguf");
+        test::tiny_model_spec s;
+        s.weight_type = t;
+        test::write_tiny_model(path, s);
+        auto m = model::load(path);
+        session sess(*m, session_params{.n_ctx = 32});
+        const token p[3] = {1, 2, 3};
+        auto l = sess.decode(p);
+        for (float v : l) ASSERT_TRUE(std::isfinite(v)) << type_name(t);
+        fs::remove(path);
+    }
+}

@@ -23,16 +23,14 @@ int64_t uniform_int(const model& m, const std::string& key, std::optional<int64_
         if (fallback) return *fallback;
         throw error(fmt::format("{}: missing metadata key {}", m.path, key));
     }
-    if (v->is_array()) {
-        if (v->n == 0) throw error(fmt::format("{}: metadata {} is an empty array", m.path, key));
-        const int64_t first = v->int_at(0);
-        for (uint64_t i = 1; i < v->n; i++)
-            if (v->int_at(i) != first)
-                throw error(fmt::format("{}: metadata {} differs between layers, which tessera does not support",
-                                        m.path, key));
-        return first;
-    }
-    return v->int_at(0);
+    if (!v->is_array()) return *m.file.get_int(key); // throws, naming the key, when it is not an integer
+    const std::vector<int64_t> all = *m.file.get_ints(key);
+    if (all.empty()) throw error(fmt::format("{}: metadata {} is an empty array", m.path, key));
+    for (int64_t x : all)
+        if (x != all[0])
+            throw error(fmt::format("{}: metadata {} differs between layers, which tessera does not support", m.path,
+                                    key));
+    return all[0];
 }
 
 void check_range(const model& m, const char* what, int64_t v, int64_t lo, int64_t hi) {

@@ -1,0 +1,91 @@
+// tiny_model.h: writes small llama GGUF files with seeded random weights for tests (load errors, graph checks) and
+// lets a test break them on purpose (drop or reshape a tensor, change a key). The tokenizer is the default model's
+// when present, else the gpt-2 test vocabulary.
+#pragma once
+
+#include "helpers.h"
+
+#include "ggml-like/gguf.h"
+#include "quant/format.h"
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tessera::test {
+
+struct tiny_model_spec {
+    int64_t n_embd = 64, n_layer = 2, n_head = 4, n_head_kv = 2, n_ff = 128, n_ctx = 256;
+    type weight_type = type::q8_0;
+    std::string arch = "llama";
+    std::vector<std::string> drop;                            // tensors to leave out
+    std::map<std::string, std::vector<int64_t>> reshape;      // tensor -> wrong ne
+    std::map<std::string, uint32_t> retype;                   // tensor -> another type id
+    std::function<void(gguf_writer&)> edit;                   // last word on metadata
+};
+
+// Writes the model to `path`; returns the vocabulary size used.
+inline int64_t write_tiny_model(const std::string& path, const tiny_model_spec& s) {
+    const std::string vocab_src = std::filesystem::exists(model_path()) ? model_path()
+                                                                         : data_dir() + "/vocab/ggml-vocab-gpt-2.gguf";
+    gguf_file voc = gguf_file::open(vocab_src);
+    gguf_writer w;
+    w.set("general.architecture", gguf_value::of_string(s.arch));
+    w.set("general.name", gguf_value::of_string("tiny test model"));
+    const std::string a = s.arch;
+    w.set(a + ".block_count", gguf_value::of_u32(uint32_t(s.n_layer)));
+    w.set(a + ".context_length", gguf_value::of_u32(uint32_t(s.n_ctx)));
+    w.set(a + ".embedding_length", gguf_value::of_u32(uint32_t(s.n_embd)));
+    w.set(a + ".feed_forward_length", gguf_value::of_u32(uint32_t(s.n_ff)));
+    w.set(a + ".attention.head_count", gguf_value::of_u32(uint32_t(s.n_head)));
+    w.set(a + ".attention.head_count_kv", gguf_value::of_u32(uint32_t(s.n_head_kv)));
+    w.set(a + ".attention.layer_norm_rms_epsilon", gguf_value::of_f32(1e-5f));
+    w.set(a + ".rope.freq_base", gguf_value::of_f32(10000.0f));
+    for (const auto& kv : voc.kvs())
+        if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
+    const int64_t n_vocab = int64_t(voc.get_strings("tokenizer.ggml.tokens")->size());
+
+    static std::vector<std::vector<uint8_t>> storage; // must outlive write()
+    storage.clear();
+    uint32_t seed = 1;
+    auto add = [&](const std::string& name, std::vector<int64_t> ne, type t) {
+        for (const auto& d : s.drop)
+            if (d == name) return;
+        if (auto it = s.reshape.find(name); it != s.reshape.end()) ne = it->second;
+        int64_t n = 1;
+        for (int64_t d : ne) n *= d;
+        auto x = random_normal(size_t(n), seed++, 0.05f);
+        if (ne.size() == 1) std::fill(x.begin(), x.end(), 1.0f); // norms
+        type tt = t;
+        if (auto it = s.retype.find(name); it != s.retype.end()) tt = type(it->second);
+        const type_traits* info = find_type(uint32_t(tt));
+        const size_t bytes = info ? size_t(n / info->block_size) * info->type_size : size_t(n) * 4;
+        storage.emplace_back(bytes);
+        if (const row_ops* ops = find_row_ops(tt); ops && ne[0] % info->block_size == 0)
+            for (int64_t r = 0; r < n / ne[0]; r++)
+                ops->from_float(x.data() + r * ne[0], storage.back().data() + size_t(r) * (bytes / size_t(n / ne[0])),
+                                ne[0]);
+        w.add_tensor(name, uint32_t(tt), ne, storage.back().data());
+    };
+    const int64_t E = s.n_embd, D = s.n_embd / s.n_head;
+    add("token_embd.weight", {E, n_vocab}, type::q8_0);
+    add("output_norm.weight", {E}, type::f32);
+    for (int64_t il = 0; il < s.n_layer; il++) {
+        const std::string b = "blk." + std::to_string(il) + ".";
+        add(b + "attn_norm.weight", {E}, type::f32);
+        add(b + "attn_q.weight", {E, s.n_head * D}, s.weight_type);
+        add(b + "attn_k.weight", {E, s.n_head_kv * D}, s.weight_type);
+        add(b + "attn_v.weight", {E, s.n_head_kv * D}, s.weight_type);
+        add(b + "attn_output.weight", {s.n_head * D, E}, s.weight_type);
+        add(b + "ffn_norm.weight", {E}, type::f32);
+        add(b + "ffn_gate.weight", {E, s.n_ff}, s.weight_type);
+        add(b + "ffn_up.weight", {E, s.n_ff}, s.weight_type);
+        add(b + "ffn_down.weight", {s.n_ff, E}, s.weight_type);
+    }
+    if (s.edit) s.edit(w);
+    w.write(path);
+    return n_vocab;
+}
+
+} // namespace tessera::test
