@@ -65,7 +65,8 @@ void add_tokenize(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("tokenize", "Show the token ids of a text (reads only the model's vocabulary)");
     cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
     CLI::Option* p = cmd->add_option("-p,--prompt", o->prompt, "Text to tokenize, taken literally (no escapes)");
-    CLI::Option* f = cmd->add_option("-f,--file", o->file, "Tokenize the bytes of this file exactly (no newline added)");
+    CLI::Option* f =
+        cmd->add_option("-f,--file", o->file, "Tokenize the bytes of this file exactly (no newline added)");
     p->excludes(f);
     cmd->add_flag("--ids", o->ids, "Print only the ids, as a list like [1, 2, 3]");
     cmd->add_flag("--no-bos", o->no_bos, "Do not add the BOS token even if the model adds one");

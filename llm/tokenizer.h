@@ -80,11 +80,11 @@ void tokenize_spm(const vocab_data& v, std::string_view text, std::vector<token>
 
 // What a BPE pre-tokenizer name implies besides its regexes (llama.cpp's per-name defaults).
 struct bpe_pre_defaults {
-    bool known = true;          // false: the name is not recognised, the default regex list is used
+    bool known = true; // false: the name is not recognised, the default regex list is used
     bool ignore_merges = false;
     bool add_bos = false;
     bool clean_spaces = true;
-    bool no_bos = false;        // the model has no BOS token by default (chatglm, glm4)
+    bool no_bos = false; // the model has no BOS token by default (chatglm, glm4)
 };
 bpe_pre_defaults bpe_pre_defaults_for(std::string_view pre);
 

@@ -42,14 +42,14 @@ constexpr const char* jais2 = TS_CONTRACTIONS
     R"re(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1})re";
 constexpr const char* bailingmoe =
     R"re('(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)re";
-constexpr const char* ufakzeka = R"re([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+constexpr const char* ufakzeka =
+    R"re([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 // Upper/lower-case runs written with lookaheads, as llama.cpp does: ((?=[\p{L}])([^a-z])) is a letter that is not a-z.
 constexpr const char* tekken =
     R"re([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
-constexpr const char* gpt4o =
-    R"re([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+)re" TS_CONTRACTIONS
-    R"re(?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*)re" TS_CONTRACTIONS
-    R"re(?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+constexpr const char* gpt4o = R"re([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+)re" TS_CONTRACTIONS
+                              R"re(?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*)re" TS_CONTRACTIONS
+                              R"re(?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 #undef TS_CONTRACTIONS
 constexpr const char* poro = R"re( ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{964}\x{6D4}\x{60C})]+)re";
 constexpr const char* deepseek_llm_letters = // \s? then the letters of the Latin, Greek, Cyrillic, ... scripts
@@ -66,8 +66,10 @@ constexpr const char* deepseek_llm_letters = // \s? then the letters of the Lati
     R"re(\x{A69B}\x{A722}-\x{A76F}\x{A771}-\x{A787}\x{A78B}-\x{A78E}\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06})re"
     R"re(\x{FB13}-\x{FB17}\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A}\x{10400}-\x{1044F}\x{104B0}-\x{104D3}\x{104D8}-)re"
     R"re(\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2}\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}]+)re";
-constexpr const char* deepseek_llm_punct = R"re(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)re";
+constexpr const char* deepseek_llm_punct =
+    R"re(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)re";
 constexpr const char* cjk_hangul = R"re([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)re";
+constexpr const char* cjk_kana = R"re([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)re";
 constexpr const char* deepseek3_words =
     R"re([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 } // namespace re
@@ -80,75 +82,60 @@ struct pre_entry {
     bpe_pre_defaults defaults;
 };
 
-bpe_pre_defaults dflt(bool clean_spaces = true, bool ignore_merges = false, bool add_bos = false) {
-    bpe_pre_defaults d;
-    d.clean_spaces = clean_spaces;
-    d.ignore_merges = ignore_merges;
-    d.add_bos = add_bos;
-    return d;
-}
+// The defaults a name carries (bpe_pre_defaults fields in declaration order: known, ignore_merges, add_bos,
+// clean_spaces, no_bos).
+constexpr bpe_pre_defaults cleans{};                                            // detokenize cleans spaces
+constexpr bpe_pre_defaults keeps{.clean_spaces = false};                        // ... or keeps them
+constexpr bpe_pre_defaults llama3_like{.ignore_merges = true, .add_bos = true}; // whole-word tokens, BOS added
 
 // Pre-tokenizer names (tokenizer.ggml.pre) -> regex list and defaults, as in llama.cpp's llama-vocab.cpp.
 const std::vector<pre_entry>& pre_table() {
-    static const std::vector<pre_entry> table = [] {
-        std::vector<pre_entry> t;
-        const bool keep = false; // clean_spaces = false
-        t.push_back({{"default"}, {}, dflt()}); // regexes filled in by default_regexes()
-        t.push_back({{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-                      "jina-v5-nano"},
-                     {re::llama3},
-                     dflt(true, true, true)});
-        t.push_back({{"dbrx", "smaug-bpe"}, {re::llama3}, dflt()});
-        t.push_back({{"chatglm-bpe"}, {re::llama3}, dflt()});
-        t.back().defaults.no_bos = true;
-        t.push_back({{"glm4", "glm5"}, {re::llama3}, dflt(true, true)});
-        t.back().defaults.no_bos = true;
-        t.push_back({{"jais-2"}, {re::jais2}, dflt()});
-        t.push_back({{"deepseek-llm"},
-                     {R"re([\r\n])re", re::deepseek_llm_letters, re::deepseek_llm_punct, R"re(\s+$)re", re::cjk_hangul,
-                      R"re(\p{N}+)re"},
-                     dflt(keep)});
-        t.push_back({{"deepseek-coder"},
-                     {R"re([\r\n])re", R"re(\s?\p{L}+)re", R"re(\s?\p{P}+)re", re::cjk_hangul, R"re(\p{N})re"},
-                     dflt(keep)});
-        t.push_back({{"deepseek-v3", "hunyuan-dense", "hy_v4", "joyai-llm"},
-                     {R"re(\p{N}{1,3})re", R"re([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)re", re::deepseek3_words},
-                     dflt(keep)});
-        t.push_back({{"falcon"},
-                     {R"re([\p{P}\$\+<=>\^~\|`]+)re", re::gpt2, R"re([0-9][0-9][0-9])re"},
-                     dflt()});
-        t.push_back({{"starcoder", "refact", "codeshell", "exaone", "minerva-7b", "mellum2"},
-                     {R"re(\p{N})re", re::gpt2},
-                     dflt()});
-        t.push_back({{"command-r", "smollm"}, {R"re(\p{N})re", re::gpt2}, dflt(keep)});
-        t.push_back({{"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
-                      "mellum", "modern-bert", "jina-v1-en", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais",
-                      "exaone4"},
-                     {re::gpt2},
-                     dflt()});
-        t.push_back({{"trillion", "granite-docling"}, {re::gpt2}, dflt(keep)});
-        t.push_back({{"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "hunyuan", "solar-open", "grok-2"},
-                     {re::qwen2},
-                     dflt(keep)});
-        t.push_back({{"stablelm2", "megrez"}, {re::qwen2}, dflt()});
-        t.push_back({{"qwen35"}, {re::qwen35}, dflt(keep)});
-        t.push_back({{"poro-chat"}, {re::poro}, dflt(keep)});
-        t.push_back({{"bloom", "gpt3-finnish"}, {re::poro}, dflt()});
-        t.push_back({{"viking"}, {re::poro, R"re(\p{N})re"}, dflt(keep)});
-        t.push_back({{"tekken"}, {re::tekken}, dflt(keep, true, true)});
-        t.push_back({{"chameleon"},
-                     {R"re(<sentinel:[0-9]+>)re", R"re((IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z)re",
-                      R"re(([\t\n]|    |  ))re", R"re(\p{N})re", R"re([\p{P}!-/:-@\[-`{-~])re", re::gpt2},
-                     dflt(keep, false, true)});
-        t.push_back({{"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, {re::gpt4o}, dflt(keep)});
-        t.push_back({{"bailingmoe", "bailingmoe2", "llada-moe"}, {re::bailingmoe}, dflt(keep)});
-        t.push_back({{"seed-coder"}, {re::seed_coder}, dflt(keep)});
-        t.push_back({{"exaone-moe"}, {re::exaone_moe}, dflt()});
-        t.push_back({{"minicpm5"}, {R"re(\p{N}{1,3})re", re::minicpm5}, dflt(true, true)});
-        t.push_back({{"ufakzeka"}, {re::ufakzeka}, dflt(keep)});
-        t.push_back({{"laguna"}, {R"re([^\n]+|[\n]+)re", re::qwen2}, dflt(keep)});
-        return t;
-    }();
+    static const std::vector<pre_entry> table = {
+        {{"default"}, {}, cleans}, // regexes: default_regexes()
+        {{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"},
+         {re::llama3},
+         llama3_like},
+        {{"dbrx", "smaug-bpe"}, {re::llama3}, cleans},
+        {{"chatglm-bpe"}, {re::llama3}, {.no_bos = true}},
+        {{"glm4", "glm5"}, {re::llama3}, {.ignore_merges = true, .no_bos = true}},
+        {{"jais-2"}, {re::jais2}, cleans},
+        {{"deepseek-llm"},
+         {R"re([\r\n])re", re::deepseek_llm_letters, re::deepseek_llm_punct, R"re(\s+$)re", re::cjk_hangul,
+          R"re(\p{N}+)re"},
+         keeps},
+        {{"deepseek-coder"},
+         {R"re([\r\n])re", R"re(\s?\p{L}+)re", R"re(\s?\p{P}+)re", re::cjk_hangul, R"re(\p{N})re"},
+         keeps},
+        {{"deepseek-v3", "hunyuan-dense", "hy_v4", "joyai-llm"},
+         {R"re(\p{N}{1,3})re", re::cjk_kana, re::deepseek3_words},
+         keeps},
+        {{"falcon"}, {R"re([\p{P}\$\+<=>\^~\|`]+)re", re::gpt2, R"re([0-9][0-9][0-9])re"}, cleans},
+        {{"starcoder", "refact", "codeshell", "exaone", "minerva-7b", "mellum2"}, {R"re(\p{N})re", re::gpt2}, cleans},
+        {{"command-r", "smollm"}, {R"re(\p{N})re", re::gpt2}, keeps},
+        {{"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum",
+          "modern-bert", "jina-v1-en", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais", "exaone4"},
+         {re::gpt2},
+         cleans},
+        {{"trillion", "granite-docling"}, {re::gpt2}, keeps},
+        {{"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "hunyuan", "solar-open", "grok-2"}, {re::qwen2}, keeps},
+        {{"stablelm2", "megrez"}, {re::qwen2}, cleans},
+        {{"qwen35"}, {re::qwen35}, keeps},
+        {{"poro-chat"}, {re::poro}, keeps},
+        {{"bloom", "gpt3-finnish"}, {re::poro}, cleans},
+        {{"viking"}, {re::poro, R"re(\p{N})re"}, keeps},
+        {{"tekken"}, {re::tekken}, {.ignore_merges = true, .add_bos = true, .clean_spaces = false}},
+        {{"chameleon"},
+         {R"re(<sentinel:[0-9]+>)re", R"re((IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z)re", R"re(([\t\n]|    |  ))re",
+          R"re(\p{N})re", R"re([\p{P}!-/:-@\[-`{-~])re", re::gpt2},
+         {.add_bos = true, .clean_spaces = false}},
+        {{"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, {re::gpt4o}, keeps},
+        {{"bailingmoe", "bailingmoe2", "llada-moe"}, {re::bailingmoe}, keeps},
+        {{"seed-coder"}, {re::seed_coder}, keeps},
+        {{"exaone-moe"}, {re::exaone_moe}, cleans},
+        {{"minicpm5"}, {R"re(\p{N}{1,3})re", re::minicpm5}, {.ignore_merges = true}},
+        {{"ufakzeka"}, {re::ufakzeka}, keeps},
+        {{"laguna"}, {R"re([^\n]+|[\n]+)re", re::qwen2}, keeps},
+    };
     return table;
 }
 
@@ -169,11 +156,9 @@ const pre_entry* find_pre(std::string_view pre) {
 } // namespace
 
 bpe_pre_defaults bpe_pre_defaults_for(std::string_view pre) {
-    if (pre.empty()) return dflt();
+    if (pre.empty()) return cleans;
     if (const pre_entry* e = find_pre(pre)) return e->defaults;
-    bpe_pre_defaults d = dflt();
-    d.known = false;
-    return d;
+    return {.known = false};
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -191,8 +176,8 @@ regex_ptr compile_regex(const char* pattern) {
     PCRE2_SIZE err_offset = 0;
     // DOLLAR_ENDONLY: `$` means the end of the piece, as in std::regex (not "before a final newline").
     const uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY;
-    pcre2_code* code =
-        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, options, &err, &err_offset, nullptr);
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, options, &err,
+                                     &err_offset, nullptr);
     if (!code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof(msg));
@@ -243,13 +228,12 @@ constexpr stand_in_range unicode_15_stand_ins[] = {
     {0x1F774, 0x1F776, 0x1F600}, {0x1F77B, 0x1F77F, 0x1F600}, {0x1F7D9, 0x1F7D9, 0x1F600}, {0x1FA75, 0x1FA77, 0x1F600},
     {0x1FA87, 0x1FA88, 0x1F600}, {0x1FAAD, 0x1FAAF, 0x1F600}, {0x1FABB, 0x1FABD, 0x1F600}, {0x1FABF, 0x1FABF, 0x1F600},
     {0x1FACE, 0x1FACF, 0x1F600}, {0x1FADA, 0x1FADB, 0x1F600}, {0x1FAE8, 0x1FAE8, 0x1F600}, {0x1FAF7, 0x1FAF8, 0x1F600},
-    {0x2B739, 0x2B739, 0x20000}, {0x2EBF0, 0x2EE5D, 0x20000}, {0x31350, 0x323AF, 0x20000}
-};
+    {0x2B739, 0x2B739, 0x20000}, {0x2EBF0, 0x2EE5D, 0x20000}, {0x31350, 0x323AF, 0x20000}};
 
 uint32_t stand_in_for(uint32_t cpt) {
-    if (cpt >= 0x85 && (cpt == 0x85 || cpt == 0xA0 || cpt == 0x1680 || (cpt >= 0x2000 && cpt <= 0x200A) ||
-                        cpt == 0x2028 || cpt == 0x2029 || cpt == 0x202F || cpt == 0x205F || cpt == 0x3000))
-        return 0x0B;
+    if (cpt == 0x85 || cpt == 0xA0 || cpt == 0x1680 || (cpt >= 0x2000 && cpt <= 0x200A) || cpt == 0x2028 ||
+        cpt == 0x2029 || cpt == 0x202F || cpt == 0x205F || cpt == 0x3000)
+        return 0x0B; // White_Space
     if (cpt == 0x180E) return 0x200B;
     if (cpt >= 0xD800 && cpt <= 0xDFFF) return 0xE000;
     if (cpt < unicode_15_stand_ins[0].first) return cpt;
@@ -358,7 +342,9 @@ struct bpe_bigram_order {
     }
 };
 
-uint64_t pair_key(int32_t left, int32_t right) { return (uint64_t(uint32_t(left)) << 32) | uint32_t(right); }
+uint64_t pair_key(int32_t left, int32_t right) {
+    return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
+}
 
 } // namespace
 
@@ -366,9 +352,9 @@ struct bpe_tokenizer::impl {
     std::vector<regex_ptr> regexes;
     bool ignore_merges = false;
     int32_t n_tokens = 0;
-    text_map extra_pieces;                         // strings of merges that are not tokens -> id >= n_tokens
+    text_map extra_pieces;                          // strings of merges that are not tokens -> id >= n_tokens
     std::unordered_map<uint64_t, bpe_merge> merges; // (left piece, right piece) -> rank, result
-    std::array<int32_t, 256> byte_piece{};         // piece id of each byte's GPT-2 character, or -1
+    std::array<int32_t, 256> byte_piece{};          // piece id of each byte's GPT-2 character, or -1
 
     int32_t piece_of(const vocab_data& v, std::string_view s) const {
         const token id = v.find(s);
@@ -428,7 +414,8 @@ void bpe_tokenizer::impl::merge_word(const vocab_data& v, std::string_view word,
     symbols.clear();
     for (uint32_t i = 0; i < word.size(); i++) {
         const int32_t last = int32_t(word.size()) - 1;
-        symbols.push_back({byte_piece[uint8_t(word[i])], int32_t(i) - 1, int32_t(i) == last ? -1 : int32_t(i) + 1, i, 1});
+        symbols.push_back(
+            {byte_piece[uint8_t(word[i])], int32_t(i) - 1, int32_t(i) == last ? -1 : int32_t(i) + 1, i, 1});
     }
 
     std::priority_queue<bpe_bigram, std::vector<bpe_bigram>, bpe_bigram_order> queue;
@@ -476,7 +463,7 @@ void bpe_tokenizer::impl::merge_word(const vocab_data& v, std::string_view word,
 static std::vector<span> split_spans(const std::vector<regex_ptr>& regexes, const split_text& t) {
     std::vector<span> pieces, next;
     if (!t.match.empty()) pieces.push_back({0, uint32_t(t.match.size())});
-    match_state st;
+    thread_local match_state st; // one per thread: tokenize() runs once per raw fragment, often on short text
     for (const auto& r : regexes) {
         split_by_regex(r.get(), t.match, pieces, next, st);
         pieces.swap(next);

@@ -1,7 +1,7 @@
-// tokenizer_spm.cpp: SentencePiece-style tokenization (tokenizer.ggml.model = "llama"), as llama.cpp's llm_tokenizer_spm.
-// Start from one symbol per UTF-8 character; repeatedly merge the adjacent pair whose concatenation is a vocab token
-// with the highest score (ties: leftmost); symbols that never became a token are written as byte tokens <0xXX>.
-// The front end (special tokens, the leading space, "▁" escaping) is in vocab.cpp.
+// tokenizer_spm.cpp: SentencePiece-style tokenization (tokenizer.ggml.model = "llama"), as llama.cpp's
+// llm_tokenizer_spm. Start from one symbol per UTF-8 character; repeatedly merge the adjacent pair whose concatenation
+// is a vocab token with the highest score (ties: leftmost); symbols that never became a token are written as byte
+// tokens <0xXX>. The front end (special tokens, the leading space, "▁" escaping) is in vocab.cpp.
 #include "tokenizer.h"
 #include "unicode.h"
 

@@ -69,7 +69,9 @@ std::string utf8_encode(uint32_t cpt) {
 
 // GPT-2 keeps the printable Latin-1 bytes as themselves and moves the other 68 (controls, space, 0x7F-0xA0, 0xAD)
 // to U+0100.. so that every byte is a visible character in vocab files.
-static bool gpt2_byte_is_itself(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+static bool gpt2_byte_is_itself(int b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+}
 
 namespace {
 struct gpt2_tables {
@@ -91,8 +93,12 @@ const gpt2_tables& gpt2() {
 }
 } // namespace
 
-const std::string& gpt2_byte_to_utf8(uint8_t byte) { return gpt2().utf8[byte]; }
+const std::string& gpt2_byte_to_utf8(uint8_t byte) {
+    return gpt2().utf8[byte];
+}
 
-int gpt2_cpt_to_byte(uint32_t cpt) { return cpt < gpt2().byte_of.size() ? gpt2().byte_of[cpt] : -1; }
+int gpt2_cpt_to_byte(uint32_t cpt) {
+    return cpt < gpt2().byte_of.size() ? gpt2().byte_of[cpt] : -1;
+}
 
 } // namespace tessera

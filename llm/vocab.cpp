@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
+#include <set>
 
 namespace tessera {
 
@@ -19,7 +21,9 @@ struct vocab::impl : vocab_data {};
 
 namespace {
 
-void warn(const std::string& msg) { std::fprintf(stderr, "warning: %s\n", msg.c_str()); }
+void warn(const std::string& msg) {
+    std::fprintf(stderr, "warning: %s\n", msg.c_str());
+}
 
 void warn_once(const std::string& msg) {
     static std::mutex mu;
@@ -30,13 +34,20 @@ void warn_once(const std::string& msg) {
 
 uint32_t attr_from_type(int64_t type) {
     switch (type) {
-    case 1: return attr_normal;
-    case 2: return attr_unknown;
-    case 3: return attr_control;
-    case 4: return attr_user_defined;
-    case 5: return attr_unused;
-    case 6: return attr_byte;
-    default: return attr_undefined;
+    case 1:
+        return attr_normal;
+    case 2:
+        return attr_unknown;
+    case 3:
+        return attr_control;
+    case 4:
+        return attr_user_defined;
+    case 5:
+        return attr_unused;
+    case 6:
+        return attr_byte;
+    default:
+        return attr_undefined;
     }
 }
 
@@ -65,8 +76,9 @@ void read_kind_and_defaults(vocab_data& v, const gguf_file& f) {
             warn_once(f.path() + ": missing tokenizer.ggml.pre, using the default pre-tokenizer; tokens will not "
                                  "match the model's own tokenizer");
         else if (!d.known)
-            warn_once(f.path() + ": unknown pre-tokenizer '" + pre + "', using the default one; tokens may not "
-                                 "match the model's own tokenizer");
+            warn_once(f.path() + ": unknown pre-tokenizer '" + pre +
+                      "', using the default one; tokens may not "
+                      "match the model's own tokenizer");
         v.ignore_merges = d.ignore_merges;
         v.add_bos = d.add_bos;
         v.clean_spaces = d.clean_spaces;
@@ -111,14 +123,14 @@ void read_tokens(vocab_data& v, const gguf_file& f) {
 
 void read_special_ids(vocab_data& v, const gguf_file& f) {
     const std::pair<const char*, token*> keys[] = {
-        {"tokenizer.ggml.bos_token_id", &v.bos},          {"tokenizer.ggml.eos_token_id", &v.eos},
-        {"tokenizer.ggml.eot_token_id", &v.eot},          {"tokenizer.ggml.eom_token_id", &v.eom},
-        {"tokenizer.ggml.unknown_token_id", &v.unk},      {"tokenizer.ggml.seperator_token_id", &v.sep},
-        {"tokenizer.ggml.padding_token_id", &v.pad},      {"tokenizer.ggml.mask_token_id", &v.mask},
-        {"tokenizer.ggml.fim_pre_token_id", &v.fim_pre},  {"tokenizer.ggml.fim_suf_token_id", &v.fim_suf},
-        {"tokenizer.ggml.fim_mid_token_id", &v.fim_mid},  {"tokenizer.ggml.fim_pad_token_id", &v.fim_pad},
-        {"tokenizer.ggml.fim_rep_token_id", &v.fim_rep},  {"tokenizer.ggml.fim_sep_token_id", &v.fim_sep},
-        {"tokenizer.ggml.prefix_token_id", &v.fim_pre},   {"tokenizer.ggml.suffix_token_id", &v.fim_suf},
+        {"tokenizer.ggml.bos_token_id", &v.bos},         {"tokenizer.ggml.eos_token_id", &v.eos},
+        {"tokenizer.ggml.eot_token_id", &v.eot},         {"tokenizer.ggml.eom_token_id", &v.eom},
+        {"tokenizer.ggml.unknown_token_id", &v.unk},     {"tokenizer.ggml.seperator_token_id", &v.sep},
+        {"tokenizer.ggml.padding_token_id", &v.pad},     {"tokenizer.ggml.mask_token_id", &v.mask},
+        {"tokenizer.ggml.fim_pre_token_id", &v.fim_pre}, {"tokenizer.ggml.fim_suf_token_id", &v.fim_suf},
+        {"tokenizer.ggml.fim_mid_token_id", &v.fim_mid}, {"tokenizer.ggml.fim_pad_token_id", &v.fim_pad},
+        {"tokenizer.ggml.fim_rep_token_id", &v.fim_rep}, {"tokenizer.ggml.fim_sep_token_id", &v.fim_sep},
+        {"tokenizer.ggml.prefix_token_id", &v.fim_pre},  {"tokenizer.ggml.suffix_token_id", &v.fim_suf},
         {"tokenizer.ggml.middle_token_id", &v.fim_mid},
     };
     for (auto [key, id] : keys) {
@@ -151,8 +163,8 @@ void detect_special_by_text(vocab_data& v) {
     };
     const rule rules[] = {
         {&v.eot,
-         {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
-          "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"}},
+         {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
+          "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"}},
         {&v.eom, {"<|eom_id|>"}},
         {&v.fim_pre,
          {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>",
@@ -183,17 +195,36 @@ void detect_special_by_text(vocab_data& v) {
     for (token id : {v.fim_pad, v.fim_rep, v.fim_sep})
         if (id != -1) v.eog.insert(id);
     for (const auto& [text, id] : v.text_to_id) {
-        if (!is_one_of(text, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
-                              "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>",
-                              "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
-                              "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~["}))
+        if (!is_one_of(text, {"<|eot_id|>",
+                              "<|im_end|>",
+                              "<|end|>",
+                              "<|return|>",
+                              "<|call|>",
+                              "<|flush|>",
+                              "<|calls|>",
+                              "<end_of_turn>",
+                              "<|endoftext|>",
+                              "</s>",
+                              "<|eom_id|>",
+                              "<EOT>",
+                              "_<EOT>",
+                              "[EOT]",
+                              "[EOS]",
+                              "<|end_of_text|>",
+                              "<end_of_utterance>",
+                              "<eos>",
+                              "<turn|>",
+                              "<|tool_response>",
+                              "<｜end▁of▁sentence｜>",
+                              "[e~["}))
             continue;
         v.eog.insert(id);
         v.attrs[id] |= attr_control;
     }
     // gpt-oss: these channel markers are always rendered
     for (const auto& [text, id] : v.text_to_id)
-        if (is_one_of(text, {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})) v.attrs[id] = attr_user_defined;
+        if (is_one_of(text, {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}))
+            v.attrs[id] = attr_user_defined;
     for (token id : {v.eos, v.eot, v.eom})
         if (id != -1) v.eog.insert(id);
 
@@ -290,7 +321,8 @@ void set_strip_attrs_by_name(vocab_data& v, const gguf_file& f) {
         const token id = v.find(text);
         if (id >= 0) v.attrs[id] = on ? v.attrs[id] | bit : v.attrs[id] & ~bit;
     };
-    if (contains(pre, {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) || contains(arch, {"nomic-bert-moe", "jina-bert-v3"})) {
+    if (contains(pre, {"jina-v2-de", "jina-v2-es", "jina-v2-code"}) ||
+        contains(arch, {"nomic-bert-moe", "jina-bert-v3"})) {
         set("<mask>", attr_lstrip, true);
     } else if (contains(name, {"phi-3", "phi3"})) {
         for (token id : v.special_tokens) v.attrs[id] |= attr_rstrip;
@@ -310,7 +342,9 @@ struct fragment {
     size_t n;
 };
 
-bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+bool is_ascii_space(char c) {
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
 
 // Each special token (longest first) splits the raw fragments left by the previous ones at its every occurrence.
 std::vector<fragment> split_special(const vocab_data& v, std::string_view text, bool parse_special) {
@@ -408,11 +442,15 @@ std::vector<token> vocab::tokenize(std::string_view text, bool add_special, bool
     return out;
 }
 
-std::string vocab::token_to_piece(token id, bool special) const {
-    const vocab_data& v = *p_;
+static void check_id(const vocab_data& v, token id) {
     if (id < 0 || id >= v.n_tokens())
         throw error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(v.n_tokens()) +
                     " tokens)");
+}
+
+std::string vocab::token_to_piece(token id, bool special) const {
+    const vocab_data& v = *p_;
+    check_id(v, id);
     if (!special && (v.attrs[id] & (attr_unknown | attr_control))) return "";
     return v.pieces[id];
 }
@@ -446,8 +484,10 @@ static void clean_up_spaces(std::string& s) {
         if (s[i - 1] == ' ' && x == '\'' && i + 1 < s.size()) {
             const char x1 = s[i + 1];
             const char x2 = i + 2 < s.size() ? s[i + 2] : '\0';
-            if (x1 == 's' || x1 == 'm') out.pop_back();
-            else if (x1 != 't' && x1 != 'd' && i + 2 < s.size() && ((x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e')))
+            if (x1 == 's' || x1 == 'm')
+                out.pop_back();
+            else if (x1 != 't' && x1 != 'd' && i + 2 < s.size() &&
+                     ((x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e')))
                 out.pop_back();
         }
         out.push_back(x);
@@ -474,15 +514,17 @@ std::string vocab::detokenize(std::span<const token> ids, bool remove_special, b
     return text;
 }
 
-int32_t vocab::n_tokens() const { return p_->n_tokens(); }
+int32_t vocab::n_tokens() const {
+    return p_->n_tokens();
+}
 
 const std::string& vocab::text(token id) const {
-    TS_ASSERT(id >= 0 && id < p_->n_tokens());
+    check_id(*p_, id);
     return p_->texts[id];
 }
 
 token_attr vocab::attr(token id) const {
-    TS_ASSERT(id >= 0 && id < p_->n_tokens());
+    check_id(*p_, id);
     const uint32_t a = p_->attrs[id];
     if (a & attr_unknown) return token_attr::unknown;
     if (a & attr_control) return token_attr::control;
@@ -494,24 +536,54 @@ token_attr vocab::attr(token id) const {
 }
 
 float vocab::score(token id) const {
-    TS_ASSERT(id >= 0 && id < p_->n_tokens());
+    check_id(*p_, id);
     return p_->scores[id];
 }
 
-std::string vocab::model() const { return p_->model_name; }
-std::string vocab::pre() const { return p_->pre_name; }
-token vocab::bos() const { return p_->bos; }
-token vocab::eos() const { return p_->eos; }
-token vocab::eot() const { return p_->eot; }
-token vocab::eom() const { return p_->eom; }
-token vocab::unk() const { return p_->unk; }
-token vocab::pad() const { return p_->pad; }
-bool vocab::add_bos() const { return p_->add_bos; }
-bool vocab::add_eos() const { return p_->add_eos; }
-bool vocab::add_space_prefix() const { return p_->add_space_prefix; }
-bool vocab::clean_spaces() const { return p_->clean_spaces; }
-bool vocab::is_eog(token id) const { return id >= 0 && p_->eog.count(id) > 0; }
-bool vocab::is_control(token id) const { return id >= 0 && id < p_->n_tokens() && (p_->attrs[id] & attr_control); }
-token vocab::find(std::string_view text) const { return p_->find(text); }
+std::string vocab::model() const {
+    return p_->model_name;
+}
+std::string vocab::pre() const {
+    return p_->pre_name;
+}
+token vocab::bos() const {
+    return p_->bos;
+}
+token vocab::eos() const {
+    return p_->eos;
+}
+token vocab::eot() const {
+    return p_->eot;
+}
+token vocab::eom() const {
+    return p_->eom;
+}
+token vocab::unk() const {
+    return p_->unk;
+}
+token vocab::pad() const {
+    return p_->pad;
+}
+bool vocab::add_bos() const {
+    return p_->add_bos;
+}
+bool vocab::add_eos() const {
+    return p_->add_eos;
+}
+bool vocab::add_space_prefix() const {
+    return p_->add_space_prefix;
+}
+bool vocab::clean_spaces() const {
+    return p_->clean_spaces;
+}
+bool vocab::is_eog(token id) const {
+    return id >= 0 && p_->eog.count(id) > 0;
+}
+bool vocab::is_control(token id) const {
+    return id >= 0 && id < p_->n_tokens() && (p_->attrs[id] & attr_control);
+}
+token vocab::find(std::string_view text) const {
+    return p_->find(text);
+}
 
 } // namespace tessera

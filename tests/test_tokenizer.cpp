@@ -20,7 +20,9 @@ using namespace tessera;
 
 namespace {
 
-vocab load_vocab(const std::string& path) { return vocab::from_gguf(gguf_file::open(path)); }
+vocab load_vocab(const std::string& path) {
+    return vocab::from_gguf(gguf_file::open(path));
+}
 
 std::vector<std::string> vocab_files() {
     std::vector<std::string> dirs = {test::data_dir() + "/vocab"};
@@ -76,10 +78,14 @@ std::vector<vocab_case> read_cases(const std::string& gguf_path) {
 std::string escaped(const std::string& s) {
     std::string r;
     for (unsigned char c : s) {
-        if (c == '\n') r += "\\n";
-        else if (c == '\t') r += "\\t";
-        else if (c == '\r') r += "\\r";
-        else r += char(c);
+        if (c == '\n')
+            r += "\\n";
+        else if (c == '\t')
+            r += "\\t";
+        else if (c == '\r')
+            r += "\\r";
+        else
+            r += char(c);
     }
     return r;
 }
@@ -108,15 +114,15 @@ TEST_P(vocab_file, matches_llama_cpp_vectors) {
     try {
         v = std::make_unique<vocab>(load_vocab(path));
     } catch (const error& e) {
-        if (std::string(e.what()).find("tokenizer.ggml.model: expected") != std::string::npos)
-            GTEST_SKIP() << e.what();
+        if (std::string(e.what()).find("tokenizer.ggml.model: expected") != std::string::npos) GTEST_SKIP() << e.what();
         throw;
     }
     const auto cases = read_cases(path);
     ASSERT_FALSE(cases.empty());
     for (const auto& c : cases) {
         const std::vector<token> got = v->tokenize(c.input, /*add_special=*/false, /*parse_special=*/false);
-        EXPECT_EQ(ids_str(got), ids_str(c.expected)) << fs::path(path).filename() << " input '" << escaped(c.input) << "'";
+        EXPECT_EQ(ids_str(got), ids_str(c.expected))
+            << fs::path(path).filename() << " input '" << escaped(c.input) << "'";
         // the reverse direction, as test-tokenizer-0 prints it: common_detokenize(ids) with specials rendered
         if (round_trips(*v, c.input)) {
             EXPECT_EQ(escaped(v->detokenize(got, /*remove_special=*/false, /*unparse_special=*/true)), escaped(c.input))
@@ -198,8 +204,14 @@ TEST(tokenizer_default_model, chatml_markers_are_single_tokens_only_when_parsed)
 TEST(tokenizer_default_model, golden_ids) {
     TS_REQUIRE_MODEL();
     const vocab& v = default_vocab();
-    // ids from llama.cpp's llama-tokenize on the same file
+    // ids from llama.cpp's llama-tokenize (--ids --no-escape) on the same file
     EXPECT_EQ(ids_str(v.tokenize("Hello world", false, false)), "19556 905");
+    // digits are split one by one (pre "smollm"), contractions and punctuation as GPT-2 does
+    EXPECT_EQ(ids_str(v.tokenize("I'm 25 years old, it's 3.14159!", false, false)),
+              "57 5248 216 34 37 929 1573 28 357 506 216 35 30 33 36 33 37 41 17");
+    EXPECT_EQ(ids_str(v.tokenize("<|im_start|>user\nHi<|im_end|>", false, true)), "1 4093 198 26843 2");
+    EXPECT_EQ(ids_str(v.tokenize("<|im_start|>user\nHi<|im_end|>", false, false)),
+              "44 108 306 79 3738 108 46 4093 198 26843 44 108 306 79 486 108 46");
 }
 
 TEST(tokenizer_default_model, whole_wiki_text_is_fast_and_round_trips) {
@@ -239,7 +251,7 @@ run_result run_cli(const std::string& args) {
 
 #define TS_REQUIRE_BINARY()                                                                                            \
     do {                                                                                                               \
-        if (!fs::exists(TESSERA_BINARY)) GTEST_SKIP() << TESSERA_BINARY << " not built";                              \
+        if (!fs::exists(TESSERA_BINARY)) GTEST_SKIP() << TESSERA_BINARY << " not built";                               \
     } while (0)
 
 TEST(tokenize_cli, ids_pieces_file_and_json) {
@@ -271,11 +283,12 @@ TEST(tokenize_cli, ids_pieces_file_and_json) {
     }
     const auto expected = default_vocab().tokenize("Hello world\n", false, true);
     r = run_cli(m + " -f '" + file + "' --ids");
-    EXPECT_EQ(r.out, "[" + [&] {
-        std::string s;
-        for (token t : expected) s += (s.empty() ? "" : ", ") + std::to_string(t);
-        return s;
-    }() + "]\n");
+    EXPECT_EQ(
+        r.out, "[" + [&] {
+            std::string s;
+            for (token t : expected) s += (s.empty() ? "" : ", ") + std::to_string(t);
+            return s;
+        }() + "]\n");
     fs::remove(file);
 
     r = run_cli(m + " -p 'Hello world' --json");
