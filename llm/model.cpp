@@ -107,29 +107,30 @@ session::~session() = default;
 
 int session::n_threads() const { return static_cast<const cpu::cpu_backend&>(*be_).n_threads(); }
 
-std::span<const float> session::decode(std::span<const token> tokens, bool all_logits) {
+std::span<const float> session::decode_from(std::span<const token> tokens, int64_t first_output) {
+    const int64_t n_tok = int64_t(tokens.size());
     if (tokens.empty()) throw error("decode: no tokens to evaluate");
-    if (kv_.n_used + int64_t(tokens.size()) > kv_.n_ctx)
+    if (first_output < 0 || first_output >= n_tok)
+        throw error(fmt::format("decode: first output {} is outside the batch of {} tokens", first_output, n_tok));
+    if (kv_.n_used + n_tok > kv_.n_ctx)
         throw error(fmt::format("context is full: {} tokens held + {} new > context size {} (raise -c)", kv_.n_used,
                                 tokens.size(), kv_.n_ctx));
     for (token t : tokens)
         if (t < 0 || t >= m_.hp.n_vocab)
             throw error(fmt::format("token id {} is out of range (vocabulary has {} tokens)", t, m_.hp.n_vocab));
     const int64_t n_vocab = m_.hp.n_vocab;
-    logits_.resize(size_t(all_logits ? int64_t(tokens.size()) * n_vocab : n_vocab));
-    for (size_t i = 0; i < tokens.size(); i += size_t(p_.n_batch)) {
-        const size_t n = std::min(tokens.size() - i, size_t(p_.n_batch));
-        const bool last = i + n == tokens.size();
-        if (!all_logits && !last) {
-            decode_batch(tokens.subspan(i, n), false, SIZE_MAX); // logits not needed
-            continue;
-        }
-        decode_batch(tokens.subspan(i, n), all_logits, all_logits ? i * size_t(n_vocab) : 0);
+    logits_.resize(size_t((n_tok - first_output) * n_vocab));
+    for (int64_t i = 0; i < n_tok; i += p_.n_batch) {
+        const int64_t n = std::min(n_tok - i, p_.n_batch);
+        // rows of this batch that are outputs: [max(first_output - i, 0), n)
+        const int64_t first = std::max<int64_t>(first_output - i, 0);
+        const size_t offset = first < n ? size_t((i + first - first_output) * n_vocab) : SIZE_MAX;
+        decode_batch(tokens.subspan(size_t(i), size_t(n)), std::min(first, n), offset);
     }
     return logits_;
 }
 
-std::span<const float> session::decode_batch(std::span<const token> tokens, bool all_logits, size_t logits_offset) {
+void session::decode_batch(std::span<const token> tokens, int64_t first_output, size_t logits_offset) {
     const int64_t n = int64_t(tokens.size());
     const int64_t n_past = kv_.n_used, n_kv = n_past + n;
 
@@ -138,7 +139,7 @@ std::span<const float> session::decode_batch(std::span<const token> tokens, bool
     arch::batch_inputs in;
     in.n_tok = n;
     in.n_past = n_past;
-    in.all_logits = all_logits;
+    in.first_output = std::min(first_output, n - 1); // a batch without outputs still needs a (discarded) last row
     in.ids = ctx.new_tensor(type::i32, {n});
     in.pos = ctx.new_tensor(type::i32, {n});
     in.mask = ctx.new_tensor(type::f32, {n_kv, n});
@@ -160,7 +161,6 @@ std::span<const float> session::decode_batch(std::span<const token> tokens, bool
     kv_.n_used = n_kv;
     if (logits_offset != SIZE_MAX)
         be_->get(*logits, logits_.data() + logits_offset, 0, size_t(logits->n_elements()) * sizeof(float));
-    return logits_;
 }
 
 } // namespace tessera

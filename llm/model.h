@@ -97,7 +97,12 @@ class session {
 
     // Evaluates `tokens` at positions [n_past, n_past + n). Returns logits (n_vocab) for the last token, or for every
     // token (n * n_vocab, row per token) when all_logits. Throws tessera::error when the context would overflow.
-    std::span<const float> decode(std::span<const token> tokens, bool all_logits = false);
+    std::span<const float> decode(std::span<const token> tokens, bool all_logits = false) {
+        return decode_from(tokens, all_logits ? 0 : int64_t(tokens.size()) - 1);
+    }
+    // Same, returning the logits of tokens[first_output..n) only ((n - first_output) * n_vocab): the output layer is
+    // computed for those rows alone (perplexity scores the second half of each chunk).
+    std::span<const float> decode_from(std::span<const token> tokens, int64_t first_output);
 
     int64_t n_past() const { return kv_.n_used; }
     int64_t n_ctx() const { return kv_.n_ctx; }
@@ -108,7 +113,8 @@ class session {
     int n_threads() const;
 
   private:
-    std::span<const float> decode_batch(std::span<const token> tokens, bool all_logits, size_t logits_offset);
+    // evaluates one graph; writes the logits of batch rows [first_output, n) at logits_ + logits_offset
+    void decode_batch(std::span<const token> tokens, int64_t first_output, size_t logits_offset);
 
     const model& m_;
     session_params p_;

@@ -243,6 +243,10 @@ uint32_t stand_in_for(uint32_t cpt) {
 }
 
 split_text prepare(std::string_view text) {
+    // offsets are 32-bit and a bad byte grows to 3 (U+FFFD)
+    if (text.size() > (size_t(1) << 30))
+        throw error("tokenize: text of " + std::to_string(text.size()) +
+                    " bytes is longer than the 1 GiB a call accepts");
     split_text t;
     t.clean.reserve(text.size());
     t.match.reserve(text.size());
@@ -259,7 +263,7 @@ split_text prepare(std::string_view text) {
     return t;
 }
 
-// Per-call PCRE2 state (match data and a JIT stack), so one tokenizer can serve several threads.
+// PCRE2's mutable matching state (match data and a JIT stack), one per thread, so one tokenizer can serve several.
 struct match_state {
     pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
     pcre2_match_context* ctx = pcre2_match_context_create(nullptr);

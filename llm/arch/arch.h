@@ -12,11 +12,11 @@ struct batch_inputs {
     tensor* mask = nullptr; // (n_kv, n_tok) f32: 0 where token t may attend to cache row j, -inf elsewhere
     int64_t n_tok = 0;
     int64_t n_past = 0;     // cache rows already filled; the batch writes rows [n_past, n_past + n_tok)
-    bool all_logits = false;
+    int64_t first_output = 0; // logits are computed for tokens [first_output, n_tok)
 };
 
 void llama_load(model& m);
-// Returns the logits tensor: (n_vocab, n_tok) when all_logits, else (n_vocab, 1) for the last token.
+// Returns the logits tensor (n_vocab, n_tok - first_output).
 tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
 
 } // namespace tessera::arch

@@ -165,8 +165,8 @@ tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& 
         tensor* up = named(mul_mat(ctx, l.ffn_up, cur), "ffn_up", il);
         cur = named(mul_mat(ctx, l.ffn_down, named(swiglu(ctx, gate, up), "ffn_swiglu", il)), "ffn_out", il);
         inp = named(add(ctx, cur, ffn_inp), "l_out", il);
-        if (il == hp.n_layer - 1 && !in.all_logits && n > 1)
-            inp = view_2d(ctx, inp, E, 1, inp->nb[1], size_t(n - 1) * inp->nb[1]); // only the last token's logits
+        if (il == hp.n_layer - 1 && in.first_output > 0) // only the rows whose logits are wanted
+            inp = view_2d(ctx, inp, E, n - in.first_output, inp->nb[1], size_t(in.first_output) * inp->nb[1]);
     }
     tensor* cur = mul(ctx, rms_norm(ctx, inp, hp.rms_eps), m.output_norm);
     tensor* logits = mul_mat(ctx, m.output, cur);
