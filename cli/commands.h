@@ -8,5 +8,8 @@ namespace tessera::cli {
 void add_run(CLI::App& app);
 void add_info(CLI::App& app);
 void add_tokenize(CLI::App& app);
+void add_quantize(CLI::App& app);
+void add_perplexity(CLI::App& app);
+void add_chat(CLI::App& app);
 
 } // namespace tessera::cli

@@ -6,6 +6,8 @@
 #include <fmt/core.h>
 
 #include <cstdio>
+#include <string>
+#include <vector>
 #include <exception>
 
 int main(int argc, char** argv) {
@@ -15,8 +17,21 @@ int main(int argc, char** argv) {
     tessera::cli::add_run(app);
     tessera::cli::add_info(app);
     tessera::cli::add_tokenize(app);
+    tessera::cli::add_quantize(app);
+    tessera::cli::add_perplexity(app);
+    tessera::cli::add_chat(app);
+    // llama.cpp spells some flags with one dash and several letters (-ngl, -sys); CLI11 takes one letter after a
+    // single dash, so those are rewritten to their long forms first.
+    std::vector<std::string> args(argv, argv + argc);
+    for (auto& a : args) {
+        if (a == "-ngl") a = "--n-gpu-layers";
+        else if (a == "-sys") a = "--system-prompt";
+        else if (a.rfind("-ngl=", 0) == 0) a = "--n-gpu-layers=" + a.substr(5);
+    }
+    std::vector<char*> argp;
+    for (auto& a : args) argp.push_back(a.data());
     try {
-        app.parse(argc, argv);
+        app.parse(int(argp.size()), argp.data());
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     } catch (const tessera::error& e) {

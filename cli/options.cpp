@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 namespace tessera::cli {
 
@@ -22,6 +23,27 @@ void add_model_options(CLI::App& cmd, model_options& o, bool model_required) {
     cmd.add_option("-t,--threads", o.session.n_threads, "CPU threads (0: one per core, at most 8)")
         ->check(CLI::Range(0, 512));
     cmd.add_flag("-v,--verbose", o.verbose, "More log output on stderr");
+    cmd.add_option("--device", o.device, "Run on cpu or cuda (default: cuda when a GPU is present)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
+    cmd.add_option("--n-gpu-layers,--ngl", o.n_gpu_layers,
+                   "Layers on the GPU; for now any N > 0 puts the whole model on CUDA and 0 keeps it on the CPU")
+        ->check(CLI::Range(0, 1 << 20));
+}
+
+device_choice choose_device(const model_options& o) {
+    if (o.device == "cpu" || (o.device.empty() && o.n_gpu_layers == 0)) return {};
+    if (o.device == "cuda" && o.n_gpu_layers == 0)
+        throw error("--device cuda and -ngl 0 contradict each other (-ngl 0 keeps every layer on the CPU)");
+    const bool asked = o.device == "cuda" || o.n_gpu_layers > 0;
+    std::string why;
+    const std::optional<gpu_info> gpu = find_gpu(&why);
+    if (!gpu) {
+        if (asked) throw error(fmt::format("{}: no CUDA device ({})", o.device == "cuda" ? "--device cuda" : "-ngl", why));
+        return {};
+    }
+    return {device_type::cuda,
+            fmt::format("using CUDA: {} ({:.1f} GiB free); --device cpu runs on the CPU", gpu->name,
+                        double(gpu->free_bytes) / double(1u << 30))};
 }
 
 void add_sampling_options(CLI::App& cmd, sampler_params& s) {

@@ -13,9 +13,19 @@ namespace tessera::cli {
 
 struct model_options {
     std::string model;          // -m
-    session_params session;     // -c, -b, -t
+    session_params session;     // -c, -b, -t (session.device: see choose_device)
     bool verbose = false;       // -v
+    std::string device;         // --device cpu|cuda; empty: CUDA when a GPU is present
+    int n_gpu_layers = -1;      // -ngl; -1: not given. For now any N > 0 puts the whole model on CUDA, 0 on the CPU
 };
+
+// Where a command runs, from --device, -ngl and the machine.
+struct device_choice {
+    device_type device = device_type::cpu;
+    std::string note; // one line for stderr when the choice is CUDA ("using CUDA: NVIDIA H100 ..."); empty for the CPU
+};
+// Throws tessera::error (one line) when CUDA is asked for and there is none, or the flags contradict each other.
+device_choice choose_device(const model_options& o);
 
 struct prompt_options {
     std::string prompt;         // -p

@@ -29,22 +29,26 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 void run_main(const run_options& o) {
     const std::string text = read_prompt(o.p);
+    const device_choice dev = choose_device(o.m);
     auto t_load = std::chrono::steady_clock::now();
     auto mdl = model::load(o.m.model);
     if (o.m.verbose)
         fmt::print(stderr, "loaded {} ({}, {} layers, {:.1f} M params, {}) in {:.0f} ms\n", mdl->name, mdl->arch,
                    mdl->hp.n_layer, double(mdl->n_params) / 1e6, mdl->type_summary(), seconds_since(t_load) * 1e3);
 
-    session sess(*mdl, o.m.session);
+    session_params sp = o.m.session;
+    sp.device = dev.device;
+    session sess(*mdl, sp);
     std::vector<token> prompt = mdl->voc.tokenize(text, /*add_special=*/true, /*parse_special=*/true);
     if (prompt.empty()) throw error("the prompt is empty after tokenization");
     if (int64_t(prompt.size()) >= sess.n_ctx())
         throw error(fmt::format("prompt is {} tokens, longer than the context of {} tokens (raise -c)",
                                 prompt.size(), sess.n_ctx()));
+    if (!dev.note.empty()) fmt::print(stderr, "{}\n", dev.note);
     sampler smp(o.s, int32_t(mdl->hp.n_vocab));
     if (o.m.verbose)
-        fmt::print(stderr, "context {}, {} threads, prompt {} tokens, seed {}\n", sess.n_ctx(), sess.n_threads(),
-                   prompt.size(), smp.seed());
+        fmt::print(stderr, "context {}, backend {}, {} threads, prompt {} tokens, seed {}\n", sess.n_ctx(),
+                   sess.be().name(), sess.n_threads(), prompt.size(), smp.seed());
 
     if (!o.no_display_prompt) {
         std::fwrite(text.data(), 1, text.size(), stdout);

@@ -1,4 +1,4 @@
-// backend.h: the small interface every backend implements (CPU now, CUDA later), and graph execution on one.
+// backend.h: the small interface every backend implements (CPU, CUDA), and graph execution on one.
 #pragma once
 
 #include "alloc.h"
@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace tessera {
@@ -30,6 +31,10 @@ struct backend {
     virtual void get(const tensor& t, void* dst, size_t offset, size_t size) = 0;
     // Whether this backend can compute `node` (op + types of its sources).
     virtual bool supports(const tensor& node) const = 0;
+    // Weights: tensors flagged flag_param whose data is host memory (the mapped model file). A backend with memory
+    // of its own copies each one there once and reads that copy whenever a graph uses the tensor; the tensors
+    // themselves are left unchanged (a CPU session may share them). The CPU reads them in place: nothing to do.
+    virtual void load_weights(std::span<tensor* const> weights) { (void)weights; }
     // Computes g.nodes in order; every tensor's data must already be bound.
     virtual void compute(graph& g) = 0;
     virtual void synchronize() {}

@@ -86,4 +86,35 @@ TS_HD uint16_t fp32_to_bf16(float f) {
 TS_HD float to_f32(bf16 b) { return bf16_to_fp32(b.bits); }
 TS_HD bf16 to_bf16(float f) { return bf16{fp32_to_bf16(f)}; }
 
+// UE4M3 (NVFP4 sub-scale): exponent bits 6..3 (bias 7), mantissa bits 2..0; e = 0: m * 2^-9, else (1 + m/8) * 2^(e-7);
+// 0x7f (NaN) reads as 0, max finite 0x7e = 448. Both helpers follow ggml so values agree with llama.cpp exactly.
+// ue4m3_to_fp32_half returns HALF the value (ggml's convention: it pairs with the doubled E2M1 table); bit 7 is
+// ignored, as in ggml (only 0x7f, not 0xff, reads as 0).
+TS_HD float ue4m3_to_fp32_half(uint8_t x) {
+    if (x == 0 || x == 0x7f) return 0.0f;
+    const int e = (x >> 3) & 0xf, m = x & 7;
+    // half of m * 2^-9 = m * 2^-10; half of (8 + m) * 2^(e-10) = (8 + m) * 2^(e-11), a normal float: exact
+    return e == 0 ? float(m) * 0x1p-10f : float(8 + m) * f32_from_bits(uint32_t(e - 11 + 127) << 23);
+}
+// f32 -> UE4M3 (ggml's encoder): 0 for x <= 0 or NaN, saturates at 448 (0x7e); the mantissa is rounded with one round
+// bit (ties away from zero, not to even); below 2^-6 the subnormal code is round(x * 512), clamped to 7. Like ggml it
+// sends every x >= 256 to 0x7e (codes 0x78..0x7d are never produced): only blocks with amax >= 1536 notice.
+TS_HD uint8_t fp32_to_ue4m3(float x) {
+    if (!(x > 0.0f)) return 0;
+    if (x > 448.0f) x = 448.0f;
+    const uint32_t bits = f32_bits(x);
+    int e = int((bits >> 23) & 0xff) - 127 + 7;
+    if (e <= 0) {
+        const int m = int(x * 512.0f + 0.5f);
+        return m < 1 ? 0 : uint8_t(m > 7 ? 7 : m);
+    }
+    if (e >= 15) return 0x7e;
+    int m = int((bits >> 20) & 7) + int((bits >> 19) & 1);
+    if (m > 7) {
+        m = 0;
+        if (++e >= 15) return 0x7e;
+    }
+    return uint8_t((e << 3) | m);
+}
+
 } // namespace tessera

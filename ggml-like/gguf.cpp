@@ -78,12 +78,14 @@ template <class T> T load_le(const uint8_t* p) {
     return v;
 }
 
-// Bytes of a tensor of type `tt` and shape ne (ne[0] a multiple of the block size); false on overflow.
+// Bytes of a tensor of type `tt` and shape ne (ne[0] a multiple of the block size), its tail included (i2_s keeps its
+// f32 scale in 32 bytes after the rows: types.h tensor_bytes); false on overflow.
 bool tensor_bytes(const type_traits& tt, const int64_t ne[4], uint64_t& out) {
     uint64_t bytes = 0;
     if (__builtin_mul_overflow(uint64_t(ne[0] / tt.block_size), uint64_t(tt.type_size), &bytes)) return false;
     for (int i = 1; i < 4; i++)
         if (__builtin_mul_overflow(bytes, uint64_t(ne[i]), &bytes)) return false;
+    if (__builtin_add_overflow(bytes, uint64_t(tt.tail_bytes), &bytes)) return false;
     out = bytes;
     return true;
 }

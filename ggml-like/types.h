@@ -41,9 +41,13 @@ enum class type : uint32_t {
     bf16 = 30,
     tq1_0 = 34,
     tq2_0 = 35,
+    i2_s = 36, // BitNet's fork (collides with an id upstream ggml retired); FORMATS.md §4.3
     mxfp4 = 39,
     nvfp4 = 40,
     q1_0 = 41,
+    awq4 = 1024,     // tessera's own: AWQ int4, group 128 (quant/awq4.h); never in a plain llama.cpp file
+    awq4_g64 = 1025, // the same with group 64
+    i8_s = 1026,     // activations only: int8 with one scale per row, the dot partner of i2_s (quant/i8_s.h)
 };
 
 struct type_traits {
@@ -51,6 +55,7 @@ struct type_traits {
     int64_t block_size; // elements per block (1 for plain scalars)
     size_t type_size;   // bytes per block
     bool computable;    // tessera has a block format (quant/) for it; otherwise it can only be listed, not run
+    size_t tail_bytes = 0; // bytes a whole tensor carries after its rows (i2_s: 32, its f32 scale first)
 };
 
 // Traits of a known type id; nullptr when the id is not a type tessera knows (never throws).
@@ -66,5 +71,10 @@ inline size_t type_size(type t) { return type_info(t).type_size; }
 // Bytes of one row of ne0 elements; ne0 must be a multiple of the block size.
 inline size_t row_size(type t, int64_t ne0) { return type_size(t) * size_t(ne0 / block_size(t)); }
 inline bool is_quantized(type t) { return block_size(t) > 1; }
+// Bytes of a whole tensor of n_elements (whole rows): the rows plus the type's tail. This is what a GGUF file stores
+// for it (i2_s: n/4 + 32).
+inline size_t tensor_bytes(type t, int64_t n_elements) {
+    return type_size(t) * size_t(n_elements / block_size(t)) + type_info(t).tail_bytes;
+}
 
 } // namespace tessera

@@ -6,6 +6,7 @@
 #include "ggml-like/error.h"
 #include "ggml-like/ops.h"
 #include "llm/arch/arch.h"
+#include "quant/quantize.h"
 
 #include <fmt/core.h>
 
@@ -17,11 +18,28 @@
 
 namespace tessera {
 
+// Tensors of tessera's own types (ids >= 1024, e.g. awq4) only appear in files marked with tessera.format (written
+// by `tessera quantize`, quant/quantize.h); a file without the key claims to be a plain llama.cpp GGUF and is refused.
+static void check_tessera_types(const gguf_file& f) {
+    const std::optional<int64_t> version = f.get_int(tessera_format_key);
+    if (version && (*version < 1 || *version > tessera_format_version))
+        throw error(fmt::format("{}: {} = {} is not supported (this tessera reads version {})", f.path(),
+                                tessera_format_key, *version, tessera_format_version));
+    if (version) return;
+    for (const auto& t : f.tensors())
+        if (t.type_id >= 1024)
+            throw error(fmt::format("{}: tensor {} has tessera's own type {}, but the file has no {} key (it claims to "
+                                    "be a plain llama.cpp GGUF)",
+                                    f.path(), t.name, find_type(t.type_id) ? find_type(t.type_id)->name : "?",
+                                    tessera_format_key));
+}
+
 model::model(gguf_file f) : file(std::move(f)), voc(vocab::from_gguf(file)) {}
 
 std::unique_ptr<model> model::load(const std::string& path, const progress_fn& progress) {
     if (!std::filesystem::exists(path)) throw error(fmt::format("{}: no such file", path));
     gguf_file f = gguf_file::open(path);
+    check_tessera_types(f);
     const std::string arch = f.get_string("general.architecture").value_or("");
     if (arch.empty()) throw error(fmt::format("{}: missing general.architecture", path));
     if (arch != "llama")
@@ -73,6 +91,7 @@ tensor* model::require(const std::string& tname, std::initializer_list<int64_t> 
     t->data = const_cast<uint8_t*>(info->data);
     t->flags |= flag_param;
     t->set_name(tname);
+    params.push_back(t);
     n_params += uint64_t(info->n_elements());
     n_bytes += info->size;
     return t;
@@ -93,9 +112,8 @@ std::string model::type_summary() const {
 }
 
 session::session(const model& m, const session_params& p) : m_(m), p_(p) {
-    cpu::cpu_options opt;
-    opt.n_threads = p.n_threads;
-    be_ = std::make_unique<cpu::cpu_backend>(opt);
+    be_ = make_backend(p.device, p.n_threads);
+    be_->load_weights(m.params);
     runner_ = std::make_unique<graph_runner>(*be_);
     int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(m.hp.n_ctx_train, 4096);
     if (n_ctx < 1 || n_ctx > (int64_t(1) << 24)) throw error(fmt::format("context size {} is out of range", n_ctx));
@@ -105,7 +123,10 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
 
 session::~session() = default;
 
-int session::n_threads() const { return static_cast<const cpu::cpu_backend&>(*be_).n_threads(); }
+int session::n_threads() const {
+    const auto* cpu = dynamic_cast<const cpu::cpu_backend*>(be_.get());
+    return cpu ? cpu->n_threads() : 0;
+}
 
 std::span<const float> session::decode_from(std::span<const token> tokens, int64_t first_output) {
     const int64_t n_tok = int64_t(tokens.size());

@@ -4,6 +4,7 @@
 
 #include "ggml-like/backend.h"
 #include "ggml-like/gguf.h"
+#include "llm/device.h"
 #include "llm/kv_cache.h"
 #include "llm/vocab.h"
 
@@ -70,6 +71,7 @@ class model {
     tensor* output = nullptr;      // (n_embd, n_vocab); == tok_embd when tied
     tensor* rope_freqs = nullptr;  // (n_rot/2) optional
     std::vector<layer_weights> layers;
+    std::vector<tensor*> params;   // every weight tensor above, once each (a session's backend loads these)
 
     uint64_t n_params = 0;
     uint64_t n_bytes = 0; // weight bytes
@@ -87,6 +89,7 @@ struct session_params {
     int64_t n_ctx = 0;    // 0: the model's training context, at most 4096
     int64_t n_batch = 512; // tokens per graph
     int n_threads = 0;    // 0: one per core (at most 8)
+    device_type device = device_type::cpu; // the CLI picks CUDA when a GPU is present (cli/options.cpp)
 };
 
 // Evaluation state: backend, KV cache and reusable graph memory. Not thread-safe.
@@ -110,7 +113,7 @@ class session {
     void truncate(int64_t n) { kv_.n_used = std::min(kv_.n_used, n); } // forget positions >= n
     const model& mdl() const { return m_; }
     backend& be() { return *be_; }
-    int n_threads() const;
+    int n_threads() const; // CPU threads; 0 on other devices
 
   private:
     // evaluates one graph; writes the logits of batch rows [first_output, n) at logits_ + logits_offset

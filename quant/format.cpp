@@ -1,6 +1,8 @@
 // format.cpp: row-level function tables built from TS_BLOCK_FORMATS plus the plain float types.
 #include "quant/format.h"
 
+#include <vector>
+
 namespace tessera {
 
 namespace {
@@ -42,6 +44,51 @@ const row_ops* find_row_ops(type t) {
         r = &ops;
     });
     return r;
+}
+
+bool quantize_tensor_ref(type t, const float* x, void* y, int64_t ne0, int64_t n_rows) {
+    const row_ops* ops = find_row_ops(t);
+    if (!ops) return false;
+    const size_t row_bytes = row_size(t, ne0);
+    auto* out = static_cast<uint8_t*>(y);
+    float scale = 1.0f;
+    visit_format(t, [&]<class F>() {
+        if constexpr (tensor_scaled<F>) scale = F::absmean_scale(x, ne0 * n_rows);
+    });
+    std::vector<float> row(scale != 1.0f ? size_t(ne0) : 0);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float* xr = x + r * ne0;
+        if (!row.empty()) {
+            for (int64_t i = 0; i < ne0; i++) row[size_t(i)] = xr[i] / scale;
+            xr = row.data();
+        }
+        ops->from_float(xr, out + size_t(r) * row_bytes, ne0);
+    }
+    visit_format(t, [&]<class F>() {
+        if constexpr (tensor_scaled<F>) F::write_tail(y, ne0 * n_rows, scale);
+    });
+    return true;
+}
+
+bool dequantize_tensor_ref(type t, const void* x, float* y, int64_t ne0, int64_t n_rows) {
+    const row_ops* ops = find_row_ops(t);
+    if (!ops) return false;
+    const size_t row_bytes = row_size(t, ne0);
+    const float scale = read_tensor_scale(t, x, ne0 * n_rows);
+    for (int64_t r = 0; r < n_rows; r++) {
+        ops->to_float(static_cast<const uint8_t*>(x) + size_t(r) * row_bytes, y + r * ne0, ne0);
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < ne0; i++) y[r * ne0 + i] *= scale;
+    }
+    return true;
+}
+
+float read_tensor_scale(type t, const void* data, int64_t n_elements) {
+    float scale = 1.0f;
+    visit_format(t, [&]<class F>() {
+        if constexpr (tensor_scaled<F>) scale = F::read_scale(data, n_elements);
+    });
+    return scale;
 }
 
 } // namespace tessera

@@ -224,3 +224,118 @@ TEST(cli_run, does_not_wait_on_stdin) {
     auto r = run_tessera("run -m " + shell_quote(tiny_model()) + " -p hi -n 2 --temp 0 < /dev/zero");
     EXPECT_EQ(r.rc, 0);
 }
+
+// ---- quantize ----
+
+namespace {
+
+std::string tmp_file(const std::string& what) {
+    return (fs::temp_directory_path() / ("tessera_test_cli_q_" + std::to_string(::getpid()) + "_" + what)).string();
+}
+
+} // namespace
+
+TEST(cli_quantize, writes_a_model_that_runs) {
+    const std::string out = tmp_file("q4_0.gguf");
+    auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " q4_0 -t 2");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("bits per weight"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("q4_0"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(out + ".tmp"));
+    auto run = run_tessera("run -m " + shell_quote(out) + " -p hi -n 2 --temp 0");
+    EXPECT_EQ(run.rc, 0) << run.err;
+    auto info = run_tessera("info --json " + shell_quote(out));
+    ASSERT_EQ(info.rc, 0);
+    nlohmann::json j = nlohmann::json::parse(info.out);
+    EXPECT_EQ(j["metadata"]["general.file_type"], 2);
+    for (const auto& t : j["tensors"])
+        EXPECT_EQ(t["type"], t["shape"].size() == 1 ? "f32" : "q4_0") << t["name"];
+    fs::remove(out);
+}
+
+TEST(cli_quantize, overrides_and_json) {
+    const std::string out = tmp_file("override.gguf");
+    auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) +
+                         " Q8_0 --output-type f16 --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    nlohmann::json s = nlohmann::json::parse(r.out);
+    EXPECT_EQ(s["type"], "q8_0");
+    EXPECT_GT(s["output_bpw"].get<double>(), 8.0);
+    auto info = run_tessera("info --json " + shell_quote(out));
+    nlohmann::json j = nlohmann::json::parse(info.out);
+    for (const auto& t : j["tensors"])
+        if (t["name"] == "token_embd.weight") {
+            EXPECT_EQ(t["type"], "f16"); // tied: token_embd is the output
+        }
+    fs::remove(out);
+}
+
+TEST(cli_quantize, bad_arguments_fail_with_one_line_and_write_nothing) {
+    const std::string out = tmp_file("never.gguf");
+    auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " q5_k");
+    expect_one_line_error(r, "unknown type 'q5_k'");
+    EXPECT_NE(r.err.find("q4_0"), std::string::npos) << r.err; // the valid ones are listed
+    EXPECT_NE(r.err.find("awq4"), std::string::npos) << r.err;
+    expect_one_line_error(run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) +
+                                      " q4_0 --embd-type q8_1"),
+                          "--embd-type");
+    expect_one_line_error(run_tessera("quantize /nonexistent/in.gguf " + shell_quote(out) + " q4_0"),
+                          "/nonexistent/in.gguf");
+    expect_one_line_error(run_tessera("quantize " + shell_quote(tiny_model()) + " /nonexistent/dir/out.gguf q4_0"),
+                          "/nonexistent/dir");
+    expect_one_line_error(run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) +
+                                      " q4_0 --calib /nonexistent/calib.txt"),
+                          "/nonexistent/calib.txt");
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_FALSE(fs::exists(out + ".tmp"));
+    EXPECT_NE(run_tessera("quantize " + shell_quote(tiny_model())).rc, 0); // OUT and TYPE missing
+}
+
+TEST(cli_quantize, failure_leaves_existing_output_untouched) {
+    const std::string bad = tmp_file("bad_in.gguf"), out = tmp_file("existing.gguf");
+    tessera::test::tiny_model_spec s;
+    s.retype["blk.0.attn_k.weight"] = uint32_t(tessera::type::q5_0); // listed, but tessera cannot read it
+    tessera::test::write_tiny_model(bad, s);
+    { std::ofstream(out, std::ios::binary) << "old contents"; }
+    auto r = run_tessera("quantize " + shell_quote(bad) + " " + shell_quote(out) + " q8_0");
+    expect_one_line_error(r, "q5_0");
+    EXPECT_EQ(tessera::test::read_file(out), "old contents");
+    EXPECT_FALSE(fs::exists(out + ".tmp"));
+    fs::remove(out);
+    fs::remove(bad);
+}
+
+TEST(cli_quantize, progress_does_not_spam_a_file) {
+    const std::string out = tmp_file("progress.gguf");
+    auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " q4_1");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    // stderr is a file here: one line per 10% at most, no carriage returns
+    size_t lines = 0;
+    for (char c : r.err) lines += c == '\n';
+    EXPECT_LE(lines, 12u) << r.err;
+    EXPECT_EQ(r.err.find('\r'), std::string::npos);
+    EXPECT_NE(r.err.find("quantize 100%"), std::string::npos) << r.err;
+    fs::remove(out);
+}
+
+TEST(cli_quantize, help_ends_with_example) {
+    cli_result r = run_tessera("quantize --help");
+    EXPECT_EQ(r.rc, 0);
+    EXPECT_NE(r.out.find("Example:\n  tessera quantize "), std::string::npos) << r.out;
+}
+
+TEST(cli_quantize, awq_with_calibration_text) {
+    const std::string calib = tmp_file("calib.txt"), out = tmp_file("awq.gguf");
+    {
+        std::ofstream f(calib, std::ios::binary);
+        for (int i = 0; i < 40; i++) f << "The quick brown fox jumps over the lazy dog, again and again. ";
+    }
+    auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " awq4_g64 --calib " +
+                         shell_quote(calib) + " --calib-tokens 200 -t 2");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.err.find("awq: "), std::string::npos) << r.err;
+    auto run = run_tessera("run -m " + shell_quote(out) + " -p hi -n 2 --temp 0");
+    EXPECT_EQ(run.rc, 0) << run.err;
+    fs::remove(out);
+    fs::remove(calib);
+}

@@ -4,6 +4,7 @@
 
 #include "ggml-like/error.h"
 #include "ggml-like/gguf.h"
+#include "quant/format.h"
 
 #include <cstring>
 #include <filesystem>
@@ -318,6 +319,52 @@ TEST(gguf_round_trip, alignment_key_written_only_when_not_default) {
     gguf_writer plain;
     plain.set_alignment(32);
     EXPECT_EQ(gguf_file::from_memory(plain.to_bytes()).find("general.alignment"), nullptr);
+}
+
+// Every block format (quant/format.h) written and read back byte for byte; i2_s tensors carry their 32-byte scale tail
+// (n/4 + 32 bytes) and the next tensor starts at the aligned offset after it.
+TEST(gguf_round_trip, every_block_format) {
+    gguf_writer w;
+    w.set("general.name", gguf_value::of_string("formats"));
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<std::pair<std::string, type>> written;
+    auto add = [&](type t) {
+        const int64_t ne[] = {2 * block_size(t), 3};
+        data.emplace_back(tensor_bytes(t, ne[0] * ne[1]));
+        for (size_t i = 0; i < data.back().size(); i++) data.back()[i] = uint8_t(i * 13 + uint32_t(t));
+        written.emplace_back(type_name(t), t);
+        w.add_tensor(type_name(t), uint32_t(t), ne, data.back().data());
+    };
+#define TS_ADD(F) add(F::id);
+    TS_BLOCK_FORMATS(TS_ADD)
+#undef TS_ADD
+    add(type::f32); // after i2_s's tail
+    const std::vector<uint8_t> bytes = w.to_bytes();
+    gguf_file f = gguf_file::from_memory(bytes, "formats.gguf");
+    ASSERT_EQ(f.tensors().size(), written.size());
+    uint64_t offset = 0;
+    for (size_t i = 0; i < written.size(); i++) {
+        const gguf_tensor_info& t = f.tensors()[i];
+        EXPECT_EQ(t.name, written[i].first);
+        EXPECT_EQ(t.t(), written[i].second);
+        EXPECT_EQ(t.offset, offset) << t.name;
+        ASSERT_EQ(t.size, data[i].size()) << t.name;
+        EXPECT_EQ(std::memcmp(t.data, data[i].data(), t.size), 0) << t.name;
+        offset += (t.size + 31) / 32 * 32;
+    }
+    const gguf_tensor_info* i2 = f.find_tensor("i2_s");
+    ASSERT_NE(i2, nullptr);
+    EXPECT_EQ(i2->size, uint64_t(256 * 3 / 4 + 32));
+    EXPECT_EQ(gguf_writer::copy_of(f).to_bytes(), bytes);
+}
+
+TEST(gguf_broken, i2_s_without_its_tail) {
+    // 128 x 1 i2_s: 32 bytes of codes + 32 of tail; a file that ends after the codes is truncated
+    raw r;
+    r.header(1, 0).tensor("w", {128}, uint32_t(type::i2_s), 0).pad(32).zeros(32);
+    expect_error(r, "tensor w: data runs past the end of the file (truncated?), expected at least");
+    r.zeros(32);
+    EXPECT_NO_THROW(parse(r));
 }
 
 TEST(gguf_round_trip, version_2_is_read) {

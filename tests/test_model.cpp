@@ -176,10 +176,13 @@ TEST(model_load, broken_models_are_rejected_with_a_clear_message) {
 
 // A tiny model with every weight type the CPU computes runs and gives finite logits.
 TEST(model_session, every_weight_type_runs) {
-    for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0}) {
+    for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::tq2_0, type::i2_s,
+                   type::nvfp4, type::awq4, type::awq4_g64}) {
         const std::string path = temp_path("types.gguf");
         test::tiny_model_spec s;
         s.weight_type = t;
+        s.n_embd = std::max<int64_t>(s.n_embd, block_size(t)); // rows of whole blocks: 256 for tq2_0
+        s.n_ff = std::max<int64_t>(s.n_ff, block_size(t));
         test::write_tiny_model(path, s);
         auto m = model::load(path);
         session sess(*m, session_params{.n_ctx = 32});

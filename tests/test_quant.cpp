@@ -6,7 +6,10 @@
 #include "backends/cpu/quant/vec_dot.h"
 #include "quant/format.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 using namespace tessera;
@@ -15,14 +18,16 @@ using tessera::test::random_normal;
 
 namespace {
 
-template <class F> std::vector<typename F::block> quantize_all(const std::vector<float>& x) {
-    std::vector<typename F::block> b(x.size() / F::block_size);
-    quantize_row_ref<F>(x.data(), b.data(), int64_t(x.size()));
+// A whole row of x through the reference quantizer: the blocks, then the type's tail (i2_s: its scale). As bytes, so
+// a tensor-scaled format carries its tail along.
+template <class F> std::vector<uint8_t> quantize_all(const std::vector<float>& x) {
+    std::vector<uint8_t> b(tensor_bytes(F::id, int64_t(x.size())));
+    EXPECT_TRUE(quantize_tensor_ref(F::id, x.data(), b.data(), int64_t(x.size()), 1));
     return b;
 }
-template <class F> std::vector<float> dequantize_all(const std::vector<typename F::block>& b) {
-    std::vector<float> y(b.size() * F::block_size);
-    dequantize_row_ref<F>(b.data(), y.data(), int64_t(y.size()));
+template <class F> std::vector<float> dequantize_all(const std::vector<uint8_t>& b) {
+    std::vector<float> y((b.size() - type_info(F::id).tail_bytes) / F::type_size * F::block_size);
+    EXPECT_TRUE(dequantize_tensor_ref(F::id, b.data(), y.data(), int64_t(y.size()), 1));
     return y;
 }
 double rel_rmse(const std::vector<float>& a, const std::vector<float>& ref) {
@@ -34,12 +39,26 @@ double rel_rmse(const std::vector<float>& a, const std::vector<float>& ref) {
     return std::sqrt(num / den);
 }
 
-// Round-trip error bounds (relative RMSE), per format: 8-bit ~ 1/(127*sqrt(3)) of amax-scale; 4-bit ~ 16x that.
+// Round-trip error bounds (relative RMSE) per format, measured values in brackets (normal, heavy-tailed):
+// 8-bit ~ step/sqrt(12) with step = amax/127 of 32 values (~2.5 sigma) [q8_0 0.0054, 0.0082]; 4-bit ~ 16x that
+// [q4_0 0.087, 0.127]. q8_K / i8_s take one scale per 256 values / per row (65536 values here), so amax and the step
+// grow with the tail [q8_K 0.0070, 0.017; i8_s 0.010, 0.056]. awq4: 16 levels over max - min of 128 (64) values
+// [0.100, 0.165; g64 0.092, 0.131]. nvfp4: E2M1 has 2 significant bits and a per-16 scale [0.096, 0.091].
+// tq2_0 / i2_s are ternary: Gaussian weights keep only about half their energy whatever the scale (absmean is near
+// optimal for i2_s [0.513, 0.702]; tq2_0's per-block absmax, ggml's quantizer, zeroes everything below amax/2
+// [0.809, 0.804]): they are meant for BitNet weights, already ternary, which round-trip exactly (next test).
 template <class F> struct bounds;
 template <> struct bounds<q8_0> { static constexpr double normal = 0.01, heavy = 0.02; };
 template <> struct bounds<q8_1> { static constexpr double normal = 0.01, heavy = 0.02; };
 template <> struct bounds<q4_0> { static constexpr double normal = 0.12, heavy = 0.2; };
 template <> struct bounds<q4_1> { static constexpr double normal = 0.10, heavy = 0.2; };
+template <> struct bounds<q8_k> { static constexpr double normal = 0.01, heavy = 0.025; };
+template <> struct bounds<i8_s> { static constexpr double normal = 0.015, heavy = 0.08; };
+template <> struct bounds<awq4> { static constexpr double normal = 0.12, heavy = 0.2; };
+template <> struct bounds<awq4_g64> { static constexpr double normal = 0.11, heavy = 0.16; };
+template <> struct bounds<nvfp4> { static constexpr double normal = 0.11, heavy = 0.11; };
+template <> struct bounds<tq2_0> { static constexpr double normal = 0.85, heavy = 0.85; };
+template <> struct bounds<i2_s> { static constexpr double normal = 0.55, heavy = 0.75; };
 
 template <class F> class quant_format : public ::testing::Test {};
 // TS_BLOCK_FORMATS -> ::testing::Types<...>, so a new format is tested without touching this file
@@ -62,49 +81,70 @@ TYPED_TEST(quant_format, round_trip_error_bounded) {
         const double e = rel_rmse(y, x);
         EXPECT_LT(e, kind == 0 ? bounds<F>::normal : bounds<F>::heavy) << F::name << (kind ? " heavy" : " normal");
         EXPECT_GT(e, 0.0) << F::name; // a lossy format that is exact on random data is suspicious
+        if (std::getenv("TS_PRINT_BOUNDS")) std::printf("%s %s %.5f\n", F::name, kind ? "heavy" : "normal", e);
+    }
+}
+
+// Block b of a row of values on format F's grid (scale d = 2^(b-4), or one scale for the whole row where the format
+// has a per-row or per-tensor scale), with the extremes the quantizer derives its scales from pinned.
+template <class F> void representable_block(float* v, int b, std::mt19937& rng) {
+    const float d = std::ldexp(1.0f, b - 4);
+    const int n = F::block_size;
+    if constexpr (F::id == type::q8_0 || F::id == type::q8_1 || F::id == type::q8_k) {
+        for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 255) - 127);
+        v[0] = 127 * d;
+    } else if constexpr (F::id == type::i8_s) { // one scale per row: every block on the same grid
+        for (int j = 0; j < n; j++) v[j] = 0.25f * float(int(rng() % 255) - 127);
+        v[0] = 127 * 0.25f;
+    } else if constexpr (F::id == type::q4_0) {
+        for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 16) - 8);
+        v[0] = -8 * d;
+    } else if constexpr (F::id == type::q4_1) {
+        for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 16)) - 3 * d;
+        v[0] = -3 * d;
+        v[1] = 12 * d;
+    } else if constexpr (F::id == type::tq2_0) {
+        for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 3) - 1);
+        v[0] = d;
+    } else if constexpr (F::id == type::i2_s) { // one scale per tensor, not a power of two
+        for (int j = 0; j < n; j++) v[j] = 0.75f * float(int(rng() % 3) - 1);
+        v[0] = -0.75f;
+    } else if constexpr (F::id == type::nvfp4) { // per sub-block: D * E2M1 with D = 2^k, amax pinned to 6 D
+        const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+        for (int s = 0; s < 4; s++) {
+            const float D = std::ldexp(1.0f, b + s - 6);
+            for (int j = 0; j < 16; j++) v[16 * s + j] = D * e2m1[rng() % 8] * (rng() % 2 ? -1.0f : 1.0f);
+            v[16 * s + int(rng() % 16)] = 6 * D * (s % 2 ? -1.0f : 1.0f);
+        }
+    } else { // awq4: s (q - z), z = 3..7, with q = 0 and q = 15 present so that max - min = 15 s
+        const int z = 3 + b % 5;
+        for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 16) - z);
+        v[0] = d * float(0 - z);
+        v[n - 1] = d * float(15 - z);
     }
 }
 
 TYPED_TEST(quant_format, representable_values_round_trip_exactly) {
     using F = TypeParam;
-    // values on the format's grid with a power-of-two scale: quantizing them must give them back bit for bit
     std::vector<float> x(F::block_size * 8);
     std::mt19937 rng(3);
-    for (size_t b = 0; b < x.size() / F::block_size; b++) {
-        const float d = std::ldexp(1.0f, int(b) - 4);
-        float* v = x.data() + b * F::block_size;
-        for (int j = 0; j < F::block_size; j++) {
-            if constexpr (F::id == type::q8_0 || F::id == type::q8_1)
-                v[j] = d * float(int(rng() % 255) - 127);
-            else if constexpr (F::id == type::q4_0)
-                v[j] = d * float(int(rng() % 16) - 8);
-            else
-                v[j] = d * float(int(rng() % 16)) - 3 * d;
-        }
-        // pin the extremes the quantizer derives its scale from
-        if constexpr (F::id == type::q8_0 || F::id == type::q8_1)
-            v[0] = 127 * d;
-        else if constexpr (F::id == type::q4_0)
-            v[0] = -8 * d;
-        else {
-            v[0] = -3 * d;
-            v[1] = 12 * d;
-        }
-    }
+    for (int b = 0; b < 8; b++) representable_block<F>(x.data() + b * F::block_size, b, rng);
     auto y = dequantize_all<F>(quantize_all<F>(x));
     for (size_t i = 0; i < x.size(); i++) ASSERT_EQ(y[i], x[i]) << F::name << " element " << i;
 }
 
 TYPED_TEST(quant_format, vec_dot_matches_double_dot_of_dequantized) {
     using F = TypeParam;
-    using A = std::conditional_t<F::dot_type == type::q8_0, q8_0, q8_1>;
+    using A = typename format_of<F::dot_type>::type;
     const int64_t n = F::block_size * 37;
     auto w = random_normal(size_t(n), 4);
     auto a = random_heavy(size_t(n), 5);
-    auto wb = quantize_all<F>(w);
-    auto ab = quantize_all<A>(a);
-    auto wd = dequantize_all<F>(wb);
-    auto ad = dequantize_all<A>(ab);
+    std::vector<uint8_t> wb(row_size(F::id, n)), ab(row_size(A::id, n));
+    quantize_row_ref<F>(w.data(), wb.data(), n); // unit scale for i2_s: vec_dot is at unit weight scale
+    quantize_row_ref<A>(a.data(), ab.data(), n);
+    std::vector<float> wd(static_cast<size_t>(n)), ad(static_cast<size_t>(n));
+    dequantize_row_ref<F>(wb.data(), wd.data(), n);
+    dequantize_row_ref<A>(ab.data(), ad.data(), n);
     double exact = 0, mag = 0;
     for (int64_t i = 0; i < n; i++) {
         exact += double(wd[size_t(i)]) * ad[size_t(i)];
@@ -205,6 +245,190 @@ TEST(quant_known_blocks, q8_1_sum_term) {
     const float d = 21.0f / 127.0f; // amax / 127, before rounding to f16
     EXPECT_EQ(b.s.bits, to_f16(d * float(sum)).bits); // s = d * sum(qs) with the unrounded d, stored as f16
     EXPECT_EQ(b.d.bits, to_f16(d).bits);
+}
+
+TEST(quant_known_blocks, q8_k_bytes_and_sums) {
+    // f32 d = 0.5 (0x3f000000 little-endian), qs[j] = j - 128 except qs[0] = -127, bsums as ggml fills them
+    uint8_t raw[292] = {0x00, 0x00, 0x00, 0x3f};
+    for (int j = 0; j < 256; j++) raw[4 + j] = uint8_t(int8_t(j == 0 ? -127 : j - 128));
+    block_q8_k b;
+    std::memcpy(&b, raw, sizeof(b));
+    float y[256];
+    q8_k::dequantize(b, y);
+    for (int j = 0; j < 256; j++) EXPECT_EQ(y[j], 0.5f * float(j == 0 ? -127 : j - 128));
+    // quantizing: the first element of largest |x| sets d = -max / 127 (negative for a positive max)
+    std::vector<float> x(256);
+    for (int j = 0; j < 256; j++) x[size_t(j)] = float(j % 17) - 8.0f;
+    x[5] = 12.7f;
+    x[9] = -12.7f; // same |x|, later: not the one
+    q8_k::quantize(x.data(), b);
+    EXPECT_EQ(b.d, 1.0f / (-127.0f / 12.7f));
+    EXPECT_EQ(b.qs[5], -127);
+    EXPECT_EQ(b.qs[9], 127);
+    for (int g = 0; g < 16; g++) {
+        int sum = 0;
+        for (int i = 0; i < 16; i++) sum += b.qs[16 * g + i];
+        EXPECT_EQ(b.bsums[g], sum);
+    }
+}
+
+TEST(quant_known_blocks, tq2_0_lsb_first) {
+    // FORMATS.md §2: qs[32h + m] bits 2n..2n+1 = element 128h + 32n + m; codes 0, 1, 2 = -1, 0, +1; f16 d last
+    uint8_t raw[66] = {};
+    for (int i = 0; i < 64; i++) raw[i] = 0x55; // every code 1: value 0
+    raw[0] = 0x18;                              // 00 01 10 00: elements 96 = -1, 64 = 0, 32 = +1, 0 = -1
+    raw[33] = 0x96;                             // 10 01 01 10: elements 128+97 = +1, +65 = 0, +33 = 0, +1 = +1
+    raw[64] = 0x00;
+    raw[65] = 0x34; // f16 0.25
+    block_tq2_0 b;
+    std::memcpy(&b, raw, sizeof(b));
+    float y[256];
+    tq2_0::dequantize(b, y);
+    std::vector<float> want(256, 0.0f);
+    want[0] = -0.25f;
+    want[32] = 0.25f;
+    want[96] = -0.25f;
+    want[129] = 0.25f;
+    want[225] = 0.25f;
+    for (int j = 0; j < 256; j++) EXPECT_EQ(y[j], want[size_t(j)]) << "element " << j;
+}
+
+TEST(quant_known_blocks, i2_s_msb_first_and_tail_scale) {
+    // FORMATS.md §4.3: byte j bits 7:6 = element j, 5:4 = j+32, 3:2 = j+64, 1:0 = j+96; the f32 scale in a 32-byte
+    // tail after all rows (2 rows of 128 here: 64 bytes of codes + 32)
+    ASSERT_EQ(tensor_bytes(type::i2_s, 256), size_t(64 + 32));
+    std::vector<uint8_t> raw(96, 0x55); // code 1 everywhere: 0
+    raw[0] = 0x92;                      // 10 01 00 10: element 0 = +1, 32 = 0, 64 = -1, 96 = +1
+    raw[32 + 31] = 0x27;                // 00 10 01 11: row 1 elements 31 = -1, 63 = +1, 95 = 0, 127 = code 3 (+2)
+    std::fill(raw.begin() + 64, raw.end(), 0);
+    const float scale = 1.5f;
+    std::memcpy(raw.data() + 64, &scale, 4);
+    std::vector<float> y(256);
+    ASSERT_TRUE(dequantize_tensor_ref(type::i2_s, raw.data(), y.data(), 128, 2));
+    std::vector<float> want(256, 0.0f);
+    want[0] = 1.5f;
+    want[64] = -1.5f;
+    want[96] = 1.5f;
+    want[128 + 31] = -1.5f;
+    want[128 + 63] = 1.5f;
+    want[128 + 127] = 3.0f;
+    for (int j = 0; j < 256; j++) EXPECT_EQ(y[size_t(j)], want[size_t(j)]) << "element " << j;
+    EXPECT_EQ(read_tensor_scale(type::i2_s, raw.data(), 256), 1.5f);
+    EXPECT_EQ(read_tensor_scale(type::q8_0, raw.data(), 256), 1.0f);
+}
+
+TEST(quant_known_blocks, i2_s_absmean_quantizer) {
+    // sum |W| = 64 over 128 weights: s = mean|W| = 0.5 exactly; code = clamp(round(W / s), -1, 1), ties to even
+    std::vector<float> w(128, 0.5f);                            // 1 -> +1
+    const float head[6] = {0.125f, -0.4375f, 1.25f, 0.25f, -0.75f, 0.1875f}; // W / s = 0.25, -0.875, 2.5, 0.5, -1.5, 0.375
+    const float want[6] = {0.0f, -0.5f, 0.5f, 0.0f, -0.5f, 0.0f};            // 0, -1, +1 (clamped), 0 (tie), -1 (tie, clamped), 0
+    std::copy(head, head + 6, w.begin());
+    std::vector<uint8_t> q(tensor_bytes(type::i2_s, 128));
+    ASSERT_TRUE(quantize_tensor_ref(type::i2_s, w.data(), q.data(), 128, 1));
+    EXPECT_EQ(read_tensor_scale(type::i2_s, q.data(), 128), 0.5f);
+    std::vector<float> y(128);
+    dequantize_tensor_ref(type::i2_s, q.data(), y.data(), 128, 1);
+    for (int j = 0; j < 6; j++) EXPECT_EQ(y[size_t(j)], want[j]) << j;
+    for (int j = 6; j < 128; j++) EXPECT_EQ(y[size_t(j)], 0.5f) << j;
+    for (int j = 4; j < 32; j++) EXPECT_EQ(q[128 / 4 + size_t(j)], 0) << "tail byte " << j; // the tail after the scale
+}
+
+TEST(quant_known_blocks, i8_s_one_scale_per_row) {
+    std::vector<float> x(256);
+    for (int j = 0; j < 256; j++) x[size_t(j)] = float(j % 7) - 3.0f;
+    x[200] = 6.35f; // the row's max lives in block 1; block 0 still takes d = 6.35 / 127
+    block_i8_s b[2];
+    quantize_row_ref<i8_s>(x.data(), b, 256);
+    const float d = float(double(6.35f) / 127.0);
+    const float s = float(127.0 / double(6.35f));
+    for (int k = 0; k < 2; k++) {
+        EXPECT_EQ(b[k].d, d);
+        int sum = 0;
+        for (int j = 0; j < 128; j++) {
+            EXPECT_EQ(b[k].qs[j], int8_t(std::round(x[size_t(128 * k + j)] * s)));
+            sum += b[k].qs[j];
+        }
+        EXPECT_EQ(b[k].sum, sum);
+    }
+    EXPECT_EQ(b[1].qs[200 - 128], 127);
+}
+
+TEST(quant_known_blocks, nvfp4_split_halves) {
+    // FORMATS.md §2: d[s] UE4M3 then qs; sub-block s byte j: low nibble = element 16s + j, high = 16s + j + 8
+    const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    const uint8_t d[4] = {0x38, 0x40, 0x01, 0x7e}; // 1.0, 2.0, 2^-9 (subnormal), 448
+    const float dv[4] = {1.0f, 2.0f, std::ldexp(1.0f, -9), 448.0f};
+    uint8_t raw[36];
+    std::memcpy(raw, d, 4);
+    for (int s = 0; s < 4; s++)
+        for (int j = 0; j < 8; j++) raw[4 + 8 * s + j] = uint8_t(((j + s) % 16) | (((15 - j - s) & 15) << 4));
+    block_nvfp4 b;
+    std::memcpy(&b, raw, sizeof(b));
+    float y[64];
+    nvfp4::dequantize(b, y);
+    for (int s = 0; s < 4; s++)
+        for (int j = 0; j < 8; j++) {
+            EXPECT_EQ(y[16 * s + j], e2m1[(j + s) % 16] * dv[s]) << s << " " << j;
+            EXPECT_EQ(y[16 * s + j + 8], e2m1[(15 - j - s) & 15] * dv[s]) << s << " " << j;
+        }
+}
+
+TEST(quant_known_blocks, awq4_nibble_order) {
+    // FORMATS.md §3: word c slot i (bits 4i..4i+3) = element 8c + {0,2,4,6,1,3,5,7}[i]; as bytes of a word:
+    // e0 | e2 << 4, e4 | e6 << 4, e1 | e3 << 4, e5 | e7 << 4. Codes here: element j has code j % 16.
+    std::vector<uint8_t> raw = {0x00, 0x38, 5, 0}; // f16 s = 0.5, z = 5, pad
+    for (int c = 0; c < 16; c++) {
+        const int e = 8 * (c % 2); // codes 8c .. 8c + 7, mod 16
+        raw.insert(raw.end(), {uint8_t(e | (e + 2) << 4), uint8_t((e + 4) | (e + 6) << 4),
+                               uint8_t((e + 1) | (e + 3) << 4), uint8_t((e + 5) | (e + 7) << 4)});
+    }
+    EXPECT_EQ(raw[4], 0x20); // word 0 = 0x75316420
+    EXPECT_EQ(raw[7], 0x75);
+    block_awq4<128> b;
+    ASSERT_EQ(raw.size(), sizeof(b));
+    std::memcpy(&b, raw.data(), sizeof(b));
+    float y[128];
+    awq4::dequantize(b, y);
+    for (int j = 0; j < 128; j++) EXPECT_EQ(y[j], 0.5f * float(j % 16 - 5)) << "element " << j;
+    // the g64 variant: same words, half as many
+    block_awq4<64> b64;
+    std::memcpy(&b64, raw.data(), sizeof(b64));
+    float y64[64];
+    awq4_g64::dequantize(b64, y64);
+    for (int j = 0; j < 64; j++) EXPECT_EQ(y64[j], 0.5f * float(j % 16 - 5)) << "element " << j;
+}
+
+TEST(quant_known_blocks, awq4_quantizer_follows_autoawq) {
+    // min = -0.3, max = 1.2: s = 1.5 / 15 = 0.1 (f16 0.0999755859375), z = round(0.3 / s) = 3, q = round(x / s) + z
+    std::vector<float> x(128);
+    for (int j = 0; j < 128; j++) x[size_t(j)] = -0.3f + 1.5f * float(j) / 127.0f;
+    block_awq4<128> b;
+    awq4::quantize(x.data(), b);
+    const float s = to_f32(to_f16(1.5f / 15.0f));
+    EXPECT_EQ(b.s.bits, to_f16(0.1f).bits);
+    EXPECT_EQ(b.z, 3);
+    EXPECT_EQ(b.pad, 0);
+    for (int j = 0; j < 128; j++)
+        EXPECT_EQ(awq4::code(b, j), std::clamp(int(std::nearbyint(x[size_t(j)] / s)) + 3, 0, 15)) << j;
+}
+
+TEST(fp16, ue4m3_as_ggml) {
+    // decode: e = 0: m * 2^-9; else (1 + m/8) 2^(e-7); 0x7f reads 0; helper returns half, as ggml's
+    for (int c = 0; c < 128; c++) {
+        const int e = c >> 3, m = c & 7;
+        const float full = c == 0x7f ? 0.0f : e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7);
+        EXPECT_EQ(ue4m3_to_fp32_half(uint8_t(c)), full / 2) << c;
+        // every finite code encodes to itself, except that ggml's encoder maps all of [256, 448] to 448 (0x7e)
+        if (c != 0 && c != 0x7f) {
+            EXPECT_EQ(fp32_to_ue4m3(full), e == 15 ? 0x7e : c) << c;
+        }
+    }
+    EXPECT_EQ(ue4m3_to_fp32_half(0x7e), 224.0f);      // 448 / 2
+    EXPECT_EQ(fp32_to_ue4m3(1000.0f), 0x7e);           // saturates
+    EXPECT_EQ(fp32_to_ue4m3(-1.0f), 0);                // unsigned: negatives and NaN are 0
+    EXPECT_EQ(fp32_to_ue4m3(std::nanf("")), 0);
+    EXPECT_EQ(fp32_to_ue4m3(1.0625f), 0x39);           // tie between 1.0 and 1.125 goes up
+    EXPECT_EQ(fp32_to_ue4m3(std::ldexp(2.5f, -9)), 3); // subnormal: round(x * 512) = 2.5 -> 3
 }
 
 TEST(fp16, conversions_exact_and_round_to_nearest_even) {

@@ -7,6 +7,7 @@
 
 #include "ggml-like/gguf.h"
 #include "quant/format.h"
+#include "quant/quantize.h"
 
 #include <functional>
 #include <map>
@@ -60,12 +61,11 @@ inline int64_t write_tiny_model(const std::string& path, const tiny_model_spec& 
         type tt = t;
         if (auto it = s.retype.find(name); it != s.retype.end()) tt = type(it->second);
         const type_traits* info = find_type(uint32_t(tt));
-        const size_t bytes = info ? size_t(n / info->block_size) * info->type_size : size_t(n) * 4;
+        // whole tensor, tail included (i2_s: its scale after the rows)
+        const size_t bytes = info ? size_t(n / info->block_size) * info->type_size + info->tail_bytes : size_t(n) * 4;
         storage.emplace_back(bytes);
-        if (const row_ops* ops = find_row_ops(tt); ops && ne[0] % info->block_size == 0)
-            for (int64_t r = 0; r < n / ne[0]; r++)
-                ops->from_float(x.data() + r * ne[0], storage.back().data() + size_t(r) * (bytes / size_t(n / ne[0])),
-                                ne[0]);
+        if (info && ne[0] > 0 && ne[0] % info->block_size == 0)
+            quantize_tensor_ref(tt, x.data(), storage.back().data(), ne[0], n / ne[0]); // false (zeros) if no format
         w.add_tensor(name, uint32_t(tt), ne, storage.back().data());
     };
     const int64_t E = s.n_embd, D = s.n_embd / s.n_head;
@@ -83,6 +83,8 @@ inline int64_t write_tiny_model(const std::string& path, const tiny_model_spec& 
         add(b + "ffn_up.weight", {E, s.n_ff}, s.weight_type);
         add(b + "ffn_down.weight", {s.n_ff, E}, s.weight_type);
     }
+    // tessera's own types (awq4, i2_s) are only accepted in a file that says it needs tessera
+    if (!is_ggml_type(s.weight_type)) w.set(tessera_format_key, gguf_value::of_u32(tessera_format_version));
     if (s.edit) s.edit(w);
     w.write(path);
     return n_vocab;

@@ -78,7 +78,8 @@ size_t work_size(const tensor& node, int n_threads) {
     }
     case op::attention: {
         const int64_t hd = node.src[0]->ne[0];
-        return size_t(n_threads) * size_t(4 * hd) * sizeof(float);
+        // decode: 4 rows of hd per thread; prefill: K, V, accumulator tiles (64 x hd each) and 3 x 64 floats
+        return size_t(n_threads) * size_t(std::max<int64_t>(4 * hd, 3 * 64 * hd + 3 * 64)) * sizeof(float);
     }
     default: return 0;
     }

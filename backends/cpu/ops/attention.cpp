@@ -21,6 +21,83 @@ inline void load_row_f32(const tensor& t, const uint8_t* src, float* dst, int64_
         f16_to_f32(src, dst, n);
 }
 
+constexpr int64_t TILE = 64; // keys per tile and queries per job in the prefill path, as ggml's tiled attention
+
+// Prefill (>= 64 queries): ggml's tiled flash attention, reproduced step for step: per tile of 64 keys,
+// S = scale * Q K^T + mask (an FMA chain over the head dimension), a running max M, P = expf_ggml(S - M) summed 16 at a
+// time in double, O += P V (an FMA chain over the keys), O *= expf(M_old - M_new) when the max grows; O / sum at the end.
+// Jobs are (query head, 64 consecutive tokens); the K and V tiles are converted to f32 once per job.
+void attention_tiled(const compute_params& p, tensor& dst, const float_kernels& fk, to_float_fn f16_to_f32) {
+    const tensor& q = *dst.src[0];
+    const tensor& k = *dst.src[1];
+    const tensor& v = *dst.src[2];
+    const tensor* mask = dst.src[3];
+    const float scale = dst.op_params.f[0];
+    const int64_t hd = q.ne[0], n_head = q.ne[1], n_tok = q.ne[2], n_head_kv = k.ne[1], n_kv = k.ne[2];
+    const int64_t group = n_head / n_head_kv, n_blocks = (n_tok + TILE - 1) / TILE;
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+    // per-thread scratch: kt (hd x 64), vt (64 x hd), acc (64 x hd), s (64), m (64), sum (64)
+    float* kt = reinterpret_cast<float*>(p.wdata) + size_t(p.ith) * size_t(3 * TILE * hd + 3 * TILE);
+    float* vt = kt + TILE * hd;
+    float* acc = vt + TILE * hd;
+    float* sc = acc + TILE * hd;
+    float* M = sc + TILE;
+    float* S = M + TILE;
+
+    int64_t j0, j1;
+    split(n_head * n_blocks, p.ith, p.nth, j0, j1);
+    for (int64_t job = j0; job < j1; job++) {
+        const int64_t h = job / n_blocks, t0 = (job % n_blocks) * TILE, rows = std::min(TILE, n_tok - t0);
+        const int64_t hk = h / group;
+        std::fill(acc, acc + rows * hd, 0.0f);
+        std::fill(M, M + rows, neg_inf);
+        std::fill(S, S + rows, 0.0f);
+        for (int64_t ic = 0; ic < n_kv; ic += TILE) {
+            const int64_t kv_tile = std::min(TILE, n_kv - ic);
+            if (mask) { // a tile every row masks out entirely is skipped
+                bool all_masked = true;
+                for (int64_t r = 0; r < rows && all_masked; r++) {
+                    const float* m = at<float>(*mask, ic, t0 + r);
+                    for (int64_t j = 0; j < kv_tile && all_masked; j++) all_masked = m[j] == neg_inf;
+                }
+                if (all_masked) continue;
+            }
+            for (int64_t j = 0; j < kv_tile; j++) {
+                load_row_f32(k, at<uint8_t>(k, 0, hk, ic + j), sc, hd, f16_to_f32);
+                for (int64_t d = 0; d < hd; d++) kt[d * TILE + j] = sc[d];
+                load_row_f32(v, at<uint8_t>(v, 0, hk, ic + j), vt + j * hd, hd, f16_to_f32);
+            }
+            for (int64_t j = kv_tile; j < TILE; j++)
+                for (int64_t d = 0; d < hd; d++) kt[d * TILE + j] = 0.0f;
+            for (int64_t r = 0; r < rows; r++) {
+                fk.kq_tile(at<float>(q, 0, h, t0 + r), kt, hd, sc);
+                const float* m = mask ? at<float>(*mask, ic, t0 + r) : nullptr;
+                float tile_max = neg_inf;
+                for (int64_t j = 0; j < TILE; j++) {
+                    sc[j] = j < kv_tile ? sc[j] * scale + (m ? m[j] : 0.0f) : neg_inf;
+                    tile_max = std::max(tile_max, sc[j]);
+                }
+                if (tile_max == neg_inf) continue;
+                const float m_new = std::fmax(M[r], tile_max);
+                if (m_new > M[r]) {
+                    const float ms = std::exp(M[r] - m_new);
+                    for (int64_t d = 0; d < hd; d++) acc[r * hd + d] *= ms;
+                    S[r] *= ms;
+                }
+                M[r] = m_new;
+                S[r] = float(double(S[r]) + fk.softmax_tile(sc, m_new));
+                fk.pv_tile(acc + r * hd, sc, vt, kv_tile, hd);
+            }
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            float* o = at<float>(dst, 0, h, t0 + r);
+            const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
+            for (int64_t d = 0; d < hd; d++) o[d] = acc[r * hd + d] * inv;
+        }
+    }
+}
+
 } // namespace
 
 void attention(const compute_params& p, tensor& dst) {
@@ -38,8 +115,9 @@ void attention(const compute_params& p, tensor& dst) {
     const float_kernels& fk = find_float_kernels(p.reference);
     // ggml's CPU flash attention keeps the V accumulator in f16 for the K/V-f16 cache when fewer than 64 queries are
     // evaluated at once (decode, short prompts), and rounds Q to f16 for the K dot. We follow it so that greedy
-    // output agrees with llama.cpp token for token; batches of >= 64 queries accumulate in f32, as ggml's tiled path.
-    const bool f16_path = k.t == type::f16 && n_tok < 64;
+    // output agrees with llama.cpp token for token; batches of >= 64 queries take ggml's tiled path (above).
+    if (n_tok >= TILE) return attention_tiled(p, dst, fk, f16_to_f32);
+    const bool f16_path = k.t == type::f16;
 
     // scratch per thread: k/v row (hd) + accumulator (hd) + q row (hd) + q as f16 (hd halves)
     float* scratch = reinterpret_cast<float*>(p.wdata) + size_t(p.ith) * size_t(4 * hd);

@@ -1,10 +1,12 @@
 // mul_mat.cpp: dst (n, m) = W (k, n)^T x (k, m): activations are converted once to the weight's dot type (q8_0, q8_1,
 // f16, ...) into the shared scratch, then every thread computes 16x16 output tiles with the type's vec_dot, so a
-// tile's 16 weight rows and 16 activation rows stay in L1 while they are reused.
+// tile's 16 weight rows and 16 activation rows stay in L1 while they are reused. A weight type with a per-tensor
+// scale (i2_s, in the tail after its rows) has row dots at unit scale: the output is multiplied by that scale.
 #include "ops.h"
 
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
+#include "quant/format.h"
 
 namespace tessera::cpu {
 
@@ -22,6 +24,9 @@ void mul_mat(const compute_params& p, tensor& dst) {
     const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];
     const int64_t r2 = ne2 / w.ne[2], r3 = ne3 / w.ne[3]; // broadcast of w over dims 2, 3
     const size_t act_row = row_size(ops->dot_type, k);
+    // per-tensor scale; a view of the weight reads its source's tail (views of a weight keep its type)
+    const tensor& w_root = w.view_src ? *w.view_src : w;
+    const float w_scale = read_tensor_scale(w.t, w_root.data, w_root.n_elements());
 
     // 1) x rows -> dot type, all threads
     const int64_t n_x_rows = m * ne2 * ne3;
@@ -48,7 +53,7 @@ void mul_mat(const compute_params& p, tensor& dst) {
             const uint8_t* a = p.wdata + size_t((i3 * ne2 + i2) * m + im) * act_row;
             float* y = at<float>(dst, 0, im, i2, i3);
             for (int64_t in = n0; in < n1; in++)
-                y[in] = ops->vec_dot(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), a, k);
+                y[in] = w_scale * ops->vec_dot(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), a, k);
         }
     }
 }

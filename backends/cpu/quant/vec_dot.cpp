@@ -1,7 +1,8 @@
-// vec_dot.cpp: the table of CPU row kernels: scalar references from quant/ and, when the CPU has AVX2/FMA/F16C,
-// the versions in vec_dot_avx2.cpp.
+// vec_dot.cpp: the table of CPU row kernels: scalar references from quant/ for every format in TS_BLOCK_FORMATS and,
+// when the CPU has AVX2/FMA/F16C, the versions in vec_dot_avx2.cpp and <format>_avx2.cpp.
 #include "vec_dot.h"
 
+#include "ggml-like/error.h"
 #include "quant/format.h"
 
 #include <cmath>
@@ -17,6 +18,13 @@ float vec_dot_f16_f16(const void* w, const void* a, int64_t n);
 float vec_dot_f32_f32(const void* w, const void* a, int64_t n);
 void quantize_row_q8_0(const float* x, void* y, int64_t n);
 void quantize_row_q8_1(const float* x, void* y, int64_t n);
+// one file per newer format: <format>_avx2.cpp
+float vec_dot_tq2_0_q8_k(const void* w, const void* a, int64_t n);
+void quantize_row_q8_k(const float* x, void* y, int64_t n);
+float vec_dot_i2_s_i8_s(const void* w, const void* a, int64_t n);
+void quantize_row_i8_s(const float* x, void* y, int64_t n);
+float vec_dot_nvfp4_q8_0(const void* w, const void* a, int64_t n);
+template <int G> float vec_dot_awq4_q8_1(const void* w, const void* a, int64_t n);
 void f32_to_f16_row(const float* x, void* y, int64_t n);
 void f16_to_f32_row(const void* x, float* y, int64_t n);
 float dot_ggml_order(const float* x, const float* y, int64_t n);
@@ -24,6 +32,9 @@ void mad(float* acc, const float* v, float s, int64_t n, bool round_f16);
 void scale(float* acc, float s, int64_t n, bool round_f16);
 void swiglu(const float* g, const float* u, float* y, int64_t n);
 void silu(const float* x, float* y, int64_t n);
+void kq_tile(const float* q, const float* kt, int64_t hd, float* s);
+double softmax_tile(float* s, float m);
+void pv_tile(float* acc, const float* p, const float* v, int64_t n, int64_t hd);
 } // namespace avx2
 
 // ---- scalar references of the float kernels (see vec_dot.h) ----
@@ -97,28 +108,46 @@ cpu_type_ops make_ref(type t) {
     return o;
 }
 
+// Slot of a type in the tables: ggml's ids below 64, tessera's own (1024..) after them; -1 for neither.
+constexpr int n_slots = 64 + 16;
+int slot(type t) {
+    const auto id = uint32_t(t);
+    if (id < 64) return int(id);
+    if (id >= 1024 && id < 1024 + 16) return int(64 + id - 1024);
+    return -1;
+}
+
 struct tables {
-    cpu_type_ops ref[64];
-    cpu_type_ops fast[64];
-    bool has[64] = {};
+    cpu_type_ops ref[n_slots];
+    cpu_type_ops fast[n_slots];
+    bool has[n_slots] = {};
+    void add(type t) {
+        const int i = slot(t);
+        TS_ASSERT(i >= 0);
+        has[i] = true;
+        ref[i] = fast[i] = make_ref(t);
+    }
+    void set_fast(type t, vec_dot_fn dot, from_float_fn act) {
+        fast[slot(t)].vec_dot = dot;
+        fast[slot(t)].act_from_float = act;
+    }
     tables() {
-        const type all[] = {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::q8_1};
-        for (type t : all) {
-            const auto i = size_t(t);
-            has[i] = true;
-            ref[i] = fast[i] = make_ref(t);
-        }
+        for (type t : {type::f32, type::f16, type::bf16}) add(t);
+#define TS_ADD_FORMAT(F) add(F::id);
+        TS_BLOCK_FORMATS(TS_ADD_FORMAT)
+#undef TS_ADD_FORMAT
         if (!cpu_has_avx2()) return;
-        fast[size_t(type::q4_0)].vec_dot = avx2::vec_dot_q4_0_q8_0;
-        fast[size_t(type::q4_0)].act_from_float = avx2::quantize_row_q8_0;
-        fast[size_t(type::q8_0)].vec_dot = avx2::vec_dot_q8_0_q8_0;
-        fast[size_t(type::q8_0)].act_from_float = avx2::quantize_row_q8_0;
-        fast[size_t(type::q4_1)].vec_dot = avx2::vec_dot_q4_1_q8_1;
-        fast[size_t(type::q4_1)].act_from_float = avx2::quantize_row_q8_1;
-        fast[size_t(type::f16)].vec_dot = avx2::vec_dot_f16_f16;
-        fast[size_t(type::f16)].act_from_float = avx2::f32_to_f16_row;
-        fast[size_t(type::f16)].to_float = avx2::f16_to_f32_row;
-        fast[size_t(type::f32)].vec_dot = avx2::vec_dot_f32_f32;
+        set_fast(type::q4_0, avx2::vec_dot_q4_0_q8_0, avx2::quantize_row_q8_0);
+        set_fast(type::q8_0, avx2::vec_dot_q8_0_q8_0, avx2::quantize_row_q8_0);
+        set_fast(type::q4_1, avx2::vec_dot_q4_1_q8_1, avx2::quantize_row_q8_1);
+        set_fast(type::tq2_0, avx2::vec_dot_tq2_0_q8_k, avx2::quantize_row_q8_k);
+        set_fast(type::i2_s, avx2::vec_dot_i2_s_i8_s, avx2::quantize_row_i8_s);
+        set_fast(type::nvfp4, avx2::vec_dot_nvfp4_q8_0, avx2::quantize_row_q8_0);
+        set_fast(type::awq4, avx2::vec_dot_awq4_q8_1<128>, avx2::quantize_row_q8_1);
+        set_fast(type::awq4_g64, avx2::vec_dot_awq4_q8_1<64>, avx2::quantize_row_q8_1);
+        set_fast(type::f16, avx2::vec_dot_f16_f16, avx2::f32_to_f16_row);
+        fast[slot(type::f16)].to_float = avx2::f16_to_f32_row;
+        fast[slot(type::f32)].vec_dot = avx2::vec_dot_f32_f32;
     }
 };
 
@@ -149,13 +178,41 @@ void silu(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < nv; i++) y[i] = x[i] / (1.0f + expf_ggml(0.0f - x[i]));
     for (int64_t i = nv; i < n; i++) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
+void kq_tile(const float* q, const float* kt, int64_t hd, float* s) {
+    for (int j = 0; j < 64; j++) {
+        float acc = 0.0f;
+        for (int64_t d = 0; d < hd; d++) acc = std::fma(q[d], kt[d * 64 + j], acc);
+        s[j] = acc;
+    }
+}
+
+double softmax_tile(float* s, float m) {
+    double sum = 0.0;
+    for (int g = 0; g < 64; g += 16) {
+        float v[16];
+        for (int l = 0; l < 16; l++) s[g + l] = v[l] = expf_ggml(s[g + l] - m);
+        float h8[8], h4[4];
+        for (int l = 0; l < 8; l++) h8[l] = v[l + 8] + v[l];
+        for (int l = 0; l < 4; l++) h4[l] = h8[l + 4] + h8[l];
+        sum += double((h4[0] + h4[2]) + (h4[1] + h4[3]));
+    }
+    return sum;
+}
+
+void pv_tile(float* acc, const float* p, const float* v, int64_t n, int64_t hd) {
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t d = 0; d < hd; d++) acc[d] = std::fma(v[j * hd + d], p[j], acc[d]);
+}
+
 } // namespace ref
 
 const float_kernels& find_float_kernels(bool reference) {
-    static const float_kernels scalar{ref::dot_ggml_order, ref::mad, ref::scale, ref::swiglu, ref::silu};
-    static const float_kernels fast = cpu_has_avx2()
-        ? float_kernels{avx2::dot_ggml_order, avx2::mad, avx2::scale, avx2::swiglu, avx2::silu}
-        : scalar;
+    static const float_kernels scalar{ref::dot_ggml_order, ref::mad,     ref::scale,        ref::swiglu,
+                                      ref::silu,           ref::kq_tile, ref::softmax_tile, ref::pv_tile};
+    static const float_kernels fast =
+        cpu_has_avx2() ? float_kernels{avx2::dot_ggml_order, avx2::mad,     avx2::scale,        avx2::swiglu,
+                                       avx2::silu,           avx2::kq_tile, avx2::softmax_tile, avx2::pv_tile}
+                       : scalar;
     return reference ? scalar : fast;
 }
 
@@ -167,8 +224,8 @@ bool cpu_has_avx2() {
 
 const cpu_type_ops* find_cpu_ops(type t, bool reference) {
     static const tables tab;
-    const auto i = size_t(t);
-    if (i >= 64 || !tab.has[i]) return nullptr;
+    const int i = slot(t);
+    if (i < 0 || !tab.has[i]) return nullptr;
     return reference ? &tab.ref[i] : &tab.fast[i];
 }
 

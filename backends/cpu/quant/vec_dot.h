@@ -9,7 +9,8 @@
 
 namespace tessera::cpu {
 
-// s = w (n elements, weight type) . a (n elements, dot type)
+// s = w (n elements, weight type) . a (n elements, dot type); for a type with a per-tensor scale (i2_s) at unit scale:
+// the caller multiplies by read_tensor_scale() (quant/format.h)
 using vec_dot_fn = float (*)(const void* w, const void* a, int64_t n);
 using from_float_fn = void (*)(const float* x, void* y, int64_t n);
 using to_float_fn = void (*)(const void* x, float* y, int64_t n);
@@ -31,6 +32,13 @@ struct float_kernels {
     void (*scale)(float* acc, float s, int64_t n, bool round_f16);                // acc = acc * s
     void (*swiglu)(const float* g, const float* u, float* y, int64_t n);          // y = silu(g) * u, ggml's expf
     void (*silu)(const float* x, float* y, int64_t n);
+    // prefill attention tile (ggml's tiled flash attention): s[j] = fma-chain over d of q[d] * kt[d * 64 + j]
+    // (kt: a 64-key tile transposed), for the 64 keys of the tile
+    void (*kq_tile)(const float* q, const float* kt, int64_t hd, float* s);
+    // p[j] = expf_ggml(s[j] - m) in place for 64 scores; returns their sum, 16 at a time (AVX-512 order) in double
+    double (*softmax_tile)(float* s, float m);
+    // acc[d] = fma-chain over j < n of v[j * hd + d] * p[j]
+    void (*pv_tile)(float* acc, const float* p, const float* v, int64_t n, int64_t hd);
 };
 const float_kernels& find_float_kernels(bool reference = false);
 // e^x exactly as ggml's AVX-512 kernel computes it (Arm optimized-routines polynomial, ~1.5 ulp)

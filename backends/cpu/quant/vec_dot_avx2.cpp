@@ -298,4 +298,50 @@ void silu(const float* x, float* y, int64_t n) {
     for (; i < n; i++) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
+void kq_tile(const float* q, const float* kt, int64_t hd, float* s) {
+    __m256 acc[8];
+    for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < hd; d++) {
+        const __m256 qd = _mm256_set1_ps(q[d]);
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt + d * 64 + 8 * r), acc[r]);
+    }
+    for (int r = 0; r < 8; r++) _mm256_storeu_ps(s + 8 * r, acc[r]);
+}
+
+double softmax_tile(float* s, float m) {
+    double sum = 0.0;
+    const __m256 vm = _mm256_set1_ps(m);
+    for (int g = 0; g < 64; g += 16) {
+        __m256 lo, hi;
+        const __m256 xlo = _mm256_sub_ps(_mm256_loadu_ps(s + g), vm), xhi = _mm256_sub_ps(_mm256_loadu_ps(s + g + 8), vm);
+        if (!expf8(xlo, lo) || !expf8(xhi, hi)) { // a lane outside the fast range (e.g. a masked -inf): scalar
+            alignas(32) float t[16];
+            _mm256_store_ps(t, xlo);
+            _mm256_store_ps(t + 8, xhi);
+            for (int l = 0; l < 16; l++) t[l] = expf_ggml(t[l]);
+            lo = _mm256_load_ps(t);
+            hi = _mm256_load_ps(t + 8);
+        }
+        _mm256_storeu_ps(s + g, lo);
+        _mm256_storeu_ps(s + g + 8, hi);
+        // the 16 values folded as _mm512_reduce_add_ps does: halves, quarters, then (0+2) + (1+3)
+        const __m256 h8 = _mm256_add_ps(hi, lo);
+        const __m128 h4 = _mm_add_ps(_mm256_extractf128_ps(h8, 1), _mm256_castps256_ps128(h8));
+        const __m128 t = _mm_add_ps(h4, _mm_shuffle_ps(h4, h4, _MM_SHUFFLE(1, 0, 3, 2)));
+        sum += double(_mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_shuffle_ps(t, t, 1)));
+    }
+    return sum;
+}
+
+void pv_tile(float* acc, const float* p, const float* v, int64_t n, int64_t hd) {
+    int64_t d = 0;
+    for (; d + 8 <= hd; d += 8) {
+        __m256 a = _mm256_loadu_ps(acc + d);
+        for (int64_t j = 0; j < n; j++) a = _mm256_fmadd_ps(_mm256_loadu_ps(v + j * hd + d), _mm256_set1_ps(p[j]), a);
+        _mm256_storeu_ps(acc + d, a);
+    }
+    for (; d < hd; d++)
+        for (int64_t j = 0; j < n; j++) acc[d] = std::fma(v[j * hd + d], p[j], acc[d]);
+}
+
 } // namespace tessera::cpu::avx2

@@ -1,0 +1,106 @@
+// common.cuh: what every CUDA source of the backend shares: TS_CUDA_CHECK, warp reductions, ceil_div, and
+// cuda_context, the per-compute state an op reads (stream, device pointers of tensors, scratch memory).
+// The backend itself (buffers, weights, the compute() switch) is in cuda_backend.cu; ops are in ops/.
+#pragma once
+
+#include "ggml-like/error.h"
+#include "ggml-like/tensor.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+namespace tessera::cuda {
+
+// Throws tessera::error naming the call site, the failed expression and CUDA's error name and text.
+[[noreturn]] void cuda_fail(const char* file, int line, const char* expr, cudaError_t e);
+
+} // namespace tessera::cuda
+
+// Every CUDA runtime call goes through this; every kernel launch is followed by TS_CUDA_CHECK(cudaGetLastError()).
+#define TS_CUDA_CHECK(expr)                                                                                            \
+    do {                                                                                                               \
+        const cudaError_t ts_err_ = (expr);                                                                            \
+        if (ts_err_ != cudaSuccess) ::tessera::cuda::cuda_fail(__FILE__, __LINE__, #expr, ts_err_);                    \
+    } while (0)
+
+namespace tessera::cuda {
+
+constexpr int WARP_SIZE = 32;
+
+constexpr int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+
+// Sum / max over the 32 lanes of a warp; every lane gets the result.
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ int warp_sum(int x) {
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+// Sum / max over a whole thread block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `red` is shared scratch of 32 floats; the function syncs before returning, so `red` can be reused right away.
+__device__ __forceinline__ float block_sum(float x, float* red) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, n_warps = blockDim.x / WARP_SIZE;
+    x = warp_sum(x);
+    if (lane == 0) red[warp] = x;
+    __syncthreads();
+    x = lane < n_warps ? red[lane] : 0.0f;
+    x = warp_sum(x);
+    __syncthreads();
+    return x;
+}
+__device__ __forceinline__ float block_max(float x, float* red) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, n_warps = blockDim.x / WARP_SIZE;
+    x = warp_max(x);
+    if (lane == 0) red[warp] = x;
+    __syncthreads();
+    x = lane < n_warps ? red[lane] : -INFINITY;
+    x = warp_max(x);
+    __syncthreads();
+    return x;
+}
+
+// Element strides and sizes of a tensor, in elements of `elem_bytes` (kernels index with these).
+struct shape4 {
+    int64_t ne[4];
+    int64_t nb[4]; // in elements, not bytes
+};
+// nb[d] / elem_bytes; TS_ASSERTs that every stride is a whole number of elements.
+shape4 shape_of(const tensor& t, size_t elem_bytes);
+
+// What an op needs while a graph is computed. Owned by cuda_backend; ops read it, never keep it.
+struct cuda_context {
+    cudaStream_t stream = nullptr;
+    int device = 0;
+    int n_sm = 0;
+    // host tensor (a weight flagged flag_param) -> its copy in device memory (backend::load_weights)
+    const std::unordered_map<const tensor*, uint8_t*>* weights = nullptr;
+    void* scratch = nullptr; // device memory of scratch_size bytes, at least work_size(node) for every node
+    size_t scratch_size = 0;
+
+    // Device address of t's first element: a weight's copy, a view into a weight's copy, or t.data (device memory
+    // bound by the graph runner or allocated by this backend).
+    uint8_t* ptr(const tensor* t) const;
+    template <class T> T* as(const tensor* t) const { return reinterpret_cast<T*>(ptr(t)); }
+};
+
+// Scratch bytes a node needs (mul_mat: its activations quantized to q8_1).
+size_t work_size(const tensor& node);
+
+} // namespace tessera::cuda

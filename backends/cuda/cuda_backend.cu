@@ -1,0 +1,299 @@
+// cuda_backend.cu: device buffers (cudaMalloc), weights uploaded once into one buffer, copies on one stream, and
+// compute(): one switch over ops, each launching on that stream without waiting. Kernels are in ops/.
+#include "backends/cuda/cuda_backend.h"
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/ops/ops.cuh"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+
+namespace tessera::cuda {
+
+namespace {
+// printf-style formatting: fmt's compile-time format check does not survive nvcc's front end
+[[gnu::format(printf, 1, 2)]] std::string strf(const char* f, ...) {
+    va_list ap, ap2;
+    va_start(ap, f);
+    va_copy(ap2, ap);
+    const int n = std::vsnprintf(nullptr, 0, f, ap);
+    va_end(ap);
+    std::string s(size_t(n > 0 ? n : 0), '\0');
+    std::vsnprintf(s.data(), s.size() + 1, f, ap2);
+    va_end(ap2);
+    return s;
+}
+} // namespace
+
+void cuda_fail(const char* file, int line, const char* expr, cudaError_t e) {
+    throw error(
+        strf("CUDA error %s (%s) in %s at %s:%d", cudaGetErrorName(e), cudaGetErrorString(e), expr, file, line));
+}
+
+shape4 shape_of(const tensor& t, size_t elem_bytes) {
+    shape4 s;
+    for (int d = 0; d < 4; d++) {
+        TS_ASSERT(t.nb[d] % elem_bytes == 0);
+        s.ne[d] = t.ne[d];
+        s.nb[d] = int64_t(t.nb[d] / elem_bytes);
+    }
+    return s;
+}
+
+uint8_t* cuda_context::ptr(const tensor* t) const {
+    const tensor* root = t->view_src ? t->view_src : t;
+    if (root->flags & flag_param) {
+        const auto it = weights->find(root);
+        if (it == weights->end())
+            throw error(
+                strf("cuda: weight %s is used by a graph but was not loaded (backend::load_weights)", root->name));
+        return it->second + (t->view_src ? t->view_offs : 0);
+    }
+    TS_ASSERT(t->data != nullptr);
+    return static_cast<uint8_t*>(t->data);
+}
+
+size_t work_size(const tensor& node) {
+    switch (node.o) {
+    case op::mul_mat:
+        return mul_mat_work_size(node);
+    default:
+        return 0;
+    }
+}
+
+namespace {
+
+std::string mib(size_t bytes) {
+    return strf("%.1f MiB", double(bytes) / (1024.0 * 1024.0));
+}
+
+struct device_buffer final : buffer {
+    void* p = nullptr;
+    size_t n = 0;
+    // what: what the memory is for, named in the out-of-memory error
+    device_buffer(size_t bytes, const device_info& dev, const char* what) : n(bytes) {
+        const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+        if (e == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError(); // clear it, so that the next check does not report it again
+            size_t free_b = 0, total_b = 0;
+            (void)cudaMemGetInfo(&free_b, &total_b);
+            throw error(strf("CUDA out of memory: %s needs %s, %s of %s free on %s; put fewer layers on the GPU "
+                             "(-ngl 0) or run on the CPU (--device cpu)",
+                             what, mib(bytes).c_str(), mib(free_b).c_str(), mib(total_b).c_str(), dev.name.c_str()));
+        }
+        TS_CUDA_CHECK(e);
+    }
+    ~device_buffer() override { (void)cudaFree(p); }
+    void* base() override { return p; }
+    size_t size() const override { return n; }
+};
+
+cudaStream_t as_stream(CUstream_st* s) {
+    return s;
+}
+
+} // namespace
+
+std::vector<device_info> list_devices(std::string* why) {
+    std::vector<device_info> out;
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (why) *why = cudaGetErrorString(e);
+        return out;
+    }
+    if (n == 0 && why) *why = "no CUDA device found";
+    for (int i = 0; i < n; i++) {
+        cudaDeviceProp prop{};
+        if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+        device_info d;
+        d.id = i;
+        d.name = prop.name;
+        d.cc_major = prop.major;
+        d.cc_minor = prop.minor;
+        d.n_sm = prop.multiProcessorCount;
+        int prev = 0;
+        if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(i) == cudaSuccess) {
+            (void)cudaMemGetInfo(&d.free_bytes, &d.total_bytes);
+            (void)cudaSetDevice(prev);
+        }
+        out.push_back(d);
+    }
+    (void)cudaGetLastError();
+    return out;
+}
+
+cuda_backend::cuda_backend(int device) {
+    std::string why;
+    const std::vector<device_info> devs = list_devices(&why);
+    if (devs.empty()) throw error("no CUDA device: " + why);
+    if (device < 0 || device >= int(devs.size()))
+        throw error(strf("CUDA device %d does not exist (%zu found)", device, devs.size()));
+    info_ = devs[size_t(device)];
+    TS_CUDA_CHECK(cudaSetDevice(device));
+    cudaStream_t s = nullptr;
+    TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    stream_ = s;
+}
+
+cuda_backend::~cuda_backend() {
+    if (stream_) (void)cudaStreamSynchronize(as_stream(stream_));
+    scratch_.reset();
+    weights_buf_.reset();
+    if (stream_) (void)cudaStreamDestroy(as_stream(stream_));
+}
+
+std::unique_ptr<buffer> cuda_backend::alloc(size_t bytes) {
+    TS_CUDA_CHECK(cudaSetDevice(info_.id));
+    return std::make_unique<device_buffer>(bytes, info_, "a compute or KV-cache buffer");
+}
+
+void cuda_backend::set(tensor& t, const void* src, size_t offset, size_t size) {
+    TS_ASSERT(!(t.flags & flag_param)); // weights go through load_weights
+    // from pageable memory the copy has left `src` when the call returns, so callers may free it right away
+    TS_CUDA_CHECK(
+        cudaMemcpyAsync(static_cast<uint8_t*>(t.data) + offset, src, size, cudaMemcpyHostToDevice, as_stream(stream_)));
+}
+
+void cuda_backend::get(const tensor& t, void* dst, size_t offset, size_t size) {
+    cuda_context ctx;
+    ctx.weights = &weights_;
+    TS_CUDA_CHECK(cudaMemcpyAsync(dst, ctx.ptr(&t) + offset, size, cudaMemcpyDeviceToHost, as_stream(stream_)));
+    TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+}
+
+// Same order as the op list and the CPU's supports(): element types each op accepts on CUDA.
+bool cuda_backend::supports(const tensor& node) const {
+    auto f32 = [](const tensor* s) { return s && s->t == type::f32; };
+    auto f32_rows = [&](const tensor* s) { return f32(s) && s->nb[0] == 4; };
+    switch (node.o) {
+    case op::none:
+        return true;
+    case op::view:
+        return true;
+    case op::get_rows:
+        return get_rows_supported(node);
+    case op::mul_mat:
+        return mul_mat_supported(node);
+    case op::add:
+        return f32(node.src[0]) && f32(node.src[1]);
+    case op::mul:
+        return f32(node.src[0]) && f32(node.src[1]);
+    case op::scale:
+        return f32(node.src[0]);
+    case op::rms_norm:
+        return f32(node.src[0]);
+    case op::rope:
+        return f32(node.src[0]) && node.src[1]->t == type::i32 && (!node.src[2] || f32_rows(node.src[2])) &&
+               node.src[0]->ne[3] == 1;
+    case op::soft_max:
+        return f32(node.src[0]) && (!node.src[1] || f32_rows(node.src[1]));
+    case op::silu:
+        return f32(node.src[0]);
+    case op::swiglu:
+        return f32(node.src[0]) && f32(node.src[1]);
+    case op::cpy:
+        return f32(node.src[0]) && (node.t == type::f32 || node.t == type::f16 || node.t == type::bf16);
+    case op::attention:
+        return attention_supported(node);
+    }
+    return false;
+}
+
+void cuda_backend::load_weights(std::span<tensor* const> weights) {
+    constexpr size_t align = 256;
+    auto up = [&](size_t x) { return (x + align - 1) / align * align; };
+    size_t total = 0;
+    std::vector<tensor*> todo;
+    for (tensor* t : weights) {
+        TS_ASSERT(t->flags & flag_param && !t->view_src && t->data != nullptr);
+        if (weights_.count(t) || std::find(todo.begin(), todo.end(), t) != todo.end()) continue; // tied weights
+        todo.push_back(t);
+        total += up(t->n_bytes());
+    }
+    if (todo.empty()) return;
+    TS_ASSERT(!weights_buf_); // one upload per backend: every weight in one buffer
+    TS_CUDA_CHECK(cudaSetDevice(info_.id));
+    weights_buf_ =
+        std::make_unique<device_buffer>(total, info_, strf("the weights (%zu tensors)", todo.size()).c_str());
+    auto* base = static_cast<uint8_t*>(weights_buf_->base());
+    for (tensor* t : todo) {
+        // on the backend's stream (kernels on it then see the weights); from pageable memory, staged by the driver
+        TS_CUDA_CHECK(cudaMemcpyAsync(base, t->data, t->n_bytes(), cudaMemcpyHostToDevice, as_stream(stream_)));
+        weights_[t] = base;
+        base += up(t->n_bytes());
+    }
+    TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+}
+
+void cuda_backend::compute(graph& g) {
+    TS_CUDA_CHECK(cudaSetDevice(info_.id));
+    size_t need = 0;
+    for (tensor* n : g.nodes) need = std::max(need, work_size(*n));
+    if (need > 0 && (!scratch_ || scratch_->size() < need)) {
+        TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_))); // the old scratch may still be read
+        scratch_.reset();
+        scratch_ = std::make_unique<device_buffer>(need + need / 8, info_, "the quantized activations");
+    }
+    cuda_context ctx;
+    ctx.stream = as_stream(stream_);
+    ctx.device = info_.id;
+    ctx.n_sm = info_.n_sm;
+    ctx.weights = &weights_;
+    ctx.scratch = scratch_ ? scratch_->base() : nullptr;
+    ctx.scratch_size = scratch_ ? scratch_->size() : 0;
+    for (tensor* n : g.nodes) {
+        switch (n->o) {
+        case op::none:
+            break;
+        case op::view:
+            break;
+        case op::get_rows:
+            get_rows(ctx, *n);
+            break;
+        case op::mul_mat:
+            mul_mat(ctx, *n);
+            break;
+        case op::add:
+            add(ctx, *n);
+            break;
+        case op::mul:
+            mul(ctx, *n);
+            break;
+        case op::scale:
+            scale(ctx, *n);
+            break;
+        case op::rms_norm:
+            rms_norm(ctx, *n);
+            break;
+        case op::rope:
+            rope(ctx, *n);
+            break;
+        case op::soft_max:
+            soft_max(ctx, *n);
+            break;
+        case op::silu:
+            silu(ctx, *n);
+            break;
+        case op::swiglu:
+            swiglu(ctx, *n);
+            break;
+        case op::cpy:
+            cpy(ctx, *n);
+            break;
+        case op::attention:
+            attention(ctx, *n);
+            break;
+        }
+        if (on_eval && n->o != op::view && n->o != op::none) on_eval(*n); // reads the node through get(): waits
+    }
+}
+
+void cuda_backend::synchronize() {
+    TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+}
+
+} // namespace tessera::cuda

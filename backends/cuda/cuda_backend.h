@@ -1,0 +1,56 @@
+// cuda_backend.h: the CUDA backend (device buffers, weights uploaded once, one stream, one switch over ops) and the
+// list of CUDA devices. Plain C++: included by code that is not compiled by nvcc (llm/device.cpp).
+// Kernels live in ops/*.cu; each block format's device fast path in quant/<format>.cuh.
+#pragma once
+
+#include "ggml-like/backend.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+struct CUstream_st; // cudaStream_t, without including the CUDA headers
+
+namespace tessera::cuda {
+
+struct device_info {
+    int id = 0;
+    std::string name; // "NVIDIA H100 80GB HBM3"
+    int cc_major = 0, cc_minor = 0;
+    size_t free_bytes = 0, total_bytes = 0;
+    int n_sm = 0;
+};
+
+// The CUDA devices this process can use; empty when there is none or no driver. Never throws: `why`, when given,
+// receives the reason an empty list came back ("no CUDA-capable device is detected").
+std::vector<device_info> list_devices(std::string* why = nullptr);
+
+class cuda_backend final : public backend {
+  public:
+    // Throws tessera::error when the device cannot be used.
+    explicit cuda_backend(int device = 0);
+    ~cuda_backend() override;
+    std::string name() const override { return "cuda"; }
+    std::unique_ptr<buffer> alloc(size_t bytes) override;
+    void set(tensor& t, const void* src, size_t offset, size_t size) override;
+    void get(const tensor& t, void* dst, size_t offset, size_t size) override;
+    bool supports(const tensor& node) const override;
+    void load_weights(std::span<tensor* const> weights) override;
+    void compute(graph& g) override;
+    void synchronize() override;
+
+    const device_info& info() const { return info_; }
+    size_t weight_bytes() const { return weights_buf_ ? weights_buf_->size() : 0; }
+
+  private:
+    device_info info_;
+    CUstream_st* stream_ = nullptr;
+    std::unique_ptr<buffer> weights_buf_;                 // every weight, one after another
+    std::unordered_map<const tensor*, uint8_t*> weights_; // host tensor -> its copy in weights_buf_
+    std::unique_ptr<buffer> scratch_;                     // per-node scratch (quantized activations)
+};
+
+} // namespace tessera::cuda

@@ -1,0 +1,267 @@
+// attention.cu: O = softmax(scale * Q K^T + mask) V over the f16 KV cache, with an online softmax:
+//   m_new = max(m, rowmax(S)); l = l e^(m - m_new) + rowsum(e^(S - m_new)); O = O e^(m - m_new) + e^(S - m_new) V; O /=
+//   l
+// q (hd, n_head, n_tok) f32; k, v (hd, n_head_kv, n_kv) f16 views of the cache; mask (n_kv, >= n_tok) additive;
+// query head h reads KV head h / (n_head / n_head_kv). Two kernels:
+//   decode  (n_tok <= 8): one block per (head, token), a chunk of 128 keys per step, one key per thread;
+//   prefill (n_tok > 8):  one block per (head, 32 queries), tiles of 32 keys staged in shared memory.
+// Scores and sums are f32 (the CPU rounds Q and its V accumulator to f16 below 64 queries, as ggml: the two differ by
+// that rounding). Not yet: splitting long contexts over blocks (decode), tensor cores (prefill).
+#include "backends/cuda/ops/ops.cuh"
+
+#include <cuda_fp16.h>
+
+namespace tessera::cuda {
+
+namespace {
+
+struct attn_args {
+    const float* q;
+    int64_t q_nb1, q_nb2; // floats between heads, tokens
+    const __half* k;
+    const __half* v;
+    int64_t kv_nb1, kv_nb2; // halves between KV heads, positions (k and v share them: checked in supports)
+    const float* mask;      // or null
+    int64_t mask_nb1;       // floats between mask rows
+    float* o;
+    int64_t o_nb1, o_nb2;
+    int hd, n_head, n_tok, group; // group = n_head / n_head_kv
+    int64_t n_kv;
+    float scale;
+};
+
+constexpr int DECODE_THREADS = 128; // keys per step
+constexpr int HD_MAX = 256;         // largest head size (checked in supports)
+
+// One block per (head, token). Thread t scores key c0 + t of each chunk, then the block adds the chunk's e^s v into
+// thread-owned output dimensions d = t and t + 128.
+static __global__ void __launch_bounds__(DECODE_THREADS) attention_decode_kernel(attn_args a) {
+    __shared__ float q_s[HD_MAX];
+    __shared__ float p_s[DECODE_THREADS];
+    __shared__ float red[32];
+    const int h = blockIdx.x, t = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
+    const float* qr = a.q + h * a.q_nb1 + t * a.q_nb2;
+    for (int d = tid; d < a.hd; d += blockDim.x) q_s[d] = qr[d];
+    __syncthreads();
+    const float* mr = a.mask ? a.mask + t * a.mask_nb1 : nullptr;
+    const __half* kh = a.k + hk * a.kv_nb1;
+    const __half* vh = a.v + hk * a.kv_nb1;
+    const int d0 = tid, d1 = tid + DECODE_THREADS;
+    float acc0 = 0.0f, acc1 = 0.0f, M = -INFINITY, S = 0.0f;
+    for (int64_t c0 = 0; c0 < a.n_kv; c0 += DECODE_THREADS) {
+        const int64_t j = c0 + tid;
+        float s = -INFINITY;
+        const float mv = j < a.n_kv ? (mr ? mr[j] : 0.0f) : -INFINITY;
+        if (mv != -INFINITY) {
+            const __half2* kr = reinterpret_cast<const __half2*>(kh + j * a.kv_nb2);
+            float dot = 0.0f;
+            for (int i = 0; i < a.hd / 2; i++) {
+                const float2 kv = __half22float2(kr[i]);
+                dot = fmaf(q_s[2 * i], kv.x, dot);
+                dot = fmaf(q_s[2 * i + 1], kv.y, dot);
+            }
+            s = dot * a.scale + mv;
+        }
+        const float m_new = fmaxf(M, block_max(s, red));
+        if (m_new == -INFINITY) continue;    // every key so far is masked (uniform over the block)
+        const float alpha = expf(M - m_new); // 0 when M = -inf
+        const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+        p_s[tid] = p;
+        S = S * alpha + block_sum(p, red); // block_sum's barriers also publish p_s
+        acc0 *= alpha;
+        acc1 *= alpha;
+        const int n_c = int(a.n_kv - c0 < DECODE_THREADS ? a.n_kv - c0 : DECODE_THREADS);
+        for (int jj = 0; jj < n_c; jj++) {
+            const float pj = p_s[jj];
+            if (pj == 0.0f) continue;
+            const __half* vr = vh + (c0 + jj) * a.kv_nb2;
+            if (d0 < a.hd) acc0 = fmaf(pj, __half2float(vr[d0]), acc0);
+            if (d1 < a.hd) acc1 = fmaf(pj, __half2float(vr[d1]), acc1);
+        }
+        M = m_new;
+        __syncthreads(); // p_s is rewritten by the next chunk
+    }
+    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    float* orow = a.o + h * a.o_nb1 + t * a.o_nb2;
+    if (d0 < a.hd) orow[d0] = acc0 * inv;
+    if (d1 < a.hd) orow[d1] = acc1 * inv;
+}
+
+constexpr int BQ = 32, BK = 32;      // queries per block, keys per tile
+constexpr int PREFILL_THREADS = 128; // 4 warps
+static_assert(BK == WARP_SIZE, "the softmax step gives one key of a tile to each lane");
+static_assert(PREFILL_THREADS == 4 * BQ, "thread t owns query t % 32 and a quarter of the keys / dimensions");
+
+size_t prefill_smem_bytes(int hd) {
+    // Q (BQ, hd + 1), K (BK, hd + 1), V (BK, hd), P (BQ, BK + 1), m, l, alpha (BQ each); +1 pads rows off one bank
+    return sizeof(float) * size_t(BQ * (hd + 1) + BK * (hd + 1) + BK * hd + BQ * (BK + 1) + 3 * BQ);
+}
+
+// One block per (32 queries, head). Per key tile: S = Q K^T (thread: query t % 32, keys 8 (t / 32) .. +8), online
+// softmax (warp w: rows 8w .. 8w+7, lane = key), O += P V (thread: query t % 32, dimensions t / 32 + 4i).
+template <int D_MAX> static __global__ void __launch_bounds__(PREFILL_THREADS) attention_prefill_kernel(attn_args a) {
+    extern __shared__ float smem[];
+    const int hd = a.hd;
+    float* q_s = smem;                // (BQ, hd + 1)
+    float* k_s = q_s + BQ * (hd + 1); // (BK, hd + 1)
+    float* v_s = k_s + BK * (hd + 1); // (BK, hd)
+    float* p_s = v_s + BK * hd;       // (BQ, BK + 1)
+    float* m_s = p_s + BQ * (BK + 1); // (BQ)
+    float* l_s = m_s + BQ;
+    float* alpha_s = l_s + BQ;
+
+    const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
+    const int t0 = blockIdx.x * BQ;
+    const int lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
+    const int qi = tid % BQ, part = tid / BQ; // this thread's query row and quarter
+
+    for (int e = tid; e < BQ * hd; e += blockDim.x) {
+        const int qq = e / hd, d = e % hd;
+        q_s[qq * (hd + 1) + d] = t0 + qq < a.n_tok ? a.q[h * a.q_nb1 + (t0 + qq) * a.q_nb2 + d] : 0.0f;
+    }
+    if (tid < BQ) {
+        m_s[tid] = -INFINITY;
+        l_s[tid] = 0.0f;
+    }
+    constexpr int N_D = D_MAX / 4; // output dimensions per thread
+    float o[N_D];
+#pragma unroll
+    for (int i = 0; i < N_D; i++) o[i] = 0.0f;
+    const bool q_ok = t0 + qi < a.n_tok;
+    const float* mr = a.mask && q_ok ? a.mask + (t0 + qi) * a.mask_nb1 : nullptr;
+
+    for (int64_t c0 = 0; c0 < a.n_kv; c0 += BK) {
+        __syncthreads(); // the previous tile's K, V, P are no longer read
+        for (int e = tid; e < BK * hd; e += blockDim.x) {
+            const int kk = e / hd, d = e % hd;
+            const int64_t j = c0 + kk;
+            float kv = 0.0f, vv = 0.0f;
+            if (j < a.n_kv) {
+                kv = __half2float(a.k[hk * a.kv_nb1 + j * a.kv_nb2 + d]);
+                vv = __half2float(a.v[hk * a.kv_nb1 + j * a.kv_nb2 + d]);
+            }
+            k_s[kk * (hd + 1) + d] = kv;
+            v_s[kk * hd + d] = vv;
+        }
+        __syncthreads();
+        // S = scale Q K^T + mask for 8 keys of this thread's query
+        float s[8];
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) s[kk] = 0.0f;
+        for (int d = 0; d < hd; d++) {
+            const float qv = q_s[qi * (hd + 1) + d];
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++) s[kk] = fmaf(qv, k_s[(part * 8 + kk) * (hd + 1) + d], s[kk]);
+        }
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+            const int64_t j = c0 + part * 8 + kk;
+            const float mv = j < a.n_kv && q_ok ? (mr ? mr[j] : 0.0f) : -INFINITY;
+            p_s[qi * (BK + 1) + part * 8 + kk] = mv == -INFINITY ? -INFINITY : s[kk] * a.scale + mv;
+        }
+        __syncthreads();
+        // online softmax, one row per warp step
+        for (int r = warp * (BQ / 4); r < (warp + 1) * (BQ / 4); r++) {
+            const float v = p_s[r * (BK + 1) + lane];
+            const float m_old = m_s[r];
+            const float m_new = fmaxf(m_old, warp_max(v));
+            const float p = m_new == -INFINITY || v == -INFINITY ? 0.0f : expf(v - m_new);
+            const float alpha = m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
+            const float sum = warp_sum(p);
+            p_s[r * (BK + 1) + lane] = p;
+            if (lane == 0) {
+                l_s[r] = l_s[r] * alpha + sum;
+                m_s[r] = m_new;
+                alpha_s[r] = alpha;
+            }
+        }
+        __syncthreads();
+        // O = O alpha + P V
+        const float alpha = alpha_s[qi];
+#pragma unroll
+        for (int i = 0; i < N_D; i++) o[i] *= alpha;
+        for (int kk = 0; kk < BK; kk++) {
+            const float p = p_s[qi * (BK + 1) + kk];
+#pragma unroll
+            for (int i = 0; i < N_D; i++) {
+                const int d = part + 4 * i;
+                if (d < hd) o[i] = fmaf(p, v_s[kk * hd + d], o[i]);
+            }
+        }
+    }
+    if (!q_ok) return;
+    const float l = l_s[qi];
+    const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+    float* orow = a.o + h * a.o_nb1 + (t0 + qi) * a.o_nb2;
+#pragma unroll
+    for (int i = 0; i < N_D; i++) {
+        const int d = part + 4 * i;
+        if (d < hd) orow[d] = o[i] * inv;
+    }
+}
+
+template <int D_MAX> void prefill_launch(const attn_args& a, cudaStream_t stream) {
+    const size_t smem = prefill_smem_bytes(a.hd);
+    if (smem > 48 * 1024)
+        TS_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D_MAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(smem)));
+    const dim3 grid(unsigned(ceil_div(a.n_tok, BQ)), unsigned(a.n_head));
+    attention_prefill_kernel<D_MAX><<<grid, PREFILL_THREADS, smem, stream>>>(a);
+    TS_CUDA_CHECK(cudaGetLastError());
+}
+
+void attention_launch(const attn_args& a, cudaStream_t stream) {
+    if (a.n_tok == 0) return;
+    if (a.n_tok <= 8) {
+        attention_decode_kernel<<<dim3(unsigned(a.n_head), unsigned(a.n_tok)), DECODE_THREADS, 0, stream>>>(a);
+        TS_CUDA_CHECK(cudaGetLastError());
+    } else if (a.hd <= 64) {
+        prefill_launch<64>(a, stream);
+    } else if (a.hd <= 128) {
+        prefill_launch<128>(a, stream);
+    } else {
+        prefill_launch<256>(a, stream);
+    }
+}
+
+} // namespace
+
+bool attention_supported(const tensor& dst) {
+    const tensor& q = *dst.src[0];
+    const tensor& k = *dst.src[1];
+    const tensor& v = *dst.src[2];
+    const tensor* mask = dst.src[3];
+    const int64_t hd = q.ne[0];
+    return q.t == type::f32 && q.nb[0] == 4 && k.t == type::f16 && v.t == type::f16 && k.nb[0] == 2 && v.nb[0] == 2 &&
+           k.nb[1] == v.nb[1] && k.nb[2] == v.nb[2] && k.nb[1] % 4 == 0 && k.nb[2] % 4 == 0 && hd % 2 == 0 &&
+           hd <= HD_MAX && q.ne[3] == 1 && k.ne[3] == 1 && (!mask || mask->nb[0] == 4) && dst.nb[0] == 4;
+}
+
+void attention(cuda_context& ctx, tensor& dst) {
+    const tensor* q = dst.src[0];
+    const tensor* k = dst.src[1];
+    const tensor* v = dst.src[2];
+    const tensor* mask = dst.src[3];
+    attn_args a{};
+    a.q = ctx.as<float>(q);
+    a.q_nb1 = int64_t(q->nb[1] / 4);
+    a.q_nb2 = int64_t(q->nb[2] / 4);
+    a.k = ctx.as<__half>(k);
+    a.v = ctx.as<__half>(v);
+    a.kv_nb1 = int64_t(k->nb[1] / 2);
+    a.kv_nb2 = int64_t(k->nb[2] / 2);
+    a.mask = mask ? ctx.as<float>(mask) : nullptr;
+    a.mask_nb1 = mask ? int64_t(mask->nb[1] / 4) : 0;
+    a.o = ctx.as<float>(&dst);
+    a.o_nb1 = int64_t(dst.nb[1] / 4);
+    a.o_nb2 = int64_t(dst.nb[2] / 4);
+    a.hd = int(q->ne[0]);
+    a.n_head = int(q->ne[1]);
+    a.n_tok = int(q->ne[2]);
+    a.group = int(q->ne[1] / k->ne[1]);
+    a.n_kv = k->ne[2];
+    a.scale = dst.op_params.f[0];
+    attention_launch(a, ctx.stream);
+}
+
+} // namespace tessera::cuda

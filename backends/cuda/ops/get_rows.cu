@@ -1,0 +1,112 @@
+// get_rows.cu: dst[:, r] = dequant(src0 row ids[r]) (token embeddings). Quantized rows go through the format's
+// reference dequantize (quant/<format>.h, TS_HD), the very code the CPU uses; float rows are converted per element.
+#include "backends/cuda/ops/ops.cuh"
+
+#include "backends/cuda/quant/formats.cuh"
+
+#include <cuda_bf16.h>
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int GET_ROWS_THREADS = 128;
+
+// One block per output row; thread t dequantizes blocks t, t + 128, ... of the source row. An id outside the table
+// gives a row of NaN (the session checks ids before this; a NaN row makes a bug visible instead of reading past).
+template <class F>
+static __global__ void get_rows_q_kernel(const uint8_t* w, int64_t w_nb1, int64_t n_rows, const int32_t* ids, float* y,
+                                         int64_t y_nb1, int64_t ne0) {
+    const int64_t r = blockIdx.x;
+    const int32_t id = ids[r];
+    float* yr = y + r * y_nb1;
+    const bool ok = id >= 0 && id < n_rows;
+    const auto* b = reinterpret_cast<const typename F::block*>(w + int64_t(id) * w_nb1);
+    for (int64_t ib = threadIdx.x; ib < ne0 / F::block_size; ib += blockDim.x) {
+        if (ok) {
+            F::dequantize(b[ib], yr + ib * F::block_size);
+        } else {
+            for (int j = 0; j < F::block_size; j++) yr[ib * F::block_size + j] = NAN;
+        }
+    }
+}
+
+template <class T> __device__ __forceinline__ float to_f32_elem(T x);
+template <> __device__ __forceinline__ float to_f32_elem<float>(float x) {
+    return x;
+}
+template <> __device__ __forceinline__ float to_f32_elem<f16>(f16 x) {
+    return f16_to_f32(x);
+}
+template <> __device__ __forceinline__ float to_f32_elem<bf16>(bf16 x) {
+    return __uint_as_float(uint32_t(x.bits) << 16);
+}
+
+template <class T>
+static __global__ void get_rows_f_kernel(const uint8_t* w, int64_t w_nb1, int64_t n_rows, const int32_t* ids, float* y,
+                                         int64_t y_nb1, int64_t ne0) {
+    const int64_t r = blockIdx.x;
+    const int32_t id = ids[r];
+    float* yr = y + r * y_nb1;
+    const bool ok = id >= 0 && id < n_rows;
+    const T* x = reinterpret_cast<const T*>(w + int64_t(id) * w_nb1);
+    for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) yr[i] = ok ? to_f32_elem<T>(x[i]) : NAN;
+}
+
+// w (ne0, n_rows) rows w_nb1 bytes apart; y (ne0, n_ids) rows y_nb1 floats apart.
+template <class T, bool QUANT>
+void get_rows_launch(const uint8_t* w, int64_t w_nb1, int64_t n_rows, const int32_t* ids, int64_t n_ids, float* y,
+                     int64_t y_nb1, int64_t ne0, cudaStream_t stream) {
+    if (n_ids == 0) return;
+    if constexpr (QUANT)
+        get_rows_q_kernel<T><<<unsigned(n_ids), GET_ROWS_THREADS, 0, stream>>>(w, w_nb1, n_rows, ids, y, y_nb1, ne0);
+    else
+        get_rows_f_kernel<T><<<unsigned(n_ids), GET_ROWS_THREADS, 0, stream>>>(w, w_nb1, n_rows, ids, y, y_nb1, ne0);
+    TS_CUDA_CHECK(cudaGetLastError());
+}
+
+} // namespace
+
+bool get_rows_supported(const tensor& dst) {
+    const tensor& w = *dst.src[0];
+    const tensor& ids = *dst.src[1];
+    if (ids.t != type::i32 || !ids.is_contiguous() || dst.nb[0] != 4 || w.nb[0] != type_size(w.t)) return false;
+    if (w.t == type::f32 || w.t == type::f16 || w.t == type::bf16) return true;
+    bool ok = false;
+    visit_format(w.t, [&]<class F>() { ok = cuda_format<F>::available; });
+    return ok;
+}
+
+void get_rows(cuda_context& ctx, tensor& dst) {
+    const tensor* w = dst.src[0];
+    const tensor* ids = dst.src[1];
+    const uint8_t* wp = ctx.ptr(w);
+    const int64_t w_nb1 = int64_t(w->nb[1]), n_rows = w->ne[1], ne0 = w->ne[0];
+    const int64_t y_nb1 = int64_t(dst.nb[1] / 4);
+    auto launch = [&]<class T, bool QUANT>() {
+        get_rows_launch<T, QUANT>(wp, w_nb1, n_rows, ctx.as<int32_t>(ids), ids->ne[0], ctx.as<float>(&dst), y_nb1, ne0,
+                                  ctx.stream);
+    };
+    switch (w->t) {
+    case type::f32:
+        launch.template operator()<float, false>();
+        return;
+    case type::f16:
+        launch.template operator()<f16, false>();
+        return;
+    case type::bf16:
+        launch.template operator()<bf16, false>();
+        return;
+    default:
+        break;
+    }
+    const bool known = visit_format(w->t, [&]<class F>() {
+        if constexpr (cuda_format<F>::available)
+            launch.template operator()<F, true>();
+        else
+            TS_ASSERT(!"get_rows: format without a CUDA path (supports() lets it through?)");
+    });
+    TS_ASSERT(known);
+}
+
+} // namespace tessera::cuda

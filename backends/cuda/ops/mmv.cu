@@ -1,0 +1,327 @@
+// mmv.cu: mul_mat as a fused dequant GEMV: y (n, m) = W (k, n)^T x (k, m) for small m (decode; 2..8 tokens reuse
+// each weight chunk from registers for every column). Larger m runs the same kernel over groups of 8 columns; the
+// tensor-core GEMM for prefill (mma.cu) comes later.
+//   quantized W: x is quantized once to q8_1 (quantize_q8_1_kernel), then mmv_q_kernel<cuda_format<F>, NC> takes the
+//                integer dot of each weight chunk with NC activation columns (quant/<format>.cuh);
+//   f32/f16/bf16 W: mmv_f_kernel<T, NC, V> reads x in f32 and dots in f32, V elements per load.
+// Thread mapping: a block of 128 threads handles 1, 2 or 4 rows (fewer rows for long rows); the threads of a row take
+// its chunks lt, lt + tpr, ... so that neighbouring threads read neighbouring bytes. W is broadcast over dims 2, 3.
+#include "backends/cuda/ops/ops.cuh"
+
+#include "backends/cuda/quant/formats.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int MMV_THREADS = 128;
+constexpr int MMV_MAX_COLS = 8;
+
+// ---- activations -> q8_1 ----
+
+// One warp per q8_1 block: lane l quantizes element l (d = amax / 127, q = round(x / d), s = d sum(q): quant/q8_1.h).
+// x: rows (k, m, ne2, ne3) with strides in floats; y: row r = (i3 ne2 + i2) m + i1, k / 32 blocks each.
+static __global__ void quantize_q8_1_kernel(const float* x, shape4 sx, block_q8_1* y, int64_t n_blocks_total) {
+    const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (g >= n_blocks_total) return;
+    const int64_t kb = sx.ne[0] / 32, ib = g % kb, r = g / kb;
+    const int64_t i1 = r % sx.ne[1], i2 = (r / sx.ne[1]) % sx.ne[2], i3 = r / (sx.ne[1] * sx.ne[2]);
+    const float v = x[i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3] + (ib * 32 + lane) * sx.nb[0]];
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int q = int(roundf(v * id));
+    const int sum = warp_sum(q);
+    block_q8_1& b = y[g];
+    b.qs[lane] = int8_t(q);
+    if (lane == 0) {
+        b.d = f16{__half_as_ushort(__float2half_rn(d))};
+        b.s = f16{__half_as_ushort(__float2half_rn(float(sum) * d))};
+    }
+}
+
+void quantize_q8_1_launch(const float* x, shape4 sx, block_q8_1* y, cudaStream_t stream) {
+    const int64_t n_blocks_total = sx.ne[0] / 32 * sx.ne[1] * sx.ne[2] * sx.ne[3];
+    if (n_blocks_total == 0) return;
+    constexpr int threads = 256;
+    quantize_q8_1_kernel<<<unsigned(ceil_div(n_blocks_total * WARP_SIZE, threads)), threads, 0, stream>>>(
+        x, sx, y, n_blocks_total);
+    TS_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- the GEMV ----
+
+struct mmv_args {
+    const uint8_t* w;
+    int64_t w_nb1, w_nb2, w_nb3; // bytes
+    const void* x;               // q8_1 rows (quantized W) or f32 (float W)
+    int64_t x_nb1, x_nb2, x_nb3; // floats (float W only; q8_1 rows are contiguous)
+    float* y;
+    int64_t y_nb1, y_nb2, y_nb3; // floats
+    int64_t n, m, k;             // W rows, x columns, elements per row
+    int64_t ne2, ne3, r2, r3;    // x's dims 2, 3; W is broadcast r2 (r3) times over dim 2 (3)
+    int rows_per_block;
+};
+
+// Sums each column's partial over the threads of a row and writes y; called by every thread of the block.
+template <int NC>
+__device__ __forceinline__ void mmv_reduce_store(float (&sum)[NC], const mmv_args& a, int64_t row, int64_t col0,
+                                                 int m_valid, int64_t i2, int64_t i3) {
+    __shared__ float red[MMV_THREADS / WARP_SIZE][NC];
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+#pragma unroll
+    for (int j = 0; j < NC; j++) {
+        sum[j] = warp_sum(sum[j]);
+        if (lane == 0) red[warp][j] = sum[j];
+    }
+    __syncthreads();
+    const int tpr = MMV_THREADS / a.rows_per_block, wpr = tpr / WARP_SIZE;
+    const int lt = threadIdx.x % tpr, first_warp = threadIdx.x / tpr * wpr;
+    if (row < a.n && lt < m_valid) {
+        float total = 0.0f;
+        for (int w = 0; w < wpr; w++) total += red[first_warp + w][lt];
+        a.y[i2 * a.y_nb2 + i3 * a.y_nb3 + (col0 + lt) * a.y_nb1 + row] = total;
+    }
+}
+
+// Quantized W: grid (rows / rows_per_block, columns / NC, ne2 ne3).
+template <class D, int NC> static __global__ void __launch_bounds__(MMV_THREADS) mmv_q_kernel(mmv_args a) {
+    using act = typename D::act;
+    const int tpr = MMV_THREADS / a.rows_per_block;
+    const int64_t row = int64_t(blockIdx.x) * a.rows_per_block + threadIdx.x / tpr;
+    const int lt = threadIdx.x % tpr;
+    const int64_t col0 = int64_t(blockIdx.y) * NC;
+    const int m_valid = int(a.m - col0 < NC ? a.m - col0 : NC);
+    const int64_t i2 = blockIdx.z % a.ne2, i3 = blockIdx.z / a.ne2;
+    const int64_t kb = a.k / 32;
+
+    float sum[NC];
+#pragma unroll
+    for (int j = 0; j < NC; j++) sum[j] = 0.0f;
+    if (row < a.n) {
+        const auto* wb = reinterpret_cast<const typename D::block*>(a.w + (i2 / a.r2) * a.w_nb2 +
+                                                                    (i3 / a.r3) * a.w_nb3 + row * a.w_nb1);
+        const act* xb = static_cast<const act*>(a.x) + ((i3 * a.ne2 + i2) * a.m + col0) * kb;
+        for (int64_t i = lt; i < kb * D::n_chunks; i += tpr) {
+            const int64_t ib = i / D::n_chunks;
+            const int c = int(i % D::n_chunks);
+            const typename D::chunk wc = D::load(wb[ib], c);
+#pragma unroll
+            for (int j = 0; j < NC; j++)
+                if (j < m_valid) sum[j] += D::dot(wc, xb[j * kb + ib], c);
+        }
+    }
+    mmv_reduce_store<NC>(sum, a, row, col0, m_valid, i2, i3);
+}
+
+// V elements of W as floats.
+template <class T, int V> __device__ __forceinline__ void load_w(const T* p, float (&w)[V]) {
+    if constexpr (std::is_same_v<T, float> && V == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else if constexpr (std::is_same_v<T, __half> && V == 4) {
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+        w[0] = a.x, w[1] = a.y, w[2] = b.x, w[3] = b.y;
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16> && V == 4) {
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        w[0] = __uint_as_float(v.x << 16), w[1] = __uint_as_float(v.x & 0xffff0000u);
+        w[2] = __uint_as_float(v.y << 16), w[3] = __uint_as_float(v.y & 0xffff0000u);
+    } else {
+        static_assert(V == 1, "vector loads: 4 elements of f32/f16/bf16, or 1");
+        if constexpr (std::is_same_v<T, float>)
+            w[0] = *p;
+        else if constexpr (std::is_same_v<T, __half>)
+            w[0] = __half2float(*p);
+        else
+            w[0] = __bfloat162float(*p);
+    }
+}
+template <int V> __device__ __forceinline__ void load_x(const float* p, float (&x)[V]) {
+    if constexpr (V == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    } else {
+        x[0] = *p;
+    }
+}
+
+// Float W: thread lt of a row takes elements [V lt, V lt + V), then V tpr further on.
+template <class T, int NC, int V> static __global__ void __launch_bounds__(MMV_THREADS) mmv_f_kernel(mmv_args a) {
+    const int tpr = MMV_THREADS / a.rows_per_block;
+    const int64_t row = int64_t(blockIdx.x) * a.rows_per_block + threadIdx.x / tpr;
+    const int lt = threadIdx.x % tpr;
+    const int64_t col0 = int64_t(blockIdx.y) * NC;
+    const int m_valid = int(a.m - col0 < NC ? a.m - col0 : NC);
+    const int64_t i2 = blockIdx.z % a.ne2, i3 = blockIdx.z / a.ne2;
+
+    float sum[NC];
+#pragma unroll
+    for (int j = 0; j < NC; j++) sum[j] = 0.0f;
+    if (row < a.n) {
+        const T* wr = reinterpret_cast<const T*>(a.w + (i2 / a.r2) * a.w_nb2 + (i3 / a.r3) * a.w_nb3 + row * a.w_nb1);
+        const float* xr = static_cast<const float*>(a.x) + i2 * a.x_nb2 + i3 * a.x_nb3 + col0 * a.x_nb1;
+        for (int64_t i = int64_t(lt) * V; i < a.k; i += int64_t(tpr) * V) {
+            float w[V];
+            load_w<T, V>(wr + i, w);
+#pragma unroll
+            for (int j = 0; j < NC; j++) {
+                if (j >= m_valid) continue;
+                float x[V];
+                load_x<V>(xr + j * a.x_nb1 + i, x);
+#pragma unroll
+                for (int e = 0; e < V; e++) sum[j] = fmaf(w[e], x[e], sum[j]);
+            }
+        }
+    }
+    mmv_reduce_store<NC>(sum, a, row, col0, m_valid, i2, i3);
+}
+
+// Rows per block: whole warps per row, as many threads as the row has work items, at most 128.
+int rows_per_block(int64_t items_per_row) {
+    return items_per_row >= 128 ? 1 : items_per_row >= 64 ? 2 : 4;
+}
+
+// Picks the column count NC (1, 2, 4 or 8) for m columns and calls launch.template operator()<NC>(grid, args).
+template <class Launch> void mmv_grid_launch(mmv_args a, int64_t items_per_row, Launch&& launch) {
+    if (a.n == 0 || a.m == 0) return;
+    a.rows_per_block = rows_per_block(items_per_row);
+    const int nc = a.m == 1 ? 1 : a.m == 2 ? 2 : a.m <= 4 ? 4 : MMV_MAX_COLS;
+    const dim3 grid(unsigned(ceil_div(a.n, a.rows_per_block)), unsigned(ceil_div(a.m, nc)), unsigned(a.ne2 * a.ne3));
+    TS_ASSERT(grid.y <= 65535 && grid.z <= 65535);
+    switch (nc) {
+    case 1:
+        launch.template operator()<1>(grid, a);
+        break;
+    case 2:
+        launch.template operator()<2>(grid, a);
+        break;
+    case 4:
+        launch.template operator()<4>(grid, a);
+        break;
+    default:
+        launch.template operator()<MMV_MAX_COLS>(grid, a);
+        break;
+    }
+    TS_CUDA_CHECK(cudaGetLastError());
+}
+
+// y = W^T x for a block format F: x quantized into `scratch` first.
+template <class F> void mmv_q_launch(mmv_args a, const float* x, shape4 sx, void* scratch, cudaStream_t stream) {
+    using D = cuda_format<F>;
+    static_assert(std::is_same_v<typename D::act, block_q8_1>,
+                  "mmv: q8_1 activations only so far; a format with other activations adds its quantizer here");
+    quantize_q8_1_launch(x, sx, static_cast<block_q8_1*>(scratch), stream);
+    a.x = scratch;
+    mmv_grid_launch(a, a.k / 32 * D::n_chunks, [&]<int NC>(dim3 grid, const mmv_args& args) {
+        mmv_q_kernel<D, NC><<<grid, MMV_THREADS, 0, stream>>>(args);
+    });
+}
+
+template <class T> void mmv_f_launch(mmv_args a, cudaStream_t stream) {
+    // 16-byte activation loads and 8/16-byte weight loads need k % 4 == 0 and aligned rows; else one element a time
+    const auto aligned = [](const void* p, int64_t stride_bytes, int64_t to) {
+        return reinterpret_cast<uintptr_t>(p) % uintptr_t(to) == 0 && stride_bytes % to == 0;
+    };
+    const int64_t wv = int64_t(4 * sizeof(T));
+    const bool vec = a.k % 4 == 0 && aligned(a.w, a.w_nb1, wv) && aligned(a.w, a.w_nb2, wv) &&
+                     aligned(a.w, a.w_nb3, wv) && aligned(a.x, a.x_nb1 * 4, 16) && aligned(a.x, a.x_nb2 * 4, 16) &&
+                     aligned(a.x, a.x_nb3 * 4, 16);
+    if (vec) {
+        mmv_grid_launch(a, a.k / 4, [&]<int NC>(dim3 grid, const mmv_args& args) {
+            mmv_f_kernel<T, NC, 4><<<grid, MMV_THREADS, 0, stream>>>(args);
+        });
+    } else {
+        // the odd-shape fallback: one element per load, always 8 columns per block
+        if (a.n == 0 || a.m == 0) return;
+        a.rows_per_block = rows_per_block(a.k);
+        const dim3 grid(unsigned(ceil_div(a.n, a.rows_per_block)), unsigned(ceil_div(a.m, MMV_MAX_COLS)),
+                        unsigned(a.ne2 * a.ne3));
+        TS_ASSERT(grid.y <= 65535 && grid.z <= 65535);
+        mmv_f_kernel<T, MMV_MAX_COLS, 1><<<grid, MMV_THREADS, 0, stream>>>(a);
+        TS_CUDA_CHECK(cudaGetLastError());
+    }
+}
+
+bool is_float_weight(type t) {
+    return t == type::f32 || t == type::f16 || t == type::bf16;
+}
+
+bool has_cuda_format(type t) {
+    bool ok = false;
+    visit_format(t, [&]<class F>() { ok = cuda_format<F>::available; });
+    return ok;
+}
+
+} // namespace
+
+bool mul_mat_supported(const tensor& dst) {
+    const tensor& w = *dst.src[0];
+    const tensor& x = *dst.src[1];
+    if (x.t != type::f32 || x.nb[0] != 4 || dst.nb[0] != 4 || w.nb[0] != type_size(w.t)) return false;
+    if (w.ne[2] == 0 || w.ne[3] == 0 || x.ne[2] % w.ne[2] != 0 || x.ne[3] % w.ne[3] != 0) return false;
+    return is_float_weight(w.t) || has_cuda_format(w.t);
+}
+
+size_t mul_mat_work_size(const tensor& dst) {
+    const tensor& w = *dst.src[0];
+    const tensor& x = *dst.src[1];
+    if (is_float_weight(w.t)) return 0;
+    return size_t(x.ne[0] / 32) * size_t(x.ne[1] * x.ne[2] * x.ne[3]) * sizeof(block_q8_1);
+}
+
+void mul_mat(cuda_context& ctx, tensor& dst) {
+    const tensor* w = dst.src[0];
+    const tensor* x = dst.src[1];
+    mmv_args a{};
+    a.w = ctx.ptr(w);
+    a.w_nb1 = int64_t(w->nb[1]);
+    a.w_nb2 = int64_t(w->nb[2]);
+    a.w_nb3 = int64_t(w->nb[3]);
+    const shape4 sx = shape_of(*x, 4), sy = shape_of(dst, 4);
+    a.x = ctx.ptr(x);
+    a.x_nb1 = sx.nb[1];
+    a.x_nb2 = sx.nb[2];
+    a.x_nb3 = sx.nb[3];
+    a.y = ctx.as<float>(&dst);
+    a.y_nb1 = sy.nb[1];
+    a.y_nb2 = sy.nb[2];
+    a.y_nb3 = sy.nb[3];
+    a.n = w->ne[1];
+    a.m = x->ne[1];
+    a.k = w->ne[0];
+    a.ne2 = x->ne[2];
+    a.ne3 = x->ne[3];
+    a.r2 = x->ne[2] / w->ne[2];
+    a.r3 = x->ne[3] / w->ne[3];
+    switch (w->t) {
+    case type::f32:
+        mmv_f_launch<float>(a, ctx.stream);
+        return;
+    case type::f16:
+        mmv_f_launch<__half>(a, ctx.stream);
+        return;
+    case type::bf16:
+        mmv_f_launch<__nv_bfloat16>(a, ctx.stream);
+        return;
+    default:
+        break;
+    }
+    TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst));
+    const bool known = visit_format(w->t, [&]<class F>() {
+        if constexpr (cuda_format<F>::available)
+            mmv_q_launch<F>(a, ctx.as<float>(x), sx, ctx.scratch, ctx.stream);
+        else
+            TS_ASSERT(!"mul_mat: format without a CUDA path (supports() lets it through?)");
+    });
+    TS_ASSERT(known);
+}
+
+} // namespace tessera::cuda

@@ -1,0 +1,30 @@
+// ops.cuh: the CUDA ops, one function per op, each reading its node (`rms_norm(ctx, dst)`), launching on ctx.stream
+// and returning without waiting. Same names and files as the CPU's (backends/cpu/ops/): elementwise, norm, rope,
+// softmax, get_rows, attention; mul_mat is the fused dequant GEMV in mmv.cu.
+#pragma once
+
+#include "backends/cuda/common.cuh"
+
+namespace tessera::cuda {
+
+void get_rows(cuda_context& ctx, tensor& dst);
+void mul_mat(cuda_context& ctx, tensor& dst);
+void add(cuda_context& ctx, tensor& dst);
+void mul(cuda_context& ctx, tensor& dst);
+void scale(cuda_context& ctx, tensor& dst);
+void rms_norm(cuda_context& ctx, tensor& dst);
+void rope(cuda_context& ctx, tensor& dst);
+void soft_max(cuda_context& ctx, tensor& dst);
+void silu(cuda_context& ctx, tensor& dst);
+void swiglu(cuda_context& ctx, tensor& dst);
+void cpy(cuda_context& ctx, tensor& dst);
+void attention(cuda_context& ctx, tensor& dst);
+
+// What each op accepts (types, strides, sizes), for cuda_backend::supports().
+bool mul_mat_supported(const tensor& dst);
+bool get_rows_supported(const tensor& dst);
+bool attention_supported(const tensor& dst);
+// Scratch bytes mul_mat needs for its quantized activations (0 for float weights).
+size_t mul_mat_work_size(const tensor& dst);
+
+} // namespace tessera::cuda

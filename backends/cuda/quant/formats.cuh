@@ -1,0 +1,9 @@
+// formats.cuh: every block format's CUDA fast path. Code that asks cuda_format<F> includes this file (never a single
+// format's header), so every translation unit sees the same specializations. A new format: one quant/<name>.cuh with
+// its cuda_format specialization, one line here.
+#pragma once
+
+#include "backends/cuda/quant/format.cuh"
+#include "backends/cuda/quant/q4_0.cuh"
+#include "backends/cuda/quant/q4_1.cuh"
+#include "backends/cuda/quant/q8_0.cuh"

@@ -1,0 +1,30 @@
+// q8_0.cuh: the CUDA fast path of q8_0 (layout and reference: quant/q8_0.h) against q8_1 activations (the same d
+// and qs as the reference's q8_0 activations; s is not used): sum_j q_w[j] q_a[j] with __dp4a, times d_w d_a.
+#pragma once
+
+#include "backends/cuda/quant/format.cuh"
+
+namespace tessera::cuda {
+
+template <> struct cuda_format<q8_0> {
+    static constexpr bool available = true;
+    using block = block_q8_0;
+    using act = block_q8_1;
+    // Chunk c (0..3) is elements [8c, 8c + 8).
+    static constexpr int n_chunks = 4;
+    struct chunk {
+        int q[2];
+        float d;
+    };
+
+    __device__ static chunk load(const block& w, int c) {
+        return {{load_int_b2(w.qs, 2 * c), load_int_b2(w.qs, 2 * c + 1)}, f16_to_f32(w.d)};
+    }
+    __device__ static float dot(const chunk& w, const act& a, int c) {
+        int sumi = __dp4a(w.q[0], load_int_b4(a.qs, 2 * c), 0);
+        sumi = __dp4a(w.q[1], load_int_b4(a.qs, 2 * c + 1), sumi);
+        return float(sumi) * (w.d * f16_to_f32(a.d));
+    }
+};
+
+} // namespace tessera::cuda

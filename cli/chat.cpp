@@ -1,0 +1,316 @@
+// chat.cpp: `tessera chat`: an interactive conversation in the terminal (readline line editing and history when built
+// with it), or, when stdin is not a terminal, one message per input line answered in turn until end of input.
+// Ctrl-C stops a reply; a second Ctrl-C at an empty prompt exits. Commands start with '/'.
+#include "commands.h"
+#include "options.h"
+
+#include "ggml-like/error.h"
+#include "llm/chat.h"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <unistd.h>
+
+#ifdef TESSERA_HAS_READLINE
+#include <readline/history.h>
+#include <readline/readline.h>
+#endif
+
+namespace tessera::cli {
+
+namespace {
+
+struct chat_options {
+    model_options m;
+    sampler_params s;
+    std::string system;
+    std::string template_name;
+    int n_predict = -1;
+    bool timings = false;
+    bool no_history = false;
+};
+
+std::atomic<bool> g_interrupt{false}; // set by SIGINT, cleared by whoever handles it
+std::atomic<bool> g_generating{false};
+
+void on_sigint(int) { g_interrupt.store(true); }
+
+void install_sigint() {
+    struct sigaction sa = {};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; // no SA_RESTART: a blocked read returns EINTR so the prompt can react
+    sigaction(SIGINT, &sa, nullptr);
+}
+
+const char* help_text =
+    "commands:\n"
+    "  /help           this list\n"
+    "  /clear          forget the conversation (the system prompt stays)\n"
+    "  /regen          answer the last message again\n"
+    "  /system TEXT    set the system prompt (and start over)\n"
+    "  /save FILE      save the conversation as JSON\n"
+    "  /load FILE      load a conversation saved with /save\n"
+    "  /stats          context use and speed\n"
+    "  /exit           quit (also Ctrl-D; Ctrl-C twice at an empty prompt)\n"
+    "a line ending in \\ continues on the next line; Ctrl-C stops a reply\n";
+
+// Reads one line; returns false at end of input. `interrupted` is set when Ctrl-C arrived while reading.
+class line_reader {
+  public:
+    line_reader(bool tty, bool history) : tty_(tty) {
+#ifdef TESSERA_HAS_READLINE
+        if (tty_) {
+            rl_catch_signals = 0; // our handler; readline's read returns on EINTR and calls the event hook
+            rl_signal_event_hook = [] {
+                if (g_interrupt.load()) {
+                    rl_replace_line("", 0);
+                    rl_done = 1; // return the (cleared) line
+                }
+                return 0;
+            };
+            if (history) {
+                if (const char* home = std::getenv("HOME")) {
+                    history_path_ = std::string(home) + "/.tessera_history";
+                    read_history(history_path_.c_str());
+                }
+            }
+        }
+#else
+        (void)history;
+#endif
+    }
+    ~line_reader() {
+#ifdef TESSERA_HAS_READLINE
+        if (!history_path_.empty()) {
+            write_history(history_path_.c_str());
+            history_truncate_file(history_path_.c_str(), 1000);
+        }
+#endif
+    }
+
+    bool read(const char* prompt, std::string& line, bool& interrupted) {
+        interrupted = false;
+        g_interrupt.store(false);
+#ifdef TESSERA_HAS_READLINE
+        if (tty_) {
+            char* l = readline(prompt);
+            if (g_interrupt.exchange(false)) {
+                interrupted = true;
+                std::free(l);
+                std::fputc('\n', stdout);
+                line.clear();
+                return true;
+            }
+            if (!l) return false;
+            line = l;
+            std::free(l);
+            if (!line.empty()) add_history(line.c_str());
+            return true;
+        }
+#endif
+        if (tty_) {
+            std::fputs(prompt, stdout);
+            std::fflush(stdout);
+        }
+        line.clear();
+        for (;;) {
+            const int c = std::fgetc(stdin);
+            if (c == EOF) {
+                if (g_interrupt.exchange(false)) {
+                    std::clearerr(stdin);
+                    interrupted = true;
+                    if (tty_) std::fputc('\n', stdout);
+                    line.clear();
+                    return true;
+                }
+                return !line.empty();
+            }
+            if (c == '\n') return true;
+            line.push_back(char(c));
+        }
+    }
+
+  private:
+    bool tty_;
+    std::string history_path_;
+};
+
+void save_conversation(const chat_session& c, const std::string& path) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& m : c.messages()) j.push_back({{"role", m.role}, {"content", m.content}});
+    std::ofstream f(path + ".tmp");
+    f << j.dump(2) << "\n";
+    f.close();
+    if (!f || std::rename((path + ".tmp").c_str(), path.c_str()) != 0)
+        throw error(fmt::format("{}: cannot write the conversation", path));
+}
+
+std::vector<chat_message> load_conversation(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw error(fmt::format("{}: cannot open", path));
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(f);
+    } catch (const std::exception& e) {
+        throw error(fmt::format("{}: not JSON: {}", path, e.what()));
+    }
+    if (!j.is_array()) throw error(fmt::format("{}: expected a JSON array of messages", path));
+    std::vector<chat_message> out;
+    for (const auto& m : j) {
+        if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
+            !m["content"].is_string())
+            throw error(fmt::format("{}: each message needs string fields role and content", path));
+        const std::string role = m["role"];
+        if (role != "system" && role != "user" && role != "assistant")
+            throw error(fmt::format("{}: unknown role '{}'", path, role));
+        out.push_back({role, m["content"]});
+    }
+    return out;
+}
+
+void chat_main(const chat_options& o) {
+    const bool tty = ::isatty(STDIN_FILENO) && ::isatty(STDOUT_FILENO);
+    const device_choice dev = choose_device(o.m);
+    auto mdl = model::load(o.m.model);
+    session_params sp = o.m.session;
+    sp.device = dev.device;
+    session sess(*mdl, sp);
+    if (!dev.note.empty() && (tty || o.m.verbose)) fmt::print(stderr, "{}\n", dev.note);
+
+    chat_format fmt_ = detect_chat_format(mdl->file.get_string("tokenizer.chat_template").value_or(""));
+    if (!o.template_name.empty() && !chat_format_from_name(o.template_name, fmt_))
+        throw error(fmt::format("unknown chat template '{}' (known: chatml, llama2, llama3, mistral, gemma, zephyr, "
+                                "phi3)",
+                                o.template_name));
+    chat_session chat(sess, fmt_, o.s, o.system);
+    if (tty)
+        fmt::print(stderr, "tessera chat: {} ({} template, context {}); /help for commands, Ctrl-D to quit\n",
+                   mdl->name, chat_format_name(fmt_), sess.n_ctx());
+    install_sigint();
+    line_reader reader(tty, !o.no_history);
+
+    auto stream = [&](const std::string& piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+    };
+    auto after_reply = [&](const chat_reply& r) {
+        if (r.interrupted) fmt::print(stderr, "\n[stopped]");
+        if (r.context_full) fmt::print(stderr, "\n[context full: the oldest turns will be dropped next time]");
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+        if (o.timings)
+            fmt::print(stderr, "[prompt {} tokens, {:.1f} tok/s | reply {} tokens, {:.1f} tok/s]\n", r.n_prompt_eval,
+                       r.prompt_seconds > 0 ? double(r.n_prompt_eval) / r.prompt_seconds : 0.0, r.n_generated,
+                       r.gen_seconds > 0 ? double(r.n_generated) / r.gen_seconds : 0.0);
+    };
+    auto respond = [&](auto&& fn) {
+        g_interrupt.store(false);
+        g_generating.store(true);
+        try {
+            chat_reply r = fn();
+            g_generating.store(false);
+            if (r.n_dropped_turns > 0)
+                fmt::print(stderr, "[context: dropped the {} oldest turn{} to make room]\n", r.n_dropped_turns,
+                           r.n_dropped_turns > 1 ? "s" : "");
+            after_reply(r);
+        } catch (const error& e) {
+            g_generating.store(false);
+            fmt::print(stderr, "error: {}\n", e.what());
+            if (!tty) throw; // a script learns about it through the exit status
+        }
+    };
+
+    bool last_was_empty_interrupt = false;
+    std::string line;
+    bool interrupted;
+    while (true) {
+        if (!reader.read(tty ? "> " : "", line, interrupted)) break;
+        if (interrupted) {
+            if (last_was_empty_interrupt) break;
+            last_was_empty_interrupt = true;
+            fmt::print(stderr, "(Ctrl-C again to quit)\n");
+            continue;
+        }
+        last_was_empty_interrupt = false;
+        // a trailing backslash continues the message on the next line
+        while (!line.empty() && line.back() == '\\') {
+            line.back() = '\n';
+            std::string more;
+            if (!reader.read(tty ? ". " : "", more, interrupted) || interrupted) break;
+            line += more;
+        }
+        if (line.empty()) continue;
+        if (line[0] == '/') {
+            const size_t sp_ = line.find(' ');
+            const std::string cmd = line.substr(0, sp_);
+            const std::string arg = sp_ == std::string::npos ? "" : line.substr(sp_ + 1);
+            if (cmd == "/exit" || cmd == "/quit") break;
+            if (cmd == "/help") {
+                fmt::print("{}", help_text);
+            } else if (cmd == "/clear") {
+                chat.clear();
+                fmt::print(stderr, "[conversation cleared]\n");
+            } else if (cmd == "/regen") {
+                respond([&] { return chat.regenerate(stream, &g_interrupt, o.n_predict); });
+            } else if (cmd == "/system") {
+                chat.clear();
+                chat.set_system(arg);
+                fmt::print(stderr, "[system prompt {}; conversation cleared]\n", arg.empty() ? "removed" : "set");
+            } else if (cmd == "/save" || cmd == "/load") {
+                if (arg.empty()) {
+                    fmt::print(stderr, "error: {} needs a file name\n", cmd);
+                    continue;
+                }
+                try {
+                    if (cmd == "/save") {
+                        save_conversation(chat, arg);
+                        fmt::print(stderr, "[saved {} messages to {}]\n", chat.messages().size(), arg);
+                    } else {
+                        chat.set_messages(load_conversation(arg));
+                        fmt::print(stderr, "[loaded {} messages from {}]\n", chat.messages().size(), arg);
+                    }
+                } catch (const error& e) {
+                    fmt::print(stderr, "error: {}\n", e.what());
+                }
+            } else if (cmd == "/stats") {
+                fmt::print("context: {} of {} tokens used, {} messages, template {}, backend {}\n",
+                           chat.tokens_in_context(), chat.n_ctx(), chat.messages().size(),
+                           chat_format_name(chat.format()), sess.be().name());
+            } else {
+                fmt::print(stderr, "unknown command {} (/help lists them)\n", cmd);
+            }
+            continue;
+        }
+        respond([&] { return chat.send(line, stream, &g_interrupt, o.n_predict); });
+    }
+    if (tty) std::fputc('\n', stdout);
+}
+
+} // namespace
+
+void add_chat(CLI::App& app) {
+    auto o = std::make_shared<chat_options>();
+    CLI::App* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (or answer stdin line by line)");
+    add_model_options(*cmd, o->m);
+    add_sampling_options(*cmd, o->s);
+    cmd->add_option("--system-prompt", o->system, "System prompt (also -sys)");
+    cmd->add_option("--chat-template", o->template_name,
+                    "Force a template: chatml, llama2, llama3, mistral, gemma, zephyr, phi3 (default: from the model)");
+    cmd->add_option("-n,--n-predict", o->n_predict, "Most tokens per reply; -1 = until end of turn")->capture_default_str();
+    cmd->add_flag("--timings", o->timings, "Print prompt and reply speed after each reply");
+    cmd->add_flag("--no-history", o->no_history, "Do not read or write ~/.tessera_history");
+    cmd->footer("Examples:\n  tessera chat -m models/SmolLM2-135M-Instruct.Q4_1.gguf\n"
+                "  printf 'Hi!\\nWhat is 2+2?\\n' | tessera chat -m models/SmolLM2-135M-Instruct.Q4_1.gguf --temp 0");
+    cmd->callback([o] { chat_main(*o); });
+}
+
+} // namespace tessera::cli

@@ -1,0 +1,256 @@
+// perplexity.cpp: chunked evaluation, scoring, and llama.cpp's KL-divergence base file (write and read).
+#include "llm/perplexity.h"
+
+#include "ggml-like/error.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+namespace tessera {
+
+double perplexity_result::ppl() const { return count > 0 ? std::exp(nll / double(count)) : 0.0; }
+
+double perplexity_result::ppl_error() const {
+    if (count < 2) return 0.0;
+    const double mean = nll / double(count), mean2 = nll2 / double(count);
+    const double var = mean2 - mean * mean;
+    return var > 0 ? std::sqrt(var / double(count - 1)) * ppl() : 0.0;
+}
+
+double token_nll(const float* logits, int64_t n_vocab, int32_t target) {
+    float mx = logits[0];
+    for (int64_t i = 1; i < n_vocab; i++) mx = std::max(mx, logits[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n_vocab; i++) sum += std::exp(logits[i] - mx);
+    return -(double(logits[target] - mx) - std::log(sum));
+}
+
+namespace {
+
+// round half away... as llama.cpp's nearest_int: the 1.5 * 2^23 trick (round half to even)
+inline int nearest_int(float v) {
+    float x = v + 12582912.f;
+    int i;
+    std::memcpy(&i, &x, sizeof(int));
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+} // namespace
+
+double encode_log_probs(const float* logits, int64_t n_vocab, int32_t target, uint16_t* record) {
+    float mx = logits[0], mn = logits[0];
+    for (int64_t i = 1; i < n_vocab; i++) {
+        mx = std::max(mx, logits[i]);
+        mn = std::min(mn, logits[i]);
+    }
+    mn = std::max(mn, mx - 16);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n_vocab; i++) sum += std::exp(logits[i] - mx);
+    const float log_sum = float(std::log(sum));
+    const float min_log_prob = mn - mx - log_sum;
+    const float scale = (mx - mn) / 65535.f;
+    std::memcpy(record, &scale, 4);
+    std::memcpy(record + 2, &min_log_prob, 4);
+    uint16_t* codes = record + 4;
+    if (scale != 0.0f) {
+        const float inv = 1 / scale;
+        for (int64_t i = 0; i < n_vocab; i++) codes[i] = logits[i] > mn ? uint16_t(nearest_int(inv * (logits[i] - mn))) : 0;
+    } else {
+        std::memset(codes, 0, size_t(n_vocab) * 2);
+    }
+    if (n_vocab % 2) codes[n_vocab] = 0; // padding
+    return double(mx + log_sum - logits[target]);
+}
+
+std::pair<double, float> compare_log_probs(const float* logits, int64_t n_vocab, const uint16_t* rec, int32_t target,
+                                           kld_stats& k) {
+    float mx = logits[0];
+    int64_t imax = 0;
+    for (int64_t i = 1; i < n_vocab; i++)
+        if (logits[i] > mx) {
+            mx = logits[i];
+            imax = i;
+        }
+    double sum_exp = 0.0;
+    for (int64_t i = 0; i < n_vocab; i++) sum_exp += std::exp(logits[i] - mx);
+    const float log_sum = float(std::log(sum_exp));
+    float scale, min_log_prob;
+    std::memcpy(&scale, rec, 4);
+    std::memcpy(&min_log_prob, rec + 2, 4);
+    const uint16_t* base = rec + 4;
+
+    const float nll = mx + log_sum - logits[target];
+    k.sum_nll += nll;
+    k.sum_nll2 += double(nll) * nll;
+    const float nll_base = -(scale * base[target] + min_log_prob);
+    k.sum_nll_base += nll_base;
+    k.sum_nll_base2 += double(nll_base) * nll_base;
+    k.sum_nll_nll_base += double(nll) * nll_base;
+
+    // KLD = sum_i p_base,i (log p_base,i - log q_i), terms with log p_base <= -16 skipped
+    const float log_z = mx + log_sum;
+    double kld = 0;
+    int64_t imax_base = -1;
+    float best = 0;
+    for (int64_t i = 0; i < n_vocab; i++) {
+        const float lp_base = scale * base[i] + min_log_prob;
+        if (i == 0 || lp_base > best) {
+            best = lp_base;
+            imax_base = i;
+        }
+        if (lp_base > -16.f) kld += std::exp(lp_base) * (lp_base - logits[i] + log_z);
+    }
+    k.sum_kld += kld;
+    k.sum_kld2 += kld * kld;
+    k.count++;
+    if (imax == imax_base) k.n_same_top++;
+    const float p_diff = std::exp(-nll) - std::exp(-nll_base);
+    k.sum_p_diff += p_diff;
+    const double d2 = double(p_diff) * p_diff;
+    k.sum_p_diff2 += d2;
+    k.sum_p_diff4 += d2 * d2;
+    k.max_p_diff = std::max(k.max_p_diff, std::fabs(p_diff));
+    k.kld_values.push_back(float(kld));
+    k.p_diff_values.push_back(p_diff);
+    return {kld, p_diff};
+}
+
+namespace {
+
+template <class T> void write_raw(std::ofstream& f, const T* v, size_t n) {
+    f.write(reinterpret_cast<const char*>(v), std::streamsize(n * sizeof(T)));
+}
+
+// The base file: "_logits_", i32 n_ctx, i32 n_vocab, i32 n_chunk, i32 tokens[n_chunk * n_ctx], then per chunk
+// (n_ctx - 1 - n_ctx/2) records of kld_record_size(n_vocab) u16.
+struct base_reader {
+    std::ifstream f;
+    std::string path;
+    int32_t n_ctx = 0, n_vocab = 0, n_chunk = 0;
+    std::vector<int32_t> tokens;
+
+    explicit base_reader(const std::string& p, int64_t model_vocab) : f(p, std::ios::binary), path(p) {
+        if (!f) throw error(fmt::format("{}: cannot open the KL-divergence base file", p));
+        f.seekg(0, std::ios::end);
+        const uint64_t size = uint64_t(f.tellg());
+        f.seekg(0);
+        char magic[8];
+        int32_t hdr[3];
+        if (!f.read(magic, 8) || std::memcmp(magic, "_logits_", 8) != 0)
+            throw error(fmt::format("{}: not a KL-divergence base file (no _logits_ header)", p));
+        if (!f.read(reinterpret_cast<char*>(hdr), sizeof(hdr)))
+            throw error(fmt::format("{}: truncated header", p));
+        n_ctx = hdr[0];
+        n_vocab = hdr[1];
+        n_chunk = hdr[2];
+        if (n_ctx < 4 || n_ctx > (1 << 24) || n_vocab < 1 || n_vocab > (1 << 24) || n_chunk < 1)
+            throw error(fmt::format("{}: implausible header: n_ctx {}, n_vocab {}, n_chunk {}", p, n_ctx, n_vocab,
+                                    n_chunk));
+        if (n_vocab != model_vocab)
+            throw error(fmt::format("{}: base vocabulary has {} tokens, the model {}", p, n_vocab, model_vocab));
+        const uint64_t per_chunk = uint64_t(n_ctx - 1 - n_ctx / 2) * uint64_t(kld_record_size(n_vocab)) * 2;
+        const uint64_t need = 20 + uint64_t(n_chunk) * uint64_t(n_ctx) * 4 + uint64_t(n_chunk) * per_chunk;
+        if (size < need)
+            throw error(fmt::format("{}: file is truncated: {} chunks of {} tokens need {} bytes, file has {}", p,
+                                    n_chunk, n_ctx, need, size));
+        tokens.resize(size_t(n_chunk) * size_t(n_ctx));
+        f.read(reinterpret_cast<char*>(tokens.data()), std::streamsize(tokens.size() * 4));
+        for (int32_t t : tokens)
+            if (t < 0 || t >= n_vocab) throw error(fmt::format("{}: token id {} out of range", p, t));
+    }
+    void read_chunk(std::vector<uint16_t>& rec) {
+        if (!f.read(reinterpret_cast<char*>(rec.data()), std::streamsize(rec.size() * 2)))
+            throw error(fmt::format("{}: truncated log-probability records", path));
+    }
+};
+
+} // namespace
+
+perplexity_result run_perplexity(session& s, const std::string& text, const perplexity_params& p,
+                                 const perplexity_progress& progress) {
+    const model& m = s.mdl();
+    const int64_t n_vocab = m.hp.n_vocab;
+    const bool comparing = !p.kld_base_in.empty();
+    if (m.voc.add_eos()) throw error("perplexity: the vocabulary adds EOS, which this method does not allow");
+
+    std::unique_ptr<base_reader> base;
+    std::vector<token> tokens;
+    int64_t n_ctx = p.n_ctx;
+    if (comparing) {
+        base = std::make_unique<base_reader>(p.kld_base_in, n_vocab);
+        n_ctx = base->n_ctx;
+        tokens.assign(base->tokens.begin(), base->tokens.end());
+    } else {
+        tokens = m.voc.tokenize(text, /*add_special=*/true, /*parse_special=*/false);
+    }
+    if (n_ctx < 4) throw error(fmt::format("perplexity: context {} is too small", n_ctx));
+    if (n_ctx > s.n_ctx())
+        throw error(fmt::format("perplexity: chunks of {} tokens do not fit the context of {} (raise -c)", n_ctx,
+                                s.n_ctx()));
+    if (!comparing && int64_t(tokens.size()) < 2 * n_ctx)
+        throw error(fmt::format("perplexity: the text has {} tokens; at least {} (2 x context) are needed",
+                                tokens.size(), 2 * n_ctx));
+
+    perplexity_result r;
+    r.n_tokens = int64_t(tokens.size());
+    const int64_t n_chunk_max = int64_t(tokens.size()) / n_ctx;
+    r.n_chunks = p.n_chunks < 0 ? n_chunk_max : std::min(p.n_chunks, n_chunk_max);
+    const int64_t first = n_ctx / 2, n_scored = n_ctx - 1 - first;
+    const int64_t nv = kld_record_size(n_vocab);
+    r.has_kld = comparing;
+
+    std::ofstream out;
+    if (!p.kld_base_out.empty()) {
+        out.open(p.kld_base_out + ".tmp", std::ios::binary | std::ios::trunc);
+        if (!out) throw error(fmt::format("{}: cannot write the KL-divergence base file", p.kld_base_out));
+        const int32_t hdr[3] = {int32_t(n_ctx), int32_t(n_vocab), int32_t(r.n_chunks)};
+        out.write("_logits_", 8);
+        write_raw(out, hdr, 3);
+        write_raw(out, tokens.data(), size_t(r.n_chunks * n_ctx));
+    }
+    std::vector<uint16_t> records(size_t(n_scored * nv));
+
+    const token bos = m.voc.bos();
+    const bool add_bos = m.voc.add_bos() && bos >= 0;
+    std::vector<token> chunk(static_cast<size_t>(n_ctx));
+    for (int64_t c = 0; c < r.n_chunks; c++) {
+        std::copy(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx, chunk.begin());
+        if (add_bos) chunk[0] = bos; // replaced, not inserted: the chunk stays n_ctx long
+        s.clear();
+        std::span<const float> logits = s.decode_from(chunk, first); // rows first .. n_ctx-1
+        // logits row j (token first + j) predicts token first + j + 1; the last row predicts nothing
+        if (base) base->read_chunk(records);
+        for (int64_t j = 0; j < n_scored; j++) {
+            const float* l = logits.data() + j * n_vocab;
+            const int32_t target = tokens[size_t(c * n_ctx + first + j + 1)];
+            double nll;
+            if (base) {
+                compare_log_probs(l, n_vocab, records.data() + j * nv, target, r.kld);
+                nll = token_nll(l, n_vocab, target);
+            } else if (out.is_open()) {
+                nll = encode_log_probs(l, n_vocab, target, records.data() + j * nv);
+            } else {
+                nll = token_nll(l, n_vocab, target);
+            }
+            r.nll += nll;
+            r.nll2 += nll * nll;
+            r.count++;
+        }
+        if (out.is_open()) write_raw(out, records.data(), records.size());
+        r.running_ppl.push_back(r.ppl());
+        if (progress) progress(c + 1, r.n_chunks, r);
+    }
+    if (out.is_open()) {
+        out.close();
+        if (!out) throw error(fmt::format("{}: write failed", p.kld_base_out));
+        if (std::rename((p.kld_base_out + ".tmp").c_str(), p.kld_base_out.c_str()) != 0)
+            throw error(fmt::format("{}: cannot rename the finished base file into place", p.kld_base_out));
+    }
+    return r;
+}
+
+} // namespace tessera

@@ -1,0 +1,333 @@
+// quantize.cpp: whole-model requantization (quantize.h): the per-tensor type plan (overrides, fallbacks), the row
+// conversion over threads, and the output file's metadata. Formats are reached only through find_row_ops and the
+// type table, so a format added to TS_BLOCK_FORMATS is a valid target without changes here.
+#include "quant/quantize.h"
+
+#include "ggml-like/error.h"
+#include "quant/format.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+namespace tessera {
+
+bool is_ggml_type(type t) {
+    const uint32_t id = uint32_t(t);
+    // ggml.h: 4, 5 (q4_2, q4_3), 31..33 and 36..38 are retired; ids from 42 on differ between ggml trees
+    return (id <= 30 && id != 4 && id != 5) || id == 34 || id == 35 || (id >= 39 && id <= 41);
+}
+
+std::optional<uint32_t> llama_ftype_of(type t) {
+    // llama_ftype (llama.h; FORMATS.md §1.1): LLAMA_FTYPE_ALL_F32, MOSTLY_F16, ...
+    switch (t) {
+    case type::f32: return 0;
+    case type::f16: return 1;
+    case type::q4_0: return 2;
+    case type::q4_1: return 3;
+    case type::q8_0: return 7;
+    case type::q5_0: return 8;
+    case type::q5_1: return 9;
+    case type::bf16: return 32;
+    case type::tq1_0: return 36;
+    case type::tq2_0: return 37;
+    case type::nvfp4: return 39;
+    default: return std::nullopt;
+    }
+}
+
+namespace {
+
+// Formats that only exist as the activation side of a dot product: never weights.
+bool is_activation_only(type t) {
+    for (const char* n : {"q8_1", "q8_k", "i8_s"}) {
+        type a;
+        if (type_from_name(n, a) && a == t) return true;
+    }
+    return false;
+}
+
+// Formats whose tensors carry one scale for the whole tensor (i2_s): quantized as a whole, not row by row.
+bool is_tensor_scaled(type t) {
+    bool r = false;
+    visit_format(t, [&]<class F>() { r = tensor_scaled<F>; });
+    return r;
+}
+
+bool is_float_type(type t) { return t == type::f32 || t == type::f16 || t == type::bf16; }
+
+double bits_per_weight(type t) { return 8.0 * double(type_size(t)) / double(block_size(t)); }
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The type a tensor with rows of ne0 elements gets when `want` does not fit (ne0 not a multiple of its block), the
+// way llama-quantize falls back: first the same format with smaller groups when there is one (a type named
+// "<want>_g<N>", e.g. awq4 -> awq4_g64), then a 32-element format of similar size (q4_0 up to ~5.5 bits per weight,
+// q8_0 above), and f16 for a row that fits no block at all.
+type fallback_type(type want, int64_t ne0) {
+    if (ne0 % block_size(want) == 0) return want;
+    const std::string prefix = std::string(type_name(want)) + "_g";
+    for (type t : quantize_target_types())
+        if (std::string(type_name(t)).rfind(prefix, 0) == 0 && ne0 % block_size(t) == 0) return t;
+    if (block_size(want) > 32) {
+        const type t = bits_per_weight(want) <= 5.5 ? type::q4_0 : type::q8_0;
+        if (ne0 % block_size(t) == 0) return t;
+    }
+    return type::f16;
+}
+
+void check_target(type t, const char* what) {
+    if (!find_row_ops(t) || is_activation_only(t))
+        throw error(fmt::format("{} {} cannot be produced by tessera quantize", what, type_name(t)));
+}
+
+} // namespace
+
+std::vector<type> quantize_target_types() {
+    std::vector<type> out;
+    for (uint32_t id = 0; id < 4096; id++) {
+        const type_traits* tt = find_type(id);
+        if (!tt || !find_row_ops(type(id)) || is_activation_only(type(id))) continue;
+        if (id == uint32_t(type::i32)) continue; // an index type, not a weight format
+        out.push_back(type(id));
+    }
+    return out;
+}
+
+std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_params& p) {
+    check_target(p.target, "type");
+    if (p.output_type) check_target(*p.output_type, "--output-type");
+    if (p.embd_type) check_target(*p.embd_type, "--embd-type");
+    const auto& infos = in.tensors();
+    const bool tied = in.find_tensor("output.weight") == nullptr;
+    if (tied && p.output_type && p.embd_type && *p.output_type != *p.embd_type && p.note)
+        p.note(fmt::format("token_embd.weight is also the output (tied embeddings): it gets --embd-type {}, not "
+                           "--output-type {}",
+                           type_name(*p.embd_type), type_name(*p.output_type)));
+
+    // a weight's per-tensor scale (NVFP4 `<name>.scale`, F32 [1]) is multiplied into the weight when it is converted
+    auto scale_owner = [&](const std::string& name) -> const gguf_tensor_info* {
+        for (std::string_view suffix : {".input_scale", ".scale"})
+            if (ends_with(name, suffix)) {
+                const gguf_tensor_info* w =
+                    in.find_tensor(name.substr(0, name.size() - suffix.size()) + ".weight");
+                if (w && w->n_dims >= 2) return w;
+            }
+        return nullptr;
+    };
+    std::map<const gguf_tensor_info*, float> weight_scale;
+    for (const auto& t : infos)
+        if (ends_with(t.name, ".scale") && !ends_with(t.name, ".input_scale"))
+            if (const gguf_tensor_info* w = scale_owner(t.name)) {
+                if (t.type_id != uint32_t(type::f32) || t.n_elements() != 1)
+                    throw error(fmt::format("{}: tensor {}: expected a single f32 scale, got {} elements of {}",
+                                            in.path(), t.name, t.n_elements(),
+                                            find_type(t.type_id) ? find_type(t.type_id)->name : "an unknown type"));
+                float v;
+                std::memcpy(&v, t.data, 4);
+                weight_scale[w] = v;
+            }
+
+    std::vector<tensor_plan> plan(infos.size());
+    std::map<const gguf_tensor_info*, const tensor_plan*> by_info;
+    for (size_t i = 0; i < infos.size(); i++) {
+        const gguf_tensor_info& t = infos[i];
+        tensor_plan& tp = plan[i];
+        tp.in = &t;
+        by_info[&t] = &tp;
+        if (!find_type(t.type_id))
+            throw error(fmt::format("{}: tensor {} has unknown type id {}", in.path(), t.name, t.type_id));
+        const type from = t.t();
+        const auto sc = p.scaling.find(t.name);
+        const bool scaled = sc != p.scaling.end();
+        if (t.n_dims < 2) {
+            // norms and other vectors: kept in f32 (integer vectors as they are)
+            tp.to = is_float_type(from) ? type::f32 : from;
+            tp.copy = tp.to == from && !scaled;
+        } else {
+            type want = p.target;
+            if (t.name == "token_embd.weight") {
+                if (p.embd_type)
+                    want = *p.embd_type;
+                else if (tied && p.output_type)
+                    want = *p.output_type;
+            } else if (t.name == "output.weight" && p.output_type) {
+                want = *p.output_type;
+            }
+            tp.to = fallback_type(want, t.ne[0]);
+            if (tp.to != want)
+                tp.fallback = fmt::format("{} columns are not a multiple of {}'s block of {}", t.ne[0],
+                                          type_name(want), block_size(want));
+            if (auto it = weight_scale.find(&t); it != weight_scale.end()) tp.in_scale = it->second;
+            tp.copy = tp.to == from && !scaled && tp.in_scale == 1.0f;
+        }
+        if (scaled && t.n_dims >= 2 && !sc->second.row.empty() && int64_t(sc->second.row.size()) != t.ne[1])
+            throw error(fmt::format("tensor {}: {} row scales for {} rows", t.name, sc->second.row.size(), t.ne[1]));
+        if (scaled && !sc->second.col.empty() && int64_t(sc->second.col.size()) != t.ne[0])
+            throw error(fmt::format("tensor {}: {} column scales for {} columns", t.name, sc->second.col.size(),
+                                    t.ne[0]));
+        if (scaled && t.n_dims < 2 && !is_float_type(from))
+            throw error(fmt::format("tensor {}: cannot scale a {} vector", t.name, type_name(from)));
+        if (!tp.copy && !find_row_ops(from))
+            throw error(fmt::format("{}: tensor {} has type {}, which tessera cannot convert yet", in.path(), t.name,
+                                    type_name(from)));
+    }
+    // a weight's scale tensors go away with the scale once the weight is converted (its values now hold it)
+    for (tensor_plan& tp : plan)
+        if (const gguf_tensor_info* w = scale_owner(tp.in->name)) tp.drop = !by_info[w]->copy;
+    return plan;
+}
+
+void convert_rows(type from, const void* src, type to, void* dst, int64_t n_cols, int64_t n_rows, int n_threads,
+                  const tensor_scaling* scaling, float tensor_scale, const std::function<void(int64_t)>& progress) {
+    const row_ops* in_ops = find_row_ops(from);
+    const row_ops* out_ops = find_row_ops(to);
+    TS_ASSERT(in_ops && out_ops && n_cols % block_size(from) == 0 && n_cols % block_size(to) == 0);
+    const size_t in_row = row_size(from, n_cols), out_row = row_size(to, n_cols);
+    // rows are handed out in chunks of ~64K elements: small enough to balance threads and report progress often
+    const int64_t chunk = std::max<int64_t>(1, 65536 / n_cols);
+    const int64_t n_chunks = (n_rows + chunk - 1) / chunk;
+    std::atomic<int64_t> next{0};
+    std::mutex mu;
+    auto work = [&]() {
+        std::vector<float> buf(static_cast<size_t>(n_cols));
+        for (int64_t c; (c = next.fetch_add(1)) < n_chunks;) {
+            const int64_t r0 = c * chunk, r1 = std::min(n_rows, r0 + chunk);
+            for (int64_t r = r0; r < r1; r++) {
+                in_ops->to_float(static_cast<const uint8_t*>(src) + size_t(r) * in_row, buf.data(), n_cols);
+                if (tensor_scale != 1.0f)
+                    for (float& x : buf) x *= tensor_scale;
+                if (scaling && !scaling->col.empty())
+                    for (int64_t i = 0; i < n_cols; i++) buf[size_t(i)] *= scaling->col[size_t(i)];
+                if (scaling && !scaling->row.empty()) {
+                    const float s = scaling->row[size_t(r)];
+                    for (float& x : buf) x *= s;
+                }
+                out_ops->from_float(buf.data(), static_cast<uint8_t*>(dst) + size_t(r) * out_row, n_cols);
+            }
+            if (progress) {
+                std::lock_guard lock(mu);
+                progress(r1 - r0);
+            }
+        }
+    };
+    const int n = int(std::clamp<int64_t>(n_threads, 1, n_chunks));
+    std::vector<std::thread> pool;
+    for (int i = 1; i < n; i++) pool.emplace_back(work);
+    work();
+    for (auto& th : pool) th.join();
+}
+
+namespace {
+
+// Builds the output writer; converted tensors are kept in `storage`, copied ones point into `in`'s mapping.
+gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deque<std::vector<uint8_t>>& storage,
+                         quantize_result& r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<tensor_plan> plan = plan_quantization(in, p);
+    const int n_threads = p.n_threads > 0 ? p.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
+
+    int64_t total = 0, done = 0;
+    for (const tensor_plan& tp : plan)
+        if (!tp.drop) total += tp.in->n_elements();
+    if (p.progress) p.progress(0, total);
+
+    gguf_writer w;
+    w.set_alignment(in.alignment());
+    bool needs_tessera = false;
+    for (const tensor_plan& tp : plan) {
+        const gguf_tensor_info& t = *tp.in;
+        r.in_tensor_bytes += t.size;
+        if (tp.drop) continue;
+        r.n_tensors++;
+        if (tp.fallback != "" && p.note)
+            p.note(fmt::format("{}: {}, using {}", t.name, tp.fallback, type_name(tp.to)));
+        r.n_fallback += tp.fallback != "";
+        needs_tessera |= !is_ggml_type(tp.to);
+        const std::span<const int64_t> ne(t.ne, t.n_dims);
+        r.n_elements += uint64_t(t.n_elements());
+        if (tp.copy) {
+            w.add_tensor(t.name, t.type_id, ne, t.data);
+            r.out_tensor_bytes += t.size;
+            done += t.n_elements();
+            if (p.progress) p.progress(done, total);
+            continue;
+        }
+        const int64_t n_cols = t.ne[0], n_rows = t.n_elements() / t.ne[0];
+        storage.emplace_back(tensor_bytes(tp.to, t.n_elements()));
+        const tensor_scaling* sc = p.scaling.count(t.name) ? &p.scaling.at(t.name) : nullptr;
+        // the source's per-tensor scales (a `.scale` tensor, an i2_s tail) are multiplied into the f32 values
+        const float in_scale = tp.in_scale * read_tensor_scale(t.t(), t.data, t.n_elements());
+        auto on_rows = [&](int64_t rows) {
+            done += rows * n_cols;
+            if (p.progress) p.progress(done, total);
+        };
+        const int nt = t.n_dims < 2 ? 1 : n_threads;
+        if (is_tensor_scaled(tp.to)) {
+            // one scale for the whole tensor (i2_s): all of it in f32 first, then the format's whole-tensor quantizer
+            std::vector<float> x(static_cast<size_t>(t.n_elements()));
+            convert_rows(t.t(), t.data, type::f32, x.data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
+            quantize_tensor_ref(tp.to, x.data(), storage.back().data(), n_cols, n_rows);
+        } else {
+            convert_rows(t.t(), t.data, tp.to, storage.back().data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
+        }
+        w.add_tensor(t.name, uint32_t(tp.to), ne, storage.back().data());
+        r.out_tensor_bytes += storage.back().size();
+        r.n_quantized += is_quantized(tp.to);
+    }
+
+    // metadata: the input's, in order, with the file type, quantization version and tessera marker brought up to date
+    // (a tessera-only target has no llama_ftype: general.file_type is left out, as llama.cpp does for unknown mixes,
+    // and tessera.format says what the file needs)
+    const std::optional<uint32_t> ftype = llama_ftype_of(p.target);
+    for (const gguf_kv& kv : in.kvs()) {
+        if (kv.key == tessera_format_key) continue;
+        if (kv.key == "general.file_type") {
+            if (ftype) w.set(kv.key, gguf_value::of_u32(*ftype));
+            continue;
+        }
+        w.set(kv.key, kv.value);
+    }
+    if (ftype) w.set("general.file_type", gguf_value::of_u32(*ftype));
+    w.set("general.quantization_version", gguf_value::of_u32(2));
+    if (needs_tessera) w.set(tessera_format_key, gguf_value::of_u32(tessera_format_version));
+    for (const gguf_kv& kv : p.extra_kv) w.set(kv.key, kv.value);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return w;
+}
+
+} // namespace
+
+std::vector<uint8_t> quantize_to_bytes(const gguf_file& in, const quantize_params& p, quantize_result* r) {
+    std::deque<std::vector<uint8_t>> storage;
+    quantize_result res;
+    std::vector<uint8_t> bytes = build_output(in, p, storage, res).to_bytes();
+    res.in_file_bytes = in.file_size();
+    res.out_file_bytes = bytes.size();
+    if (r) *r = res;
+    return bytes;
+}
+
+quantize_result quantize_model(const std::string& in_path, const std::string& out_path, const quantize_params& p) {
+    const auto t0 = std::chrono::steady_clock::now();
+    gguf_file in = gguf_file::open(in_path);
+    std::deque<std::vector<uint8_t>> storage;
+    quantize_result r;
+    gguf_writer w = build_output(in, p, storage, r);
+    w.write(out_path);
+    r.in_file_bytes = in.file_size();
+    r.out_file_bytes = std::filesystem::file_size(out_path);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+} // namespace tessera

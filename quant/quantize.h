@@ -1,0 +1,90 @@
+// quantize.h: whole-model requantization for `tessera quantize` (host only): every 2-D weight is dequantized to f32
+// with its format's to_float, optionally scaled (AWQ folding), and quantized to the target with the reference
+// from_float; 1-D tensors (norms) become f32; metadata is copied with general.file_type and the tessera marker updated.
+// The activation-aware search that produces AWQ scales needs the model and lives in llm/awq.h.
+#pragma once
+
+#include "ggml-like/gguf.h"
+#include "ggml-like/types.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+// Files holding any type that upstream ggml does not define (awq4, i2_s, ids >= 1024) carry this key (u32, the
+// version of tessera's extensions, now 1). A loader refuses such tensors in a file without it: a file that claims to be
+// a plain llama.cpp GGUF must not hold them.
+inline constexpr const char* tessera_format_key = "tessera.format";
+inline constexpr uint32_t tessera_format_version = 1;
+
+// True when upstream ggml defines the type id with this layout (llama.cpp can load it).
+bool is_ggml_type(type t);
+// llama_ftype written as general.file_type for a file quantized "mostly" to t; nullopt when llama.cpp has none.
+std::optional<uint32_t> llama_ftype_of(type t);
+// Types `tessera quantize` can produce: those with a from_float (find_row_ops), activation-only formats excluded.
+std::vector<type> quantize_target_types();
+
+// Multipliers applied to a weight in f32 before quantization: W'[r][c] = W[r][c] * row[r] * col[c] (either may be
+// empty). For 1-D tensors (norm weights) only `col` is used. AWQ folds its scales this way.
+struct tensor_scaling {
+    std::vector<float> row; // (ne[1])
+    std::vector<float> col; // (ne[0])
+};
+
+struct quantize_params {
+    type target = type::q8_0;
+    std::optional<type> output_type; // output.weight; also token_embd.weight when the embeddings are tied
+    std::optional<type> embd_type;   // token_embd.weight (wins over output_type when tied, as in llama-quantize)
+    int n_threads = 0;               // 0: one per hardware thread
+    std::map<std::string, tensor_scaling> scaling; // by tensor name
+    std::vector<gguf_kv> extra_kv;   // added to the output's metadata (e.g. how AWQ was calibrated)
+    // Called with (elements done, total elements) as tensors are converted; calls are serialized.
+    std::function<void(int64_t, int64_t)> progress;
+    // One-line notes for the user (fallbacks, ignored overrides), without a trailing newline.
+    std::function<void(const std::string&)> note;
+};
+
+// What happens to one tensor.
+struct tensor_plan {
+    const gguf_tensor_info* in = nullptr;
+    type to = type::f32;
+    bool copy = false;        // bytes copied as they are (same type, nothing to apply)
+    bool drop = false;        // a per-tensor `<name>.scale` / `.input_scale` folded into its converted weight
+    float in_scale = 1.0f;    // the weight's `<name>.scale` value (NVFP4 global scale), multiplied in when converting
+    std::string fallback;     // why `to` differs from the requested type ("" when it does not)
+};
+
+// Chooses the output type of every tensor of `in` (same order); throws tessera::error when a tensor cannot be
+// converted (a source type tessera cannot read).
+std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_params& p);
+
+struct quantize_result {
+    uint64_t in_file_bytes = 0, out_file_bytes = 0;
+    uint64_t in_tensor_bytes = 0, out_tensor_bytes = 0;
+    uint64_t n_elements = 0;  // of every tensor
+    int n_tensors = 0;        // in the output
+    int n_quantized = 0;      // tensors converted to a block format
+    int n_fallback = 0;       // tensors that got another type than asked for
+    double seconds = 0;
+    double in_bpw() const { return n_elements ? 8.0 * double(in_tensor_bytes) / double(n_elements) : 0; }
+    double out_bpw() const { return n_elements ? 8.0 * double(out_tensor_bytes) / double(n_elements) : 0; }
+};
+
+// Reads `in_path`, converts, writes `out_path` through gguf_writer::write (temp file + fsync + rename: on any failure
+// nothing is left at out_path and an existing file there is untouched).
+quantize_result quantize_model(const std::string& in_path, const std::string& out_path, const quantize_params& p);
+// The same on an opened file, returning the writer's bytes (tests).
+std::vector<uint8_t> quantize_to_bytes(const gguf_file& in, const quantize_params& p, quantize_result* r = nullptr);
+
+// Converts n_rows rows of n_cols elements from `src` (type from) to `dst` (type to) over n_threads threads, applying
+// `scaling` in f32 when given. `progress(rows)` is called (serialized) as rows finish.
+void convert_rows(type from, const void* src, type to, void* dst, int64_t n_cols, int64_t n_rows, int n_threads,
+                  const tensor_scaling* scaling = nullptr, float tensor_scale = 1.0f,
+                  const std::function<void(int64_t)>& progress = {});
+
+} // namespace tessera

@@ -1,0 +1,157 @@
+// bench_mmv.cpp: the CUDA decode GEMV (mul_mat with one activation column) per weight format at the shapes,
+// as GB/s of weight bytes next to the device-to-device copy bandwidth measured in the same run. Not a test: it checks
+// one output against the CPU first (NMSE), then times. Each timed graph holds enough weight copies (> 3x L2) that they
+// stream from HBM; a graph's time includes the activation quantization and the launches (no CUDA graphs yet).
+//   usage: bench_mmv [repeats]
+#include "backends/cpu/cpu_backend.h"
+#include "ggml-like/ops.h"
+#include "llm/device.h"
+#include "quant/format.h"
+
+#include <cuda_runtime.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+using namespace tessera;
+
+namespace {
+
+// xorshift floats in about N(0, 1) (sum of uniforms): fast enough for 58 M values
+std::vector<float> noise(size_t n, uint32_t seed) {
+    std::vector<float> v(n);
+    uint32_t s = seed * 2654435761u + 1;
+    auto next = [&] {
+        s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+        return float(s) * 2.3283064e-10f;
+    };
+    for (auto& x : v) x = (next() + next() + next() - 1.5f) * 2.0f + 1e-3f;
+    return v;
+}
+
+double d2d_copy_gbs() {
+    const size_t bytes = size_t(1) << 30;
+    void *a = nullptr, *b = nullptr;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    std::vector<float> ms;
+    for (int i = 0; i < 5; i++) {
+        cudaEventRecord(e0);
+        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float t = 0;
+        cudaEventElapsedTime(&t, e0, e1);
+        ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3) / 1e9; // read + write
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    const int repeats = argc > 1 ? std::atoi(argv[1]) : 20;
+    std::string why;
+    const auto gpu = find_gpu(&why);
+    if (!gpu) {
+        fmt::print(stderr, "bench_mmv: no CUDA device: {}\n", why);
+        return 0;
+    }
+    const double copy = d2d_copy_gbs();
+    fmt::print("{}: device-to-device copy {:.0f} GB/s (read + write)\n", gpu->name, copy);
+    fmt::print("{:<6} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10}\n", "type", "n", "k", "MB", "us", "GB/s", "% of copy");
+    struct shape {
+        int64_t n, k;
+    };
+    for (type t : {type::q4_0, type::q4_1, type::q8_0, type::f16})
+        for (shape s : {shape{4096, 4096}, shape{14336, 4096}, shape{4096, 14336}}) {
+            const size_t row = row_size(t, s.k), bytes = row * size_t(s.n);
+            std::vector<uint8_t> w(bytes);
+            {
+                const auto v = noise(size_t(s.n * s.k), uint32_t(s.n + s.k));
+                const row_ops* ops = find_row_ops(t);
+                for (int64_t r = 0; r < s.n; r++) ops->from_float(v.data() + r * s.k, w.data() + size_t(r) * row, s.k);
+            }
+            const auto xv = noise(size_t(s.k), 7);
+            const int copies = int(std::max<size_t>(4, (160u << 20) / bytes + 1)); // > 3x the 50 MB L2
+            std::unique_ptr<backend> be = make_backend(device_type::cuda, 0);
+            context ctx;
+            std::vector<tensor*> ws;
+            for (int c = 0; c < copies; c++) {
+                tensor* wt = ctx.new_tensor(t, {s.k, s.n});
+                wt->flags |= flag_param;
+                wt->data = w.data();
+                ws.push_back(wt);
+            }
+            be->load_weights(ws);
+            tensor* x = ctx.new_tensor(type::f32, {s.k, 1});
+            x->flags |= flag_input;
+            graph g;
+            std::vector<tensor*> ys;
+            for (tensor* wt : ws) {
+                tensor* y = mul_mat(ctx, wt, x);
+                y->flags |= flag_output;
+                g.expand(y);
+                ys.push_back(y);
+            }
+            graph_runner runner(*be);
+            runner.prepare(g);
+            be->set(*x, xv.data(), 0, xv.size() * 4);
+            runner.compute(g);
+            be->synchronize();
+            // check the first output against the CPU before timing it
+            std::vector<float> got(size_t(s.n)), ref(size_t(s.n));
+            be->get(*ys[0], got.data(), 0, got.size() * 4);
+            {
+                cpu::cpu_backend cpu_be;
+                context c2;
+                tensor* wt = c2.new_tensor(t, {s.k, s.n});
+                wt->data = w.data();
+                tensor* x2 = c2.new_tensor(type::f32, {s.k, 1});
+                x2->data = const_cast<float*>(xv.data());
+                tensor* y2 = mul_mat(c2, wt, x2);
+                y2->flags |= flag_output;
+                graph g2;
+                g2.expand(y2);
+                graph_runner r2(cpu_be);
+                r2.prepare(g2);
+                r2.compute(g2);
+                std::memcpy(ref.data(), y2->data, ref.size() * 4);
+            }
+            double num = 0, den = 0;
+            for (size_t i = 0; i < ref.size(); i++) {
+                num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+                den += double(ref[i]) * ref[i];
+            }
+            const double e = den > 0 ? num / den : num;
+            if (!(e < 1e-5)) {
+                fmt::print("{:<6} {:>6} {:>6}: WRONG, NMSE vs CPU {:.3g}\n", type_name(t), s.n, s.k, e);
+                continue;
+            }
+            std::vector<double> us;
+            for (int r = 0; r < repeats; r++) {
+                const auto t0 = std::chrono::steady_clock::now();
+                runner.compute(g);
+                be->synchronize();
+                us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+                             copies);
+            }
+            std::sort(us.begin(), us.end());
+            const double med = us[us.size() / 2], gbs = double(bytes) / (med * 1e-6) / 1e9;
+            fmt::print("{:<6} {:>6} {:>6} {:>9.1f} {:>9.1f} {:>8.0f} {:>9.0f}%\n", type_name(t), s.n, s.k,
+                       double(bytes) / 1e6, med, gbs, 100.0 * gbs / copy);
+        }
+    return 0;
+}
