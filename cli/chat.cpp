@@ -186,12 +186,15 @@ void chat_main(const chat_options& o) {
     session sess(*mdl, sp);
     if (!dev.note.empty() && (tty || o.m.verbose)) fmt::print(stderr, "{}\n", dev.note);
 
-    chat_format fmt_ = detect_chat_format(mdl->file.get_string("tokenizer.chat_template").value_or(""));
+    const std::string jinja = mdl->file.get_string("tokenizer.chat_template").value_or("");
+    chat_format fmt_ = detect_chat_format(jinja);
     if (!o.template_name.empty() && !chat_format_from_name(o.template_name, fmt_))
         throw error(fmt::format("unknown chat template '{}' (known: chatml, llama2, llama3, mistral, gemma, zephyr, "
                                 "phi3)",
                                 o.template_name));
-    chat_session chat(sess, fmt_, o.s, o.system);
+    // the template's own default system message, as llama.cpp's Jinja rendering would insert it
+    const std::string system = o.system.empty() && o.template_name.empty() ? template_default_system(jinja) : o.system;
+    chat_session chat(sess, fmt_, o.s, system);
     if (tty)
         fmt::print(stderr, "tessera chat: {} ({} template, context {}); /help for commands, Ctrl-D to quit\n",
                    mdl->name, chat_format_name(fmt_), sess.n_ctx());

@@ -54,8 +54,8 @@ progress_bar::~progress_bar() {
     }
 }
 
-std::string progress_bar::render(const std::string& label, int64_t done, int64_t total, double elapsed,
-                                 int bar_width, const std::string& count) {
+std::string progress_bar::render(const std::string& label, int64_t done, int64_t total, double elapsed, int bar_width,
+                                 const std::string& count) {
     const double frac = total > 0 ? double(done) / double(total) : 1.0;
     std::string line = fmt::format("{} {:3d}%", label, int(frac * 100.0));
     if (bar_width > 0) {
@@ -95,7 +95,8 @@ void progress_bar::draw_locked(bool final) {
     const int step = total_ > 0 ? int(done_ * 10 / total_) : 10;
     if (step <= last_step_) return; // also in finish(): that step's line is out already
     last_step_ = step;
-    fmt::print(out_, "{}\n", render(label_, done_, total_, elapsed, 0, count_format_ ? count_format_(done_, total_) : ""));
+    fmt::print(out_, "{}\n",
+               render(label_, done_, total_, elapsed, 0, count_format_ ? count_format_(done_, total_) : ""));
     std::fflush(out_);
 }
 

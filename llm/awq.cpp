@@ -18,10 +18,14 @@ namespace tessera {
 
 const char* awq_group_name(awq_group g) {
     switch (g) {
-    case awq_group::qkv: return "qkv";
-    case awq_group::o: return "o";
-    case awq_group::gate_up: return "gate_up";
-    case awq_group::down: return "down";
+    case awq_group::qkv:
+        return "qkv";
+    case awq_group::o:
+        return "o";
+    case awq_group::gate_up:
+        return "gate_up";
+    case awq_group::down:
+        return "down";
     }
     return "?";
 }
@@ -29,7 +33,8 @@ const char* awq_group_name(awq_group g) {
 std::vector<float> awq_stats::mean_abs(int64_t il, awq_group g) const {
     const entry& e = layers[size_t(il)][size_t(g)];
     std::vector<float> m(static_cast<size_t>(e.n_in));
-    for (int64_t i = 0; i < e.n_in; i++) m[size_t(i)] = float(e.sum_abs[size_t(i)] / double(std::max<int64_t>(1, n_tokens)));
+    for (int64_t i = 0; i < e.n_in; i++)
+        m[size_t(i)] = float(e.sum_abs[size_t(i)] / double(std::max<int64_t>(1, n_tokens)));
     return m;
 }
 
@@ -38,9 +43,12 @@ namespace {
 int64_t group_n_in(const hparams& hp, awq_group g) {
     switch (g) {
     case awq_group::qkv:
-    case awq_group::gate_up: return hp.n_embd;
-    case awq_group::o: return hp.n_head * hp.head_dim;
-    case awq_group::down: return hp.n_ff;
+    case awq_group::gate_up:
+        return hp.n_embd;
+    case awq_group::o:
+        return hp.n_head * hp.head_dim;
+    case awq_group::down:
+        return hp.n_ff;
     }
     return 0;
 }
@@ -48,10 +56,14 @@ int64_t group_n_in(const hparams& hp, awq_group g) {
 // The weights that read a group's input, in the order their errors are summed.
 std::vector<const tensor*> group_weights(const layer_weights& l, awq_group g) {
     switch (g) {
-    case awq_group::qkv: return {l.wq, l.wk, l.wv};
-    case awq_group::o: return {l.wo};
-    case awq_group::gate_up: return {l.ffn_gate, l.ffn_up};
-    case awq_group::down: return {l.ffn_down};
+    case awq_group::qkv:
+        return {l.wq, l.wk, l.wv};
+    case awq_group::o:
+        return {l.wo};
+    case awq_group::gate_up:
+        return {l.ffn_gate, l.ffn_up};
+    case awq_group::down:
+        return {l.ffn_down};
     }
     return {};
 }
@@ -89,7 +101,9 @@ template <class Fn> void parallel_for(int64_t n, int n_threads, Fn&& fn) {
     for (auto& th : pool) th.join();
 }
 
-int resolve_threads(int n) { return n > 0 ? n : int(std::max(1u, std::thread::hardware_concurrency())); }
+int resolve_threads(int n) {
+    return n > 0 ? n : int(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 } // namespace
 
@@ -170,8 +184,8 @@ std::map<std::string, tensor_scaling> awq_fold(const model& m, const std::vector
             throw error(fmt::format("awq: layer {} {}: {} scales, expected {}", il, awq_group_name(g), s.size(), n));
         for (float x : s)
             if (!(x > 0.0f && std::isfinite(x)))
-                throw error(fmt::format("awq: layer {} {}: scale {} is not positive and finite", il,
-                                        awq_group_name(g), x));
+                throw error(
+                    fmt::format("awq: layer {} {}: scale {} is not positive and finite", il, awq_group_name(g), x));
     };
     const int64_t D = hp.head_dim, group_heads = hp.n_head / hp.n_head_kv;
     for (int64_t il = 0; il < hp.n_layer; il++) {
@@ -237,7 +251,8 @@ double group_error(const std::vector<group_weight>& ws, int64_t n_in, const std:
         for (int64_t i = 0; i < n_in; i++) a[size_t(i)] = s.empty() ? w[i] : w[i] * s[size_t(i)];
         ops->from_float(a.data(), q.data(), n_in);
         ops->to_float(q.data(), a.data(), n_in);
-        for (int64_t i = 0; i < n_in; i++) dw[size_t(i)] = w[i] - (s.empty() ? a[size_t(i)] : a[size_t(i)] / s[size_t(i)]);
+        for (int64_t i = 0; i < n_in; i++)
+            dw[size_t(i)] = w[i] - (s.empty() ? a[size_t(i)] : a[size_t(i)] / s[size_t(i)]);
         double e = 0;
         for (int64_t n = 0; n < n_sample; n++) {
             const double y = dot(dw.data(), x.data() + n * n_in, n_in);
@@ -292,8 +307,8 @@ awq_result awq_search(const model& m, const awq_stats& st, const std::function<t
                 const row_ops* ops = find_row_ops(t->t);
                 TS_ASSERT(ops && t->ne[0] == e.n_in);
                 for (int64_t r = 0; r < gw.n_rows; r++)
-                    ops->to_float(static_cast<const uint8_t*>(t->data) + size_t(r) * t->nb[1],
-                                  gw.w.data() + r * e.n_in, e.n_in);
+                    ops->to_float(static_cast<const uint8_t*>(t->data) + size_t(r) * t->nb[1], gw.w.data() + r * e.n_in,
+                                  e.n_in);
                 if (const float ts = read_tensor_scale(t->t, t->data, t->n_elements()); ts != 1.0f)
                     for (float& x : gw.w) x *= ts;
                 ws.push_back(std::move(gw));

@@ -1,7 +1,7 @@
 // awq.h: activation-aware weight quantization (AWQ, Lin et al. 2023, as AutoAWQ does it) for `tessera quantize
 // --calib`: run the model on calibration text, collect per-input-channel mean |x| and a sample of input rows for every
-// linear layer, grid-search the exponent a of s = mean|x|^a per layer group to minimize ||W X - Q(W diag(s)) diag(1/s) X||^2
-// on the sample, and fold the scales into the preceding op. The file conversion itself is quant/quantize.h.
+// linear layer, grid-search the exponent a of s = mean|x|^a per layer group to minimize ||W X - Q(W diag(s)) diag(1/s)
+// X||^2 on the sample, and fold the scales into the preceding op. The file conversion itself is quant/quantize.h.
 //
 // Groups and where their scales go (llama), with the graph node whose output is the group's input:
 //   q, k, v    input "attn_norm-L"  (n_embd)              1/s into attn_norm.weight, s into the q, k, v columns
@@ -65,9 +65,9 @@ std::map<std::string, tensor_scaling> awq_fold(const model& m, const std::vector
 struct awq_layer_report {
     int64_t il = 0;
     awq_group group = awq_group::qkv;
-    float alpha = 0;          // best exponent
-    double err_rtn = 0;       // ||W X - Q(W) X||^2 on the sample (a = 0)
-    double err_best = 0;      // the same with the best a
+    float alpha = 0;     // best exponent
+    double err_rtn = 0;  // ||W X - Q(W) X||^2 on the sample (a = 0)
+    double err_best = 0; // the same with the best a
 };
 
 struct awq_result {

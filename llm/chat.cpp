@@ -61,6 +61,20 @@ chat_format detect_chat_format(const std::string& t) {
     return chat_format::chatml;
 }
 
+std::string template_default_system(const std::string& t) {
+    const std::string open = "<|im_start|>system\n";
+    const size_t a = t.find(open);
+    if (a == std::string::npos || t.find("messages[0]") == std::string::npos) return "";
+    const size_t b = t.find("<|im_end|>", a);
+    if (b == std::string::npos) return "";
+    std::string text = t.substr(a + open.size(), b - a - open.size());
+    // only a literal: anything templated ({{ }}, {% %}) or quoted comes from the messages
+    if (text.find("{{") != std::string::npos || text.find("{%") != std::string::npos ||
+        text.find('\'') != std::string::npos || text.find('"') != std::string::npos || text.empty())
+        return "";
+    return text;
+}
+
 std::string render_chat(chat_format f, const std::vector<chat_message>& msgs, bool gen) {
     std::string out;
     switch (f) {

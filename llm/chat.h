@@ -25,6 +25,9 @@ const char* chat_format_name(chat_format f);
 bool chat_format_from_name(const std::string& name, chat_format& out);
 // Detects the format from a Jinja template's text; ChatML for an empty template.
 chat_format detect_chat_format(const std::string& jinja);
+// The system message a template inserts by itself when the conversation has none (SmolLM2's "You are a helpful AI
+// assistant named SmolLM, ..."): a literal ChatML system turn written in the template; "" when there is none.
+std::string template_default_system(const std::string& jinja);
 // The prompt text for `messages`, ending with the assistant's turn opener when add_generation_prompt.
 // BOS is not written: the tokenizer adds it when the model asks for it.
 std::string render_chat(chat_format f, const std::vector<chat_message>& messages, bool add_generation_prompt);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace tessera {
@@ -72,6 +73,9 @@ class model {
     tensor* rope_freqs = nullptr;  // (n_rot/2) optional
     std::vector<layer_weights> layers;
     std::vector<tensor*> params;   // every weight tensor above, once each (a session's backend loads these)
+
+    // Per-tensor output multipliers of NVFP4 checkpoints (`blk.N.ffn_up.scale`, f32 [1]): y = (W x) * scale.
+    std::unordered_map<const tensor*, tensor*> out_scale;
 
     uint64_t n_params = 0;
     uint64_t n_bytes = 0; // weight bytes

@@ -17,15 +17,14 @@
 
 namespace tessera {
 
-// nibble slot of each element inside its word: element 8c + t sits in slot awq_slot[t] (inverse of ORDER)
-inline constexpr int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-TS_HD int awq_slot(int t) { return (t >> 1) | ((t & 1) << 2); } // {0,4,1,5,2,6,3,7}[t]
+// nibble slot of element 8c + t inside word c: {0,4,1,5,2,6,3,7}[t], the inverse of ORDER = {0,2,4,6,1,3,5,7}
+TS_HD int awq_slot(int t) { return (t >> 1) | ((t & 1) << 2); }
 
 template <int G> struct block_awq4 {
     f16 s;               // scale
     uint8_t z;           // zero point, 0..15
     uint8_t pad;         // 0
-    uint32_t qs[G / 8];  // word c: slot i (bits 4i..4i+3) = element 8c + awq_order[i]
+    uint32_t qs[G / 8];  // word c: slot i (bits 4i..4i+3) = element 8c + ORDER[i]
 };
 static_assert(sizeof(block_awq4<128>) == 68, "awq4 block: f16 s, u8 z, pad, 64 bytes of words");
 static_assert(sizeof(block_awq4<64>) == 36, "awq4_g64 block: f16 s, u8 z, pad, 32 bytes of words");

@@ -5,7 +5,7 @@
 // j + 64 in 3:2 and j + 96 in 1:0.
 // The block functions work at unit scale (dequantize gives code - 1; quantize takes x already divided by the scale):
 // the per-tensor scale is never in a block. Whole tensors go through quantize_tensor_ref (quant/format.h), which picks
-// the scale with absmean_scale and writes the tail; mul_mat multiplies its output by read_scale().
+// the scale with absmean_scale and writes the tail; mul_mat multiplies its output by read_tensor_scale().
 // Quantize (BitNet b1.58): s = max(mean|W|, 1e-5) over the tensor, code = clamp(round(W / s), -1, 1) + 1, round =
 // half to even (torch.round). A tensor that is already ternary (every |W| is 0 or one value m) keeps s = m, as
 // BitNet's converter does (its scale is max|W| of ternarized weights), so it round-trips exactly.

@@ -28,18 +28,30 @@ bool is_ggml_type(type t) {
 std::optional<uint32_t> llama_ftype_of(type t) {
     // llama_ftype (llama.h; FORMATS.md §1.1): LLAMA_FTYPE_ALL_F32, MOSTLY_F16, ...
     switch (t) {
-    case type::f32: return 0;
-    case type::f16: return 1;
-    case type::q4_0: return 2;
-    case type::q4_1: return 3;
-    case type::q8_0: return 7;
-    case type::q5_0: return 8;
-    case type::q5_1: return 9;
-    case type::bf16: return 32;
-    case type::tq1_0: return 36;
-    case type::tq2_0: return 37;
-    case type::nvfp4: return 39;
-    default: return std::nullopt;
+    case type::f32:
+        return 0;
+    case type::f16:
+        return 1;
+    case type::q4_0:
+        return 2;
+    case type::q4_1:
+        return 3;
+    case type::q8_0:
+        return 7;
+    case type::q5_0:
+        return 8;
+    case type::q5_1:
+        return 9;
+    case type::bf16:
+        return 32;
+    case type::tq1_0:
+        return 36;
+    case type::tq2_0:
+        return 37;
+    case type::nvfp4:
+        return 39;
+    default:
+        return std::nullopt;
     }
 }
 
@@ -61,9 +73,13 @@ bool is_tensor_scaled(type t) {
     return r;
 }
 
-bool is_float_type(type t) { return t == type::f32 || t == type::f16 || t == type::bf16; }
+bool is_float_type(type t) {
+    return t == type::f32 || t == type::f16 || t == type::bf16;
+}
 
-double bits_per_weight(type t) { return 8.0 * double(type_size(t)) / double(block_size(t)); }
+double bits_per_weight(type t) {
+    return 8.0 * double(type_size(t)) / double(block_size(t));
+}
 
 bool ends_with(const std::string& s, std::string_view suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -118,8 +134,7 @@ std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_p
     auto scale_owner = [&](const std::string& name) -> const gguf_tensor_info* {
         for (std::string_view suffix : {".input_scale", ".scale"})
             if (ends_with(name, suffix)) {
-                const gguf_tensor_info* w =
-                    in.find_tensor(name.substr(0, name.size() - suffix.size()) + ".weight");
+                const gguf_tensor_info* w = in.find_tensor(name.substr(0, name.size() - suffix.size()) + ".weight");
                 if (w && w->n_dims >= 2) return w;
             }
         return nullptr;
@@ -165,16 +180,16 @@ std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_p
             }
             tp.to = fallback_type(want, t.ne[0]);
             if (tp.to != want)
-                tp.fallback = fmt::format("{} columns are not a multiple of {}'s block of {}", t.ne[0],
-                                          type_name(want), block_size(want));
+                tp.fallback = fmt::format("{} columns are not a multiple of {}'s block of {}", t.ne[0], type_name(want),
+                                          block_size(want));
             if (auto it = weight_scale.find(&t); it != weight_scale.end()) tp.in_scale = it->second;
             tp.copy = tp.to == from && !scaled && tp.in_scale == 1.0f;
         }
         if (scaled && t.n_dims >= 2 && !sc->second.row.empty() && int64_t(sc->second.row.size()) != t.ne[1])
             throw error(fmt::format("tensor {}: {} row scales for {} rows", t.name, sc->second.row.size(), t.ne[1]));
         if (scaled && !sc->second.col.empty() && int64_t(sc->second.col.size()) != t.ne[0])
-            throw error(fmt::format("tensor {}: {} column scales for {} columns", t.name, sc->second.col.size(),
-                                    t.ne[0]));
+            throw error(
+                fmt::format("tensor {}: {} column scales for {} columns", t.name, sc->second.col.size(), t.ne[0]));
         if (scaled && t.n_dims < 2 && !is_float_type(from))
             throw error(fmt::format("tensor {}: cannot scale a {} vector", t.name, type_name(from)));
         if (!tp.copy && !find_row_ops(from))
@@ -244,13 +259,13 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deq
     gguf_writer w;
     w.set_alignment(in.alignment());
     bool needs_tessera = false;
+    std::map<std::pair<std::string, type>, std::vector<std::string>> fallbacks; // (why, type) -> tensors
     for (const tensor_plan& tp : plan) {
         const gguf_tensor_info& t = *tp.in;
         r.in_tensor_bytes += t.size;
         if (tp.drop) continue;
         r.n_tensors++;
-        if (tp.fallback != "" && p.note)
-            p.note(fmt::format("{}: {}, using {}", t.name, tp.fallback, type_name(tp.to)));
+        if (tp.fallback != "") fallbacks[{tp.fallback, tp.to}].push_back(t.name);
         r.n_fallback += tp.fallback != "";
         needs_tessera |= !is_ggml_type(tp.to);
         const std::span<const int64_t> ne(t.ne, t.n_dims);
@@ -284,6 +299,15 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deq
         r.out_tensor_bytes += storage.back().size();
         r.n_quantized += is_quantized(tp.to);
     }
+
+    // one note per kind of fallback (a model has dozens of tensors of the same width)
+    for (const auto& [key, names] : fallbacks)
+        if (p.note) {
+            std::string list;
+            for (size_t i = 0; i < std::min<size_t>(names.size(), 3); i++) list += (i ? ", " : "") + names[i];
+            p.note(fmt::format("{}, using {} for {} tensor{} ({}{})", key.first, type_name(key.second), names.size(),
+                               names.size() == 1 ? "" : "s", list, names.size() > 3 ? ", ..." : ""));
+        }
 
     // metadata: the input's, in order, with the file type, quantization version and tessera marker brought up to date
     // (a tessera-only target has no llama_ftype: general.file_type is left out, as llama.cpp does for unknown mixes,

@@ -42,7 +42,7 @@ struct quantize_params {
     std::optional<type> embd_type;   // token_embd.weight (wins over output_type when tied, as in llama-quantize)
     int n_threads = 0;               // 0: one per hardware thread
     std::map<std::string, tensor_scaling> scaling; // by tensor name
-    std::vector<gguf_kv> extra_kv;   // added to the output's metadata (e.g. how AWQ was calibrated)
+    std::vector<gguf_kv> extra_kv;                 // added to the output's metadata (e.g. how AWQ was calibrated)
     // Called with (elements done, total elements) as tensors are converted; calls are serialized.
     std::function<void(int64_t, int64_t)> progress;
     // One-line notes for the user (fallbacks, ignored overrides), without a trailing newline.
@@ -53,10 +53,10 @@ struct quantize_params {
 struct tensor_plan {
     const gguf_tensor_info* in = nullptr;
     type to = type::f32;
-    bool copy = false;        // bytes copied as they are (same type, nothing to apply)
-    bool drop = false;        // a per-tensor `<name>.scale` / `.input_scale` folded into its converted weight
-    float in_scale = 1.0f;    // the weight's `<name>.scale` value (NVFP4 global scale), multiplied in when converting
-    std::string fallback;     // why `to` differs from the requested type ("" when it does not)
+    bool copy = false;     // bytes copied as they are (same type, nothing to apply)
+    bool drop = false;     // a per-tensor `<name>.scale` / `.input_scale` folded into its converted weight
+    float in_scale = 1.0f; // the weight's `<name>.scale` value (NVFP4 global scale), multiplied in when converting
+    std::string fallback;  // why `to` differs from the requested type ("" when it does not)
 };
 
 // Chooses the output type of every tensor of `in` (same order); throws tessera::error when a tensor cannot be
@@ -66,10 +66,10 @@ std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_p
 struct quantize_result {
     uint64_t in_file_bytes = 0, out_file_bytes = 0;
     uint64_t in_tensor_bytes = 0, out_tensor_bytes = 0;
-    uint64_t n_elements = 0;  // of every tensor
-    int n_tensors = 0;        // in the output
-    int n_quantized = 0;      // tensors converted to a block format
-    int n_fallback = 0;       // tensors that got another type than asked for
+    uint64_t n_elements = 0; // of every tensor
+    int n_tensors = 0;       // in the output
+    int n_quantized = 0;     // tensors converted to a block format
+    int n_fallback = 0;      // tensors that got another type than asked for
     double seconds = 0;
     double in_bpw() const { return n_elements ? 8.0 * double(in_tensor_bytes) / double(n_elements) : 0; }
     double out_bpw() const { return n_elements ? 8.0 * double(out_tensor_bytes) / double(n_elements) : 0; }

@@ -192,3 +192,30 @@ TEST(model_session, every_weight_type_runs) {
         fs::remove(path);
     }
 }
+
+// NVFP4 checkpoints carry `<name>.scale` (f32 [1]) multiplying the matmul output, and `<name>.input_scale` that the
+// graph ignores (as llama.cpp does): a scale of 1 changes nothing, another scale changes the logits.
+TEST(model_load, per_tensor_output_scales_are_applied) {
+    static float one = 1.0f, three = 3.0f;
+    auto logits_with = [](float* scale) {
+        const std::string path = temp_path("scale.gguf");
+        test::tiny_model_spec s;
+        if (scale)
+            s.edit = [scale](gguf_writer& w) {
+                const int64_t ne[1] = {1};
+                w.add_tensor("blk.0.ffn_down.scale", uint32_t(type::f32), ne, scale);
+                w.add_tensor("blk.0.ffn_down.input_scale", uint32_t(type::f32), ne, &one);
+            };
+        test::write_tiny_model(path, s);
+        auto m = model::load(path);
+        session sess(*m, session_params{.n_ctx = 16});
+        const token p[3] = {1, 2, 3};
+        auto l = sess.decode(p);
+        std::vector<float> out(l.begin(), l.end());
+        fs::remove(path);
+        return out;
+    };
+    const auto base = logits_with(nullptr), same = logits_with(&one), other = logits_with(&three);
+    EXPECT_EQ(base, same);
+    EXPECT_NE(base, other);
+}

@@ -117,6 +117,25 @@ void llama_load(model& m) {
         l.ffn_up = m.require(name("ffn_up.weight"), {E, F});
         l.ffn_down = m.require(name("ffn_down.weight"), {F, E});
     }
+    // NVFP4 per-tensor scales: `<base>.scale` multiplies the matmul output; `<base>.input_scale` is loaded but not used
+    // by llama.cpp's graph either
+    auto scales_for = [&](tensor* w, const std::string& base) {
+        if (!w) return;
+        if (tensor* sc = m.require(base + ".scale", {1}, false)) m.out_scale[w] = sc;
+        m.require(base + ".input_scale", {1}, false);
+    };
+    if (m.output != m.tok_embd) scales_for(m.output, "output");
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        layer_weights& l = m.layers[size_t(il)];
+        const std::string b = fmt::format("blk.{}.", il);
+        scales_for(l.wq, b + "attn_q");
+        scales_for(l.wk, b + "attn_k");
+        scales_for(l.wv, b + "attn_v");
+        scales_for(l.wo, b + "attn_output");
+        scales_for(l.ffn_gate, b + "ffn_gate");
+        scales_for(l.ffn_up, b + "ffn_up");
+        scales_for(l.ffn_down, b + "ffn_down");
+    }
 }
 
 tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv) {
@@ -131,14 +150,20 @@ tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& 
         t->set_name(il < 0 ? std::string(what) : fmt::format("{}-{}", what, il));
         return t;
     };
+    // W x, times the weight's per-tensor scale when the file has one (NVFP4)
+    auto mm = [&](tensor* w, tensor* x) {
+        tensor* y = mul_mat(ctx, w, x);
+        auto it = m.out_scale.find(w);
+        return it == m.out_scale.end() ? y : mul(ctx, y, it->second);
+    };
     tensor* inp = named(get_rows(ctx, m.tok_embd, in.ids), "embd", -1); // (E, n)
     for (int64_t il = 0; il < hp.n_layer; il++) {
         const layer_weights& l = m.layers[size_t(il)];
         // attention block
         tensor* cur = named(mul(ctx, rms_norm(ctx, inp, hp.rms_eps), l.attn_norm), "attn_norm", il);
-        tensor* q = named(mul_mat(ctx, l.wq, cur), "Qcur", il);
-        tensor* k = named(mul_mat(ctx, l.wk, cur), "Kcur", il);
-        tensor* v = named(mul_mat(ctx, l.wv, cur), "Vcur", il);
+        tensor* q = named(mm(l.wq, cur), "Qcur", il);
+        tensor* k = named(mm(l.wk, cur), "Kcur", il);
+        tensor* v = named(mm(l.wv, cur), "Vcur", il);
         if (l.bq) q = add(ctx, q, l.bq);
         if (l.bk) k = add(ctx, k, l.bk);
         if (l.bv) v = add(ctx, v, l.bv);
@@ -156,20 +181,20 @@ tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& 
         tensor* kview = view_3d(ctx, kc, D, hp.n_head_kv, n_kv, row_size(kc->t, D), kc->nb[1], 0);
         tensor* vview = view_3d(ctx, vc, D, hp.n_head_kv, n_kv, row_size(vc->t, D), vc->nb[1], 0);
         tensor* attn = named(attention(ctx, q, kview, vview, in.mask, kq_scale), "kqv_out", il); // (D, n_head, n)
-        cur = named(mul_mat(ctx, l.wo, reshape_2d(ctx, attn, D * hp.n_head, n)), "attn_out", il);
+        cur = named(mm(l.wo, reshape_2d(ctx, attn, D * hp.n_head, n)), "attn_out", il);
         if (l.bo) cur = add(ctx, cur, l.bo);
         tensor* ffn_inp = named(add(ctx, cur, inp), "ffn_inp", il);
         // feed-forward block
         cur = named(mul(ctx, rms_norm(ctx, ffn_inp, hp.rms_eps), l.ffn_norm), "ffn_norm", il);
-        tensor* gate = named(mul_mat(ctx, l.ffn_gate, cur), "ffn_gate", il);
-        tensor* up = named(mul_mat(ctx, l.ffn_up, cur), "ffn_up", il);
-        cur = named(mul_mat(ctx, l.ffn_down, named(swiglu(ctx, gate, up), "ffn_swiglu", il)), "ffn_out", il);
+        tensor* gate = named(mm(l.ffn_gate, cur), "ffn_gate", il);
+        tensor* up = named(mm(l.ffn_up, cur), "ffn_up", il);
+        cur = named(mm(l.ffn_down, named(swiglu(ctx, gate, up), "ffn_swiglu", il)), "ffn_out", il);
         inp = named(add(ctx, cur, ffn_inp), "l_out", il);
         if (il == hp.n_layer - 1 && in.first_output > 0) // only the rows whose logits are wanted
             inp = view_2d(ctx, inp, E, n - in.first_output, inp->nb[1], size_t(in.first_output) * inp->nb[1]);
     }
     tensor* cur = mul(ctx, rms_norm(ctx, inp, hp.rms_eps), m.output_norm);
-    tensor* logits = mul_mat(ctx, m.output, cur);
+    tensor* logits = mm(m.output, cur);
     logits->flags |= flag_output;
     logits->set_name("logits");
     g.expand(logits);

@@ -1,83 +1,97 @@
 #!/usr/bin/env bash
 # cuda_check.sh: the CUDA backend on a GPU machine, in one go: build Release with CUDA into $BUILD (/tmp/build), run
-# test_backend_ops (every op vs the CPU, the default model's top-1 agreement), the other test suites, `tessera run` on
-# the default model on CUDA and on the CPU, the GEMV benchmark, and compute-sanitizer memcheck on test_backend_ops.
-# Logs go to $OUT (or /tmp/cuda_check); a summary is printed last.
-#   usage: tests/bench/cuda_check.sh [all|build|test]
-#   env:   BUILD, OUT, TESSERA_MODEL (default models/SmolLM2-135M-Instruct.Q4_1.gguf), PCRE2_INCLUDE_DIR (a machine
+# test_backend_ops (every op vs the CPU; the default model's top-1 agreement), the GEMV benchmark, compute-sanitizer
+# memcheck on test_backend_ops, test_model and test_cli, and `tessera run` on the default model on CUDA and the CPU.
+# Logs go to $LOG (/tmp/cuda_check), packed into $OUT/cuda_check_logs.tgz when OUT is set; a summary is printed last.
+#   usage: tests/bench/cuda_check.sh [STAGE...]   stages: build, ops (op tests, GEMV bench, memcheck), model (the
+#          default model: agreement, test_model, test_cli, tessera run); none given: all three
+#   env:   BUILD, LOG, OUT, TESSERA_MODEL (default models/SmolLM2-135M-Instruct.Q4_1.gguf), PCRE2_INCLUDE_DIR (a machine
 #          with the PCRE2 runtime but no headers: a directory holding a copy of pcre2.h), JOBS (16)
 set -u
 cd "$(dirname "$0")/../.."
-stage=${1:-all}
+stages=" ${*:-build ops model} "
+has() { [[ $stages == *" $1 "* ]]; }
 BUILD=${BUILD:-/tmp/build}
-OUT=${OUT:-/tmp/cuda_check}
+LOG=${LOG:-/tmp/cuda_check}
 JOBS=${JOBS:-16}
 MODEL=${TESSERA_MODEL:-$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-mkdir -p "$OUT"
-[[ $stage == test && ! -f $BUILD/CMakeCache.txt ]] && stage=all # a fresh machine: build first
+mkdir -p "$LOG"
+[[ ! -f $BUILD/CMakeCache.txt ]] && stages+="build " # a fresh machine: build first
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 
-if [[ $stage == all || $stage == build ]]; then
+if has build; then
     gen=()
     command -v ninja > /dev/null && gen=(-G Ninja)
     t0=$(date +%s)
     cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
-        ${PCRE2_INCLUDE_DIR:+-DPCRE2_INCLUDE_DIR=$PCRE2_INCLUDE_DIR} > "$OUT/configure.log" 2>&1 ||
-        { tail -30 "$OUT/configure.log"; exit 1; }
+        ${PCRE2_INCLUDE_DIR:+-DPCRE2_INCLUDE_DIR=$PCRE2_INCLUDE_DIR} > "$LOG/configure.log" 2>&1 ||
+        { tail -30 "$LOG/configure.log"; exit 1; }
     t1=$(date +%s)
-    cmake --build "$BUILD" -j "$JOBS" > "$OUT/build.log" 2>&1 || { grep -B2 -A12 -m3 'error' "$OUT/build.log"; exit 1; }
+    cmake --build "$BUILD" -j "$JOBS" > "$LOG/build.log" 2>&1 || { grep -B2 -A12 -m3 'error' "$LOG/build.log"; exit 1; }
     t2=$(date +%s)
     # the CUDA sources alone, recompiled: the compile-time cost of the backend
     touch backends/cuda/*.cu backends/cuda/ops/*.cu
     t3=$(date +%s)
-    cmake --build "$BUILD" -j "$JOBS" --target tessera_cuda >> "$OUT/build.log" 2>&1
+    cmake --build "$BUILD" -j "$JOBS" --target tessera_cuda >> "$LOG/build.log" 2>&1
     t4=$(date +%s)
     note "build: configure $((t1 - t0)) s, everything $((t2 - t1)) s with -j$JOBS; tessera_cuda alone $((t4 - t3)) s"
 fi
 
-if [[ $stage == all || $stage == test ]]; then
-    cmake --build "$BUILD" -j "$JOBS" >> "$OUT/build.log" 2>&1 || { grep -B2 -A12 -m3 'error' "$OUT/build.log"; exit 1; }
+if has ops || has model; then
+    cmake --build "$BUILD" -j "$JOBS" >> "$LOG/build.log" 2>&1 || { grep -B2 -A12 -m3 'error' "$LOG/build.log"; exit 1; }
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.max.sm --format=csv \
-        | tee "$OUT/gpu.txt"
-    [[ -f $MODEL ]] && note "model: $MODEL ($(stat -c %s "$MODEL") bytes)" || note "model: MISSING ($MODEL)"
-    export TESSERA_MODEL=$MODEL
+        | tee "$LOG/gpu.txt"
+fi
 
-    "$BUILD/tests/test_backend_ops" > "$OUT/test_backend_ops.log" 2>&1
+if has ops; then
+    "$BUILD/tests/test_backend_ops" --gtest_filter='cuda/*:backend_ops_cuda*' > "$LOG/test_backend_ops.log" 2>&1
     rc=$?
-    grep -E '^\[  FAILED  \]|Failure|NMSE|agreement' "$OUT/test_backend_ops.log" | head -40
-    note "test_backend_ops: rc $rc, $(grep -c '^\[       OK \]' "$OUT/test_backend_ops.log") ok, \
-$(grep -c '^\[  SKIPPED \]' "$OUT/test_backend_ops.log") skipped, $(grep -c '^\[  FAILED  \]' "$OUT/test_backend_ops.log") failed"
-    note "$(grep -m1 'top-1 agreement' "$OUT/test_backend_ops.log")"
+    grep -E '^\[  FAILED  \]|Failure|NMSE' "$LOG/test_backend_ops.log" | head -60
+    note "test_backend_ops (ops): rc $rc, $(grep -E '^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ test' \
+        "$LOG/test_backend_ops.log" | tr '\n' ' ')"
 
-    (cd "$BUILD" && ctest -j 12 --timeout 600 -E 'backend_ops' --output-on-failure) > "$OUT/ctest.log" 2>&1
-    note "ctest (other suites): $(grep -E 'tests passed|tests failed' "$OUT/ctest.log")"
-    grep -E '^\s+[0-9]+ - .*\(Failed|Timeout|SEGFAULT|Exception\)' "$OUT/ctest.log" | head -20
-
-    if [[ -f $MODEL ]]; then
-        for dev in cuda cpu; do
-            "$BUILD/cli/tessera" run -m "$MODEL" -p "The capital of France is" -n 128 --temp 0 --device $dev \
-                > "$OUT/run_$dev.txt" 2> "$OUT/run_$dev.err"
-            note "tessera run --device $dev (rc $?): $(tail -1 "$OUT/run_$dev.err")"
-            head -c 300 "$OUT/run_$dev.txt"
-            echo
-        done
-        cmp -s "$OUT/run_cuda.txt" "$OUT/run_cpu.txt" && note "run: CUDA text == CPU text (128 greedy tokens)" ||
-            note "run: CUDA text differs from CPU text"
-        "$BUILD/cli/tessera" run -m "$MODEL" -p "Hi" -n 4 --temp 0 2>&1 > /dev/null | head -2 | sed 's/^/default device: /'
-    fi
-
-    "$BUILD/tests/bench_mmv" 20 2>&1 | tee "$OUT/bench_mmv.txt"
+    "$BUILD/tests/bench_mmv" 20 2>&1 | tee "$LOG/bench_mmv.txt"
 
     if command -v compute-sanitizer > /dev/null; then
-        timeout 240 compute-sanitizer --tool memcheck --error-exitcode 1 "$BUILD/tests/test_backend_ops" \
-            --gtest_filter='cuda/*:backend_ops_cuda*' > "$OUT/memcheck.log" 2>&1
+        t0=$(date +%s)
+        timeout 180 compute-sanitizer --tool memcheck --error-exitcode 1 "$BUILD/tests/test_backend_ops" \
+            --gtest_filter='cuda/*:backend_ops_cuda*' > "$LOG/memcheck.log" 2>&1
         rc=$?
-        note "compute-sanitizer memcheck on test_backend_ops (ops): rc $rc, $(grep -m1 'ERROR SUMMARY' "$OUT/memcheck.log")"
-        [[ $rc != 0 ]] && grep -m5 -A8 'Invalid\|Error' "$OUT/memcheck.log" | head -40
+        note "compute-sanitizer memcheck, test_backend_ops ops: rc $rc in $(($(date +%s) - t0)) s, \
+$(grep -m1 'ERROR SUMMARY' "$LOG/memcheck.log")"
+        [[ $rc != 0 ]] && grep -m5 -A8 'Invalid\|Error' "$LOG/memcheck.log" | head -40
     fi
+fi
+
+if has model; then
+    if [[ -f $MODEL ]]; then
+        note "model: $MODEL ($(stat -c %s "$MODEL") bytes)"
+        export TESSERA_MODEL=$MODEL
+        "$BUILD/tests/test_backend_ops" --gtest_filter='backend_ops_model*' > "$LOG/test_backend_ops_model.log" 2>&1
+        note "test_backend_ops (model): rc $? $(grep -m1 'top-1 agreement' "$LOG/test_backend_ops_model.log")"
+        grep -E 'Failure|FAILED' -A5 "$LOG/test_backend_ops_model.log" | head -20
+        for dev in cuda cpu; do
+            "$BUILD/cli/tessera" run -m "$MODEL" -p "The capital of France is" -n 128 --temp 0 --device $dev \
+                > "$LOG/run_$dev.txt" 2> "$LOG/run_$dev.err"
+            note "tessera run --device $dev (rc $?): $(tail -1 "$LOG/run_$dev.err")"
+            head -c 300 "$LOG/run_$dev.txt"
+            echo
+        done
+        cmp -s "$LOG/run_cuda.txt" "$LOG/run_cpu.txt" && note "run: CUDA text == CPU text (128 greedy tokens)" ||
+            note "run: CUDA text differs from CPU text"
+        "$BUILD/cli/tessera" run -m "$MODEL" -p "Hi" -n 4 --temp 0 2>&1 > /dev/null | head -1 | sed 's/^/default: /'
+    else
+        note "model: MISSING ($MODEL): model checks skipped"
+    fi
+    # test_model (golden ids on the CPU) and test_cli (`tessera run` picks CUDA by default here)
+    (cd "$BUILD" && timeout 300 ctest -j 12 --timeout 240 -R 'model|cli' -E 'backend_ops' --output-on-failure) \
+        > "$LOG/ctest.log" 2>&1
+    note "ctest test_model, test_cli: $(grep -E 'tests passed|tests failed' "$LOG/ctest.log")"
+    grep -E '\((Failed|Timeout|SEGFAULT|Exception)\)' "$LOG/ctest.log" | head -20
 fi
 
 echo
 echo "==== summary ($(date -u +%Y-%m-%dT%H:%MZ)) ===="
 printf '%s\n' "${summary[@]}"
+[[ -n ${OUT:-} ]] && tar -czf "$OUT/cuda_check_logs.tgz" -C "$LOG" .

@@ -3,6 +3,7 @@
 
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
+#include "quant/format.h"
 
 namespace tessera::cpu {
 
@@ -11,12 +12,18 @@ void get_rows(const compute_params& p, tensor& dst) {
     const tensor& ids = *dst.src[1];
     const cpu_type_ops* ops = find_cpu_ops(a.t, p.reference);
     TS_ASSERT(ops != nullptr);
+    // a per-tensor scale (i2_s keeps it after the rows of the whole tensor, i.e. of the view's source)
+    const tensor& root = a.view_src ? *a.view_src : a;
+    const float scale = read_tensor_scale(a.t, root.data, root.n_elements());
     int64_t r0, r1;
     split(ids.ne[0], p.ith, p.nth, r0, r1);
     for (int64_t r = r0; r < r1; r++) {
         const int32_t id = *at<int32_t>(ids, r);
         TS_ASSERT(id >= 0 && id < a.ne[1]);
-        ops->to_float(at<uint8_t>(a, 0, id), at<float>(dst, 0, r), a.ne[0]);
+        float* y = at<float>(dst, 0, r);
+        ops->to_float(at<uint8_t>(a, 0, id), y, a.ne[0]);
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < a.ne[0]; i++) y[i] *= scale;
     }
 }
 

@@ -7,6 +7,10 @@
 
 #include <cmath>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace tessera::cpu {
 
 // Defined in vec_dot_avx2.cpp (compiled with -mavx2 -mfma -mf16c); only called when cpu_has_avx2().
@@ -217,9 +221,20 @@ const float_kernels& find_float_kernels(bool reference) {
 }
 
 bool cpu_has_avx2() {
-    static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                            __builtin_cpu_supports("f16c");
+#if defined(__x86_64__) || defined(__i386__)
+    // CPUID leaf 1: ECX bit 12 FMA, bit 29 F16C; leaf 7: EBX bit 5 AVX2 (clang 14 has no "f16c" in
+    // __builtin_cpu_supports, so we ask the CPU directly)
+    static const bool has = [] {
+        unsigned a, b, c, d;
+        if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+        const bool fma = (c >> 12) & 1, f16c = (c >> 29) & 1, osxsave = (c >> 27) & 1;
+        if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+        return fma && f16c && osxsave && ((b >> 5) & 1);
+    }();
     return has;
+#else
+    return false;
+#endif
 }
 
 const cpu_type_ops* find_cpu_ops(type t, bool reference) {
