@@ -79,8 +79,8 @@ void progress_bar::draw_locked(bool final) {
         last_draw_ = now;
         const int cols = terminal_columns(out_);
         const std::string count = count_format_ ? count_format_(done_, total_) : "";
-        const std::string bare = render(label_, done_, total_, elapsed, 0, count);
-        const int bar_width = std::clamp(cols - int(bare.size()) - 4, 0, 40);
+        // a fixed bar width for the whole run (the text beside it changes length as the ETA comes and goes)
+        const int bar_width = std::clamp(cols - int(label_.size()) - 50, 0, 40);
         std::string line = render(label_, done_, total_, elapsed, bar_width < 10 ? 0 : bar_width, count);
         // \r then the line, padded so that a shorter line erases the end of the previous one
         fmt::print(out_, "\r{:<{}}", line, std::min<int>(cols - 1, std::max<int>(int(line.size()), 70)));

@@ -107,8 +107,11 @@ awq_summary run_awq(const quantize_options& o, quantize_params& qp) {
         st = awq_collect(*mdl, tokens, ap, [&](int64_t done, int64_t) { bar.update(done); });
         bar.finish();
     }
+    // the search quantizes each weight to the type it will get in the file (fallbacks included)
+    quantize_params quiet = qp;
+    quiet.note = {};
     std::map<std::string, type> plan_types;
-    for (const tensor_plan& tp : plan_quantization(mdl->file, qp)) plan_types[tp.in->name] = tp.to;
+    for (const tensor_plan& tp : plan_quantization(mdl->file, quiet)) plan_types[tp.in->name] = tp.to;
     awq_result res;
     {
         std::unique_ptr<progress_bar> bar;
@@ -151,6 +154,9 @@ void run_quantize(const quantize_options& o) {
     const bool use_awq = !o.calib.empty() && !o.no_calib;
     if (use_awq && !is_quantized(qp.target))
         throw error(fmt::format("--calib: AWQ scales need a quantized TYPE, got {}", type_name(qp.target)));
+    if (use_awq && type_info(qp.target).tail_bytes > 0)
+        throw error(fmt::format("--calib: AWQ scales do not apply to {}, whose tensors have one scale each",
+                                type_name(qp.target)));
     if (use_awq && !std::filesystem::exists(o.calib)) throw error(fmt::format("{}: no such file", o.calib));
     check_paths(o);
 

@@ -445,3 +445,30 @@ TEST(fp16, conversions_exact_and_round_to_nearest_even) {
     EXPECT_EQ(fp32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);                            // bf16 tie -> even
     EXPECT_EQ(fp32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
 }
+
+// The 4 x 4 prompt-processing kernels must give the vec_dot's bits for every output (bound: exact equality).
+TEST(cpu_gemm4, equals_vec_dot_bit_for_bit) {
+    for (type t : {type::q4_0, type::q4_1, type::q8_0}) {
+        const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(t);
+        if (!ops->gemm4) GTEST_SKIP() << "no 4x4 kernel on this CPU";
+        const int64_t k = 32 * 19;
+        const row_ops* wr = find_row_ops(t);
+        const row_ops* ar = find_row_ops(ops->dot_type);
+        const size_t wrow = row_size(t, k), arow = row_size(ops->dot_type, k);
+        std::vector<uint8_t> w(4 * wrow), a(4 * arow);
+        for (int i = 0; i < 4; i++) {
+            auto x = random_heavy(size_t(k), uint32_t(40 + i));
+            auto z = random_normal(size_t(k), uint32_t(50 + i));
+            wr->from_float(x.data(), w.data() + i * wrow, k);
+            ops->act_from_float(z.data(), a.data() + i * arow, k);
+        }
+        (void)ar;
+        float y[4 * 6];
+        std::fill(std::begin(y), std::end(y), std::nanf(""));
+        ops->gemm4(w.data(), wrow, a.data(), arow, k, y, 6);
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < 4; i++)
+                EXPECT_EQ(y[j * 6 + i], ops->vec_dot(w.data() + i * wrow, a.data() + j * arow, k))
+                    << type_name(t) << " w" << i << " a" << j;
+    }
+}

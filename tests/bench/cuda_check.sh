@@ -94,4 +94,4 @@ fi
 echo
 echo "==== summary ($(date -u +%Y-%m-%dT%H:%MZ)) ===="
 printf '%s\n' "${summary[@]}"
-[[ -n ${OUT:-} ]] && tar -czf "$OUT/cuda_check_logs.tgz" -C "$LOG" .
+if [[ -n ${OUT:-} ]]; then tar -czf "$OUT/cuda_check_logs.tgz" -C "$LOG" .; fi

@@ -49,8 +49,25 @@ void mul_mat(const compute_params& p, tensor& dst) {
         const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
         const int64_t n0 = tn * TILE_N, n1 = std::min(n, n0 + TILE_N);
         const int64_t m0 = tm * TILE_M, m1 = std::min(m, m0 + TILE_M);
-        for (int64_t im = m0; im < m1; im++) {
-            const uint8_t* a = p.wdata + size_t((i3 * ne2 + i2) * m + im) * act_row;
+        const uint8_t* a0 = p.wdata + size_t((i3 * ne2 + i2) * m) * act_row;
+        int64_t im = m0;
+        if (ops->gemm4 && w.nb[0] == type_size(w.t)) // 4 x 4 blocks where the tile allows, same bits as vec_dot
+            for (; im + 4 <= m1; im += 4) {
+                float* y = at<float>(dst, 0, im, i2, i3);
+                int64_t in = n0;
+                for (; in + 4 <= n1; in += 4)
+                    ops->gemm4(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), w.nb[1], a0 + size_t(im) * act_row, act_row,
+                               k, y + in, dst.nb[1] / sizeof(float));
+                for (; in < n1; in++)
+                    for (int64_t j = 0; j < 4; j++)
+                        y[j * int64_t(dst.nb[1] / sizeof(float)) + in] =
+                            ops->vec_dot(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), a0 + size_t(im + j) * act_row, k);
+                if (w_scale != 1.0f)
+                    for (int64_t j = 0; j < 4; j++)
+                        for (int64_t i = n0; i < n1; i++) y[j * int64_t(dst.nb[1] / sizeof(float)) + i] *= w_scale;
+            }
+        for (; im < m1; im++) {
+            const uint8_t* a = a0 + size_t(im) * act_row;
             float* y = at<float>(dst, 0, im, i2, i3);
             for (int64_t in = n0; in < n1; in++)
                 y[in] = w_scale * ops->vec_dot(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), a, k);

@@ -15,11 +15,18 @@ using vec_dot_fn = float (*)(const void* w, const void* a, int64_t n);
 using from_float_fn = void (*)(const float* x, void* y, int64_t n);
 using to_float_fn = void (*)(const void* x, float* y, int64_t n);
 
+// 4 weight rows x 4 activation rows at once: y[j * y_stride + i] = w_i . a_j (w_i at w + i * w_stride bytes, a_j at
+// a + j * a_stride bytes). Each output is summed in exactly the order of the type's vec_dot (same bits), so the
+// choice between the two is a speed decision only.
+using gemm4_fn = void (*)(const void* w, size_t w_stride, const void* a, size_t a_stride, int64_t n, float* y,
+                          size_t y_stride);
+
 struct cpu_type_ops {
     type dot_type;               // activations are converted to this type before vec_dot
     from_float_fn act_from_float; // f32 activations -> dot_type row
     vec_dot_fn vec_dot;
     to_float_fn to_float;         // weight row -> f32
+    gemm4_fn gemm4 = nullptr;     // optional register-blocked kernel for prompt processing
 };
 
 // Float kernels whose rounding must match ggml's CPU code exactly (attention, silu); scalar and AVX2 versions give

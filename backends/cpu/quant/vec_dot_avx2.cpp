@@ -74,6 +74,89 @@ float vec_dot_q4_1_q8_1(const void* w, const void* a, int64_t n) {
     return hsum(acc) + summs;
 }
 
+// ---- 4 x 4 register blocks for prompt processing: each weight block is unpacked once for 4 activation rows and each
+// activation block loaded once for 4 weight rows; every output keeps its own accumulator with the vec_dot's order ----
+
+namespace {
+
+template <class W, class A, class Body>
+inline void gemm4_loop(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys,
+                       Body&& body) {
+    const W* wr[4];
+    const A* ar[4];
+    for (int i = 0; i < 4; i++) {
+        wr[i] = reinterpret_cast<const W*>(static_cast<const uint8_t*>(w) + i * ws);
+        ar[i] = reinterpret_cast<const A*>(static_cast<const uint8_t*>(a) + i * as);
+    }
+    __m256 acc[4][4];
+    float extra[4][4] = {};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) body(wr, ar, b, acc, extra);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) y[j * ys + i] = hsum(acc[i][j]) + extra[i][j];
+}
+
+} // namespace
+
+void gemm4_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm4_loop<block_q4_1, block_q8_1>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto& ex) {
+        __m256i q8[4];
+        float da[4], sa[4];
+        for (int j = 0; j < 4; j++) {
+            q8[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
+            da[j] = h2f(ar[j][b].d);
+            sa[j] = h2f(ar[j][b].s);
+        }
+        for (int i = 0; i < 4; i++) {
+            const __m256i q4 = unpack_nibbles(wr[i][b].qs);
+            const float dw = h2f(wr[i][b].d), mw = h2f(wr[i][b].m);
+            for (int j = 0; j < 4; j++) {
+                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(q4, q8[j]), acc[i][j]);
+                ex[i][j] += mw * sa[j];
+            }
+        }
+    });
+}
+
+void gemm4_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm4_loop<block_q4_0, block_q8_0>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto&) {
+        __m256i q8[4];
+        float da[4];
+        for (int j = 0; j < 4; j++) {
+            q8[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
+            da[j] = h2f(ar[j][b].d);
+        }
+        for (int i = 0; i < 4; i++) {
+            const __m256i q4 = _mm256_sub_epi8(unpack_nibbles(wr[i][b].qs), _mm256_set1_epi8(8));
+            const __m256i ax = _mm256_sign_epi8(q4, q4);
+            const float dw = h2f(wr[i][b].d);
+            for (int j = 0; j < 4; j++)
+                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(ax, _mm256_sign_epi8(q8[j], q4)),
+                                            acc[i][j]);
+        }
+    });
+}
+
+void gemm4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm4_loop<block_q8_0, block_q8_0>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto&) {
+        __m256i q8[4];
+        float da[4];
+        for (int j = 0; j < 4; j++) {
+            q8[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
+            da[j] = h2f(ar[j][b].d);
+        }
+        for (int i = 0; i < 4; i++) {
+            const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[i][b].qs));
+            const __m256i ax = _mm256_sign_epi8(qx, qx);
+            const float dw = h2f(wr[i][b].d);
+            for (int j = 0; j < 4; j++)
+                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(ax, _mm256_sign_epi8(q8[j], qx)),
+                                            acc[i][j]);
+        }
+    });
+}
+
 float vec_dot_q8_0_q8_0(const void* w, const void* a, int64_t n) {
     auto* x = static_cast<const block_q8_0*>(w);
     auto* y = static_cast<const block_q8_0*>(a);
