@@ -11,5 +11,6 @@ void add_tokenize(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_perplexity(CLI::App& app);
 void add_chat(CLI::App& app);
+void add_bench(CLI::App& app);
 
 } // namespace tessera::cli

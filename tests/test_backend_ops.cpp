@@ -327,8 +327,8 @@ std::vector<op_case> all_cases() {
 
     // attention over an f16 cache with GQA and a causal mask; n_tok <= 8 takes the decode kernel, more the tiled
     // prefill (partial tiles of 32 queries and 32 keys). bound: the CPU rounds Q and its V accumulator to f16 below
-    // 64 queries (ggml's numerics; NMSE ~1e-7 against exact), CUDA stays in f32 -> 5e-6; >= 64 queries both f32 ->
-    // 1e-10
+    // 64 queries (ggml's numerics), CUDA stays in f32; the CPU's error grows with the keys (NMSE against exact math:
+    // ~1e-7 at 100 keys, 3.1e-5 at 1501) -> 5e-6, 1e-4 past 256 keys; >= 64 queries both f32 -> 1e-10
     struct attn_shape {
         int64_t hd, n_head, n_head_kv, n_tok, n_past;
         bool mask;
@@ -355,7 +355,9 @@ std::vector<op_case> all_cases() {
                 tensor* v = view_3d(c, t[2], s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, t[2]->nb[1], 0);
                 return attention(c, t[0], k, v, s.mask ? t[3] : nullptr, sc);
             },
-            s.n_tok < 64 ? 5e-6 : 1e-10);
+            s.n_tok >= 64 ? 1e-10
+            : n_kv > 256  ? 1e-4
+                          : 5e-6);
     }
     return cs;
 }

@@ -64,8 +64,9 @@ void attention_tiled(const compute_params& p, tensor& dst, const float_kernels& 
                 if (all_masked) continue;
             }
             for (int64_t j = 0; j < kv_tile; j++) {
-                load_row_f32(k, at<uint8_t>(k, 0, hk, ic + j), sc, hd, f16_to_f32);
-                for (int64_t d = 0; d < hd; d++) kt[d * TILE + j] = sc[d];
+                // K row j goes through V's row j (hd floats; sc holds only 64) before V takes its place
+                load_row_f32(k, at<uint8_t>(k, 0, hk, ic + j), vt + j * hd, hd, f16_to_f32);
+                for (int64_t d = 0; d < hd; d++) kt[d * TILE + j] = vt[j * hd + d];
                 load_row_f32(v, at<uint8_t>(v, 0, hk, ic + j), vt + j * hd, hd, f16_to_f32);
             }
             for (int64_t j = kv_tile; j < TILE; j++)
