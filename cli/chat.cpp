@@ -17,6 +17,8 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <cerrno>
+#include <sys/select.h>
 #include <unistd.h>
 
 #ifdef TESSERA_HAS_READLINE
@@ -69,14 +71,7 @@ class line_reader {
     line_reader(bool tty, bool history) : tty_(tty) {
 #ifdef TESSERA_HAS_READLINE
         if (tty_) {
-            rl_catch_signals = 0; // our handler; readline's read returns on EINTR and calls the event hook
-            rl_signal_event_hook = [] {
-                if (g_interrupt.load()) {
-                    rl_replace_line("", 0);
-                    rl_done = 1; // return the (cleared) line
-                }
-                return 0;
-            };
+            rl_catch_signals = 0; // Ctrl-C is ours: see read()
             if (history) {
                 if (const char* home = std::getenv("HOME")) {
                     history_path_ = std::string(home) + "/.tessera_history";
@@ -97,22 +92,47 @@ class line_reader {
 #endif
     }
 
-    bool read(const char* prompt, std::string& line, bool& interrupted) {
+    // Reads one line; false at end of input. On Ctrl-C: `interrupted`, the partial line dropped, and `was_empty`
+    // telling whether anything had been typed.
+    bool read(const char* prompt, std::string& line, bool& interrupted, bool& was_empty) {
         interrupted = false;
+        was_empty = true;
         g_interrupt.store(false);
+        line.clear();
 #ifdef TESSERA_HAS_READLINE
         if (tty_) {
-            char* l = readline(prompt);
-            if (g_interrupt.exchange(false)) {
-                interrupted = true;
-                std::free(l);
-                std::fputc('\n', stdout);
-                line.clear();
-                return true;
+            // readline's callback interface inside our own select() loop: a SIGINT interrupts select() (no
+            // SA_RESTART), which lets us drop the line at once instead of at the next key press
+            static char* got;
+            static bool have;
+            got = nullptr;
+            have = false;
+            rl_callback_handler_install(prompt, [](char* l) {
+                got = l;
+                have = true;
+                rl_callback_handler_remove();
+            });
+            while (!have) {
+                fd_set fds;
+                FD_ZERO(&fds);
+                FD_SET(STDIN_FILENO, &fds);
+                if (::select(STDIN_FILENO + 1, &fds, nullptr, nullptr, nullptr) < 0) {
+                    if (errno == EINTR && g_interrupt.exchange(false)) {
+                        was_empty = rl_end == 0;
+                        rl_replace_line("", 0);
+                        rl_redisplay();
+                        rl_callback_handler_remove();
+                        std::fputc('\n', stdout);
+                        interrupted = true;
+                        return true;
+                    }
+                    continue;
+                }
+                rl_callback_read_char();
             }
-            if (!l) return false;
-            line = l;
-            std::free(l);
+            if (!got) return false; // Ctrl-D
+            line = got;
+            std::free(got);
             if (!line.empty()) add_history(line.c_str());
             return true;
         }
@@ -121,13 +141,13 @@ class line_reader {
             std::fputs(prompt, stdout);
             std::fflush(stdout);
         }
-        line.clear();
         for (;;) {
             const int c = std::fgetc(stdin);
             if (c == EOF) {
                 if (g_interrupt.exchange(false)) {
                     std::clearerr(stdin);
                     interrupted = true;
+                    was_empty = line.empty();
                     if (tty_) std::fputc('\n', stdout);
                     line.clear();
                     return true;
@@ -234,10 +254,14 @@ void chat_main(const chat_options& o) {
 
     bool last_was_empty_interrupt = false;
     std::string line;
-    bool interrupted;
+    bool interrupted, was_empty;
     while (true) {
-        if (!reader.read(tty ? "> " : "", line, interrupted)) break;
+        if (!reader.read(tty ? "> " : "", line, interrupted, was_empty)) break;
         if (interrupted) {
+            if (!was_empty) { // Ctrl-C on a half-typed line just drops the line
+                last_was_empty_interrupt = false;
+                continue;
+            }
             if (last_was_empty_interrupt) break;
             last_was_empty_interrupt = true;
             fmt::print(stderr, "(Ctrl-C again to quit)\n");
@@ -248,7 +272,7 @@ void chat_main(const chat_options& o) {
         while (!line.empty() && line.back() == '\\') {
             line.back() = '\n';
             std::string more;
-            if (!reader.read(tty ? ". " : "", more, interrupted) || interrupted) break;
+            if (!reader.read(tty ? ". " : "", more, interrupted, was_empty) || interrupted) break;
             line += more;
         }
         if (line.empty()) continue;

@@ -194,11 +194,18 @@ chat_reply chat_session::generate(const std::function<void(const std::string&)>&
     // fit: drop the oldest user/assistant turns (never the system prompt, never the newest user message)
     std::vector<token> prompt = prompt_tokens();
     const int64_t room = std::min<int64_t>(reserve, n_ctx / 4);
+    const size_t first = (!messages_.empty() && messages_.front().role == "system") ? 1 : 0;
+    if (int64_t(prompt.size()) + room > n_ctx) {
+        // would the newest message fit with the system prompt alone? if not, change nothing and say so
+        std::vector<chat_message> minimal(messages_.begin(), messages_.begin() + long(first));
+        minimal.push_back(messages_.back());
+        const size_t need = s_.mdl().voc.tokenize(render_chat(format_, minimal, true), true, true).size();
+        if (int64_t(need) + room > n_ctx)
+            throw error(fmt::format("the message needs {} tokens with the system prompt, too many for the context "
+                                    "of {} tokens (raise -c)",
+                                    need, n_ctx));
+    }
     while (int64_t(prompt.size()) + room > n_ctx) {
-        const size_t first = (!messages_.empty() && messages_.front().role == "system") ? 1 : 0;
-        if (messages_.size() - first <= 1)
-            throw error(fmt::format("the message is {} tokens, too long for the context of {} tokens (raise -c)",
-                                    prompt.size(), n_ctx));
         // remove one turn: a user message and the assistant reply after it
         messages_.erase(messages_.begin() + long(first));
         if (messages_.size() > first + 1 && messages_[first].role == "assistant")

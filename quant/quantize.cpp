@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -71,6 +72,12 @@ bool is_tensor_scaled(type t) {
     bool r = false;
     visit_format(t, [&]<class F>() { r = tensor_scaled<F>; });
     return r;
+}
+
+// Formats quantized in two levels, with a per-tensor f32 `<name>.scale` that multiplies the matmul output (NVFP4, as
+// llama.cpp reads it: FORMATS.md §2). token_embd.weight is read by get_rows, which applies no such scale.
+bool has_output_scale(type t) {
+    return t == type::nvfp4;
 }
 
 bool is_float_type(type t) {
@@ -184,6 +191,8 @@ std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_p
                                           block_size(want));
             if (auto it = weight_scale.find(&t); it != weight_scale.end()) tp.in_scale = it->second;
             tp.copy = tp.to == from && !scaled && tp.in_scale == 1.0f;
+            tp.output_scale =
+                !tp.copy && has_output_scale(tp.to) && ends_with(t.name, ".weight") && t.name != "token_embd.weight";
         }
         if (scaled && t.n_dims >= 2 && !sc->second.row.empty() && int64_t(sc->second.row.size()) != t.ne[1])
             throw error(fmt::format("tensor {}: {} row scales for {} rows", t.name, sc->second.row.size(), t.ne[1]));
@@ -260,6 +269,7 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deq
     w.set_alignment(in.alignment());
     bool needs_tessera = false;
     std::map<std::pair<std::string, type>, std::vector<std::string>> fallbacks; // (why, type) -> tensors
+    std::deque<float> scale_storage;                                            // new `<name>.scale` values
     for (const tensor_plan& tp : plan) {
         const gguf_tensor_info& t = *tp.in;
         r.in_tensor_bytes += t.size;
@@ -292,12 +302,30 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deq
             std::vector<float> x(static_cast<size_t>(t.n_elements()));
             convert_rows(t.t(), t.data, type::f32, x.data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
             quantize_tensor_ref(tp.to, x.data(), storage.back().data(), n_cols, n_rows);
+        } else if (tp.output_scale) {
+            // two levels (NVFP4): g = amax / (448 * 6) puts the largest block scale at UE4M3's largest finite value,
+            // so the sub-scales use the format's whole range; the blocks hold W / g and `<name>.scale` = g
+            std::vector<float> x(static_cast<size_t>(t.n_elements()));
+            convert_rows(t.t(), t.data, type::f32, x.data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
+            float amax = 0.0f;
+            for (float v : x) amax = std::max(amax, std::fabs(v));
+            const float g = amax > 0.0f && std::isfinite(amax) ? amax / (448.0f * 6.0f) : 1.0f;
+            convert_rows(type::f32, x.data(), tp.to, storage.back().data(), n_cols, n_rows, nt, nullptr, 1.0f / g);
+            scale_storage.push_back(g);
         } else {
             convert_rows(t.t(), t.data, tp.to, storage.back().data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
         }
         w.add_tensor(t.name, uint32_t(tp.to), ne, storage.back().data());
         r.out_tensor_bytes += storage.back().size();
         r.n_quantized += is_quantized(tp.to);
+        if (tp.output_scale) {
+            const int64_t one[1] = {1};
+            w.add_tensor(t.name.substr(0, t.name.size() - 7) + ".scale", uint32_t(type::f32), one,
+                         &scale_storage.back());
+            r.n_tensors++;
+            r.n_elements += 1;
+            r.out_tensor_bytes += 4;
+        }
     }
 
     // one note per kind of fallback (a model has dozens of tensors of the same width)

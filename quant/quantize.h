@@ -53,10 +53,11 @@ struct quantize_params {
 struct tensor_plan {
     const gguf_tensor_info* in = nullptr;
     type to = type::f32;
-    bool copy = false;     // bytes copied as they are (same type, nothing to apply)
-    bool drop = false;     // a per-tensor `<name>.scale` / `.input_scale` folded into its converted weight
-    float in_scale = 1.0f; // the weight's `<name>.scale` value (NVFP4 global scale), multiplied in when converting
-    std::string fallback;  // why `to` differs from the requested type ("" when it does not)
+    bool copy = false;         // bytes copied as they are (same type, nothing to apply)
+    bool drop = false;         // a per-tensor `<name>.scale` / `.input_scale` folded into its converted weight
+    float in_scale = 1.0f;     // the weight's `<name>.scale` value (NVFP4 global scale), multiplied in when converting
+    bool output_scale = false; // gets a new `<name>.scale` (NVFP4's per-tensor scale: the two-level recipe)
+    std::string fallback;      // why `to` differs from the requested type ("" when it does not)
 };
 
 // Chooses the output type of every tensor of `in` (same order); throws tessera::error when a tensor cannot be

@@ -10,6 +10,7 @@
 #include "quant/format.h"
 #include "quant/quantize.h"
 
+#include <cstring>
 #include <filesystem>
 #include <unistd.h>
 
@@ -66,6 +67,9 @@ TEST(quantize, every_target_type_loads_and_runs) {
         gguf_file f = gguf_file::open(out);
         for (const auto& ti : f.tensors())
             EXPECT_EQ(ti.type_id, uint32_t(ti.n_dims < 2 ? type::f32 : t)) << ti.name; // norms stay f32
+        // nvfp4 is written in two levels: every matmul weight but the embedding gets its `.scale`
+        EXPECT_EQ(f.find_tensor("blk.1.ffn_down.scale") != nullptr, t == type::nvfp4);
+        EXPECT_EQ(f.find_tensor("token_embd.scale"), nullptr);
         EXPECT_EQ(f.get_int("general.quantization_version"), 2);
         EXPECT_EQ(f.get_int("general.file_type").has_value(), llama_ftype_of(t).has_value());
         EXPECT_EQ(f.find(tessera_format_key) != nullptr, !is_ggml_type(t));
@@ -149,6 +153,33 @@ TEST(quantize, plan_norms_overrides_and_fallbacks) {
               prompt_ids.size() * size_t(in.get_strings("tokenizer.ggml.tokens")->size()));
     fs::remove(out);
     fs::remove(path);
+}
+
+// NVFP4's per-tensor scale lets the UE4M3 block scales use their whole range: with small weights (sigma 0.05, as
+// in real models) the two-level tensor must be closer to the f32 one than ggml's one-level reference blocks.
+TEST(quantize, nvfp4_two_level_scale) {
+    gguf_file in = gguf_file::open(wide_f32_model());
+    quantize_params p;
+    p.target = type::nvfp4;
+    gguf_file out = gguf_file::from_memory(quantize_to_bytes(in, p));
+    const gguf_tensor_info* w = out.find_tensor("blk.0.ffn_gate.weight");
+    const gguf_tensor_info* sc = out.find_tensor("blk.0.ffn_gate.scale");
+    const gguf_tensor_info* ref = in.find_tensor("blk.0.ffn_gate.weight");
+    ASSERT_TRUE(w && sc && ref);
+    float g;
+    std::memcpy(&g, sc->data, 4);
+    EXPECT_GT(g, 0.0f);
+    const int64_t n = ref->n_elements();
+    const auto* x = reinterpret_cast<const float*>(ref->data);
+    std::vector<float> two(static_cast<size_t>(n)), one(static_cast<size_t>(n));
+    find_row_ops(type::nvfp4)->to_float(w->data, two.data(), n);
+    for (float& v : two) v *= g;
+    std::vector<uint8_t> blocks(tensor_bytes(type::nvfp4, n));
+    find_row_ops(type::nvfp4)->from_float(x, blocks.data(), n);
+    find_row_ops(type::nvfp4)->to_float(blocks.data(), one.data(), n);
+    const double e2 = test::nmse(two.data(), x, size_t(n)), e1 = test::nmse(one.data(), x, size_t(n));
+    std::printf("nvfp4 nmse: one level %.4g, two levels %.4g\n", e1, e2);
+    EXPECT_LT(e2, e1);
 }
 
 TEST(quantize, odd_row_falls_back_to_f16) {

@@ -1,0 +1,220 @@
+// test_chat.cpp: chat templates (detection, rendering), the cached conversation (prefix reuse, dropped turns, /regen,
+// interrupt), and the chat command end to end: piped stdin, and the interactive terminal under tmux (send-keys,
+// capture-pane) with /clear, /regen, Ctrl-C during a reply and a context overflow, on the default model.
+#include "helpers.h"
+#include "tiny_model.h"
+
+#include "ggml-like/error.h"
+#include "llm/chat.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <unistd.h>
+
+using namespace tessera;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+    return (fs::temp_directory_path() / ("tessera_test_chat_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+std::string sh(const std::string& cmd, int* rc = nullptr) {
+    std::string out;
+    std::FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) return out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    const int st = ::pclose(p);
+    if (rc) *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+std::string quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+} // namespace
+
+TEST(chat_template, detection_follows_llama_cpp) {
+    EXPECT_EQ(detect_chat_format(""), chat_format::chatml);
+    EXPECT_EQ(detect_chat_format("{{ '<|im_start|>' + m }}"), chat_format::chatml);
+    EXPECT_EQ(detect_chat_format("<|start_header_id|>x<|end_header_id|>"), chat_format::llama3);
+    EXPECT_EQ(detect_chat_format("<start_of_turn>"), chat_format::gemma);
+    EXPECT_EQ(detect_chat_format("<|assistant|> ... <|end|>"), chat_format::phi3);
+    EXPECT_EQ(detect_chat_format("<|user|>\n"), chat_format::zephyr);
+    EXPECT_EQ(detect_chat_format("[INST] <<SYS>>"), chat_format::llama2);
+    EXPECT_EQ(detect_chat_format("[INST] x [/INST]"), chat_format::mistral);
+    chat_format f;
+    EXPECT_TRUE(chat_format_from_name("Llama3", f));
+    EXPECT_EQ(f, chat_format::llama3);
+    EXPECT_FALSE(chat_format_from_name("vicuna", f));
+}
+
+TEST(chat_template, rendering_of_each_format) {
+    const std::vector<chat_message> m = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
+    EXPECT_EQ(render_chat(chat_format::chatml, m, true),
+              "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!"
+              "<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
+    EXPECT_EQ(render_chat(chat_format::llama3, m, true),
+              "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>"
+              "\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|><|start_header_id|>user"
+              "<|end_header_id|>\n\n2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    EXPECT_EQ(render_chat(chat_format::gemma, m, true),
+              "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+              "<start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n");
+    EXPECT_EQ(render_chat(chat_format::llama2, m, true),
+              "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] 2+2? [/INST]");
+    EXPECT_EQ(render_chat(chat_format::phi3, m, true),
+              "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n<|user|>\n2+2?<|end|>\n"
+              "<|assistant|>\n");
+    EXPECT_EQ(render_chat(chat_format::zephyr, {{"user", "Hi"}}, true), "<|user|>\nHi<|endoftext|>\n<|assistant|>\n");
+    EXPECT_EQ(render_chat(chat_format::mistral, {{"user", "Hi"}, {"assistant", "Yo"}}, false), "[INST] Hi [/INST] Yo</s>");
+}
+
+TEST(chat_template, default_system_message_from_the_template) {
+    EXPECT_EQ(template_default_system("{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+                                      "You are SmolLM<|im_end|>\n' }}{% endif %}"),
+              "You are SmolLM");
+    EXPECT_EQ(template_default_system("{{ '<|im_start|>' + message['role'] }}"), "");
+}
+
+TEST(chat_session_tiny, reuses_the_cached_prefix_and_drops_old_turns) {
+    const std::string path = temp_path("tiny.gguf");
+    test::write_tiny_model(path, {});
+    auto m = model::load(path);
+    session s(*m, session_params{.n_ctx = 256, .n_threads = 2});
+    chat_session c(s, chat_format::chatml, sampler_params{.temp = 0.0f}, "sys");
+    c.reserve = 16;
+    auto r1 = c.send("hello there", {}, nullptr, 8);
+    EXPECT_EQ(r1.n_generated, 8);
+    auto r2 = c.send("and again", {}, nullptr, 8);
+    EXPECT_LT(r2.n_prompt_eval, 20); // only the new turn is evaluated
+    EXPECT_EQ(c.messages().size(), 5u);
+    // regenerate gives the same greedy reply
+    const std::string last = c.messages().back().content;
+    auto r3 = c.regenerate({}, nullptr, 8);
+    EXPECT_EQ(r3.text, last);
+    // fill the context: old turns go, the system prompt stays, never a loop
+    int dropped = 0;
+    for (int i = 0; i < 40; i++) dropped += c.send("message number " + std::to_string(i), {}, nullptr, 8).n_dropped_turns;
+    EXPECT_GT(dropped, 0);
+    EXPECT_EQ(c.messages().front().role, "system");
+    EXPECT_LE(c.tokens_in_context(), s.n_ctx());
+    // a message that cannot fit at all is an error and leaves the conversation as it was
+    const size_t before = c.messages().size();
+    std::string huge;
+    for (int i = 0; i < 400; i++) huge += "word ";
+    EXPECT_THROW(c.send(huge, {}, nullptr, 8), error);
+    EXPECT_EQ(c.messages().size(), before);
+    // an interrupt stops the reply
+    std::atomic<bool> stop{true};
+    auto r4 = c.send("stop right away", {}, &stop, 50);
+    EXPECT_TRUE(r4.interrupted);
+    EXPECT_EQ(r4.n_generated, 0);
+    c.clear();
+    EXPECT_EQ(c.messages().size(), 1u);
+    fs::remove(path);
+}
+
+// Scripted use: one message per line, every line answered, exit at end of input, status 0.
+TEST(chat_cli, piped_stdin_answers_each_line_and_exits) {
+    TS_REQUIRE_MODEL();
+    int rc = -1;
+    const std::string out = sh("printf 'What is the capital of France?\\n/clear\\nWhat is 2+2?\\n/regen\\n' | " +
+                                   quote(TESSERA_BINARY) + " chat -m " + quote(test::model_path()) +
+                                   " --temp 0 -n 24 --no-history -sys 'You are a helpful assistant.' 2>/dev/null",
+                               &rc);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("Paris"), std::string::npos) << out;
+    // three replies (the question, 2+2, and its regeneration), one per line group
+    size_t lines = 0;
+    for (char ch : out) lines += ch == '\n';
+    EXPECT_GE(lines, 3u) << out;
+}
+
+TEST(chat_cli, empty_stdin_exits_at_once) {
+    TS_REQUIRE_MODEL();
+    int rc = -1;
+    const auto t0 = std::chrono::steady_clock::now();
+    sh(quote(TESSERA_BINARY) + " chat -m " + quote(test::model_path()) + " --no-history < /dev/null 2>&1", &rc);
+    EXPECT_EQ(rc, 0);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+}
+
+// The interactive terminal: tmux runs the chat; keys are sent and the screen is read back.
+class chat_tmux : public ::testing::Test {
+  protected:
+    std::string session_name = "tessera_test_" + std::to_string(::getpid());
+    void SetUp() override {
+        if (sh("command -v tmux").empty()) GTEST_SKIP() << "tmux is not installed";
+        if (!test::have_model()) GTEST_SKIP() << "default model not found at " << test::model_path();
+    }
+    void TearDown() override { sh("tmux kill-session -t " + session_name + " 2>/dev/null"); }
+    void start(const std::string& args) {
+        sh("tmux new-session -d -x 160 -y 50 -s " + session_name + " " +
+           quote(std::string(TESSERA_BINARY) + " chat -m " + test::model_path() + " --no-history " + args));
+    }
+    void keys(const std::string& k) { sh("tmux send-keys -t " + session_name + " " + k); }
+    std::string screen() { return sh("tmux capture-pane -p -S -200 -t " + session_name); }
+    // waits until `needle` appears on the screen `count` times, up to `seconds`
+    bool wait_for(const std::string& needle, double seconds, int count = 1) {
+        const auto t0 = std::chrono::steady_clock::now();
+        while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+            const std::string s = screen();
+            int n = 0;
+            for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + 1)) n++;
+            if (n >= count) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        return false;
+    }
+    bool alive() { return sh("tmux has-session -t " + session_name + " 2>/dev/null && echo yes").find("yes") == 0; }
+};
+
+TEST_F(chat_tmux, conversation_clear_regen_interrupt_and_exit) {
+    start("--temp 0 -n 2000 -sys 'You are a helpful assistant.'");
+    ASSERT_TRUE(wait_for("\n>", 30)) << screen();
+    keys("'What is the capital of France?' Enter");
+    ASSERT_TRUE(wait_for("Paris", 60)) << screen();
+    ASSERT_TRUE(wait_for("\n>", 60, 2)) << screen();
+    keys("/regen Enter");
+    ASSERT_TRUE(wait_for("Paris", 60, 2)) << screen();
+    keys("/clear Enter");
+    ASSERT_TRUE(wait_for("[conversation cleared]", 20)) << screen();
+    // a long reply, stopped with Ctrl-C, and the prompt comes back
+    keys("'Write a very long story about a dragon, with many chapters.' Enter");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    keys("C-c");
+    ASSERT_TRUE(wait_for("[stopped]", 20)) << screen();
+    EXPECT_TRUE(alive());
+    keys("/stats Enter");
+    ASSERT_TRUE(wait_for("context:", 20)) << screen();
+    // Ctrl-C at an empty prompt warns, a second one exits
+    keys("C-c");
+    ASSERT_TRUE(wait_for("Ctrl-C again", 20)) << screen();
+    keys("C-c");
+    for (int i = 0; i < 100 && alive(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(alive());
+}
+
+TEST_F(chat_tmux, context_overflow_drops_old_turns_with_a_notice) {
+    start("--temp 0 -n 48 -c 256");
+    ASSERT_TRUE(wait_for("\n>", 30)) << screen();
+    bool dropped = false;
+    for (int i = 0; i < 12 && !dropped; i++) {
+        keys("'Tell me one fact about the number " + std::to_string(i) + ".' Enter");
+        ASSERT_TRUE(wait_for("\n>", 60, i + 2)) << screen();
+        dropped = screen().find("dropped") != std::string::npos;
+    }
+    EXPECT_TRUE(dropped) << screen();
+    EXPECT_TRUE(alive());
+    keys("/exit Enter");
+}
