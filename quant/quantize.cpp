@@ -297,6 +297,7 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deq
             if (p.progress) p.progress(done, total);
         };
         const int nt = t.n_dims < 2 ? 1 : n_threads;
+        float scale = 1.0f; // the new `<name>.scale` (output_scale)
         if (is_tensor_scaled(tp.to)) {
             // one scale for the whole tensor (i2_s): all of it in f32 first, then the format's whole-tensor quantizer
             std::vector<float> x(static_cast<size_t>(t.n_elements()));
@@ -311,7 +312,7 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deq
             for (float v : x) amax = std::max(amax, std::fabs(v));
             const float g = amax > 0.0f && std::isfinite(amax) ? amax / (448.0f * 6.0f) : 1.0f;
             convert_rows(type::f32, x.data(), tp.to, storage.back().data(), n_cols, n_rows, nt, nullptr, 1.0f / g);
-            scale_storage.push_back(g);
+            scale = g;
         } else {
             convert_rows(t.t(), t.data, tp.to, storage.back().data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
         }
@@ -320,8 +321,10 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deq
         r.n_quantized += is_quantized(tp.to);
         if (tp.output_scale) {
             const int64_t one[1] = {1};
+            storage.emplace_back(sizeof(float));
+            std::memcpy(storage.back().data(), &scale, sizeof(float));
             w.add_tensor(t.name.substr(0, t.name.size() - 7) + ".scale", uint32_t(type::f32), one,
-                         &scale_storage.back());
+                         storage.back().data());
             r.n_tensors++;
             r.n_elements += 1;
             r.out_tensor_bytes += 4;

@@ -470,5 +470,11 @@ TEST(cpu_gemm4, equals_vec_dot_bit_for_bit) {
             for (int i = 0; i < 4; i++)
                 EXPECT_EQ(y[j * 6 + i], ops->vec_dot(w.data() + i * wrow, a.data() + j * arow, k))
                     << type_name(t) << " w" << i << " a" << j;
+        ASSERT_NE(ops->gemv4, nullptr);
+        float v[4];
+        std::fill(std::begin(v), std::end(v), std::nanf(""));
+        ops->gemv4(w.data(), wrow, a.data() + 2 * arow, arow, k, v, 1);
+        for (int i = 0; i < 4; i++)
+            EXPECT_EQ(v[i], ops->vec_dot(w.data() + i * wrow, a.data() + 2 * arow, k)) << type_name(t) << " gemv4 " << i;
     }
 }

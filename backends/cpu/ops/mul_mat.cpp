@@ -69,8 +69,14 @@ void mul_mat(const compute_params& p, tensor& dst) {
         for (; im < m1; im++) {
             const uint8_t* a = a0 + size_t(im) * act_row;
             float* y = at<float>(dst, 0, im, i2, i3);
-            for (int64_t in = n0; in < n1; in++)
-                y[in] = w_scale * ops->vec_dot(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), a, k);
+            int64_t in = n0;
+            if (ops->gemv4 && w.nb[0] == type_size(w.t)) // 4 weight rows per pass over the activations, same bits
+                for (; in + 4 <= n1; in += 4) {
+                    ops->gemv4(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), w.nb[1], a, act_row, k, y + in, 1);
+                    if (w_scale != 1.0f)
+                        for (int64_t i = in; i < in + 4; i++) y[i] *= w_scale;
+                }
+            for (; in < n1; in++) y[in] = w_scale * ops->vec_dot(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), a, k);
         }
     }
 }

@@ -26,7 +26,8 @@ struct cpu_type_ops {
     from_float_fn act_from_float; // f32 activations -> dot_type row
     vec_dot_fn vec_dot;
     to_float_fn to_float;         // weight row -> f32
-    gemm4_fn gemm4 = nullptr;     // optional register-blocked kernel for prompt processing
+    gemm4_fn gemm4 = nullptr;     // optional register-blocked kernel for prompt processing (4 x 4)
+    gemm4_fn gemv4 = nullptr;     // the same for 4 weight rows x 1 activation row (decode)
 };
 
 // Float kernels whose rounding must match ggml's CPU code exactly (attention, silu); scalar and AVX2 versions give

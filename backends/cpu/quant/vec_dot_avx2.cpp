@@ -79,31 +79,30 @@ float vec_dot_q4_1_q8_1(const void* w, const void* a, int64_t n) {
 
 namespace {
 
-template <class W, class A, class Body>
+template <class W, class A, int NA, class Body>
 inline void gemm4_loop(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys,
                        Body&& body) {
     const W* wr[4];
-    const A* ar[4];
-    for (int i = 0; i < 4; i++) {
-        wr[i] = reinterpret_cast<const W*>(static_cast<const uint8_t*>(w) + i * ws);
-        ar[i] = reinterpret_cast<const A*>(static_cast<const uint8_t*>(a) + i * as);
-    }
-    __m256 acc[4][4];
-    float extra[4][4] = {};
+    const A* ar[NA];
+    for (int i = 0; i < 4; i++) wr[i] = reinterpret_cast<const W*>(static_cast<const uint8_t*>(w) + i * ws);
+    for (int j = 0; j < NA; j++) ar[j] = reinterpret_cast<const A*>(static_cast<const uint8_t*>(a) + j * as);
+    __m256 acc[4][NA];
+    float extra[4][NA] = {};
     for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) acc[i][j] = _mm256_setzero_ps();
+        for (int j = 0; j < NA; j++) acc[i][j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++) body(wr, ar, b, acc, extra);
     for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) y[j * ys + i] = hsum(acc[i][j]) + extra[i][j];
+        for (int j = 0; j < NA; j++) y[j * ys + i] = hsum(acc[i][j]) + extra[i][j];
 }
 
 } // namespace
 
-void gemm4_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
-    gemm4_loop<block_q4_1, block_q8_1>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto& ex) {
-        __m256i q8[4];
-        float da[4], sa[4];
-        for (int j = 0; j < 4; j++) {
+template <int NA>
+void gemm_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm4_loop<block_q4_1, block_q8_1, NA>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto& ex) {
+        __m256i q8[NA];
+        float da[NA], sa[NA];
+        for (int j = 0; j < NA; j++) {
             q8[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
             da[j] = h2f(ar[j][b].d);
             sa[j] = h2f(ar[j][b].s);
@@ -111,7 +110,7 @@ void gemm4_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t
         for (int i = 0; i < 4; i++) {
             const __m256i q4 = unpack_nibbles(wr[i][b].qs);
             const float dw = h2f(wr[i][b].d), mw = h2f(wr[i][b].m);
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j < NA; j++) {
                 acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(q4, q8[j]), acc[i][j]);
                 ex[i][j] += mw * sa[j];
             }
@@ -119,11 +118,12 @@ void gemm4_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t
     });
 }
 
-void gemm4_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
-    gemm4_loop<block_q4_0, block_q8_0>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto&) {
-        __m256i q8[4];
-        float da[4];
-        for (int j = 0; j < 4; j++) {
+template <int NA>
+void gemm_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm4_loop<block_q4_0, block_q8_0, NA>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto&) {
+        __m256i q8[NA];
+        float da[NA];
+        for (int j = 0; j < NA; j++) {
             q8[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
             da[j] = h2f(ar[j][b].d);
         }
@@ -131,18 +131,19 @@ void gemm4_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t
             const __m256i q4 = _mm256_sub_epi8(unpack_nibbles(wr[i][b].qs), _mm256_set1_epi8(8));
             const __m256i ax = _mm256_sign_epi8(q4, q4);
             const float dw = h2f(wr[i][b].d);
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < NA; j++)
                 acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(ax, _mm256_sign_epi8(q8[j], q4)),
                                             acc[i][j]);
         }
     });
 }
 
-void gemm4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
-    gemm4_loop<block_q8_0, block_q8_0>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto&) {
-        __m256i q8[4];
-        float da[4];
-        for (int j = 0; j < 4; j++) {
+template <int NA>
+void gemm_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm4_loop<block_q8_0, block_q8_0, NA>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto&) {
+        __m256i q8[NA];
+        float da[NA];
+        for (int j = 0; j < NA; j++) {
             q8[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
             da[j] = h2f(ar[j][b].d);
         }
@@ -150,11 +151,30 @@ void gemm4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t
             const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[i][b].qs));
             const __m256i ax = _mm256_sign_epi8(qx, qx);
             const float dw = h2f(wr[i][b].d);
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < NA; j++)
                 acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(ax, _mm256_sign_epi8(q8[j], qx)),
                                             acc[i][j]);
         }
     });
+}
+
+void gemm4_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q4_1_q8_1<4>(w, ws, a, as, n, y, ys);
+}
+void gemv4_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q4_1_q8_1<1>(w, ws, a, as, n, y, ys);
+}
+void gemm4_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q4_0_q8_0<4>(w, ws, a, as, n, y, ys);
+}
+void gemv4_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q4_0_q8_0<1>(w, ws, a, as, n, y, ys);
+}
+void gemm4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q8_0_q8_0<4>(w, ws, a, as, n, y, ys);
+}
+void gemv4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q8_0_q8_0<1>(w, ws, a, as, n, y, ys);
 }
 
 float vec_dot_q8_0_q8_0(const void* w, const void* a, int64_t n) {
