@@ -28,7 +28,7 @@ using tessera::test::random_normal;
 namespace {
 
 bool have_cuda(std::string* why) {
-    (void)why; return true;
+    return find_gpu(why).has_value();
 }
 
 #define TS_REQUIRE_CUDA()                                                                                              \
@@ -373,7 +373,7 @@ TEST_P(backend_ops, cuda_matches_cpu) {
     TS_REQUIRE_CUDA();
     const op_case& c = cases()[GetParam()];
     cpu::cpu_backend cpu_be(cpu::cpu_options{3, false});
-    std::unique_ptr<backend> cuda_be = make_backend(device_type::cpu, 0);
+    std::unique_ptr<backend> cuda_be = make_backend(device_type::cuda, 0);
     const run_result ref = run_on(cpu_be, c);
     const run_result got = run_on(*cuda_be, c);
     ASSERT_EQ(ref.out.size(), got.out.size());
@@ -393,7 +393,7 @@ INSTANTIATE_TEST_SUITE_P(cuda, backend_ops, ::testing::Range(size_t(0), cases().
 // A session on CUDA runs no op the backend does not support, and a weight that was never loaded is a clear error.
 TEST(backend_ops_cuda, unloaded_weight_is_an_error) {
     TS_REQUIRE_CUDA();
-    std::unique_ptr<backend> be = make_backend(device_type::cpu, 0);
+    std::unique_ptr<backend> be = make_backend(device_type::cuda, 0);
     context ctx;
     leaf w = typed_leaf(type::q8_0, {64, 4}, 40);
     tensor* wt = ctx.new_tensor(type::q8_0, w.ne, 4);
@@ -435,7 +435,7 @@ TEST(backend_ops_model, every_node_agrees_with_cpu) {
     TS_REQUIRE_MODEL();
     auto m = model::load(test::model_path());
     session cpu_s(*m, session_params{.n_ctx = 128});
-    session gpu_s(*m, session_params{.n_ctx = 128, .device = device_type::cpu});
+    session gpu_s(*m, session_params{.n_ctx = 128, .device = device_type::cuda});
     std::vector<token> prompt = m->voc.tokenize("The quick brown fox jumps over the lazy dog, and then the dog "
                                                 "wakes up and chases the fox across the",
                                                 true, true);
@@ -496,7 +496,7 @@ TEST(backend_ops_model, cuda_agrees_with_cpu_on_the_default_model) {
         }
         // one batch on each backend, logits of every position
         session cpu_b(*m, session_params{.n_ctx = 256});
-        session gpu_b(*m, session_params{.n_ctx = 256, .device = device_type::cpu});
+        session gpu_b(*m, session_params{.n_ctx = 256, .device = device_type::cuda});
         const auto cb = cpu_b.decode(text, true);
         std::vector<float> cpu_all(cb.begin(), cb.end());
         const auto gb = gpu_b.decode(text, true);
@@ -508,7 +508,7 @@ TEST(backend_ops_model, cuda_agrees_with_cpu_on_the_default_model) {
             for (int64_t j = 0; j < n_vocab; j++) max_dlogit = std::max(max_dlogit, double(std::fabs(c[j] - g[j])));
         }
         // the CUDA decode path over the same text, one token per graph
-        session gpu_s(*m, session_params{.n_ctx = 256, .device = device_type::cpu});
+        session gpu_s(*m, session_params{.n_ctx = 256, .device = device_type::cuda});
         auto l = gpu_s.decode(std::span<const token>(text.data(), n_prompt));
         for (size_t i = 0; i < cpu_steps.size(); i++) {
             const size_t pos = n_prompt - 1 + i;
