@@ -269,7 +269,6 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deq
     w.set_alignment(in.alignment());
     bool needs_tessera = false;
     std::map<std::pair<std::string, type>, std::vector<std::string>> fallbacks; // (why, type) -> tensors
-    std::deque<float> scale_storage;                                            // new `<name>.scale` values
     for (const tensor_plan& tp : plan) {
         const gguf_tensor_info& t = *tp.in;
         r.in_tensor_bytes += t.size;
