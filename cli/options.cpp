@@ -30,17 +30,29 @@ void add_model_options(CLI::App& cmd, model_options& o, bool model_required) {
         ->check(CLI::Range(0, 1 << 20));
 }
 
-device_choice choose_device(const model_options& o) {
+device_choice choose_device(const model_options& o, const model* m) {
     if (o.device == "cpu" || (o.device.empty() && o.n_gpu_layers == 0)) return {};
     if (o.device == "cuda" && o.n_gpu_layers == 0)
         throw error("--device cuda and -ngl 0 contradict each other (-ngl 0 keeps every layer on the CPU)");
     const bool asked = o.device == "cuda" || o.n_gpu_layers > 0;
+    const char* flag = o.device == "cuda" ? "--device cuda" : "-ngl";
     std::string why;
     const std::optional<gpu_info> gpu = find_gpu(&why);
     if (!gpu) {
-        if (asked) throw error(fmt::format("{}: no CUDA device ({})", o.device == "cuda" ? "--device cuda" : "-ngl", why));
+        if (asked) throw error(fmt::format("{}: no CUDA device ({})", flag, why));
         return {};
     }
+    // a model with weights the CUDA backend cannot compute yet runs on the CPU unless CUDA was asked for
+    if (m)
+        for (const tensor* w : m->params)
+            if (!device_supports_weights(device_type::cuda, w->t)) {
+                if (asked)
+                    throw error(fmt::format("{}: the CUDA backend cannot compute {} weights yet ({}); use --device cpu",
+                                            flag, type_name(w->t), w->name));
+                return {device_type::cpu, fmt::format("running on the CPU: the CUDA backend cannot compute {} weights "
+                                                      "yet",
+                                                      type_name(w->t))};
+            }
     return {device_type::cuda,
             fmt::format("using CUDA: {} ({:.1f} GiB free); --device cpu runs on the CPU", gpu->name,
                         double(gpu->free_bytes) / double(1u << 30))};

@@ -22,10 +22,12 @@ struct model_options {
 // Where a command runs, from --device, -ngl and the machine.
 struct device_choice {
     device_type device = device_type::cpu;
-    std::string note; // one line for stderr when the choice is CUDA ("using CUDA: NVIDIA H100 ..."); empty for the CPU
+    std::string note; // one line for stderr: CUDA chosen ("using CUDA: NVIDIA H100 ..."), or the CPU despite a GPU
 };
 // Throws tessera::error (one line) when CUDA is asked for and there is none, or the flags contradict each other.
-device_choice choose_device(const model_options& o);
+// Given the model, a GPU is passed over when the CUDA backend cannot compute one of its weight types (an error if
+// CUDA was asked for): call it after loading the model where possible.
+device_choice choose_device(const model_options& o, const model* m = nullptr);
 
 struct prompt_options {
     std::string prompt;         // -p

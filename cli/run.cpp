@@ -29,9 +29,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 void run_main(const run_options& o) {
     const std::string text = read_prompt(o.p);
-    const device_choice dev = choose_device(o.m);
     auto t_load = std::chrono::steady_clock::now();
     auto mdl = model::load(o.m.model);
+    const device_choice dev = choose_device(o.m, mdl.get());
     if (o.m.verbose)
         fmt::print(stderr, "loaded {} ({}, {} layers, {:.1f} M params, {}) in {:.0f} ms\n", mdl->name, mdl->arch,
                    mdl->hp.n_layer, double(mdl->n_params) / 1e6, mdl->type_summary(), seconds_since(t_load) * 1e3);

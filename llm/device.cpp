@@ -23,6 +23,16 @@ std::optional<gpu_info> find_gpu(std::string* why) {
 #endif
 }
 
+bool device_supports_weights(device_type d, type t) {
+    if (d == device_type::cpu) return true;
+#ifdef TESSERA_HAS_CUDA
+    return cuda::supports_weight_type(t);
+#else
+    (void)t;
+    return false;
+#endif
+}
+
 std::unique_ptr<backend> make_backend(device_type d, int n_threads) {
     switch (d) {
     case device_type::cpu: {

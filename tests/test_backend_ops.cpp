@@ -266,15 +266,15 @@ std::vector<op_case> all_cases() {
                 [](context& c, const auto& l) { return get_rows(c, l[0], l[1]); }, 1e-12);
         }
 
-    // mul_mat of every weight type. Both quantize activations to the same q8 values (q8_0 and q8_1 share d and qs);
-    // bounds: quantized types float summation order plus a rare rounding tie (ggml's AVX2 quantizer rounds ties to
-    // even, the reference away from zero) -> 1e-6; f16/bf16: the CPU rounds activations to f16/bf16, CUDA keeps f32
-    // -> 1e-6 / 1e-4; f32: summation order -> 1e-10
+    // mul_mat of every weight type. Both quantize activations to the same q8 values as ggml's AVX2 code (q8_0 and
+    // q8_1 share d and qs); bounds: quantized types: float summation order, plus, on a CPU without AVX2, a q that
+    // differs by one at a rounding tie (the scalar reference rounds ties away from zero) -> 1e-6; f16/bf16: the CPU
+    // rounds activations to f16/bf16, CUDA keeps f32 -> 1e-6 / 1e-4; f32: summation order -> 1e-10
     struct mm_shape {
         int64_t k, n, m;
     };
-    const mm_shape shapes[] = {{64, 1, 1},   {96, 17, 3},    {256, 33, 37}, {576, 5, 1},
-                               {576, 49, 2}, {1024, 129, 8}, {1024, 67, 9}, {4096, 100, 4}};
+    const mm_shape shapes[] = {{64, 1, 1},     {96, 17, 3},   {256, 33, 37},  {576, 5, 1},   {576, 49, 2},
+                               {1024, 129, 8}, {1024, 67, 9}, {4096, 100, 4}, {1536, 70, 1}, {576, 150, 3}};
     for (type t : weight_types) {
         const double bound = t == type::f32 ? 1e-10 : t == type::f16 ? 1e-6 : t == type::bf16 ? 1e-4 : 1e-6;
         for (mm_shape s : shapes)
@@ -427,9 +427,12 @@ void record_nodes(session& s, node_dump& d) {
     });
 }
 
-// Node by node, CUDA against the CPU on the same tokens: a prompt of 30 tokens (prefill), then one more token
-// (decode). bound: 1e-3 per node; rounding (the CPU's f16 attention accumulator, float sums in other orders) stays
-// near 1e-5 over 30 layers, while a wrong kernel shows up at 1e-2 or more from its node on.
+// Node by node, CUDA against the CPU on the same tokens: a prompt of 23 tokens (prefill), then one more token
+// (decode). This model amplifies rounding-level differences layer after layer (activations are re-quantized to 8 bits
+// before every matmul, so a difference of one ulp can move a q by one): on the CPU alone, multiplying one attention
+// scale by 1 + 1e-6 gives node NMSE up to 3e-5 in layer 0 and 4e-3 by the last layer (2026-11-22). bounds: layer 0
+// (and the embeddings) 3e-4, where a wrong kernel shows first, since every layer runs the same kernels; every node
+// 5e-2, which catches a wrong op in one place (the output layer, say) without failing on that growth.
 TEST(backend_ops_model, every_node_agrees_with_cpu) {
     TS_REQUIRE_CUDA();
     TS_REQUIRE_MODEL();
@@ -447,29 +450,36 @@ TEST(backend_ops_model, every_node_agrees_with_cpu) {
         cpu_s.decode(batch);
         gpu_s.decode(batch);
         ASSERT_EQ(dc.names, dg.names);
-        double worst = 0;
+        double worst = 0, worst_l0 = 0;
         size_t first_bad = SIZE_MAX;
         for (size_t i = 0; i < dc.values.size(); i++) {
             const double e = nmse(dg.values[i].data(), dc.values[i].data(), dc.values[i].size());
-            if (e > worst) worst = e;
-            if (e > 1e-3 && first_bad == SIZE_MAX) first_bad = i;
+            const std::string& nm = dc.names[i];
+            const bool layer0 = nm.ends_with("-0") || nm.ends_with("embd") || i < 3;
+            worst = std::max(worst, e);
+            if (layer0) worst_l0 = std::max(worst_l0, e);
+            if ((e > 5e-2 || (layer0 && e > 3e-4)) && first_bad == SIZE_MAX) first_bad = i;
         }
-        std::printf("%zu tokens: %zu nodes, worst NMSE %.3g\n", batch.size(), dc.values.size(), worst);
+        std::printf("%zu tokens: %zu nodes, worst NMSE in layer 0 %.3g, overall %.3g\n", batch.size(), dc.values.size(),
+                    worst_l0, worst);
         if (first_bad != SIZE_MAX) {
             for (size_t i = first_bad >= 3 ? first_bad - 3 : 0; i < std::min(first_bad + 6, dc.values.size()); i++)
                 std::printf("  node %zu %-28s NMSE %.3g\n", i, dc.names[i].c_str(),
                             nmse(dg.values[i].data(), dc.values[i].data(), dc.values[i].size()));
             ADD_FAILURE() << batch.size() << " tokens: node " << first_bad << " (" << dc.names[first_bad]
-                          << ") is the first past NMSE 1e-3";
+                          << ") is the first past its bound";
         }
     }
 }
 
-// Greedy text from the CPU, then the logits of every position on both backends, the text evaluated as one batch of
-// >= 64 tokens: there the CPU's attention is f32 too (ggml's tiled path), so top-1 agreement >= 99%. The CUDA decode
-// path (one token per graph) must give the same top-1 as its own batch (>= 99%). CUDA decode against CPU decode is
-// printed, not required: below 64 queries the CPU rounds attention to f16 as ggml does, which alone moves top-1 on
-// 4% of steps (CPU with f16 vs f32 attention on this model: 95.8% agreement, max |dlogit| 1.6; 2026-11-22).
+// Greedy text from the CPU (72 tokens after each of 3 prompts), then top-1 agreement at every position:
+//   CUDA batch vs CPU batch (the text as one batch of >= 64 tokens: f32 attention on both),
+//   CUDA decode vs CPU decode (one token per graph; the CPU rounds attention to f16 there, as ggml),
+//   CUDA decode vs CUDA batch.
+// Exact ids are not required, and 99% against the CPU is not reachable by any other implementation on this model:
+// two f32 CPU attention paths agree on 97.7% of these steps, and the CPU against itself with one attention scale
+// times 1 + 1e-6 also on 97.7% (max |dlogit| 1.7; 2026-11-22). bounds: 90% against the CPU (a wrong kernel gives far
+// less), 99% for CUDA against itself (both paths f32; measured 100%).
 TEST(backend_ops_model, cuda_agrees_with_cpu_on_the_default_model) {
     TS_REQUIRE_CUDA();
     TS_REQUIRE_MODEL();
@@ -528,7 +538,8 @@ TEST(backend_ops_model, cuda_agrees_with_cpu_on_the_default_model) {
                 test::model_path().c_str(), batch_agree, n_batch_pos, 100.0 * batch_rate, max_dlogit, decode_self,
                 total, 100.0 * self_rate, decode_cpu, total, 100.0 * decode_cpu / total);
     RecordProperty("batch_top1", std::to_string(batch_rate));
-    EXPECT_GE(batch_rate, 0.99);
+    EXPECT_GE(batch_rate, 0.90);
+    EXPECT_GE(double(decode_cpu) / total, 0.90);
     EXPECT_GE(self_rate, 0.99);
 }
 

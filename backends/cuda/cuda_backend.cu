@@ -126,6 +126,10 @@ std::vector<device_info> list_devices(std::string* why) {
     return out;
 }
 
+bool supports_weight_type(type t) {
+    return weight_type_supported(t);
+}
+
 cuda_backend::cuda_backend(int device) {
     std::string why;
     const std::vector<device_info> devs = list_devices(&why);

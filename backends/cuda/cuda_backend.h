@@ -28,6 +28,9 @@ struct device_info {
 // receives the reason an empty list came back ("no CUDA-capable device is detected").
 std::vector<device_info> list_devices(std::string* why = nullptr);
 
+// Whether the CUDA backend can compute with weights of type t (mul_mat, get_rows); for picking a device per model.
+bool supports_weight_type(type t);
+
 class cuda_backend final : public backend {
   public:
     // Throws tessera::error when the device cannot be used.

@@ -70,11 +70,8 @@ void get_rows_launch(const uint8_t* w, int64_t w_nb1, int64_t n_rows, const int3
 bool get_rows_supported(const tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& ids = *dst.src[1];
-    if (ids.t != type::i32 || !ids.is_contiguous() || dst.nb[0] != 4 || w.nb[0] != type_size(w.t)) return false;
-    if (w.t == type::f32 || w.t == type::f16 || w.t == type::bf16) return true;
-    bool ok = false;
-    visit_format(w.t, [&]<class F>() { ok = cuda_format<F>::available; });
-    return ok;
+    return ids.t == type::i32 && ids.is_contiguous() && dst.nb[0] == 4 && w.nb[0] == type_size(w.t) &&
+           weight_type_supported(w.t);
 }
 
 void get_rows(cuda_context& ctx, tensor& dst) {

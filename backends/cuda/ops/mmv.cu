@@ -24,7 +24,8 @@ constexpr int MMV_MAX_COLS = 8;
 
 // ---- activations -> q8_1 ----
 
-// One warp per q8_1 block: lane l quantizes element l (d = amax / 127, q = round(x / d), s = d sum(q): quant/q8_1.h).
+// One warp per q8_1 block: lane l quantizes element l: d = amax / 127, q = round_half_even(x * (127 / amax)),
+// s = d sum(q) (quant/q8_1.h), exactly as the CPU's AVX2 quantizer (ggml's), so both backends dot the same integers.
 // x: rows (k, m, ne2, ne3) with strides in floats; y: row r = (i3 ne2 + i2) m + i1, k / 32 blocks each.
 static __global__ void quantize_q8_1_kernel(const float* x, shape4 sx, block_q8_1* y, int64_t n_blocks_total) {
     const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_SIZE;
@@ -35,8 +36,8 @@ static __global__ void quantize_q8_1_kernel(const float* x, shape4 sx, block_q8_
     const float v = x[i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3] + (ib * 32 + lane) * sx.nb[0]];
     const float amax = warp_max(fabsf(v));
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const int q = int(roundf(v * id));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int q = __float2int_rn(v * id);
     const int sum = warp_sum(q);
     block_q8_1& b = y[g];
     b.qs[lane] = int8_t(q);
@@ -257,20 +258,20 @@ bool is_float_weight(type t) {
     return t == type::f32 || t == type::f16 || t == type::bf16;
 }
 
-bool has_cuda_format(type t) {
-    bool ok = false;
+} // namespace
+
+bool weight_type_supported(type t) {
+    bool ok = is_float_weight(t);
     visit_format(t, [&]<class F>() { ok = cuda_format<F>::available; });
     return ok;
 }
-
-} // namespace
 
 bool mul_mat_supported(const tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
     if (x.t != type::f32 || x.nb[0] != 4 || dst.nb[0] != 4 || w.nb[0] != type_size(w.t)) return false;
     if (w.ne[2] == 0 || w.ne[3] == 0 || x.ne[2] % w.ne[2] != 0 || x.ne[3] % w.ne[3] != 0) return false;
-    return is_float_weight(w.t) || has_cuda_format(w.t);
+    return weight_type_supported(w.t);
 }
 
 size_t mul_mat_work_size(const tensor& dst) {

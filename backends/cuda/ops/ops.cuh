@@ -24,6 +24,8 @@ void attention(cuda_context& ctx, tensor& dst);
 bool mul_mat_supported(const tensor& dst);
 bool get_rows_supported(const tensor& dst);
 bool attention_supported(const tensor& dst);
+// Weight types mul_mat and get_rows accept: f32, f16, bf16 and the formats with a cuda_format (quant/formats.cuh).
+bool weight_type_supported(type t);
 // Scratch bytes mul_mat needs for its quantized activations (0 for float weights).
 size_t mul_mat_work_size(const tensor& dst);
 
