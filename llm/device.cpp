@@ -18,7 +18,7 @@ std::optional<gpu_info> find_gpu(std::string* why) {
     if (devs.empty()) return std::nullopt;
     return gpu_info{devs[0].name, devs[0].free_bytes, devs[0].total_bytes};
 #else
-    if (why) *why = "this build has no CUDA support (configure with -DTESSERA_CUDA=ON)";
+    if (why) *why = "this build has no CUDA support; configure with -DTESSERA_CUDA=ON";
     return std::nullopt;
 #endif
 }

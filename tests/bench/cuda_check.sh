@@ -5,6 +5,8 @@
 # Logs go to $LOG (/tmp/cuda_check), packed into $OUT/cuda_check_logs.tgz when OUT is set; a summary is printed last.
 #   usage: tests/bench/cuda_check.sh [STAGE...]   stages: build, ops (op tests, GEMV bench, memcheck), model (the
 #          default model: agreement, test_model, test_cli, tessera run); none given: all three
+#   The device tool carries at most 64 MiB a call and the default model is 94 MiB: carry its two halves (split -b)
+#   in two calls and `cat` them into models/ before the model stage (ignored files stay while the machine is warm).
 #   env:   BUILD, LOG, OUT, TESSERA_MODEL (default models/SmolLM2-135M-Instruct.Q4_1.gguf), PCRE2_INCLUDE_DIR (a machine
 #          with the PCRE2 runtime but no headers: a directory holding a copy of pcre2.h), JOBS (16)
 set -u
