@@ -60,15 +60,15 @@ void bench_main(const bench_options& o) {
     if (o.output != "md" && o.output != "csv" && o.output != "json")
         throw error(fmt::format("-o {}: expected md, csv or json", o.output));
     const auto pps = parse_list(o.n_prompt, "-p"), tgs = parse_list(o.n_gen, "-n"), depths = parse_list(o.depths, "-d");
+    auto mdl = model::load(o.m.model);
     std::vector<std::string> devs;
     if (o.devices.empty()) {
-        devs.push_back(choose_device(o.m).device == device_type::cuda ? "cuda" : "cpu");
+        devs.push_back(choose_device(o.m, mdl.get()).device == device_type::cuda ? "cuda" : "cpu");
     } else {
         std::stringstream ss(o.devices);
         std::string d;
         while (std::getline(ss, d, ',')) devs.push_back(d);
     }
-    auto mdl = model::load(o.m.model);
     const int64_t n_vocab = mdl->hp.n_vocab;
     std::mt19937 rng(1234);
     auto random_tokens = [&](int64_t n) {
@@ -82,7 +82,7 @@ void bench_main(const bench_options& o) {
         if (dname != "cpu" && dname != "cuda") throw error(fmt::format("--devices: unknown backend '{}'", dname));
         model_options mo = o.m;
         mo.device = dname;
-        const device_choice dev = choose_device(mo);
+        const device_choice dev = choose_device(mo, mdl.get());
         int64_t max_len = 1;
         for (int64_t d : depths)
             for (int64_t n : pps) max_len = std::max(max_len, d + n + 1);

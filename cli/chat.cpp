@@ -199,8 +199,8 @@ std::vector<chat_message> load_conversation(const std::string& path) {
 
 void chat_main(const chat_options& o) {
     const bool tty = ::isatty(STDIN_FILENO) && ::isatty(STDOUT_FILENO);
-    const device_choice dev = choose_device(o.m);
     auto mdl = model::load(o.m.model);
+    const device_choice dev = choose_device(o.m, mdl.get());
     session_params sp = o.m.session;
     sp.device = dev.device;
     session sess(*mdl, sp);
