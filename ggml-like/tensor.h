@@ -38,6 +38,7 @@ enum tensor_flags : uint32_t {
     flag_input = 1,  // set by the caller before compute (token ids, positions, masks)
     flag_output = 2, // read after compute; the allocator never reuses its memory
     flag_param = 4,  // weights: data comes from the model file / backend weight buffer
+    flag_embedding = 8, // the token embedding table (llama.cpp keeps it in plain host memory: never repacked)
 };
 
 struct tensor {

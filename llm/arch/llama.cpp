@@ -91,6 +91,7 @@ void llama_load(model& m) {
     // weights
     const int64_t E = hp.n_embd, D = hp.head_dim, F = hp.n_ff;
     m.tok_embd = m.require("token_embd.weight", {E, -1});
+    m.tok_embd->flags |= flag_embedding;
     hp.n_vocab = m.tok_embd->ne[1];
     if (hp.n_vocab != m.voc.n_tokens())
         throw error(fmt::format("{}: token_embd.weight has {} rows but the vocabulary has {} tokens", m.path,

@@ -18,7 +18,18 @@ constexpr int64_t TILE_M = 16; // activation rows per tile
 void mul_mat(const compute_params& p, tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
-    const cpu_type_ops* ops = find_cpu_ops(w.t, p.reference);
+    const cpu_type_ops* base_ops = find_cpu_ops(w.t, p.reference);
+    // weights llama.cpp would repack (rows a multiple of 8) are summed in its repacked kernels' order
+    cpu_type_ops repacked;
+    const cpu_type_ops* ops = base_ops;
+    if (base_ops && base_ops->vec_dot_rows8 && (w.flags & flag_param) && !(w.flags & flag_embedding) &&
+        w.ne[1] % 8 == 0) {
+        repacked = *base_ops;
+        repacked.vec_dot = base_ops->vec_dot_rows8;
+        repacked.gemm4 = base_ops->gemm4_rows8;
+        repacked.gemv4 = base_ops->gemv4_rows8;
+        ops = &repacked;
+    }
     TS_ASSERT(ops != nullptr && x.t == type::f32 && x.nb[0] == 4);
     const int64_t k = w.ne[0], n = w.ne[1];
     const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];

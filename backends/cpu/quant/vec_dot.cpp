@@ -25,6 +25,9 @@ void gemm4_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t
 void gemm4_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
 void gemm4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
 void gemv4_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+float vec_dot_q4_0_q8_0_blockwise(const void* w, const void* a, int64_t n);
+void gemm4_q4_0_q8_0_blockwise(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemv4_q4_0_q8_0_blockwise(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
 void gemv4_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
 void gemv4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
 void quantize_row_q8_1(const float* x, void* y, int64_t n);
@@ -159,6 +162,9 @@ struct tables {
         fast[slot(type::q4_1)].gemm4 = avx2::gemm4_q4_1_q8_1;
         fast[slot(type::q8_0)].gemm4 = avx2::gemm4_q8_0_q8_0;
         fast[slot(type::q4_0)].gemv4 = avx2::gemv4_q4_0_q8_0;
+        fast[slot(type::q4_0)].vec_dot_rows8 = avx2::vec_dot_q4_0_q8_0_blockwise;
+        fast[slot(type::q4_0)].gemm4_rows8 = avx2::gemm4_q4_0_q8_0_blockwise;
+        fast[slot(type::q4_0)].gemv4_rows8 = avx2::gemv4_q4_0_q8_0_blockwise;
         fast[slot(type::q4_1)].gemv4 = avx2::gemv4_q4_1_q8_1;
         fast[slot(type::q8_0)].gemv4 = avx2::gemv4_q8_0_q8_0;
         set_fast(type::f16, avx2::vec_dot_f16_f16, avx2::f32_to_f16_row);

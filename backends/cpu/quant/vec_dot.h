@@ -28,6 +28,12 @@ struct cpu_type_ops {
     to_float_fn to_float;         // weight row -> f32
     gemm4_fn gemm4 = nullptr;     // optional register-blocked kernel for prompt processing (4 x 4)
     gemm4_fn gemv4 = nullptr;     // the same for 4 weight rows x 1 activation row (decode)
+    // llama.cpp on an AVX2 CPU repacks Q4_0 weights whose row count is a multiple of 8 (q4_0_8x8) and then sums each
+    // output block by block: acc = fma(float(int block dot), d_w * d_a, acc). For those tensors mul_mat uses these
+    // kernels (same order, same bits as llama.cpp); null where the type has no such path.
+    vec_dot_fn vec_dot_rows8 = nullptr;
+    gemm4_fn gemm4_rows8 = nullptr;
+    gemm4_fn gemv4_rows8 = nullptr;
 };
 
 // Float kernels whose rounding must match ggml's CPU code exactly (attention, silu); scalar and AVX2 versions give

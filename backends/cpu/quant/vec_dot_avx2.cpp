@@ -44,6 +44,13 @@ inline __m256 dot_ss(__m256i x, __m256i y) {
 
 inline float h2f(f16 h) { return _cvtsh_ss(h.bits); }
 
+inline int hsum_i32_8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
 } // namespace
 
 float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n) {
@@ -175,6 +182,66 @@ void gemm4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t
 }
 void gemv4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
     gemm_q8_0_q8_0<1>(w, ws, a, as, n, y, ys);
+}
+
+// ---- q4_0 in the order of llama.cpp's repacked q4_0_8x8 kernels: per output, block by block,
+// acc = fma(float(sum_j (q4_j - 8) q8_j), d_w * d_a, acc) ----
+
+namespace {
+
+// the 8 int32 partial sums of one q4_0 x q8_0 block
+inline __m256i block_sums_q4_0(const block_q4_0& x, const __m256i q8) {
+    const __m256i q4 = _mm256_sub_epi8(unpack_nibbles(x.qs), _mm256_set1_epi8(8));
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q4, q4), _mm256_sign_epi8(q8, q4));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// four vectors of 8 int32 -> their four totals (exact integer sums)
+inline __m128i hsum4_i32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d);
+    const __m256i abcd = _mm256_hadd_epi32(ab, cd); // per 128-bit half: a, b, c, d partials
+    return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+}
+
+} // namespace
+
+float vec_dot_q4_0_q8_0_blockwise(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const block_q4_0*>(w);
+    auto* y = static_cast<const block_q8_0*>(a);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+        const int sumi = hsum_i32_8(block_sums_q4_0(x[i], q8));
+        acc = std::fma(float(sumi), h2f(x[i].d) * h2f(y[i].d), acc);
+    }
+    return acc;
+}
+
+template <int NA>
+void gemm_q4_0_blockwise(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    const block_q4_0* wr[4];
+    const block_q8_0* ar[NA];
+    for (int i = 0; i < 4; i++) wr[i] = reinterpret_cast<const block_q4_0*>(static_cast<const uint8_t*>(w) + i * ws);
+    for (int j = 0; j < NA; j++) ar[j] = reinterpret_cast<const block_q8_0*>(static_cast<const uint8_t*>(a) + j * as);
+    __m128 acc[NA]; // lane i: weight row i
+    for (int j = 0; j < NA; j++) acc[j] = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        const __m128 dw = _mm_setr_ps(h2f(wr[0][b].d), h2f(wr[1][b].d), h2f(wr[2][b].d), h2f(wr[3][b].d));
+        for (int j = 0; j < NA; j++) {
+            const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
+            const __m128i s = hsum4_i32(block_sums_q4_0(wr[0][b], q8), block_sums_q4_0(wr[1][b], q8),
+                                        block_sums_q4_0(wr[2][b], q8), block_sums_q4_0(wr[3][b], q8));
+            acc[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_mul_ps(dw, _mm_set1_ps(h2f(ar[j][b].d))), acc[j]);
+        }
+    }
+    for (int j = 0; j < NA; j++) _mm_storeu_ps(y + j * ys, acc[j]);
+}
+
+void gemm4_q4_0_q8_0_blockwise(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q4_0_blockwise<4>(w, ws, a, as, n, y, ys);
+}
+void gemv4_q4_0_q8_0_blockwise(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q4_0_blockwise<1>(w, ws, a, as, n, y, ys);
 }
 
 float vec_dot_q8_0_q8_0(const void* w, const void* a, int64_t n) {
