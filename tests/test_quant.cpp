@@ -478,3 +478,30 @@ TEST(cpu_gemm4, equals_vec_dot_bit_for_bit) {
             EXPECT_EQ(v[i], ops->vec_dot(w.data() + i * wrow, a.data() + 2 * arow, k)) << type_name(t) << " gemv4 " << i;
     }
 }
+
+// q4_0 in llama.cpp's repacked order: the 4x4 / 4x1 kernels equal the row kernel bit for bit, and the row kernel is
+// the reference dot up to f32 summation order (bound 1e-5 of the sum of |terms|).
+TEST(cpu_gemm4, q4_0_repacked_order) {
+    const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(type::q4_0);
+    if (!ops->vec_dot_rows8) GTEST_SKIP() << "no AVX2: llama.cpp does not repack q4_0 there either";
+    const int64_t k = 32 * 23;
+    const size_t wrow = row_size(type::q4_0, k), arow = row_size(type::q8_0, k);
+    std::vector<uint8_t> w(4 * wrow), a(4 * arow);
+    for (int i = 0; i < 4; i++) {
+        auto x = random_heavy(size_t(k), uint32_t(60 + i));
+        auto z = random_normal(size_t(k), uint32_t(70 + i));
+        quantize_row_ref<q4_0>(x.data(), w.data() + i * wrow, k);
+        ops->act_from_float(z.data(), a.data() + i * arow, k);
+    }
+    float y[4 * 4], v[4];
+    ops->gemm4_rows8(w.data(), wrow, a.data(), arow, k, y, 4);
+    ops->gemv4_rows8(w.data(), wrow, a.data() + arow, arow, k, v, 1);
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 4; i++) {
+            const float r = ops->vec_dot_rows8(w.data() + i * wrow, a.data() + j * arow, k);
+            EXPECT_EQ(y[j * 4 + i], r) << i << "," << j;
+            if (j == 1) EXPECT_EQ(v[i], r) << i;
+            const float ref = vec_dot_row_ref<q4_0>(w.data() + i * wrow, a.data() + j * arow, k);
+            EXPECT_NEAR(r, ref, 1e-4f * (std::fabs(ref) + 1.0f));
+        }
+}
