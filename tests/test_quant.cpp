@@ -500,7 +500,9 @@ TEST(cpu_gemm4, q4_0_repacked_order) {
         for (int i = 0; i < 4; i++) {
             const float r = ops->vec_dot_rows8(w.data() + i * wrow, a.data() + j * arow, k);
             EXPECT_EQ(y[j * 4 + i], r) << i << "," << j;
-            if (j == 1) EXPECT_EQ(v[i], r) << i;
+            if (j == 1) {
+                EXPECT_EQ(v[i], r) << i;
+            }
             const float ref = vec_dot_row_ref<q4_0>(w.data() + i * wrow, a.data() + j * arow, k);
             EXPECT_NEAR(r, ref, 1e-4f * (std::fabs(ref) + 1.0f));
         }
