@@ -61,7 +61,7 @@ void thread_pool::barrier() {
         return;
     }
     for (int spins = 0; barrier_gen_.load(std::memory_order_acquire) == gen; spins++)
-        if (spins > 2000) sched_yield();
+        if (spins > 20000) sched_yield(); // ~10 us of spinning: a node rarely takes longer to finish on the other threads
 }
 
 } // namespace tessera::cpu

@@ -50,6 +50,22 @@ double softmax_tile(float* s, float m);
 void pv_tile(float* acc, const float* p, const float* v, int64_t n, int64_t hd);
 } // namespace avx2
 
+// The integer-dot kernels again, built with AVX-512 VNNI (vec_dot_vnni.cpp)
+namespace avx512vnni {
+float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n);
+float vec_dot_q4_1_q8_1(const void* w, const void* a, int64_t n);
+float vec_dot_q8_0_q8_0(const void* w, const void* a, int64_t n);
+void gemm4_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemm4_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemm4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemv4_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemv4_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemv4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+float vec_dot_q4_0_q8_0_blockwise(const void* w, const void* a, int64_t n);
+void gemm4_q4_0_q8_0_blockwise(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemv4_q4_0_q8_0_blockwise(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+} // namespace avx512vnni
+
 // ---- scalar references of the float kernels (see vec_dot.h) ----
 namespace ref {
 
@@ -167,6 +183,17 @@ struct tables {
         fast[slot(type::q4_0)].gemv4_rows8 = avx2::gemv4_q4_0_q8_0_blockwise;
         fast[slot(type::q4_1)].gemv4 = avx2::gemv4_q4_1_q8_1;
         fast[slot(type::q8_0)].gemv4 = avx2::gemv4_q8_0_q8_0;
+        if (cpu_has_avx512vnni()) {
+            namespace v = avx512vnni;
+            auto& q40 = fast[slot(type::q4_0)];
+            auto& q41 = fast[slot(type::q4_1)];
+            auto& q80 = fast[slot(type::q8_0)];
+            q40.vec_dot = v::vec_dot_q4_0_q8_0, q40.gemm4 = v::gemm4_q4_0_q8_0, q40.gemv4 = v::gemv4_q4_0_q8_0;
+            q40.vec_dot_rows8 = v::vec_dot_q4_0_q8_0_blockwise;
+            q40.gemm4_rows8 = v::gemm4_q4_0_q8_0_blockwise, q40.gemv4_rows8 = v::gemv4_q4_0_q8_0_blockwise;
+            q41.vec_dot = v::vec_dot_q4_1_q8_1, q41.gemm4 = v::gemm4_q4_1_q8_1, q41.gemv4 = v::gemv4_q4_1_q8_1;
+            q80.vec_dot = v::vec_dot_q8_0_q8_0, q80.gemm4 = v::gemm4_q8_0_q8_0, q80.gemv4 = v::gemv4_q8_0_q8_0;
+        }
         set_fast(type::f16, avx2::vec_dot_f16_f16, avx2::f32_to_f16_row);
         fast[slot(type::f16)].to_float = avx2::f16_to_f32_row;
         fast[slot(type::f32)].vec_dot = avx2::vec_dot_f32_f32;
@@ -248,6 +275,23 @@ bool cpu_has_avx2() {
         const bool fma = (c >> 12) & 1, f16c = (c >> 29) & 1, osxsave = (c >> 27) & 1;
         if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
         return fma && f16c && osxsave && ((b >> 5) & 1);
+    }();
+    return has;
+#else
+    return false;
+#endif
+}
+
+bool cpu_has_avx512vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+    // leaf 7: EBX bit 16 AVX512F, bit 30 AVX512BW, bit 31 AVX512VL; ECX bit 11 AVX512_VNNI; and the OS saves ZMM state
+    static const bool has = [] {
+        unsigned a, b, c, d;
+        if (!cpu_has_avx2() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+        const bool feats = ((b >> 16) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((c >> 11) & 1);
+        unsigned lo, hi;
+        __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        return feats && (lo & 0xe6) == 0xe6;
     }();
     return has;
 #else

@@ -61,5 +61,6 @@ float expf_ggml(float x);
 // nullptr if the CPU backend cannot compute with this type. `reference` forces the scalar reference kernels.
 const cpu_type_ops* find_cpu_ops(type t, bool reference = false);
 bool cpu_has_avx2();
+bool cpu_has_avx512vnni(); // AVX-512 F/BW/VL + VNNI: the byte dots use vpdpbusd
 
 } // namespace tessera::cpu

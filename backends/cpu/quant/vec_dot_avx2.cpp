@@ -11,7 +11,13 @@
 
 #include <cmath>
 
-namespace tessera::cpu::avx2 {
+// The same source is compiled a second time as vec_dot_vnni.cpp (namespace avx512vnni, with AVX-512 VNNI + VL): the
+// byte dot then uses vpdpbusd instead of maddubs + madd. Integer sums are identical, so the results are too.
+#ifndef TS_SIMD_NS
+#define TS_SIMD_NS avx2
+#endif
+
+namespace tessera::cpu::TS_SIMD_NS {
 
 namespace {
 
@@ -33,8 +39,12 @@ inline __m256i unpack_nibbles(const uint8_t* qs) {
 
 // sum of products of 32 unsigned (u) x signed (s) bytes, as 8 int32 lanes converted to float
 inline __m256 dot_us(__m256i u, __m256i s) {
-    const __m256i p16 = _mm256_maddubs_epi16(u, s);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s));
+#else
+    const __m256i p16 = _mm256_maddubs_epi16(u, s); // no int16 saturation: |pair sums| <= 2 * 127 * 127
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+#endif
 }
 
 // signed x signed: |x| * (y with x's sign)
@@ -192,8 +202,12 @@ namespace {
 // the 8 int32 partial sums of one q4_0 x q8_0 block
 inline __m256i block_sums_q4_0(const block_q4_0& x, const __m256i q8) {
     const __m256i q4 = _mm256_sub_epi8(unpack_nibbles(x.qs), _mm256_set1_epi8(8));
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(q4, q4), _mm256_sign_epi8(q8, q4));
+#else
     const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q4, q4), _mm256_sign_epi8(q8, q4));
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+#endif
 }
 
 // four vectors of 8 int32 -> their four totals (exact integer sums)
@@ -514,4 +528,4 @@ void pv_tile(float* acc, const float* p, const float* v, int64_t n, int64_t hd) 
         for (int64_t j = 0; j < n; j++) acc[d] = std::fma(v[j * hd + d], p[j], acc[d]);
 }
 
-} // namespace tessera::cpu::avx2
+} // namespace tessera::cpu::TS_SIMD_NS
