@@ -12,5 +12,6 @@ void add_quantize(CLI::App& app);
 void add_perplexity(CLI::App& app);
 void add_chat(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_compare(CLI::App& app);
 
 } // namespace tessera::cli

@@ -2,6 +2,8 @@
 #include "helpers.h"
 #include "tiny_model.h"
 
+#include "llm/device.h"
+
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -338,4 +340,22 @@ TEST(cli_quantize, awq_with_calibration_text) {
     EXPECT_EQ(run.rc, 0) << run.err;
     fs::remove(out);
     fs::remove(calib);
+}
+
+// ---- compare ----
+
+TEST(cli_compare, without_a_gpu_says_so_and_with_one_prints_both_backends) {
+    std::string why;
+    const bool gpu = tessera::find_gpu(&why).has_value();
+    auto r = run_tessera("compare -m " + shell_quote(tiny_model()) + " -n 4 --layers --json");
+    if (!gpu) {
+        expect_one_line_error(r, "CUDA");
+        return;
+    }
+    ASSERT_EQ(r.rc, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_GT(j["cpu"]["pp_tps"].get<double>(), 0);
+    EXPECT_GT(j["cuda"]["tg_tps"].get<double>(), 0);
+    EXPECT_GE(j["prompt"]["top1_agreement"].get<double>(), 0.9); // a random tiny model: agreement, not speed
+    EXPECT_EQ(j["layer_nmse"].size(), 2u);
 }

@@ -1,0 +1,202 @@
+// compare.cpp: `tessera compare`: the same tokens on the CPU and on CUDA, side by side: prompt and generation speed on
+// each backend and the speedup, and how far the two agree: max |Δlogit|, top-1 agreement and mean KL divergence of the
+// next-token distributions (teacher-forced over the text), and with --layers the first layer whose hidden state
+// (l_out-N) differs beyond a bound.
+#include "commands.h"
+#include "options.h"
+
+#include "ggml-like/error.h"
+#include "llm/device.h"
+#include "llm/model.h"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+
+namespace tessera::cli {
+
+namespace {
+
+struct compare_options {
+    model_options m;
+    prompt_options p;
+    bool layers = false;
+    bool json = false;
+    double layer_bound = 1e-3;
+};
+
+const char* default_text =
+    "The history of the city begins in the Roman period, when a small settlement grew up around a bridge over the "
+    "river. Over the following centuries it became a market town, then a regional capital, and finally one of the "
+    "largest cities in the country. Its museums, parks and old streets attract visitors from all over the world.";
+
+struct run_result {
+    std::vector<float> pp_logits;  // (n_tok, n_vocab): all positions of the prompt in one batch
+    std::vector<float> tg_logits;  // (n_gen, n_vocab): token by token
+    double pp_tps = 0, tg_tps = 0;
+    std::map<int, std::vector<float>> layer_out; // il -> l_out-il of the prompt batch
+    std::string backend;
+};
+
+run_result evaluate(const model& mdl, const model_options& mo, device_type dev, const std::vector<token>& toks,
+                    int64_t n_gen, bool layers) {
+    run_result r;
+    session_params sp = mo.session;
+    sp.device = dev;
+    sp.n_ctx = std::max<int64_t>(sp.n_ctx, int64_t(toks.size()) + 1);
+    session s(mdl, sp);
+    r.backend = s.be().name();
+    if (layers)
+        s.be().set_eval_callback([&](const tensor& t) {
+            int il;
+            if (std::sscanf(t.name, "l_out-%d", &il) != 1 || std::strlen(t.name) > 12) return;
+            std::vector<float> v(size_t(t.n_elements()));
+            s.be().get(t, v.data(), 0, v.size() * sizeof(float));
+            r.layer_out[il] = std::move(v);
+        });
+    auto t0 = std::chrono::steady_clock::now();
+    auto l = s.decode(toks, true);
+    s.be().synchronize();
+    r.pp_tps = double(toks.size()) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.pp_logits.assign(l.begin(), l.end());
+    s.be().set_eval_callback({});
+    // generation: the same text again, one token at a time (teacher forcing), timed
+    s.clear();
+    t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < n_gen; i++) {
+        auto li = s.decode(std::span<const token>(&toks[size_t(i)], 1));
+        r.tg_logits.insert(r.tg_logits.end(), li.begin(), li.end());
+    }
+    s.be().synchronize();
+    r.tg_tps = double(n_gen) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+struct agreement {
+    double max_dlogit = 0, mean_kld = 0, top1 = 0;
+    int64_t n = 0;
+};
+
+agreement agree(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab) {
+    agreement g;
+    g.n = int64_t(a.size()) / n_vocab;
+    int64_t same = 0;
+    double kld_sum = 0;
+    for (int64_t t = 0; t < g.n; t++) {
+        const float* x = a.data() + t * n_vocab;
+        const float* y = b.data() + t * n_vocab;
+        int64_t ax = 0, ay = 0;
+        float mx = x[0], my = y[0];
+        for (int64_t i = 0; i < n_vocab; i++) {
+            g.max_dlogit = std::max(g.max_dlogit, double(std::fabs(x[i] - y[i])));
+            if (x[i] > mx) mx = x[i], ax = i;
+            if (y[i] > my) my = y[i], ay = i;
+        }
+        same += ax == ay;
+        double zx = 0, zy = 0;
+        for (int64_t i = 0; i < n_vocab; i++) {
+            zx += std::exp(double(x[i]) - mx);
+            zy += std::exp(double(y[i]) - my);
+        }
+        double kld = 0; // KL(CPU || CUDA)
+        for (int64_t i = 0; i < n_vocab; i++) {
+            const double lp = double(x[i]) - mx - std::log(zx), lq = double(y[i]) - my - std::log(zy);
+            kld += std::exp(lp) * (lp - lq);
+        }
+        kld_sum += kld;
+    }
+    g.top1 = g.n ? double(same) / double(g.n) : 0;
+    g.mean_kld = g.n ? kld_sum / double(g.n) : 0;
+    return g;
+}
+
+void compare_main(const compare_options& o) {
+    const std::string text = o.p.prompt.empty() && o.p.file.empty() ? default_text : read_prompt(o.p);
+    auto mdl = model::load(o.m.model);
+    std::string why;
+    if (!find_gpu(&why)) throw error(fmt::format("compare needs a CUDA device to compare with the CPU ({})", why));
+    for (tensor* w : mdl->params)
+        if (!device_supports_weights(device_type::cuda, w->t))
+            throw error(fmt::format("the CUDA backend cannot run {} weights yet ({})", type_name(w->t), w->name));
+    std::vector<token> toks = mdl->voc.tokenize(text, true, true);
+    if (toks.size() < 2) throw error("the text is too short to compare (fewer than 2 tokens)");
+    const int64_t n_gen = std::min<int64_t>(o.p.n_predict < 0 ? 64 : o.p.n_predict, int64_t(toks.size()));
+    const run_result cpu = evaluate(*mdl, o.m, device_type::cpu, toks, n_gen, o.layers);
+    const run_result gpu = evaluate(*mdl, o.m, device_type::cuda, toks, n_gen, o.layers);
+    const int64_t nv = mdl->hp.n_vocab;
+    const agreement pp = agree(cpu.pp_logits, gpu.pp_logits, nv), tg = agree(cpu.tg_logits, gpu.tg_logits, nv);
+    int first_bad = -1;
+    std::vector<double> layer_nmse;
+    if (o.layers)
+        for (const auto& [il, a] : cpu.layer_out) {
+            const auto it = gpu.layer_out.find(il);
+            if (it == gpu.layer_out.end()) continue;
+            double num = 0, den = 0;
+            for (size_t i = 0; i < a.size(); i++) {
+                num += (double(a[i]) - it->second[i]) * (double(a[i]) - it->second[i]);
+                den += double(a[i]) * a[i];
+            }
+            layer_nmse.push_back(den > 0 ? num / den : num);
+            if (first_bad < 0 && layer_nmse.back() > o.layer_bound) first_bad = il;
+        }
+
+    if (o.json) {
+        nlohmann::json j = {
+            {"model", mdl->path},
+            {"n_tokens", toks.size()},
+            {"n_gen", n_gen},
+            {"cpu", {{"pp_tps", cpu.pp_tps}, {"tg_tps", cpu.tg_tps}}},
+            {"cuda", {{"pp_tps", gpu.pp_tps}, {"tg_tps", gpu.tg_tps}}},
+            {"speedup", {{"pp", gpu.pp_tps / cpu.pp_tps}, {"tg", gpu.tg_tps / cpu.tg_tps}}},
+            {"prompt", {{"max_abs_dlogit", pp.max_dlogit}, {"top1_agreement", pp.top1}, {"mean_kld", pp.mean_kld}}},
+            {"decode", {{"max_abs_dlogit", tg.max_dlogit}, {"top1_agreement", tg.top1}, {"mean_kld", tg.mean_kld}}}};
+        if (o.layers) {
+            j["layer_nmse"] = layer_nmse;
+            j["first_divergent_layer"] = first_bad;
+            j["layer_bound"] = o.layer_bound;
+        }
+        fmt::print("{}\n", j.dump(2));
+        return;
+    }
+    fmt::print("{} — {} tokens, {} decode steps\n\n", mdl->name, toks.size(), n_gen);
+    fmt::print("| {:<10} | {:>14} | {:>14} |\n", "", "pp t/s", "tg t/s");
+    fmt::print("| {:-<10} | {:->14} | {:->14} |\n", "", "", "");
+    fmt::print("| {:<10} | {:>14.1f} | {:>14.1f} |\n", "cpu", cpu.pp_tps, cpu.tg_tps);
+    fmt::print("| {:<10} | {:>14.1f} | {:>14.1f} |\n", "cuda", gpu.pp_tps, gpu.tg_tps);
+    fmt::print("| {:<10} | {:>13.2f}x | {:>13.2f}x |\n\n", "speedup", gpu.pp_tps / cpu.pp_tps, gpu.tg_tps / cpu.tg_tps);
+    fmt::print("| {:<8} | {:>12} | {:>14} | {:>12} |\n", "logits", "max |Δ|", "top-1 agree", "mean KLD");
+    fmt::print("| {:-<8} | {:->12} | {:->14} | {:->12} |\n", "", "", "", "");
+    fmt::print("| {:<8} | {:>12.4f} | {:>13.2f}% | {:>12.3g} |\n", "prompt", pp.max_dlogit, 100 * pp.top1, pp.mean_kld);
+    fmt::print("| {:<8} | {:>12.4f} | {:>13.2f}% | {:>12.3g} |\n", "decode", tg.max_dlogit, 100 * tg.top1, tg.mean_kld);
+    if (o.layers) {
+        if (first_bad < 0)
+            fmt::print("\nevery layer's hidden state agrees within NMSE {:g}\n", o.layer_bound);
+        else
+            fmt::print("\nfirst layer beyond NMSE {:g}: {} (NMSE {:.3g})\n", o.layer_bound, first_bad,
+                       layer_nmse[size_t(first_bad)]);
+    }
+}
+
+} // namespace
+
+void add_compare(CLI::App& app) {
+    auto o = std::make_shared<compare_options>();
+    CLI::App* cmd = app.add_subcommand("compare", "Run the same tokens on the CPU and on CUDA: speed and agreement");
+    add_model_options(*cmd, o->m);
+    cmd->add_option("-p,--prompt", o->p.prompt, "Text to evaluate (default: a built-in paragraph)");
+    cmd->add_option("-f,--file", o->p.file, "Read the text from a file");
+    cmd->add_option("-n,--n-predict", o->p.n_predict, "Decode steps to time and compare (default 64)");
+    o->p.n_predict = -1;
+    cmd->add_flag("--layers", o->layers, "Also compare every layer's output and name the first that diverges");
+    cmd->add_option("--layer-bound", o->layer_bound, "NMSE above which a layer counts as diverged")->capture_default_str();
+    cmd->add_flag("--json", o->json, "Print one JSON object");
+    cmd->footer("Example:\n  tessera compare -m models/SmolLM2-135M-Instruct.Q4_1.gguf --layers");
+    cmd->callback([o] { compare_main(*o); });
+}
+
+} // namespace tessera::cli
