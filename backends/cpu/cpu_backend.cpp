@@ -74,7 +74,7 @@ size_t work_size(const tensor& node, int n_threads) {
     case op::mul_mat: {
         const cpu_type_ops* ops = find_cpu_ops(node.src[0]->t);
         const tensor& x = *node.src[1];
-        return row_size(ops->dot_type, x.ne[0]) * size_t(x.ne[1] * x.ne[2] * x.ne[3]);
+        return 64 + row_size(ops->dot_type, x.ne[0]) * size_t(x.ne[1] * x.ne[2] * x.ne[3]); // tile counter + activations
     }
     case op::attention: {
         const int64_t hd = node.src[0]->ne[0];

@@ -4,6 +4,8 @@
 // scale (i2_s, in the tail after its rows) has row dots at unit scale: the output is multiplied by that scale.
 #include "ops.h"
 
+#include <atomic>
+
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
 #include "quant/format.h"
@@ -35,6 +37,9 @@ void mul_mat(const compute_params& p, tensor& dst) {
     const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];
     const int64_t r2 = ne2 / w.ne[2], r3 = ne3 / w.ne[3]; // broadcast of w over dims 2, 3
     const size_t act_row = row_size(ops->dot_type, k);
+    // scratch: a cache line for the shared tile counter, then the converted activations
+    auto* counter = reinterpret_cast<std::atomic<int64_t>*>(p.wdata);
+    uint8_t* act = p.wdata + 64;
     // per-tensor scale; a view of the weight reads its source's tail (views of a weight keep its type)
     const tensor& w_root = w.view_src ? *w.view_src : w;
     const float w_scale = read_tensor_scale(w.t, w_root.data, w_root.n_elements());
@@ -45,22 +50,24 @@ void mul_mat(const compute_params& p, tensor& dst) {
     split(n_x_rows, p.ith, p.nth, a0, a1);
     for (int64_t r = a0; r < a1; r++) {
         const int64_t i1 = r % m, i2 = (r / m) % ne2, i3 = r / (m * ne2);
-        ops->act_from_float(at<float>(x, 0, i1, i2, i3), p.wdata + size_t(r) * act_row, k);
+        ops->act_from_float(at<float>(x, 0, i1, i2, i3), act + size_t(r) * act_row, k);
     }
+    // the tile counter: reset before the barrier, then threads take tiles as they finish (a thread on a busy core
+    // does fewer tiles instead of holding everyone at the next barrier)
+    if (p.ith == 0) counter->store(0, std::memory_order_relaxed);
     p.barrier();
 
     // 2) tiles of (TILE_N weight rows) x (TILE_M activation rows), spread over threads
     const int64_t tiles_n = (n + TILE_N - 1) / TILE_N, tiles_m = (m + TILE_M - 1) / TILE_M;
     const int64_t n_tiles = tiles_n * tiles_m * ne2 * ne3;
-    int64_t t0, t1;
-    split(n_tiles, p.ith, p.nth, t0, t1);
-    for (int64_t t = t0; t < t1; t++) {
+    for (int64_t t = counter->fetch_add(1, std::memory_order_relaxed); t < n_tiles;
+         t = counter->fetch_add(1, std::memory_order_relaxed)) {
         const int64_t tn = t % tiles_n, tm = (t / tiles_n) % tiles_m;
         const int64_t i23 = t / (tiles_n * tiles_m);
         const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
         const int64_t n0 = tn * TILE_N, n1 = std::min(n, n0 + TILE_N);
         const int64_t m0 = tm * TILE_M, m1 = std::min(m, m0 + TILE_M);
-        const uint8_t* a0 = p.wdata + size_t((i3 * ne2 + i2) * m) * act_row;
+        const uint8_t* a0 = act + size_t((i3 * ne2 + i2) * m) * act_row;
         int64_t im = m0;
         if (ops->gemm4 && w.nb[0] == type_size(w.t)) // 4 x 4 blocks where the tile allows, same bits as vec_dot
             for (; im + 4 <= m1; im += 4) {
