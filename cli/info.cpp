@@ -1,6 +1,7 @@
 // info.cpp: `tessera info MODEL`: the GGUF header, every metadata key and the tensor table, or one JSON object.
 // Parsing and validation live in ggml-like/gguf.cpp; this file only formats what the reader returns.
 #include "commands.h"
+#include "console.h"
 
 #include "ggml-like/error.h"
 #include "ggml-like/gguf.h"
@@ -97,18 +98,6 @@ std::string value_text(const gguf_value& v) {
         out += (i == 0 ? " " : ", ") + element_text(v, i);
     }
     return out;
-}
-
-std::string human_bytes(uint64_t b) {
-    if (b < 1024) return fmt::format("{} B", b);
-    const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-    double x = double(b);
-    int u = -1;
-    while (x >= 1024 && u < 3) {
-        x /= 1024;
-        u++;
-    }
-    return fmt::format("{:.2f} {}", x, units[u]);
 }
 
 std::string human_count(uint64_t n) {
