@@ -12,24 +12,16 @@ namespace tessera::cpu {
 
 namespace {
 
-// Calls fn(dst_row, a_row, b_row, i1, i2, i3) for this thread's rows of dst (f32 rows of ne0).
-template <class Fn> void for_rows(const compute_params& p, tensor& dst, Fn&& fn) {
-    const int64_t n_rows = dst.n_rows();
-    int64_t r0, r1;
-    split(n_rows, p.ith, p.nth, r0, r1);
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t i3 = r / (dst.ne[2] * dst.ne[1]);
-        const int64_t i2 = (r / dst.ne[1]) % dst.ne[2];
-        const int64_t i1 = r % dst.ne[1];
-        fn(at<float>(dst, 0, i1, i2, i3), i1, i2, i3);
-    }
+// Calls fn(dst_row, i1, i2, i3) for this thread's rows of dst (f32 rows of ne0).
+template <class Fn> void for_f32_rows(const compute_params& p, tensor& dst, Fn&& fn) {
+    for_rows(p, dst, [&](int64_t i1, int64_t i2, int64_t i3) { fn(at<float>(dst, 0, i1, i2, i3), i1, i2, i3); });
 }
 
 template <class Op> void binary(const compute_params& p, tensor& dst, Op op) {
     const tensor& a = *dst.src[0];
     const tensor& b = *dst.src[1];
     TS_ASSERT(a.t == type::f32 && b.t == type::f32);
-    for_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+    for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
         const float* x = at<float>(a, 0, i1, i2, i3);
         const float* z = at<float>(b, 0, i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]);
         const int64_t n = dst.ne[0], nb0 = b.ne[0];
@@ -51,7 +43,7 @@ void mul(const compute_params& p, tensor& dst) {
 void scale(const compute_params& p, tensor& dst) {
     const tensor& a = *dst.src[0];
     const float s = dst.op_params.f[0];
-    for_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+    for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
         const float* x = at<float>(a, 0, i1, i2, i3);
         const size_t xs = a.nb[0] / 4;
         for (int64_t i = 0; i < dst.ne[0]; i++) y[i] = x[i * xs] * s;
@@ -63,7 +55,7 @@ void silu(const compute_params& p, tensor& dst) {
     const tensor& a = *dst.src[0];
     TS_ASSERT(a.nb[0] == 4);
     const float_kernels& fk = find_float_kernels(p.reference);
-    for_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) { fk.silu(at<float>(a, 0, i1, i2, i3), y, dst.ne[0]); });
+    for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) { fk.silu(at<float>(a, 0, i1, i2, i3), y, dst.ne[0]); });
 }
 
 void swiglu(const compute_params& p, tensor& dst) {
@@ -71,7 +63,7 @@ void swiglu(const compute_params& p, tensor& dst) {
     const tensor& u = *dst.src[1];
     TS_ASSERT(g.nb[0] == 4 && u.nb[0] == 4);
     const float_kernels& fk = find_float_kernels(p.reference);
-    for_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+    for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
         fk.swiglu(at<float>(g, 0, i1, i2, i3), at<float>(u, 0, i1, i2, i3), y, dst.ne[0]);
     });
 }
@@ -85,15 +77,9 @@ void cpy(const compute_params& p, tensor& dst) {
     TS_ASSERT(to != nullptr);
     const int64_t ne0 = dst.ne[0];
     if (same_shape(src, dst) && src.nb[0] == 4) {
-        // row by row
-        int64_t r0, r1;
-        split(dst.n_rows(), p.ith, p.nth, r0, r1);
-        for (int64_t r = r0; r < r1; r++) {
-            const int64_t i3 = r / (dst.ne[2] * dst.ne[1]);
-            const int64_t i2 = (r / dst.ne[1]) % dst.ne[2];
-            const int64_t i1 = r % dst.ne[1];
+        for_rows(p, dst, [&](int64_t i1, int64_t i2, int64_t i3) { // row by row
             to->from_float(at<float>(src, 0, i1, i2, i3), at<uint8_t>(dst, 0, i1, i2, i3), ne0);
-        }
+        });
         return;
     }
     // general: one thread, element by element through a row buffer

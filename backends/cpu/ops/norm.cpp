@@ -9,12 +9,7 @@ void rms_norm(const compute_params& p, tensor& dst) {
     const tensor& a = *dst.src[0];
     const float eps = dst.op_params.f[0];
     const int64_t ne0 = a.ne[0];
-    int64_t r0, r1;
-    split(dst.n_rows(), p.ith, p.nth, r0, r1);
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t i3 = r / (dst.ne[2] * dst.ne[1]);
-        const int64_t i2 = (r / dst.ne[1]) % dst.ne[2];
-        const int64_t i1 = r % dst.ne[1];
+    for_rows(p, dst, [&](int64_t i1, int64_t i2, int64_t i3) {
         const float* x = at<float>(a, 0, i1, i2, i3);
         float* y = at<float>(dst, 0, i1, i2, i3);
         const size_t xs = a.nb[0] / 4;
@@ -23,7 +18,7 @@ void rms_norm(const compute_params& p, tensor& dst) {
         const float mean = float(sum / double(ne0));
         const float s = 1.0f / std::sqrt(mean + eps);
         for (int64_t i = 0; i < ne0; i++) y[i] = x[i * xs] * s;
-    }
+    });
 }
 
 } // namespace tessera::cpu

@@ -28,6 +28,13 @@ inline void split(int64_t n, int ith, int nth, int64_t& begin, int64_t& end) {
     end = std::min<int64_t>(n, begin + per);
 }
 
+// Calls fn(i1, i2, i3) for this thread's share of dst's rows (row r = i1 + ne1 * (i2 + ne2 * i3)).
+template <class Fn> void for_rows(const compute_params& p, const tensor& dst, Fn&& fn) {
+    int64_t r0, r1;
+    split(dst.n_rows(), p.ith, p.nth, r0, r1);
+    for (int64_t r = r0; r < r1; r++) fn(r % dst.ne[1], (r / dst.ne[1]) % dst.ne[2], r / (dst.ne[2] * dst.ne[1]));
+}
+
 // Scratch bytes a node needs with n_threads threads.
 size_t work_size(const tensor& node, int n_threads);
 

@@ -11,12 +11,7 @@ void soft_max(const compute_params& p, tensor& dst) {
     const tensor* mask = dst.src[1];
     const float scale = dst.op_params.f[0];
     const int64_t ne0 = a.ne[0];
-    int64_t r0, r1;
-    split(dst.n_rows(), p.ith, p.nth, r0, r1);
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t i3 = r / (dst.ne[2] * dst.ne[1]);
-        const int64_t i2 = (r / dst.ne[1]) % dst.ne[2];
-        const int64_t i1 = r % dst.ne[1];
+    for_rows(p, dst, [&](int64_t i1, int64_t i2, int64_t i3) {
         const float* x = at<float>(a, 0, i1, i2, i3);
         const float* m = mask ? at<float>(*mask, 0, i1) : nullptr;
         float* y = at<float>(dst, 0, i1, i2, i3);
@@ -34,7 +29,7 @@ void soft_max(const compute_params& p, tensor& dst) {
         }
         const float inv = sum > 0 ? float(1.0 / sum) : 0.0f;
         for (int64_t i = 0; i < ne0; i++) y[i] *= inv;
-    }
+    });
 }
 
 } // namespace tessera::cpu
