@@ -3,6 +3,7 @@
 #include "cpu_backend.h"
 
 #include "backends/cpu/ops/ops.h"
+#include "backends/cpu/quant/repack.h"
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
 
@@ -35,7 +36,10 @@ int default_n_threads() {
 }
 
 cpu_backend::cpu_backend(cpu_options opt)
-    : opt_(opt), pool_(opt.n_threads > 0 ? opt.n_threads : default_n_threads()) {}
+    : opt_(opt), pool_(opt.n_threads > 0 ? opt.n_threads : default_n_threads()) {
+    // TESSERA_CPU_REPACK=0 keeps the file's layout (benchmarks of the row kernels against the repacked ones)
+    if (const char* e = std::getenv("TESSERA_CPU_REPACK"); e && std::string(e) == "0") opt_.repack = false;
+}
 
 std::unique_ptr<buffer> cpu_backend::alloc(size_t bytes) { return std::make_unique<host_buffer>(bytes); }
 
@@ -71,11 +75,7 @@ bool cpu_backend::supports(const tensor& node) const {
 
 size_t work_size(const tensor& node, int n_threads) {
     switch (node.o) {
-    case op::mul_mat: {
-        const cpu_type_ops* ops = find_cpu_ops(node.src[0]->t);
-        const tensor& x = *node.src[1];
-        return 64 + row_size(ops->dot_type, x.ne[0]) * size_t(x.ne[1] * x.ne[2] * x.ne[3]); // tile counter + activations
-    }
+    case op::mul_mat: return mul_mat_work_size(node);
     case op::attention: {
         const int64_t hd = node.src[0]->ne[0];
         // decode: 4 rows of hd per thread; prefill: K, V, accumulator tiles (64 x hd each) and 3 x 64 floats
@@ -83,6 +83,21 @@ size_t work_size(const tensor& node, int n_threads) {
     }
     default: return 0;
     }
+}
+
+void cpu_backend::load_weights(std::span<tensor* const> weights) {
+    if (opt_.reference || !opt_.repack) return;
+    std::vector<std::pair<const tensor*, repacked_weight*>> todo;
+    for (tensor* w : weights)
+        if (repacked_weight* r = repacked_.reserve(*w)) todo.emplace_back(w, r);
+    // every thread takes a share of each tensor's row groups
+    pool_.run([&](int ith, int nth) {
+        for (auto& [w, r] : todo) {
+            int64_t g0, g1;
+            split(r->n / 16, ith, nth, g0, g1);
+            fill_groups(*w, *r, g0, g1);
+        }
+    });
 }
 
 void cpu_backend::compute(graph& g) {
@@ -98,6 +113,7 @@ void cpu_backend::compute(graph& g) {
         p.wsize = work_.size();
         p.pool = &pool_;
         p.reference = opt_.reference;
+        p.repacked = &repacked_;
         for (tensor* n : g.nodes) {
             switch (n->o) {
             case op::none: break;

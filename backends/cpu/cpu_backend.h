@@ -1,6 +1,7 @@
 // cpu_backend.h: the reference backend: host memory, a thread pool, and one switch over ops (cpu_backend.cpp).
 #pragma once
 
+#include "backends/cpu/quant/repack.h"
 #include "backends/cpu/thread_pool.h"
 #include "ggml-like/backend.h"
 
@@ -12,6 +13,8 @@ namespace tessera::cpu {
 struct cpu_options {
     int n_threads = 0;      // 0 = one per core, at most 8
     bool reference = false; // scalar reference kernels only (tests: the oracle)
+    // repack q4_0 / q4_1 / q8_0 weights at load time into 16-row groups (quant/repack.h); same results, faster
+    bool repack = true;
 };
 
 class cpu_backend final : public backend {
@@ -22,7 +25,9 @@ class cpu_backend final : public backend {
     void set(tensor& t, const void* src, size_t offset, size_t size) override;
     void get(const tensor& t, void* dst, size_t offset, size_t size) override;
     bool supports(const tensor& node) const override;
+    void load_weights(std::span<tensor* const> weights) override;
     void compute(graph& g) override;
+    size_t repacked_bytes() const { return repacked_.bytes(); }
 
     int n_threads() const { return pool_.n_threads(); }
 
@@ -30,6 +35,7 @@ class cpu_backend final : public backend {
     cpu_options opt_;
     thread_pool pool_;
     std::vector<uint8_t> work_;
+    repack_store repacked_;
 };
 
 int default_n_threads();

@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "backends/cpu/quant/repack.h"
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
 #include "quant/format.h"
@@ -15,11 +16,66 @@ namespace tessera::cpu {
 namespace {
 constexpr int64_t TILE_N = 16; // weight rows per tile
 constexpr int64_t TILE_M = 16; // activation rows per tile
+
+// Weights repacked in groups of 16 rows (repack.h): the same two steps, tiles of one group x 16 activation rows.
+void mul_mat_x16(const compute_params& p, tensor& dst, const repacked_weight& rw) {
+    const tensor& x = *dst.src[1];
+    const cpu_type_ops* ops = find_cpu_ops(dst.src[0]->t);
+    const x16_kernels kern = find_x16_kernels(rw.kind);
+    const int64_t k = rw.k, n = rw.n;
+    const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];
+    const size_t act_row = row_size(ops->dot_type, k);
+    const int64_t n_x_rows = m * ne2 * ne3;
+    auto* counter = reinterpret_cast<std::atomic<int64_t>*>(p.wdata);
+    uint8_t* act = p.wdata + 64;
+    const size_t ss = kern.sums ? size_t(x16_act_sums_count(rw.kind, k)) : 0;
+    int32_t* sums = kern.sums ? reinterpret_cast<int32_t*>(act + (act_row * size_t(n_x_rows) + 63) / 64 * 64) : nullptr;
+
+    int64_t a0, a1;
+    split(n_x_rows, p.ith, p.nth, a0, a1);
+    for (int64_t r = a0; r < a1; r++) {
+        const int64_t i1 = r % m, i2 = (r / m) % ne2, i3 = r / (m * ne2);
+        uint8_t* a = act + size_t(r) * act_row;
+        ops->act_from_float(at<float>(x, 0, i1, i2, i3), a, k);
+        if (sums) kern.sums(a, sums + size_t(r) * ss, k);
+    }
+    if (p.ith == 0) counter->store(0, std::memory_order_relaxed);
+    p.barrier();
+
+    const int64_t groups = n / 16, tiles_m = (m + TILE_M - 1) / TILE_M;
+    const int64_t n_tiles = groups * tiles_m * ne2 * ne3;
+    const size_t ys = dst.nb[1] / sizeof(float);
+    for (int64_t t = counter->fetch_add(1, std::memory_order_relaxed); t < n_tiles;
+         t = counter->fetch_add(1, std::memory_order_relaxed)) {
+        const int64_t g = t % groups, tm = (t / groups) % tiles_m, i23 = t / (groups * tiles_m);
+        const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
+        const int64_t m0 = tm * TILE_M, m1 = std::min(m, m0 + TILE_M);
+        const int64_t r0 = (i3 * ne2 + i2) * m + m0; // first activation row of the tile
+        kern.gemm(rw.group(g), k / 32, act + size_t(r0) * act_row, act_row, sums ? sums + size_t(r0) * ss : nullptr,
+                  ss, m1 - m0, at<float>(dst, 16 * g, m0, i2, i3), ys);
+    }
+}
+
 } // namespace
+
+size_t mul_mat_work_size(const tensor& node) {
+    const cpu_type_ops* ops = find_cpu_ops(node.src[0]->t);
+    const tensor& x = *node.src[1];
+    const size_t rows = size_t(x.ne[1] * x.ne[2] * x.ne[3]);
+    const size_t act = row_size(ops->dot_type, x.ne[0]) * rows;
+    // tile counter, activations, then (for weights that may be repacked) one int32 correction per 4 elements
+    const bool may_repack = node.src[0]->t == type::q4_0 || node.src[0]->t == type::q8_0;
+    return 64 + (act + 63) / 64 * 64 + (may_repack ? size_t(x.ne[0] / 4) * 4 * rows : 0);
+}
 
 void mul_mat(const compute_params& p, tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
+    if (const repacked_weight* rw = p.repacked ? p.repacked->find(w) : nullptr) {
+        TS_ASSERT(x.t == type::f32 && x.nb[0] == 4 && rw->k == w.ne[0] && rw->n == w.ne[1]);
+        mul_mat_x16(p, dst, *rw);
+        return;
+    }
     const cpu_type_ops* base_ops = find_cpu_ops(w.t, p.reference);
     // weights llama.cpp would repack (rows a multiple of 8) are summed in its repacked kernels' order
     cpu_type_ops repacked;

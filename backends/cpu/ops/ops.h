@@ -10,12 +10,15 @@
 
 namespace tessera::cpu {
 
+class repack_store;
+
 struct compute_params {
     int ith = 0, nth = 1;
     uint8_t* wdata = nullptr; // scratch shared by all threads of this node (see work_size)
     size_t wsize = 0;
     thread_pool* pool = nullptr;
     bool reference = false; // use the scalar reference kernels (tests)
+    const repack_store* repacked = nullptr; // weights repacked at load time (repack.h)
     void barrier() const {
         if (pool) pool->barrier();
     }
@@ -37,6 +40,7 @@ template <class Fn> void for_rows(const compute_params& p, const tensor& dst, Fn
 
 // Scratch bytes a node needs with n_threads threads.
 size_t work_size(const tensor& node, int n_threads);
+size_t mul_mat_work_size(const tensor& node);
 
 void get_rows(const compute_params& p, tensor& dst);
 void mul_mat(const compute_params& p, tensor& dst);

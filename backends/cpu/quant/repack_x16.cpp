@@ -1,0 +1,244 @@
+// repack_x16.cpp: the kernels for 16-row interleaved weights (layout and summation orders: repack.h). Compiled twice:
+// as-is for AVX2/FMA/F16C (namespace avx2: each 64-byte vector is two 8-lane halves, done one after the other, and
+// the byte dots are maddubs + madd) and as repack_x16_vnni.cpp with AVX-512 VNNI (namespace avx512vnni: 16 lanes,
+// vpdpbusd). Both give the same bits as the row kernels in vec_dot_avx2.cpp; test_quant checks every kind.
+#include "backends/cpu/quant/repack.h"
+
+#include "ggml-like/fp16.h"
+#include "quant/q4_1.h"
+#include "quant/q8_0.h"
+#include "quant/q8_1.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#ifndef TS_SIMD_NS
+#define TS_SIMD_NS avx2
+#endif
+
+namespace tessera::cpu::TS_SIMD_NS {
+
+namespace {
+
+inline int32_t word(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__) && !defined(TS_X16_YMM)
+// one pass of 16 lanes
+struct V {
+    using i = __m512i;
+    using f = __m512;
+    static constexpr int lanes = 16, passes = 1;
+    static constexpr bool q8_corrected = true; // u8 (q8 + 128) x s8 with a -128 * sum correction
+    static i load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+    static i set1(int32_t v) { return _mm512_set1_epi32(v); }
+    static i low4(i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
+    static i high4(i v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f)); }
+    static i dp(i acc, i u, i s) { return _mm512_dpbusd_epi32(acc, u, s); }
+    static i dp_q8(i acc, i u, i s) { return _mm512_dpbusd_epi32(acc, u, s); }
+    // (maskz forms: GCC 12's plain forms start from _mm512_undefined_ps and warn -Wmaybe-uninitialized)
+    static f cvt(i v) { return _mm512_maskz_cvtepi32_ps(0xffff, v); }
+    static f zero() { return _mm512_setzero_ps(); }
+    static f set1f(float v) { return _mm512_set1_ps(v); }
+    static f mul(f a, f b) { return _mm512_mul_ps(a, b); }
+    static f add(f a, f b) { return _mm512_add_ps(a, b); }
+    static f fma(f a, f b, f c) { return _mm512_fmadd_ps(a, b, c); }
+    static f load_h(const uint16_t* p) {
+        return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+    static void store(float* y, f v) { _mm512_storeu_ps(y, v); }
+};
+#else
+// two passes of 8 lanes (rows 0-7, then 8-15)
+struct V {
+    using i = __m256i;
+    using f = __m256;
+    static constexpr int lanes = 8, passes = 2;
+    static i load(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+    static i set1(int32_t v) { return _mm256_set1_epi32(v); }
+    static i low4(i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
+    static i high4(i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f)); }
+#if defined(__AVX512VNNI__)
+    static constexpr bool q8_corrected = true;
+    static i dp(i acc, i u, i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+    static i dp_q8(i acc, i u, i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+#else
+    static constexpr bool q8_corrected = false; // maddubs would saturate on q8 + 128: sign trick on the signed values
+    // u: 0..15, s: int8: pair sums stay far from int16 saturation
+    static i dp(i acc, i u, i s) {
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+    }
+    // u: q8 + 128; |q8| * (s with q8's sign), exact for q8 in -128..127 and s in -127..127
+    static i dp_q8(i acc, i u, i s) {
+        const i q = _mm256_xor_si256(u, _mm256_set1_epi8(char(0x80)));
+        return dp(acc, _mm256_sign_epi8(q, q), _mm256_sign_epi8(s, q));
+    }
+#endif
+    static f cvt(i v) { return _mm256_cvtepi32_ps(v); }
+    static f zero() { return _mm256_setzero_ps(); }
+    static f set1f(float v) { return _mm256_set1_ps(v); }
+    static f mul(f a, f b) { return _mm256_mul_ps(a, b); }
+    static f add(f a, f b) { return _mm256_add_ps(a, b); }
+    static f fma(f a, f b, f c) { return _mm256_fmadd_ps(a, b, c); }
+    static f load_h(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+    static void store(float* y, f v) { _mm256_storeu_ps(y, v); }
+};
+#endif
+
+inline float h2f(f16 h) { return _cvtsh_ss(h.bits); }
+
+// hsum_float_8 over 8 per-lane accumulators: ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3))
+inline V::f fold8(const V::f* a) {
+    const V::f r0 = V::add(a[4], a[0]), r1 = V::add(a[5], a[1]), r2 = V::add(a[6], a[2]), r3 = V::add(a[7], a[3]);
+    return V::add(V::add(r0, r2), V::add(r1, r3));
+}
+
+// q4_0 summed blockwise: acc = fma(float(block dot), d_w * d_a, acc)
+template <int NA>
+void q4_0_blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
+                    size_t ys) {
+    for (int h = 0; h < V::passes; h++) {
+        V::f acc[NA];
+        for (int j = 0; j < NA; j++) acc[j] = V::zero();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t* q = w + size_t(b) * (256 + 32) + h * 32;
+            V::i lo[4], hi[4];
+            for (int v = 0; v < 4; v++) {
+                const V::i x = V::load(q + 64 * v);
+                lo[v] = V::low4(x);
+                hi[v] = V::high4(x);
+            }
+            const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(w + size_t(b) * (256 + 32) + 256) + h * 8);
+            for (int j = 0; j < NA; j++) {
+                const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
+                V::i isum = V::set1(s[j * ss + b]); // -8 x the block's activation sum
+                for (int v = 0; v < 4; v++) {
+                    isum = V::dp(isum, lo[v], V::set1(word(ab.qs + 4 * v)));
+                    isum = V::dp(isum, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
+                }
+                acc[j] = V::fma(V::cvt(isum), V::mul(dw, V::set1f(h2f(ab.d))), acc[j]);
+            }
+        }
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, acc[j]);
+    }
+}
+
+// q4_0 / q4_1 in ggml_vec_dot's order: 8 float lanes per row (one per word group), folded at the end
+template <int NA, bool Q41>
+void q4_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
+              size_t ys) {
+    using ablock = std::conditional_t<Q41, block_q8_1, block_q8_0>;
+    for (int h = 0; h < V::passes; h++) {
+        V::f acc[NA][8], summs[NA];
+        for (int j = 0; j < NA; j++) {
+            summs[j] = V::zero();
+            for (int g = 0; g < 8; g++) acc[j][g] = V::zero();
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t* blk = w + size_t(b) * (Q41 ? 256 + 64 : 256 + 32);
+            const uint8_t* q = blk + h * 32;
+            const uint16_t* bs = reinterpret_cast<const uint16_t*>(blk + 256) + h * 8;
+            const V::f dw = V::load_h(bs);
+            V::f d[NA];
+            for (int j = 0; j < NA; j++) {
+                const auto& ab = reinterpret_cast<const ablock*>(a + j * as)[b];
+                d[j] = V::mul(dw, V::set1f(h2f(ab.d)));
+                if constexpr (Q41) summs[j] = V::fma(V::load_h(bs + 16), V::set1f(h2f(ab.s)), summs[j]);
+            }
+            for (int v = 0; v < 4; v++) {
+                const V::i x = V::load(q + 64 * v);
+                const V::i lo = V::low4(x), hi = V::high4(x);
+                for (int j = 0; j < NA; j++) {
+                    const auto& ab = reinterpret_cast<const ablock*>(a + j * as)[b];
+                    const int32_t c_lo = Q41 ? 0 : s[j * ss + b * 8 + v], c_hi = Q41 ? 0 : s[j * ss + b * 8 + 4 + v];
+                    const V::i il = V::dp(V::set1(c_lo), lo, V::set1(word(ab.qs + 4 * v)));
+                    const V::i ih = V::dp(V::set1(c_hi), hi, V::set1(word(ab.qs + 16 + 4 * v)));
+                    acc[j][v] = V::fma(d[j], V::cvt(il), acc[j][v]);
+                    acc[j][4 + v] = V::fma(d[j], V::cvt(ih), acc[j][4 + v]);
+                }
+            }
+        }
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, V::add(fold8(acc[j]), summs[j]));
+    }
+}
+
+// q8_0 in ggml_vec_dot's order
+template <int NA>
+void q8_0_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
+                size_t ys) {
+    for (int h = 0; h < V::passes; h++) {
+        V::f acc[NA][8];
+        for (int j = 0; j < NA; j++)
+            for (int g = 0; g < 8; g++) acc[j][g] = V::zero();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t* blk = w + size_t(b) * (512 + 32);
+            const uint8_t* q = blk + h * 32;
+            const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(blk + 512) + h * 8);
+            V::f d[NA];
+            for (int j = 0; j < NA; j++)
+                d[j] = V::mul(dw, V::set1f(h2f(reinterpret_cast<const block_q8_0*>(a + j * as)[b].d)));
+            for (int g = 0; g < 8; g++) {
+                const V::i x = V::load(q + 64 * g);
+                for (int j = 0; j < NA; j++) {
+                    const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
+                    const V::i init = V::set1(V::q8_corrected ? s[j * ss + b * 8 + g] : 0);
+                    acc[j][g] = V::fma(d[j], V::cvt(V::dp_q8(init, x, V::set1(word(ab.qs + 4 * g)))), acc[j][g]);
+                }
+            }
+        }
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(acc[j]));
+    }
+}
+
+// na activation rows in chunks of NA, then one at a time
+template <int NA, void (*K)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t),
+          void (*K1)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t)>
+void chunked(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, int64_t na,
+             float* y, size_t ys) {
+    int64_t j = 0;
+    // s may be null (a kind without corrections): offset it only when it is not
+    for (; j + NA <= na; j += NA) K(w, nb, a + j * as, as, s ? s + j * ss : s, ss, y + j * ys, ys);
+    for (; j < na; j++) K1(w, nb, a + j * as, as, s ? s + j * ss : s, ss, y + j * ys, ys);
+}
+
+// plain kinds keep 8 accumulators per activation row: two rows fit the 32 zmm registers, one the 16 ymm
+constexpr int plain_na = V::passes == 1 ? 2 : 1;
+
+void sums_q4_0_blockwise(const void* a, int32_t* s, int64_t k) {
+    const auto* b = static_cast<const block_q8_0*>(a);
+    for (int64_t i = 0; i < k / 32; i++) {
+        int32_t t = 0;
+        for (int e = 0; e < 32; e++) t += b[i].qs[e];
+        s[i] = -8 * t;
+    }
+}
+
+template <int Mul> void sums_groups(const void* a, int32_t* s, int64_t k) {
+    const auto* b = static_cast<const block_q8_0*>(a);
+    for (int64_t i = 0; i < k / 32; i++)
+        for (int g = 0; g < 8; g++) {
+            const int8_t* q = b[i].qs + 4 * g;
+            s[i * 8 + g] = Mul * (q[0] + q[1] + q[2] + q[3]);
+        }
+}
+
+} // namespace
+
+x16_kernels x16_kernels_for(x16_kind kind) {
+    switch (kind) {
+    case x16_kind::q4_0_blockwise:
+        return {chunked<4, q4_0_blockwise<4>, q4_0_blockwise<1>>, sums_q4_0_blockwise};
+    case x16_kind::q4_0:
+        return {chunked<plain_na, q4_plain<plain_na, false>, q4_plain<1, false>>, sums_groups<-8>};
+    case x16_kind::q4_1: return {chunked<plain_na, q4_plain<plain_na, true>, q4_plain<1, true>>, nullptr};
+    case x16_kind::q8_0:
+        return {chunked<plain_na, q8_0_plain<plain_na>, q8_0_plain<1>>, V::q8_corrected ? sums_groups<-128> : nullptr};
+    }
+    return {};
+}
+
+} // namespace tessera::cpu::TS_SIMD_NS
