@@ -3,6 +3,7 @@
 // the dequantized values, the CPU fast kernels against the references, and hand-built blocks decoded per FORMATS.md.
 #include "helpers.h"
 
+#include "backends/cpu/quant/repack.h"
 #include "backends/cpu/quant/vec_dot.h"
 #include "quant/format.h"
 
@@ -506,4 +507,62 @@ TEST(cpu_gemm4, q4_0_repacked_order) {
             const float ref = vec_dot_row_ref<q4_0>(w.data() + i * wrow, a.data() + j * arow, k);
             EXPECT_NEAR(r, ref, 1e-4f * (std::fabs(ref) + 1.0f));
         }
+}
+
+// Weights repacked in 16-row groups (backends/cpu/quant/repack.h): every kind, both instruction-set builds, any
+// number of activation rows, against the row kernels they stand in for. Bound: exact equality (same bits), since the
+// lanes keep the row kernels' accumulators; that is what keeps tessera's output identical to llama.cpp's.
+TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
+    if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
+    struct isa {
+        const char* name;
+        cpu::x16_kernels (*get)(cpu::x16_kind);
+    };
+    std::vector<isa> isas{{"avx2", cpu::avx2::x16_kernels_for}};
+    if (cpu::cpu_has_avx512vnni()) isas.push_back({"avx512vnni", cpu::avx512vnni::x16_kernels_for});
+    const std::pair<cpu::x16_kind, type> kinds[] = {{cpu::x16_kind::q4_0_blockwise, type::q4_0},
+                                                    {cpu::x16_kind::q4_0, type::q4_0},
+                                                    {cpu::x16_kind::q4_1, type::q4_1},
+                                                    {cpu::x16_kind::q8_0, type::q8_0}};
+    for (int64_t k : {int64_t(32), int64_t(32 * 19)}) {
+        const int64_t n = 32, m = 19; // two groups; 19 activation rows: chunks of 4 / 2 and a remainder
+        for (auto [kind, t] : kinds) {
+            const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(t);
+            const bool blockwise = kind == cpu::x16_kind::q4_0_blockwise;
+            const size_t wrow = row_size(t, k), arow = row_size(ops->dot_type, k);
+            std::vector<uint8_t> w(size_t(n) * wrow), a(size_t(m) * arow);
+            for (int64_t i = 0; i < n; i++) {
+                auto x = random_heavy(size_t(k), uint32_t(300 + i));
+                find_row_ops(t)->from_float(x.data(), w.data() + i * wrow, k);
+            }
+            if (t == type::q8_0) reinterpret_cast<block_q8_0*>(w.data())[0].qs[3] = -128; // legal in a file
+            for (int64_t j = 0; j < m; j++) {
+                auto z = random_normal(size_t(k), uint32_t(400 + j));
+                ops->act_from_float(z.data(), a.data() + j * arow, k);
+            }
+            std::vector<uint8_t> packed(2 * cpu::x16_group_bytes(kind, k));
+            for (int g = 0; g < 2; g++)
+                cpu::repack_x16(kind, w.data() + g * 16 * wrow, wrow, k, packed.data() + g * cpu::x16_group_bytes(kind, k));
+            for (const isa& is : isas) {
+                const cpu::x16_kernels kern = is.get(kind);
+                ASSERT_NE(kern.gemm, nullptr);
+                const int64_t ns = cpu::x16_act_sums_count(kind, k);
+                std::vector<int32_t> sums(size_t(m * ns) + 1);
+                if (kern.sums)
+                    for (int64_t j = 0; j < m; j++) kern.sums(a.data() + j * arow, sums.data() + j * ns, k);
+                std::vector<float> y(size_t(m * n), std::nanf(""));
+                for (int g = 0; g < 2; g++)
+                    kern.gemm(packed.data() + g * cpu::x16_group_bytes(kind, k), k / 32, a.data(), arow,
+                              kern.sums ? sums.data() : nullptr, kern.sums ? size_t(ns) : 0, m, y.data() + 16 * g,
+                              size_t(n));
+                for (int64_t j = 0; j < m; j++)
+                    for (int64_t i = 0; i < n; i++) {
+                        const float r = blockwise ? ops->vec_dot_rows8(w.data() + i * wrow, a.data() + j * arow, k)
+                                                  : ops->vec_dot(w.data() + i * wrow, a.data() + j * arow, k);
+                        ASSERT_EQ(y[size_t(j * n + i)], r) << is.name << " kind " << int(kind) << " k " << k
+                                                           << " row " << i << " act " << j;
+                    }
+            }
+        }
+    }
 }
