@@ -223,6 +223,39 @@ TEST(ops, mul_mat_every_type) {
             }
 }
 
+// Weights repacked at load time (cpu_backend::load_weights, backends/cpu/quant/repack.h): the whole mul_mat op gives
+// exactly the bits of the same backend without repacking (bound: equality), for decode and prompt shapes, a batch
+// dimension on the activations and the tied-embedding case; and the NMSE bound of the reference above.
+TEST(ops, mul_mat_repacked_weights_same_bits) {
+    if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
+    struct shape {
+        int64_t k, n, m, b;
+    };
+    for (type t : {type::q4_0, type::q4_1, type::q8_0})
+        for (uint32_t extra : {0u, uint32_t(flag_embedding)})
+            for (shape s : {shape{576, 48, 1, 1}, shape{96, 16, 19, 1}, shape{256, 32, 37, 2}}) {
+                std::vector<float> out[2];
+                for (int repack = 0; repack < 2; repack++) {
+                    harness h(3);
+                    std::vector<float> wd;
+                    tensor* w = h.leaf_typed(t, s.k, s.n, 21, wd);
+                    w->flags |= flag_param | extra;
+                    tensor* x = h.leaf_f32({s.k, s.m, s.b}, 22);
+                    tensor* y = mul_mat(h.ctx, w, x);
+                    if (repack) {
+                        tensor* ws[] = {w};
+                        h.be.load_weights(ws);
+                        ASSERT_GT(h.be.repacked_bytes(), 0u) << type_name(t);
+                    }
+                    out[repack] = h.run(y);
+                }
+                ASSERT_EQ(out[0].size(), out[1].size());
+                for (size_t i = 0; i < out[0].size(); i++)
+                    ASSERT_EQ(out[0][i], out[1][i]) << type_name(t) << " k=" << s.k << " n=" << s.n << " m=" << s.m
+                                                    << " b=" << s.b << " embedding=" << (extra != 0) << " at " << i;
+            }
+}
+
 TEST(ops, mul_mat_transposed_activation_and_batch) {
     // x given as a permuted view (non-contiguous rows are not allowed, but dims 2/3 broadcast are)
     harness h;
