@@ -381,6 +381,18 @@ TEST(float_kernels, simd_equals_reference_exactly) {
             ref.scale(a.data(), 0.91f, n, f16);
             fast.scale(b.data(), 0.91f, n, f16);
             EXPECT_EQ(std::memcmp(a.data(), b.data(), size_t(n) * 4), 0) << n << " f16=" << f16;
+            // the f16-operand forms equal converting the operand first
+            std::vector<uint16_t> h(static_cast<size_t>(n));
+            std::vector<float> hf(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; i++) hf[size_t(i)] = fp16_to_fp32(h[size_t(i)] = fp32_to_fp16(x[size_t(i)]));
+            EXPECT_EQ(fast.dot_f16(y.data(), h.data(), n), ref.dot(y.data(), hf.data(), n)) << n;
+            EXPECT_EQ(ref.dot_f16(y.data(), h.data(), n), ref.dot(y.data(), hf.data(), n)) << n;
+            auto c = y, d = y, e = y;
+            ref.mad(c.data(), hf.data(), 0.37f, n, f16);
+            ref.mad_f16(d.data(), h.data(), 0.37f, n, f16);
+            fast.mad_f16(e.data(), h.data(), 0.37f, n, f16);
+            EXPECT_EQ(std::memcmp(c.data(), d.data(), size_t(n) * 4), 0) << "mad_f16 ref " << n;
+            EXPECT_EQ(std::memcmp(c.data(), e.data(), size_t(n) * 4), 0) << "mad_f16 simd " << n;
         }
         std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
         ref.swiglu(x.data(), y.data(), a.data(), n);

@@ -146,8 +146,11 @@ void attention(const compute_params& p, tensor& dst) {
         for (int64_t j = 0; j < n_kv; j++) {
             const float mv = m ? m[j] : 0.0f;
             if (mv == -std::numeric_limits<float>::infinity()) continue;
-            load_row_f32(k, at<uint8_t>(k, 0, hk, j), row, hd, f16_to_f32);
-            const float s = fk.dot(qr, row, hd) * scale + mv;
+            const uint8_t* kr = at<uint8_t>(k, 0, hk, j);
+            const float s = (f16_path ? fk.dot_f16(qr, reinterpret_cast<const uint16_t*>(kr), hd)
+                                      : fk.dot(qr, reinterpret_cast<const float*>(kr), hd)) *
+                                scale +
+                            mv;
             float ms = 1.0f, vs = 1.0f;
             if (s > M) {
                 ms = std::exp(M - s);
@@ -156,8 +159,11 @@ void attention(const compute_params& p, tensor& dst) {
             } else {
                 vs = std::exp(s - M);
             }
-            load_row_f32(v, at<uint8_t>(v, 0, hk, j), row, hd, f16_to_f32);
-            fk.mad(acc, row, vs, hd, f16_path);
+            const uint8_t* vr = at<uint8_t>(v, 0, hk, j);
+            if (f16_path)
+                fk.mad_f16(acc, reinterpret_cast<const uint16_t*>(vr), vs, hd, true);
+            else
+                fk.mad(acc, reinterpret_cast<const float*>(vr), vs, hd, false);
             S = std::fma(S, ms, vs);
         }
         float* o = at<float>(dst, 0, h, t);

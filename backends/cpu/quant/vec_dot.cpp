@@ -41,7 +41,9 @@ template <int G> float vec_dot_awq4_q8_1(const void* w, const void* a, int64_t n
 void f32_to_f16_row(const float* x, void* y, int64_t n);
 void f16_to_f32_row(const void* x, float* y, int64_t n);
 float dot_ggml_order(const float* x, const float* y, int64_t n);
+float dot_f16(const float* x, const uint16_t* y, int64_t n);
 void mad(float* acc, const float* v, float s, int64_t n, bool round_f16);
+void mad_f16(float* acc, const uint16_t* v, float s, int64_t n, bool round_f16);
 void scale(float* acc, float s, int64_t n, bool round_f16);
 void swiglu(const float* g, const float* u, float* y, int64_t n);
 void silu(const float* x, float* y, int64_t n);
@@ -69,29 +71,39 @@ void gemv4_q4_0_q8_0_blockwise(const void* w, size_t ws, const void* a, size_t a
 // ---- scalar references of the float kernels (see vec_dot.h) ----
 namespace ref {
 
-float dot_ggml_order(const float* x, const float* y, int64_t n) {
+inline float at1(const float* p, int64_t i) { return p[i]; }
+inline float at1(const uint16_t* p, int64_t i) { return fp16_to_fp32(p[i]); }
+
+template <class Y> float dot_ggml_order_t(const float* x, const Y* y, int64_t n) {
     constexpr int64_t lanes = 16, regs = 4, step = lanes * regs;
     float sum[regs][lanes] = {};
     const int64_t np = n - n % step;
     for (int64_t i = 0; i < np; i += step)
         for (int64_t j = 0; j < regs; j++)
             for (int64_t l = 0; l < lanes; l++)
-                sum[j][l] = std::fma(x[i + j * lanes + l], y[i + j * lanes + l], sum[j][l]);
+                sum[j][l] = std::fma(x[i + j * lanes + l], at1(y, i + j * lanes + l), sum[j][l]);
     float v[lanes];
     for (int64_t l = 0; l < lanes; l++) v[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
     float h8[8], h4[4];
     for (int l = 0; l < 8; l++) h8[l] = v[l + 8] + v[l];
     for (int l = 0; l < 4; l++) h4[l] = h8[l + 4] + h8[l];
     double total = double((h4[0] + h4[2]) + (h4[1] + h4[3]));
-    for (int64_t i = np; i < n; i++) total += double(x[i] * y[i]);
+    for (int64_t i = np; i < n; i++) total += double(x[i] * at1(y, i));
     return float(total);
 }
+float dot_ggml_order(const float* x, const float* y, int64_t n) { return dot_ggml_order_t(x, y, n); }
+float dot_f16(const float* x, const uint16_t* y, int64_t n) { return dot_ggml_order_t(x, y, n); }
 
 inline float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
 
-void mad(float* acc, const float* v, float s, int64_t n, bool f16) {
-    for (int64_t i = 0; i < n; i++) acc[i] = f16 ? round_f16(std::fma(v[i], s, acc[i])) : std::fma(v[i], s, acc[i]);
+template <class Y> void mad_t(float* acc, const Y* v, float s, int64_t n, bool f16) {
+    for (int64_t i = 0; i < n; i++) {
+        const float a = std::fma(at1(v, i), s, acc[i]);
+        acc[i] = f16 ? round_f16(a) : a;
+    }
 }
+void mad(float* acc, const float* v, float s, int64_t n, bool f16) { mad_t(acc, v, s, n, f16); }
+void mad_f16(float* acc, const uint16_t* v, float s, int64_t n, bool f16) { mad_t(acc, v, s, n, f16); }
 
 void scale(float* acc, float s, int64_t n, bool f16) {
     for (int64_t i = 0; i < n; i++) acc[i] = f16 ? round_f16(acc[i] * s) : acc[i] * s;
@@ -259,10 +271,12 @@ void pv_tile(float* acc, const float* p, const float* v, int64_t n, int64_t hd) 
 
 const float_kernels& find_float_kernels(bool reference) {
     static const float_kernels scalar{ref::dot_ggml_order, ref::mad,     ref::scale,        ref::swiglu,
-                                      ref::silu,           ref::kq_tile, ref::softmax_tile, ref::pv_tile};
+                                      ref::silu,           ref::kq_tile, ref::softmax_tile, ref::pv_tile,
+                                      ref::dot_f16,        ref::mad_f16};
     static const float_kernels fast =
         cpu_has_avx2() ? float_kernels{avx2::dot_ggml_order, avx2::mad,     avx2::scale,        avx2::swiglu,
-                                       avx2::silu,           avx2::kq_tile, avx2::softmax_tile, avx2::pv_tile}
+                                       avx2::silu,           avx2::kq_tile, avx2::softmax_tile, avx2::pv_tile,
+                                       avx2::dot_f16,        avx2::mad_f16}
                        : scalar;
     return reference ? scalar : fast;
 }

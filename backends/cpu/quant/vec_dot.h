@@ -53,6 +53,9 @@ struct float_kernels {
     double (*softmax_tile)(float* s, float m);
     // acc[d] = fma-chain over j < n of v[j * hd + d] * p[j]
     void (*pv_tile)(float* acc, const float* p, const float* v, int64_t n, int64_t hd);
+    // dot and mad with the second operand in f16 (the KV cache): the same bits as converting it to f32 first
+    float (*dot_f16)(const float* x, const uint16_t* y, int64_t n);
+    void (*mad_f16)(float* acc, const uint16_t* v, float s, int64_t n, bool round_f16);
 };
 const float_kernels& find_float_kernels(bool reference = false);
 // e^x exactly as ggml's AVX-512 kernel computes it (Arm optimized-routines polynomial, ~1.5 ulp)

@@ -385,15 +385,21 @@ void f16_to_f32_row(const void* x, float* y, int64_t n) {
 
 // ---- float kernels with ggml's rounding (see vec_dot.h); bit-identical to the scalar references ----
 
-float dot_ggml_order(const float* x, const float* y, int64_t n) {
+namespace {
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline float at1(const float* p, int64_t i) { return p[i]; }
+inline float at1(const uint16_t* p, int64_t i) { return fp16_to_fp32(p[i]); }
+
+template <class Y> float dot_ggml_order_t(const float* x, const Y* y, int64_t n) {
     // 4 "registers" of 16 lanes, each held as two 8-lane halves (lo, hi)
     __m256 lo[4], hi[4];
     for (int j = 0; j < 4; j++) lo[j] = hi[j] = _mm256_setzero_ps();
     const int64_t np = n - n % 64;
     for (int64_t i = 0; i < np; i += 64)
         for (int j = 0; j < 4; j++) {
-            lo[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16 * j), _mm256_loadu_ps(y + i + 16 * j), lo[j]);
-            hi[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16 * j + 8), _mm256_loadu_ps(y + i + 16 * j + 8), hi[j]);
+            lo[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16 * j), load8(y + i + 16 * j), lo[j]);
+            hi[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16 * j + 8), load8(y + i + 16 * j + 8), hi[j]);
         }
     // v = (s0 + s2) + (s1 + s3) per lane; h8 = v[8..15] + v[0..7]; h4 = h8[4..7] + h8[0..3]
     const __m256 vlo = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
@@ -402,26 +408,33 @@ float dot_ggml_order(const float* x, const float* y, int64_t n) {
     const __m128 h4 = _mm_add_ps(_mm256_extractf128_ps(h8, 1), _mm256_castps256_ps128(h8));
     const __m128 t = _mm_add_ps(h4, _mm_shuffle_ps(h4, h4, _MM_SHUFFLE(1, 0, 3, 2))); // (0+2, 1+3, ...)
     double total = double(_mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_shuffle_ps(t, t, 1)));
-    for (int64_t i = np; i < n; i++) total += double(x[i] * y[i]);
+    for (int64_t i = np; i < n; i++) total += double(x[i] * at1(y, i));
     return float(total);
 }
+} // namespace
+
+float dot_ggml_order(const float* x, const float* y, int64_t n) { return dot_ggml_order_t(x, y, n); }
+float dot_f16(const float* x, const uint16_t* y, int64_t n) { return dot_ggml_order_t(x, y, n); }
 
 namespace {
 inline __m256 round_f16(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
-} // namespace
 
-void mad(float* acc, const float* v, float s, int64_t n, bool f16) {
+template <class Y> void mad_t(float* acc, const Y* v, float s, int64_t n, bool f16) {
     const __m256 vs = _mm256_set1_ps(s);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 a = _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vs, _mm256_loadu_ps(acc + i));
+        __m256 a = _mm256_fmadd_ps(load8(v + i), vs, _mm256_loadu_ps(acc + i));
         _mm256_storeu_ps(acc + i, f16 ? round_f16(a) : a);
     }
     for (; i < n; i++) {
-        const float a = std::fma(v[i], s, acc[i]);
+        const float a = std::fma(at1(v, i), s, acc[i]);
         acc[i] = f16 ? fp16_to_fp32(fp32_to_fp16(a)) : a;
     }
 }
+} // namespace
+
+void mad(float* acc, const float* v, float s, int64_t n, bool f16) { mad_t(acc, v, s, n, f16); }
+void mad_f16(float* acc, const uint16_t* v, float s, int64_t n, bool f16) { mad_t(acc, v, s, n, f16); }
 
 void scale(float* acc, float s, int64_t n, bool f16) {
     const __m256 vs = _mm256_set1_ps(s);
