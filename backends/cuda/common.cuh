@@ -3,6 +3,7 @@
 // The backend itself (buffers, weights, the compute() switch) is in cuda_backend.cu; ops are in ops/.
 #pragma once
 
+#include "backends/cuda/cuda_backend.h"
 #include "ggml-like/error.h"
 #include "ggml-like/tensor.h"
 
@@ -91,6 +92,8 @@ struct cuda_context {
     int n_sm = 0;
     // host tensor (a weight flagged flag_param) -> its copy in device memory (backend::load_weights)
     const std::unordered_map<const tensor*, uint8_t*>* weights = nullptr;
+    // weights also (or only) held in the split layout
+    const std::unordered_map<const tensor*, split_weight>* split = nullptr;
     void* scratch = nullptr; // device memory of scratch_size bytes, at least work_size(node) for every node
     size_t scratch_size = 0;
 

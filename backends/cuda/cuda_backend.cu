@@ -4,6 +4,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/ops/ops.cuh"
+#include "backends/cuda/quant/formats.cuh"
 
 #include <algorithm>
 #include <cstdarg>
@@ -207,16 +208,65 @@ bool cuda_backend::supports(const tensor& node) const {
     return false;
 }
 
+namespace {
+
+// Bytes of w's values and scales in the split layout (0, 0 when w stays in the file's layout): formats with a split
+// kernel, 2-D contiguous weights of whole blocks. TESSERA_CUDA_SPLIT=0 keeps every weight as in the file.
+std::pair<size_t, size_t> split_bytes(const tensor& w) {
+    static const bool enabled = [] {
+        const char* e = std::getenv("TESSERA_CUDA_SPLIT");
+        return !(e && std::string(e) == "0");
+    }();
+    std::pair<size_t, size_t> bytes{0, 0};
+    if (!enabled || w.ne[2] != 1 || w.ne[3] != 1 || !w.is_contiguous() || w.ne[0] % 32 != 0) return bytes;
+    visit_format(w.t, [&]<class F>() {
+        if constexpr (has_split<F>::value)
+            if (F::block_size == 32) {
+                const size_t n_blocks = size_t(w.ne[0] / 32) * size_t(w.ne[1]);
+                bytes = {n_blocks * cuda_format<F>::qs_bytes, n_blocks * cuda_format<F>::scale_bytes};
+            }
+    });
+    return bytes;
+}
+
+// w's blocks -> host staging in the split layout: values [n][nb][qs_bytes], then scales at sc_offset
+void split_on_host(const tensor& w, uint8_t* out, size_t sc_offset) {
+    visit_format(w.t, [&]<class F>() {
+        if constexpr (has_split<F>::value) {
+            using D = cuda_format<F>;
+            const int64_t nb = w.ne[0] / 32;
+            for (int64_t r = 0; r < w.ne[1]; r++) {
+                const auto* blocks = reinterpret_cast<const typename F::block*>(static_cast<const uint8_t*>(w.data) +
+                                                                                size_t(r) * w.nb[1]);
+                for (int64_t b = 0; b < nb; b++) {
+                    const size_t i = size_t(r * nb + b);
+                    D::split_block(blocks[b], out + i * D::qs_bytes, out + sc_offset + i * D::scale_bytes);
+                }
+            }
+        }
+    });
+}
+
+} // namespace
+
 void cuda_backend::load_weights(std::span<tensor* const> weights) {
     constexpr size_t align = 256;
     auto up = [&](size_t x) { return (x + align - 1) / align * align; };
     size_t total = 0;
-    std::vector<tensor*> todo;
+    struct item {
+        tensor* t;
+        bool plain;                     // the file's layout (get_rows reads the embedding in it)
+        std::pair<size_t, size_t> split; // bytes of values and scales in the split layout, 0: none
+    };
+    std::vector<item> todo;
     for (tensor* t : weights) {
         TS_ASSERT(t->flags & flag_param && !t->view_src && t->data != nullptr);
-        if (weights_.count(t) || std::find(todo.begin(), todo.end(), t) != todo.end()) continue; // tied weights
-        todo.push_back(t);
-        total += up(t->n_bytes());
+        if (weights_.count(t) || split_.count(t)) continue;
+        if (std::find_if(todo.begin(), todo.end(), [&](const item& i) { return i.t == t; }) != todo.end()) continue;
+        item it{t, true, split_bytes(*t)};
+        it.plain = it.split.first == 0 || (t->flags & flag_embedding);
+        todo.push_back(it);
+        total += (it.plain ? up(t->n_bytes()) : 0) + (it.split.first ? up(it.split.first) + up(it.split.second) : 0);
     }
     if (todo.empty()) return;
     TS_ASSERT(!weights_buf_); // one upload per backend: every weight in one buffer
@@ -224,11 +274,25 @@ void cuda_backend::load_weights(std::span<tensor* const> weights) {
     weights_buf_ =
         std::make_unique<device_buffer>(total, info_, strf("the weights (%zu tensors)", todo.size()).c_str());
     auto* base = static_cast<uint8_t*>(weights_buf_->base());
-    for (tensor* t : todo) {
-        // on the backend's stream (kernels on it then see the weights); from pageable memory, staged by the driver
-        TS_CUDA_CHECK(cudaMemcpyAsync(base, t->data, t->n_bytes(), cudaMemcpyHostToDevice, as_stream(stream_)));
-        weights_[t] = base;
-        base += up(t->n_bytes());
+    std::vector<uint8_t> staging;
+    for (const item& it : todo) {
+        tensor* t = it.t;
+        if (it.plain) {
+            // on the backend's stream (kernels on it then see the weights); from pageable memory, staged by the driver
+            TS_CUDA_CHECK(cudaMemcpyAsync(base, t->data, t->n_bytes(), cudaMemcpyHostToDevice, as_stream(stream_)));
+            weights_[t] = base;
+            base += up(t->n_bytes());
+        }
+        if (it.split.first) {
+            const size_t sc_offset = up(it.split.first);
+            // the copy from pageable memory returns once staging has been read, so staging can be refilled
+            staging.resize(sc_offset + it.split.second);
+            split_on_host(*t, staging.data(), sc_offset);
+            TS_CUDA_CHECK(cudaMemcpyAsync(base, staging.data(), staging.size(), cudaMemcpyHostToDevice,
+                                          as_stream(stream_)));
+            split_[t] = split_weight{t->t, t->ne[0], t->ne[1], base, base + sc_offset};
+            base += up(staging.size());
+        }
     }
     TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
 }
@@ -247,6 +311,7 @@ void cuda_backend::compute(graph& g) {
     ctx.device = info_.id;
     ctx.n_sm = info_.n_sm;
     ctx.weights = &weights_;
+    ctx.split = &split_;
     ctx.scratch = scratch_ ? scratch_->base() : nullptr;
     ctx.scratch_size = scratch_ ? scratch_->size() : 0;
     for (tensor* n : g.nodes) {

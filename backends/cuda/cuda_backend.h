@@ -28,6 +28,15 @@ struct device_info {
 // receives the reason an empty list came back ("no CUDA-capable device is detected").
 std::vector<device_info> list_devices(std::string* why = nullptr);
 
+// A 2-D block-format weight repacked at upload into the split layout (quant/format.cuh): all blocks' values, then
+// all their scales; mul_mat reads it with 16-byte loads (ops/mmv.cu).
+struct split_weight {
+    type t;
+    int64_t k = 0, n = 0; // elements per row, rows
+    const uint8_t* qs = nullptr;
+    const uint8_t* sc = nullptr;
+};
+
 // Whether the CUDA backend can compute with weights of type t (mul_mat, get_rows); for picking a device per model.
 bool supports_weight_type(type t);
 
@@ -53,6 +62,7 @@ class cuda_backend final : public backend {
     CUstream_st* stream_ = nullptr;
     std::unique_ptr<buffer> weights_buf_;                 // every weight, one after another
     std::unordered_map<const tensor*, uint8_t*> weights_; // host tensor -> its copy in weights_buf_
+    std::unordered_map<const tensor*, split_weight> split_; // host tensor -> its split copy in weights_buf_
     std::unique_ptr<buffer> scratch_;                     // per-node scratch (quantized activations)
 };
 

@@ -258,6 +258,121 @@ template <class T> void mmv_f_launch(mmv_args a, cudaStream_t stream) {
     }
 }
 
+// ---- the split layout (weights repacked at upload; quant/format.cuh): 16-byte loads of values, scales apart ----
+
+// Activations for the split kernels: qs [rows][k] int8 (16-byte loads), ds [rows][k / 32] (d, s) as half2; the same
+// quantizer as quantize_q8_1_kernel (same integers as the CPU's).
+static __global__ void quantize_split_kernel(const float* x, shape4 sx, int8_t* qs, __half2* ds, int64_t n_blocks) {
+    const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (g >= n_blocks) return;
+    const int64_t kb = sx.ne[0] / 32, ib = g % kb, r = g / kb;
+    const int64_t i1 = r % sx.ne[1], i2 = (r / sx.ne[1]) % sx.ne[2], i3 = r / (sx.ne[1] * sx.ne[2]);
+    const float v = x[i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3] + (ib * 32 + lane) * sx.nb[0]];
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int q = __float2int_rn(v * id);
+    const int sum = warp_sum(q);
+    qs[g * 32 + lane] = int8_t(q);
+    if (lane == 0) ds[g] = __halves2half2(__float2half_rn(d), __float2half_rn(float(sum) * d));
+}
+
+struct split_args {
+    const uint8_t* qs; // weight values [n][k / 32][qs_bytes]
+    const uint8_t* sc; // weight scales [n][k / 32][scale_bytes]
+    const int8_t* aq;  // activations [cols][k]
+    const __half2* ads; // [cols][k / 32]
+    float* y;
+    int64_t y_nb1, y_nb2, y_nb3; // floats
+    int64_t n, m, k, ne2, ne3;   // columns: m x ne2 x ne3 activation rows, W shared by all
+};
+
+constexpr int SPLIT_WARPS = 4; // warps per block of 128 threads; each warp takes R rows
+
+// Grid (rows / (4 R), columns / NC). Lane l of a warp takes blocks l, l + 32, ... of its R rows: a warp reads 32
+// consecutive blocks' values (512 or 1024 bytes) per step, each lane with 16-byte loads, and each activation block
+// it loads serves R rows.
+template <class D, int NC, int R>
+static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_args a) {
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int64_t row0 = (int64_t(blockIdx.x) * SPLIT_WARPS + warp) * R;
+    const int64_t cols = a.m * a.ne2 * a.ne3;
+    const int64_t col0 = int64_t(blockIdx.y) * NC;
+    const int64_t nb = a.k / 32;
+    int64_t rows[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rows[r] = row0 + r < a.n ? row0 + r : a.n - 1; // rows past n: computed, not stored
+    float sum[R][NC];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int j = 0; j < NC; j++) sum[r][j] = 0.0f;
+
+#pragma unroll 2
+    for (int64_t ib = lane; ib < nb; ib += WARP_SIZE) {
+        uint4 q[R][D::qs_vecs];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const uint4* p = reinterpret_cast<const uint4*>(a.qs + (rows[r] * nb + ib) * D::qs_bytes);
+#pragma unroll
+            for (int v = 0; v < D::qs_vecs; v++) q[r][v] = __ldg(p + v);
+        }
+#pragma unroll
+        for (int j = 0; j < NC; j++) {
+            if (col0 + j >= cols) break;
+            const int4* ap = reinterpret_cast<const int4*>(a.aq + (col0 + j) * a.k + ib * 32);
+            const int4 a0 = ap[0], a1 = ap[1];
+            const float2 ds = __half22float2(a.ads[(col0 + j) * nb + ib]);
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                sum[r][j] += D::dot_split(q[r], a.sc + (rows[r] * nb + ib) * D::scale_bytes, a0, a1, ds);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int j = 0; j < NC; j++) {
+            const float s = warp_sum(sum[r][j]);
+            const int64_t c = col0 + j;
+            if (lane == 0 && row0 + r < a.n && c < cols) {
+                const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
+                a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + row0 + r] = s;
+            }
+        }
+}
+
+template <class F>
+void mmv_split_launch(const split_weight& w, split_args a, const float* x, shape4 sx, void* scratch,
+                      cudaStream_t stream) {
+    using D = cuda_format<F>;
+    const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32;
+    auto* aq = static_cast<int8_t*>(scratch);
+    auto* ads = reinterpret_cast<__half2*>(static_cast<uint8_t*>(scratch) + (size_t(cols * a.k) + 255) / 256 * 256);
+    const int64_t n_blocks = nb * cols;
+    if (n_blocks == 0 || a.n == 0) return;
+    constexpr int qthreads = 256;
+    quantize_split_kernel<<<unsigned(ceil_div(n_blocks * WARP_SIZE, qthreads)), qthreads, 0, stream>>>(x, sx, aq, ads,
+                                                                                                     n_blocks);
+    TS_CUDA_CHECK(cudaGetLastError());
+    a.qs = w.qs;
+    a.sc = w.sc;
+    a.aq = aq;
+    a.ads = ads;
+    constexpr int R = 2;
+    const int nc = cols == 1 ? 1 : cols == 2 ? 2 : cols <= 4 ? 4 : MMV_MAX_COLS;
+    const dim3 grid(unsigned(ceil_div(a.n, SPLIT_WARPS * R)), unsigned(ceil_div(cols, nc)));
+    TS_ASSERT(grid.y <= 65535);
+    const dim3 block(SPLIT_WARPS * WARP_SIZE);
+    switch (nc) {
+    case 1: mmv_split_kernel<D, 1, R><<<grid, block, 0, stream>>>(a); break;
+    case 2: mmv_split_kernel<D, 2, R><<<grid, block, 0, stream>>>(a); break;
+    case 4: mmv_split_kernel<D, 4, R><<<grid, block, 0, stream>>>(a); break;
+    default: mmv_split_kernel<D, MMV_MAX_COLS, R><<<grid, block, 0, stream>>>(a); break;
+    }
+    TS_CUDA_CHECK(cudaGetLastError());
+}
+
 bool is_float_weight(type t) {
     return t == type::f32 || t == type::f16 || t == type::bf16;
 }
@@ -282,12 +397,39 @@ size_t mul_mat_work_size(const tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
     if (is_float_weight(w.t)) return 0;
-    return size_t(x.ne[0] / 32) * size_t(x.ne[1] * x.ne[2] * x.ne[3]) * sizeof(block_q8_1);
+    // q8_1 blocks, or the split activations (as many bytes, plus the alignment of their second array)
+    return size_t(x.ne[0] / 32) * size_t(x.ne[1] * x.ne[2] * x.ne[3]) * sizeof(block_q8_1) + 256;
 }
 
 void mul_mat(cuda_context& ctx, tensor& dst) {
     const tensor* w = dst.src[0];
     const tensor* x = dst.src[1];
+    if (ctx.split && !w->view_src) {
+        if (auto it = ctx.split->find(w); it != ctx.split->end()) {
+            const split_weight& sw = it->second;
+            TS_ASSERT(sw.k == w->ne[0] && sw.n == w->ne[1] && w->ne[2] == 1 && w->ne[3] == 1);
+            TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst));
+            const shape4 sx = shape_of(*x, 4), sy = shape_of(dst, 4);
+            split_args a{};
+            a.y = ctx.as<float>(&dst);
+            a.y_nb1 = sy.nb[1];
+            a.y_nb2 = sy.nb[2];
+            a.y_nb3 = sy.nb[3];
+            a.n = sw.n;
+            a.m = x->ne[1];
+            a.k = sw.k;
+            a.ne2 = x->ne[2];
+            a.ne3 = x->ne[3];
+            const bool known = visit_format(w->t, [&]<class F>() {
+                if constexpr (has_split<F>::value)
+                    mmv_split_launch<F>(sw, a, ctx.as<float>(x), sx, ctx.scratch, ctx.stream);
+                else
+                    TS_ASSERT(!"mul_mat: a split weight of a format without a split kernel");
+            });
+            TS_ASSERT(known);
+            return;
+        }
+    }
     mmv_args a{};
     a.w = ctx.ptr(w);
     a.w_nb1 = int64_t(w->nb[1]);

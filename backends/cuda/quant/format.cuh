@@ -12,6 +12,14 @@
 //   load(w, c)           -> chunk
 //   dot(chunk, a, c)     -> float: the chunk's share of F::vec_dot(w, a) (the reference), so that summing dot over
 //                           c = 0..n_chunks-1 gives the block dot
+// Optional, the split layout for decode (ops/mmv_split.cu): at upload a 2-D weight is repacked into two arrays, all
+// blocks' values [n][k/32][qs_bytes] and then all their scales [n][k/32][scale_bytes], so that a thread reads a block
+// with 16-byte loads (the file's 18/20/34-byte blocks allow only 2- or 4-byte ones):
+//   split                 true
+//   qs_bytes, scale_bytes, qs_vecs (= qs_bytes / 16)
+//   split_block(b, qs, sc)               host: one block into its two places
+//   dot_split(q, sc, a0, a1, ds) -> float  the block dot against q8_1 activations given as elements 0..15 (a0),
+//                                          16..31 (a1) and (d, s)
 // A format with f16 activations (AWQ) or its own activation format declares another `act`; mmv.cu branches on it
 // with `if constexpr`, not with a copied kernel.
 #pragma once
@@ -21,10 +29,17 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace tessera::cuda {
 
 template <class F> struct cuda_format { static constexpr bool available = false; };
+
+// Whether format F has the split layout.
+template <class F, class = void> struct has_split { static constexpr bool value = false; };
+template <class F> struct has_split<F, std::void_t<decltype(cuda_format<F>::split)>> {
+    static constexpr bool value = cuda_format<F>::split;
+};
 
 // f16 bits -> f32 in one instruction (same value as the reference fp16_to_fp32).
 __device__ __forceinline__ float f16_to_f32(f16 h) {

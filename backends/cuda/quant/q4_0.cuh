@@ -5,6 +5,8 @@
 
 #include "backends/cuda/quant/format.cuh"
 
+#include <cstring>
+
 namespace tessera::cuda {
 
 template <> struct cuda_format<q4_0> {
@@ -33,6 +35,29 @@ template <> struct cuda_format<q4_0> {
             suma = __dp4a(0x01010101, a_hi, suma);
         }
         return float(sumi - 8 * suma) * (w.d * f16_to_f32(a.d));
+    }
+
+    // Split layout (weights repacked at upload, see format.cuh): 16 bytes of nibbles in file order, then d.
+    static constexpr bool split = true;
+    static constexpr int qs_bytes = 16, scale_bytes = 2, qs_vecs = 1;
+    static void split_block(const block& b, uint8_t* qs, uint8_t* sc) {
+        std::memcpy(qs, b.qs, 16);
+        std::memcpy(sc, &b.d, 2);
+    }
+    // a0, a1: the activation block's elements 0..15 and 16..31; ds = (d_a, s_a = d_a sum q_a): the -8 offset is
+    // -8 d_w s_a (exact in integers before the scales, as the reference)
+    __device__ static float dot_split(const uint4* q, const uint8_t* sc, int4 a0, int4 a1, float2 ds) {
+        int sumi = 0;
+        sumi = __dp4a(int(q[0].x & 0x0F0F0F0Fu), a0.x, sumi);
+        sumi = __dp4a(int((q[0].x >> 4) & 0x0F0F0F0Fu), a1.x, sumi);
+        sumi = __dp4a(int(q[0].y & 0x0F0F0F0Fu), a0.y, sumi);
+        sumi = __dp4a(int((q[0].y >> 4) & 0x0F0F0F0Fu), a1.y, sumi);
+        sumi = __dp4a(int(q[0].z & 0x0F0F0F0Fu), a0.z, sumi);
+        sumi = __dp4a(int((q[0].z >> 4) & 0x0F0F0F0Fu), a1.z, sumi);
+        sumi = __dp4a(int(q[0].w & 0x0F0F0F0Fu), a0.w, sumi);
+        sumi = __dp4a(int((q[0].w >> 4) & 0x0F0F0F0Fu), a1.w, sumi);
+        const float d = __half2float(*reinterpret_cast<const __half*>(sc));
+        return d * (ds.x * float(sumi) - 8.0f * ds.y);
     }
 };
 

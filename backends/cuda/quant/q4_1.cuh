@@ -5,6 +5,8 @@
 
 #include "backends/cuda/quant/format.cuh"
 
+#include <cstring>
+
 namespace tessera::cuda {
 
 template <> struct cuda_format<q4_1> {
@@ -30,6 +32,28 @@ template <> struct cuda_format<q4_1> {
         }
         const float r = w.d * f16_to_f32(a.d) * float(sumi);
         return c == 0 ? r + w.m * f16_to_f32(a.s) : r;
+    }
+
+    // Split layout (format.cuh): 16 bytes of nibbles in file order, then (d, m).
+    static constexpr bool split = true;
+    static constexpr int qs_bytes = 16, scale_bytes = 4, qs_vecs = 1;
+    static void split_block(const block& b, uint8_t* qs, uint8_t* sc) {
+        std::memcpy(qs, b.qs, 16);
+        std::memcpy(sc, &b.d, 2);
+        std::memcpy(sc + 2, &b.m, 2);
+    }
+    __device__ static float dot_split(const uint4* q, const uint8_t* sc, int4 a0, int4 a1, float2 ds) {
+        int sumi = 0;
+        sumi = __dp4a(int(q[0].x & 0x0F0F0F0Fu), a0.x, sumi);
+        sumi = __dp4a(int((q[0].x >> 4) & 0x0F0F0F0Fu), a1.x, sumi);
+        sumi = __dp4a(int(q[0].y & 0x0F0F0F0Fu), a0.y, sumi);
+        sumi = __dp4a(int((q[0].y >> 4) & 0x0F0F0F0Fu), a1.y, sumi);
+        sumi = __dp4a(int(q[0].z & 0x0F0F0F0Fu), a0.z, sumi);
+        sumi = __dp4a(int((q[0].z >> 4) & 0x0F0F0F0Fu), a1.z, sumi);
+        sumi = __dp4a(int(q[0].w & 0x0F0F0F0Fu), a0.w, sumi);
+        sumi = __dp4a(int((q[0].w >> 4) & 0x0F0F0F0Fu), a1.w, sumi);
+        const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(sc));
+        return dm.x * ds.x * float(sumi) + dm.y * ds.y;
     }
 };
 

@@ -4,6 +4,8 @@
 
 #include "backends/cuda/quant/format.cuh"
 
+#include <cstring>
+
 namespace tessera::cuda {
 
 template <> struct cuda_format<q8_0> {
@@ -24,6 +26,26 @@ template <> struct cuda_format<q8_0> {
         int sumi = __dp4a(w.q[0], load_int_b4(a.qs, 2 * c), 0);
         sumi = __dp4a(w.q[1], load_int_b4(a.qs, 2 * c + 1), sumi);
         return float(sumi) * (w.d * f16_to_f32(a.d));
+    }
+
+    // Split layout (format.cuh): the 32 int8 values, then d.
+    static constexpr bool split = true;
+    static constexpr int qs_bytes = 32, scale_bytes = 2, qs_vecs = 2;
+    static void split_block(const block& b, uint8_t* qs, uint8_t* sc) {
+        std::memcpy(qs, b.qs, 32);
+        std::memcpy(sc, &b.d, 2);
+    }
+    __device__ static float dot_split(const uint4* q, const uint8_t* sc, int4 a0, int4 a1, float2 ds) {
+        int sumi = 0;
+        sumi = __dp4a(int(q[0].x), a0.x, sumi);
+        sumi = __dp4a(int(q[0].y), a0.y, sumi);
+        sumi = __dp4a(int(q[0].z), a0.z, sumi);
+        sumi = __dp4a(int(q[0].w), a0.w, sumi);
+        sumi = __dp4a(int(q[1].x), a1.x, sumi);
+        sumi = __dp4a(int(q[1].y), a1.y, sumi);
+        sumi = __dp4a(int(q[1].z), a1.z, sumi);
+        sumi = __dp4a(int(q[1].w), a1.w, sumi);
+        return __half2float(*reinterpret_cast<const __half*>(sc)) * ds.x * float(sumi);
     }
 };
 
