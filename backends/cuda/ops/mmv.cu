@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace tessera::cuda {
@@ -397,8 +398,11 @@ size_t mul_mat_work_size(const tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
     if (is_float_weight(w.t)) return 0;
-    // q8_1 blocks, or the split activations (as many bytes, plus the alignment of their second array)
-    return size_t(x.ne[0] / 32) * size_t(x.ne[1] * x.ne[2] * x.ne[3]) * sizeof(block_q8_1) + 256;
+    // q8_1 blocks, or the split activations (as many bytes, plus the alignment of their second array), or the f16
+    // activations of the prefill GEMM
+    const int64_t cols = x.ne[1] * x.ne[2] * x.ne[3];
+    return std::max(size_t(x.ne[0] / 32) * size_t(cols) * sizeof(block_q8_1) + 256,
+                    gemm_split_work_size(x.ne[0], cols));
 }
 
 void mul_mat(cuda_context& ctx, tensor& dst) {
@@ -409,6 +413,10 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
             const split_weight& sw = it->second;
             TS_ASSERT(sw.k == w->ne[0] && sw.n == w->ne[1] && w->ne[2] == 1 && w->ne[3] == 1);
             TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst));
+            if (gemm_split_wanted(x->ne[1] * x->ne[2] * x->ne[3])) {
+                gemm_split(ctx, sw, dst);
+                return;
+            }
             const shape4 sx = shape_of(*x, 4), sy = shape_of(dst, 4);
             split_args a{};
             a.y = ctx.as<float>(&dst);

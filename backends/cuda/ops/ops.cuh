@@ -28,5 +28,9 @@ bool attention_supported(const tensor& dst);
 bool weight_type_supported(type t);
 // Scratch bytes mul_mat needs for its quantized activations (0 for float weights).
 size_t mul_mat_work_size(const tensor& dst);
+// The tensor-core GEMM for split-layout weights (gemm.cu): used for more than 8 activation columns.
+bool gemm_split_wanted(int64_t cols);
+size_t gemm_split_work_size(int64_t k, int64_t cols);
+void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst);
 
 } // namespace tessera::cuda

@@ -20,6 +20,8 @@
 //   split_block(b, qs, sc)               host: one block into its two places
 //   dot_split(q, sc, a0, a1, ds) -> float  the block dot against q8_1 activations given as elements 0..15 (a0),
 //                                          16..31 (a1) and (d, s)
+//   dequant_split(q, sc, h, out[8])        elements 16h .. 16h+15 of the block as 8 half2 in element order (the
+//                                          prefill GEMM, ops/gemm.cu)
 // A format with f16 activations (AWQ) or its own activation format declares another `act`; mmv.cu branches on it
 // with `if constexpr`, not with a copied kernel.
 #pragma once
@@ -44,6 +46,22 @@ template <class F> struct has_split<F, std::void_t<decltype(cuda_format<F>::spli
 // f16 bits -> f32 in one instruction (same value as the reference fp16_to_fp32).
 __device__ __forceinline__ float f16_to_f32(f16 h) {
     return __half2float(__ushort_as_half(h.bits));
+}
+
+// Magic-number conversion (no int->float instructions): the 16-bit pattern 0x6400 | x is the half 1024 + x for
+// x < 1024. u4_pairs: the low nibbles of the 4 bytes of w as half2 (1024 + x0, 1024 + x1), (1024 + x2, 1024 + x3),
+// each pair one byte_perm and one LOP3; u8_pairs: the same for whole bytes.
+__device__ __forceinline__ void u4_pairs(uint32_t w, __half2& p01, __half2& p23) {
+    const uint32_t v = __byte_perm(w, 0, 0x3120); // bytes 0, 2, 1, 3: pairs (0, 1) and (2, 3) in 16-bit lanes
+    const uint32_t a = (v & 0x000F000Fu) | 0x64006400u, b = ((v >> 8) & 0x000F000Fu) | 0x64006400u;
+    p01 = *reinterpret_cast<const __half2*>(&a);
+    p23 = *reinterpret_cast<const __half2*>(&b);
+}
+__device__ __forceinline__ void u8_pairs(uint32_t w, __half2& p01, __half2& p23) {
+    const uint32_t v = __byte_perm(w, 0, 0x3120);
+    const uint32_t a = (v & 0x00FF00FFu) | 0x64006400u, b = ((v >> 8) & 0x00FF00FFu) | 0x64006400u;
+    p01 = *reinterpret_cast<const __half2*>(&a);
+    p23 = *reinterpret_cast<const __half2*>(&b);
 }
 
 // The i-th int (4 consecutive int8 / 8 nibbles) of p when p is only 2-byte aligned (q4_0, q8_0: blocks of 18 and

@@ -59,6 +59,18 @@ template <> struct cuda_format<q4_0> {
         const float d = __half2float(*reinterpret_cast<const __half*>(sc));
         return d * (ds.x * float(sumi) - 8.0f * ds.y);
     }
+    // half 0: the low nibbles of the 16 bytes, half 1: the high ones; (q - 8) d
+    __device__ static void dequant_split(const uint4* q, const uint8_t* sc, int h, __half2 (&out)[8]) {
+        const __half2 d = __half2half2(*reinterpret_cast<const __half*>(sc));
+        const __half2 off = __float2half2_rn(1032.0f);
+        const uint32_t w[4] = {q[0].x >> (4 * h), q[0].y >> (4 * h), q[0].z >> (4 * h), q[0].w >> (4 * h)};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u4_pairs(w[i], out[2 * i], out[2 * i + 1]);
+            out[2 * i] = __hmul2(__hsub2(out[2 * i], off), d);
+            out[2 * i + 1] = __hmul2(__hsub2(out[2 * i + 1], off), d);
+        }
+    }
 };
 
 } // namespace tessera::cuda

@@ -55,6 +55,19 @@ template <> struct cuda_format<q4_1> {
         const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(sc));
         return dm.x * ds.x * float(sumi) + dm.y * ds.y;
     }
+    // q d + m
+    __device__ static void dequant_split(const uint4* q, const uint8_t* sc, int h, __half2 (&out)[8]) {
+        const __half2 dm = *reinterpret_cast<const __half2*>(sc);
+        const __half2 d = __low2half2(dm), m = __high2half2(dm);
+        const __half2 off = __float2half2_rn(1024.0f);
+        const uint32_t w[4] = {q[0].x >> (4 * h), q[0].y >> (4 * h), q[0].z >> (4 * h), q[0].w >> (4 * h)};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u4_pairs(w[i], out[2 * i], out[2 * i + 1]);
+            out[2 * i] = __hfma2(__hsub2(out[2 * i], off), d, m);
+            out[2 * i + 1] = __hfma2(__hsub2(out[2 * i + 1], off), d, m);
+        }
+    }
 };
 
 } // namespace tessera::cuda

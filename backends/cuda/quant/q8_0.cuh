@@ -47,6 +47,19 @@ template <> struct cuda_format<q8_0> {
         sumi = __dp4a(int(q[1].w), a1.w, sumi);
         return __half2float(*reinterpret_cast<const __half*>(sc)) * ds.x * float(sumi);
     }
+    // q d, bytes flipped to unsigned (q + 128) for the magic-number conversion
+    __device__ static void dequant_split(const uint4* q, const uint8_t* sc, int h, __half2 (&out)[8]) {
+        const __half2 d = __half2half2(*reinterpret_cast<const __half*>(sc));
+        const __half2 off = __float2half2_rn(1152.0f);
+        const uint4 v = q[h];
+        const uint32_t w[4] = {v.x ^ 0x80808080u, v.y ^ 0x80808080u, v.z ^ 0x80808080u, v.w ^ 0x80808080u};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u8_pairs(w[i], out[2 * i], out[2 * i + 1]);
+            out[2 * i] = __hmul2(__hsub2(out[2 * i], off), d);
+            out[2 * i + 1] = __hmul2(__hsub2(out[2 * i + 1], off), d);
+        }
+    }
 };
 
 } // namespace tessera::cuda
