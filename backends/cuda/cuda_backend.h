@@ -12,7 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
-struct CUstream_st; // cudaStream_t, without including the CUDA headers
+struct CUstream_st;    // cudaStream_t, without including the CUDA headers
+struct CUgraphExec_st; // cudaGraphExec_t
 
 namespace tessera::cuda {
 
@@ -64,6 +65,8 @@ class cuda_backend final : public backend {
     std::unordered_map<const tensor*, uint8_t*> weights_; // host tensor -> its copy in weights_buf_
     std::unordered_map<const tensor*, split_weight> split_; // host tensor -> its split copy in weights_buf_
     std::unique_ptr<buffer> scratch_;                     // per-node scratch (quantized activations)
+    CUgraphExec_st* graph_exec_ = nullptr;                // the last graph's launches, captured (compute())
+    void launch_nodes(graph& g);
 };
 
 } // namespace tessera::cuda
