@@ -139,7 +139,7 @@ void bench_main(const bench_options& o) {
                          {"model_n_params", mdl->n_params}, {"backend", r.backend}, {"n_threads", r.threads},
                          {"test", r.test},       {"avg_ts", r.mean},         {"stddev_ts", r.sd},
                          {"samples_ts", r.samples}});
-        fmt::print("{}\n", j.dump(2));
+        fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)); // metadata may be bad UTF-8
     } else if (o.output == "csv") {
         fmt::print("model,size,params,backend,threads,test,avg_ts,stddev_ts\n");
         for (const auto& r : rows)

@@ -160,7 +160,7 @@ void compare_main(const compare_options& o) {
             j["first_divergent_layer"] = first_bad;
             j["layer_bound"] = o.layer_bound;
         }
-        fmt::print("{}\n", j.dump(2));
+        fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)); // metadata may be bad UTF-8
         return;
     }
     fmt::print("{} — {} tokens, {} decode steps\n\n", mdl->name, toks.size(), n_gen);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <unistd.h>
 
@@ -133,13 +134,14 @@ void perplexity_main(const ppl_options& o) {
     session_params sp = o.m.session;
     sp.n_batch = std::min(sp.n_batch, pp.n_ctx); // a batch never spans two chunks
     if (o.kld) {
-        // the base file decides the chunk size; size the context after peeking at its header
-        std::FILE* f = std::fopen(o.kld_base.c_str(), "rb");
-        int32_t hdr[3] = {0, 0, 0};
-        char magic[8];
-        if (f && std::fread(magic, 1, 8, f) == 8 && std::fread(hdr, 4, 3, f) == 3 && hdr[0] > 0 && hdr[0] < (1 << 24))
-            sp.n_ctx = hdr[0], sp.n_batch = std::min<int64_t>(o.m.session.n_batch, hdr[0]);
-        if (f) std::fclose(f);
+        // the base file decides the chunk size; the context is sized after the whole file has been checked (a
+        // corrupt header must not size a KV cache)
+        std::ifstream f(o.kld_base, std::ios::binary | std::ios::ate);
+        if (!f) throw error(fmt::format("{}: cannot open the KL-divergence base file", o.kld_base));
+        const uint64_t size = uint64_t(f.tellg());
+        f.seekg(0);
+        const kld_base_reader base(f, size, o.kld_base, mdl->hp.n_vocab);
+        sp.n_ctx = base.n_ctx, sp.n_batch = std::min<int64_t>(o.m.session.n_batch, base.n_ctx);
     }
     session s(*mdl, sp);
 
@@ -194,7 +196,7 @@ void perplexity_main(const ppl_options& o) {
                         {"ppl_ratio", k.ratio},    {"ppl_ratio_error", k.ratio_err}, {"rms_dp", k.rms_dp},
                         {"same_top_p", k.same_top}, {"mean_dp", k.p_diff}};
         }
-        fmt::print("{}\n", j.dump(2));
+        fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)); // metadata may be bad UTF-8
         return;
     }
     if (!o.kld) {

@@ -194,7 +194,7 @@ void run_quantize(const quantize_options& o) {
         j["n_fallback"] = r.n_fallback;
         j["seconds"] = r.seconds;
         if (use_awq) j["awq"] = {{"calib_tokens", awq.n_tokens}};
-        fmt::print("{}\n", j.dump(2));
+        fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)); // metadata may be bad UTF-8
         return;
     }
     fmt::print("{}: {}, {} tensors, {} quantized{}\n", o.out, type_name(qp.target), r.n_tensors, r.n_quantized,

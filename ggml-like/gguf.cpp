@@ -7,9 +7,12 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <unordered_map>
 
 #include <fcntl.h>
@@ -323,6 +326,76 @@ gguf_value gguf_value::of_i32s(std::span<const int32_t> v) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
+// A file truncated (or replaced in place) while it is mapped: touching a page past its new end raises SIGBUS. The
+// mappings are registered here, and a SIGBUS inside one of them prints one line naming the file and exits with status
+// 1 (there is no way to resume the read; the weights are gone). A SIGBUS elsewhere goes to the previous handler.
+
+namespace {
+
+struct mapped_range {
+    std::atomic<uintptr_t> begin{0}, end{0};
+    char path[512] = {}; // written before `end` is published, read only by the handler
+};
+constexpr int max_mapped = 64; // mappings watched at once; more are still mapped, just not named on SIGBUS
+mapped_range g_mapped[max_mapped];
+struct sigaction g_prev_sigbus;
+
+extern "C" void on_sigbus(int sig, siginfo_t* info, void* uctx) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(info->si_addr);
+    for (const mapped_range& m : g_mapped) {
+        const uintptr_t b = m.begin.load(std::memory_order_acquire), e = m.end.load(std::memory_order_acquire);
+        if (e == 0 || a < b || a >= e) continue;
+        // async-signal-safe: write(2) and _exit(2) only
+        const char head[] = "error: ";
+        const char tail[] = ": the file was truncated or changed on disk while in use; cannot read it any more\n";
+        (void)!::write(STDERR_FILENO, head, sizeof(head) - 1);
+        (void)!::write(STDERR_FILENO, m.path, ::strnlen(m.path, sizeof(m.path)));
+        (void)!::write(STDERR_FILENO, tail, sizeof(tail) - 1);
+        ::_exit(1);
+    }
+    if (g_prev_sigbus.sa_flags & SA_SIGINFO) {
+        if (g_prev_sigbus.sa_sigaction) return g_prev_sigbus.sa_sigaction(sig, info, uctx);
+    } else if (g_prev_sigbus.sa_handler != SIG_DFL && g_prev_sigbus.sa_handler != SIG_IGN) {
+        return g_prev_sigbus.sa_handler(sig);
+    }
+    std::signal(SIGBUS, SIG_DFL); // returning re-executes the access, which now kills the process as it would have
+}
+
+void install_sigbus_handler() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        struct sigaction sa {};
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, &g_prev_sigbus);
+    });
+}
+
+// Registers [p, p + n) under `path`; returns the slot or -1 when all are taken.
+int watch_mapping(const void* p, size_t n, const std::string& path) {
+    install_sigbus_handler();
+    for (int i = 0; i < max_mapped; i++) {
+        uintptr_t expected = 0;
+        if (!g_mapped[i].begin.compare_exchange_strong(expected, reinterpret_cast<uintptr_t>(p))) continue;
+        const size_t k = std::min(path.size(), sizeof(g_mapped[i].path) - 1);
+        std::memcpy(g_mapped[i].path, path.data(), k);
+        g_mapped[i].path[k] = 0;
+        g_mapped[i].end.store(reinterpret_cast<uintptr_t>(p) + n, std::memory_order_release);
+        return i;
+    }
+    return -1;
+}
+
+void unwatch_mapping(int slot) {
+    if (slot < 0) return;
+    g_mapped[slot].end.store(0, std::memory_order_release);
+    g_mapped[slot].begin.store(0, std::memory_order_release);
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------------------------------
 // gguf_file: parsing
 
 struct gguf_file::impl {
@@ -339,12 +412,14 @@ struct gguf_file::impl {
     // the bytes: either a read-only private mapping or an owned buffer
     void* map = nullptr;
     size_t map_size = 0;
+    int map_slot = -1; // in the SIGBUS watch list
     std::vector<uint8_t> owned;
 
     impl() = default;
     impl(const impl&) = delete;
     impl& operator=(const impl&) = delete;
     ~impl() {
+        unwatch_mapping(map_slot);
         if (map) munmap(map, map_size);
     }
 
@@ -510,6 +585,7 @@ gguf_file gguf_file::open(const std::string& path) {
         }
         f.p_->map = m;
         f.p_->map_size = size;
+        f.p_->map_slot = watch_mapping(m, size, path);
     }
     ::close(fd); // the mapping keeps the file alive
     f.p_->parse(static_cast<const uint8_t*>(f.p_->map), size);
@@ -807,7 +883,7 @@ void gguf_writer::write(const std::string& path) const {
         int e = errno;
         if (fd >= 0) ::close(fd);
         ::unlink(tmp.c_str());
-        throw error(fmt::format("{}: {}: {}", tmp, what, std::strerror(e)));
+        throw error(fmt::format("{}: {}: {} ({} removed; {} left as it was)", path, what, std::strerror(e), tmp, path));
     };
     std::vector<uint8_t> meta = write_meta(kvs_, tensors_, alignment_);
     if (!write_all(fd, meta.data(), meta.size())) fail("write failed");

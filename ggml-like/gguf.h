@@ -79,7 +79,9 @@ struct gguf_tensor_info {
 // A parsed GGUF file. Movable, not copyable; tensor data stays mapped as long as the object lives.
 class gguf_file {
   public:
-    // Maps and parses a file; throws tessera::error("PATH: what is wrong") on any problem.
+    // Maps and parses a file; throws tessera::error("PATH: what is wrong") on any problem. Should the file be
+    // truncated on disk while mapped, a later read of the lost pages (SIGBUS) prints "error: PATH: the file was
+    // truncated or changed on disk while in use; ..." and exits with status 1 instead of dying on the signal.
     static gguf_file open(const std::string& path);
     // Parses bytes held in memory (tests, fuzzing); `name` is used in error messages.
     static gguf_file from_memory(std::vector<uint8_t> bytes, std::string name = "<memory>");

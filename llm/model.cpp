@@ -118,7 +118,16 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
     int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(m.hp.n_ctx_train, 4096);
     if (n_ctx < 1 || n_ctx > (int64_t(1) << 24)) throw error(fmt::format("context size {} is out of range", n_ctx));
     if (p_.n_batch < 1) throw error(fmt::format("batch size {} must be positive", p_.n_batch));
-    kv_.init(*be_, int(m.hp.n_layer), m.hp.n_embd_kv(), n_ctx);
+    if (n_ctx > m.hp.n_ctx_train)
+        fmt::print(stderr, "warning: context {} is larger than the {} tokens {} was trained on; text past {} tokens "
+                   "may degrade\n", n_ctx, m.hp.n_ctx_train, m.name, m.hp.n_ctx_train);
+    try {
+        kv_.init(*be_, int(m.hp.n_layer), m.hp.n_embd_kv(), n_ctx);
+    } catch (const std::bad_alloc&) {
+        const double gib = double(2 * m.hp.n_layer * m.hp.n_embd_kv() * 2) * double(n_ctx) / double(1 << 30);
+        throw error(fmt::format("out of memory for the KV cache: {:.1f} GiB for a context of {} tokens (lower -c)",
+                                gib, n_ctx));
+    }
 }
 
 session::~session() = default;

@@ -125,50 +125,68 @@ template <class T> void write_raw(std::ofstream& f, const T* v, size_t n) {
     f.write(reinterpret_cast<const char*>(v), std::streamsize(n * sizeof(T)));
 }
 
-// The base file: "_logits_", i32 n_ctx, i32 n_vocab, i32 n_chunk, i32 tokens[n_chunk * n_ctx], then per chunk
-// (n_ctx - 1 - n_ctx/2) records of kld_record_size(n_vocab) u16.
-struct base_reader {
-    std::ifstream f;
-    std::string path;
-    int32_t n_ctx = 0, n_vocab = 0, n_chunk = 0;
-    std::vector<int32_t> tokens;
-
-    explicit base_reader(const std::string& p, int64_t model_vocab) : f(p, std::ios::binary), path(p) {
-        if (!f) throw error(fmt::format("{}: cannot open the KL-divergence base file", p));
-        f.seekg(0, std::ios::end);
-        const uint64_t size = uint64_t(f.tellg());
-        f.seekg(0);
-        char magic[8];
-        int32_t hdr[3];
-        if (!f.read(magic, 8) || std::memcmp(magic, "_logits_", 8) != 0)
-            throw error(fmt::format("{}: not a KL-divergence base file (no _logits_ header)", p));
-        if (!f.read(reinterpret_cast<char*>(hdr), sizeof(hdr)))
-            throw error(fmt::format("{}: truncated header", p));
-        n_ctx = hdr[0];
-        n_vocab = hdr[1];
-        n_chunk = hdr[2];
-        if (n_ctx < 4 || n_ctx > (1 << 24) || n_vocab < 1 || n_vocab > (1 << 24) || n_chunk < 1)
-            throw error(fmt::format("{}: implausible header: n_ctx {}, n_vocab {}, n_chunk {}", p, n_ctx, n_vocab,
-                                    n_chunk));
-        if (n_vocab != model_vocab)
-            throw error(fmt::format("{}: base vocabulary has {} tokens, the model {}", p, n_vocab, model_vocab));
-        const uint64_t per_chunk = uint64_t(n_ctx - 1 - n_ctx / 2) * uint64_t(kld_record_size(n_vocab)) * 2;
-        const uint64_t need = 20 + uint64_t(n_chunk) * uint64_t(n_ctx) * 4 + uint64_t(n_chunk) * per_chunk;
-        if (size < need)
-            throw error(fmt::format("{}: file is truncated: {} chunks of {} tokens need {} bytes, file has {}", p,
-                                    n_chunk, n_ctx, need, size));
-        tokens.resize(size_t(n_chunk) * size_t(n_ctx));
-        f.read(reinterpret_cast<char*>(tokens.data()), std::streamsize(tokens.size() * 4));
-        for (int32_t t : tokens)
-            if (t < 0 || t >= n_vocab) throw error(fmt::format("{}: token id {} out of range", p, t));
+// The KL-divergence base file being written: OUT.tmp, renamed over OUT once complete; removed when the run fails
+// (an exception, a full disk), so a failed run leaves neither a partial OUT nor the temporary behind.
+struct base_writer {
+    std::string path, tmp;
+    std::ofstream f;
+    explicit base_writer(std::string p) : path(std::move(p)), tmp(path + ".tmp") {
+        f.open(tmp, std::ios::binary | std::ios::trunc);
+        if (!f) throw error(fmt::format("{}: cannot write the KL-divergence base file", path));
     }
-    void read_chunk(std::vector<uint16_t>& rec) {
-        if (!f.read(reinterpret_cast<char*>(rec.data()), std::streamsize(rec.size() * 2)))
-            throw error(fmt::format("{}: truncated log-probability records", path));
+    base_writer(const base_writer&) = delete;
+    base_writer& operator=(const base_writer&) = delete;
+    ~base_writer() {
+        if (!tmp.empty()) std::remove(tmp.c_str());
+    }
+    void commit() {
+        f.close();
+        if (!f) throw error(fmt::format("{}: write failed (disk full?)", path));
+        if (std::rename(tmp.c_str(), path.c_str()) != 0)
+            throw error(fmt::format("{}: cannot rename the finished base file into place", path));
+        tmp.clear();
     }
 };
 
 } // namespace
+
+kld_base_reader::kld_base_reader(std::istream& in, uint64_t size, std::string name, int64_t model_vocab)
+    : in_(in), name_(std::move(name)) {
+    const std::string& p = name_;
+    char magic[8];
+    int32_t hdr[3];
+    if (!in.read(magic, 8) || std::memcmp(magic, "_logits_", 8) != 0)
+        throw error(fmt::format("{}: not a KL-divergence base file (no _logits_ header)", p));
+    if (!in.read(reinterpret_cast<char*>(hdr), sizeof(hdr))) throw error(fmt::format("{}: truncated header", p));
+    n_ctx = hdr[0];
+    n_vocab = hdr[1];
+    n_chunk = hdr[2];
+    if (n_ctx < 4 || n_ctx > (1 << 24) || n_vocab < 1 || n_vocab > (1 << 24) || n_chunk < 1)
+        throw error(fmt::format("{}: implausible header: n_ctx {}, n_vocab {}, n_chunk {}", p, n_ctx, n_vocab,
+                                n_chunk));
+    if (n_vocab != model_vocab)
+        throw error(fmt::format("{}: base vocabulary has {} tokens, the model {}", p, n_vocab, model_vocab));
+    // 20 + n_chunk * (4 n_ctx + 2 n_scored record_size); n_chunk is up to 2^31 and a chunk up to 2^49 bytes
+    const uint64_t per_chunk = uint64_t(n_ctx) * 4 + uint64_t(n_scored()) * uint64_t(kld_record_size(n_vocab)) * 2;
+    uint64_t need = 0;
+    const bool overflow =
+        __builtin_mul_overflow(uint64_t(n_chunk), per_chunk, &need) || __builtin_add_overflow(need, 20, &need);
+    if (overflow || size < need)
+        throw error(fmt::format("{}: file is truncated: {} chunks of {} tokens need {} bytes, file has {}", p, n_chunk,
+                                n_ctx, overflow ? std::string("more than 2^64") : std::to_string(need), size));
+    tokens.resize(size_t(n_chunk) * size_t(n_ctx));
+    if (!in.read(reinterpret_cast<char*>(tokens.data()), std::streamsize(tokens.size() * 4)))
+        throw error(fmt::format("{}: truncated token list", p));
+    for (int32_t t : tokens)
+        if (t < 0 || t >= n_vocab)
+            throw error(fmt::format("{}: token id {} out of range, expected 0..{}", p, t, n_vocab - 1));
+}
+
+void kld_base_reader::read_chunk(std::vector<uint16_t>& records) {
+    records.resize(size_t(n_scored() * kld_record_size(n_vocab)));
+    if (!in_.read(reinterpret_cast<char*>(records.data()), std::streamsize(records.size() * 2)))
+        throw error(fmt::format("{}: truncated log-probability records", name_));
+}
 
 perplexity_result run_perplexity(session& s, const std::string& text, const perplexity_params& p,
                                  const perplexity_progress& progress) {
@@ -177,11 +195,16 @@ perplexity_result run_perplexity(session& s, const std::string& text, const perp
     const bool comparing = !p.kld_base_in.empty();
     if (m.voc.add_eos()) throw error("perplexity: the vocabulary adds EOS, which this method does not allow");
 
-    std::unique_ptr<base_reader> base;
+    std::ifstream base_file;
+    std::unique_ptr<kld_base_reader> base;
     std::vector<token> tokens;
     int64_t n_ctx = p.n_ctx;
     if (comparing) {
-        base = std::make_unique<base_reader>(p.kld_base_in, n_vocab);
+        base_file.open(p.kld_base_in, std::ios::binary | std::ios::ate);
+        if (!base_file) throw error(fmt::format("{}: cannot open the KL-divergence base file", p.kld_base_in));
+        const uint64_t size = uint64_t(base_file.tellg());
+        base_file.seekg(0);
+        base = std::make_unique<kld_base_reader>(base_file, size, p.kld_base_in, n_vocab);
         n_ctx = base->n_ctx;
         tokens.assign(base->tokens.begin(), base->tokens.end());
     } else {
@@ -203,14 +226,13 @@ perplexity_result run_perplexity(session& s, const std::string& text, const perp
     const int64_t nv = kld_record_size(n_vocab);
     r.has_kld = comparing;
 
-    std::ofstream out;
+    std::unique_ptr<base_writer> out;
     if (!p.kld_base_out.empty()) {
-        out.open(p.kld_base_out + ".tmp", std::ios::binary | std::ios::trunc);
-        if (!out) throw error(fmt::format("{}: cannot write the KL-divergence base file", p.kld_base_out));
+        out = std::make_unique<base_writer>(p.kld_base_out);
         const int32_t hdr[3] = {int32_t(n_ctx), int32_t(n_vocab), int32_t(r.n_chunks)};
-        out.write("_logits_", 8);
-        write_raw(out, hdr, 3);
-        write_raw(out, tokens.data(), size_t(r.n_chunks * n_ctx));
+        out->f.write("_logits_", 8);
+        write_raw(out->f, hdr, 3);
+        write_raw(out->f, tokens.data(), size_t(r.n_chunks * n_ctx));
     }
     std::vector<uint16_t> records(size_t(n_scored * nv));
 
@@ -231,7 +253,7 @@ perplexity_result run_perplexity(session& s, const std::string& text, const perp
             if (base) {
                 compare_log_probs(l, n_vocab, records.data() + j * nv, target, r.kld);
                 nll = token_nll(l, n_vocab, target);
-            } else if (out.is_open()) {
+            } else if (out) {
                 nll = encode_log_probs(l, n_vocab, target, records.data() + j * nv);
             } else {
                 nll = token_nll(l, n_vocab, target);
@@ -240,16 +262,11 @@ perplexity_result run_perplexity(session& s, const std::string& text, const perp
             r.nll2 += nll * nll;
             r.count++;
         }
-        if (out.is_open()) write_raw(out, records.data(), records.size());
+        if (out) write_raw(out->f, records.data(), records.size());
         r.running_ppl.push_back(r.ppl());
         if (progress) progress(c + 1, r.n_chunks, r);
     }
-    if (out.is_open()) {
-        out.close();
-        if (!out) throw error(fmt::format("{}: write failed", p.kld_base_out));
-        if (std::rename((p.kld_base_out + ".tmp").c_str(), p.kld_base_out.c_str()) != 0)
-            throw error(fmt::format("{}: cannot rename the finished base file into place", p.kld_base_out));
-    }
+    if (out) out->commit();
     return r;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -59,5 +60,24 @@ double encode_log_probs(const float* logits, int64_t n_vocab, int32_t target, ui
 std::pair<double, float> compare_log_probs(const float* logits, int64_t n_vocab, const uint16_t* base_record,
                                            int32_t target, kld_stats& k);
 inline int64_t kld_record_size(int64_t n_vocab) { return 2 * ((n_vocab + 1) / 2) + 4; }
+
+// Reads a KL-divergence base file: "_logits_", i32 n_ctx, i32 n_vocab, i32 n_chunk, i32 tokens[n_chunk * n_ctx], then
+// per chunk (n_ctx - 1 - n_ctx/2) records of kld_record_size(n_vocab) u16. The constructor reads the header and the
+// tokens and checks them, and that the `size` bytes of the stream hold every record, before it allocates anything;
+// it throws tessera::error("NAME: ...") on a file that is not a base file, is truncated, or was made with another
+// vocabulary than the model's `model_vocab` tokens.
+class kld_base_reader {
+  public:
+    kld_base_reader(std::istream& in, uint64_t size, std::string name, int64_t model_vocab);
+    int32_t n_ctx = 0, n_vocab = 0, n_chunk = 0;
+    std::vector<int32_t> tokens; // (n_chunk * n_ctx), each in [0, n_vocab)
+    int64_t n_scored() const { return n_ctx - 1 - n_ctx / 2; } // records per chunk
+    // The next chunk's records into `records` (resized to n_scored() * kld_record_size(n_vocab)).
+    void read_chunk(std::vector<uint16_t>& records);
+
+  private:
+    std::istream& in_;
+    std::string name_;
+};
 
 } // namespace tessera

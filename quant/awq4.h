@@ -70,17 +70,16 @@ template <int G, type Id> struct awq4_format {
         const float s = to_f32(b.s);
         for (int j = 0; j < G; j++) y[j] = s * float(code(b, j) - int(b.z));
     }
-    // sum_j s (q_j - z) d8 q8_j = s * (sum_b d8_b sum q q8) - s z sum_b s8_b   (s8 = d8 * sum q8, from q8_1)
+    // sum_j s (q_j - z) d8 q8_j = s * sum_b d8_b * I_b with the exact integers I_b = sum over q8_1 block b of
+    // (q - z) q8 (the q8_1 `s` term, rounded to f16, is not needed: the zero point stays in the integers)
     TS_HD static float vec_dot(const block& w, const dot_block& a) {
-        float dot = 0.0f, s8 = 0.0f;
+        float dot = 0.0f;
         for (int i = 0; i < G / 32; i++) {
             int32_t sumi = 0;
-            for (int j = 0; j < 32; j++) sumi += code(w, 32 * i + j) * int32_t(a.b[i].qs[j]);
+            for (int j = 0; j < 32; j++) sumi += (code(w, 32 * i + j) - int(w.z)) * int32_t(a.b[i].qs[j]);
             dot += to_f32(a.b[i].d) * float(sumi);
-            s8 += to_f32(a.b[i].s);
         }
-        const float s = to_f32(w.s);
-        return s * dot - s * float(w.z) * s8;
+        return to_f32(w.s) * dot;
     }
 };
 

@@ -9,8 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <string>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,13 +36,14 @@ std::string shell_quote(const std::string& s) {
     return q + "'";
 }
 
-// Runs `tessera ARGS` (ARGS already shell-quoted where needed); stderr goes to a temp file.
-cli_result run_tessera(const std::string& args) {
+// Runs `tessera ARGS` (ARGS already shell-quoted where needed); stderr goes to a temp file. `shell_prefix` runs in
+// the same shell first (limits, traps), and the binary is exec'd so they apply to it.
+cli_result run_tessera(const std::string& args, const std::string& shell_prefix = "") {
     static int n = 0;
     std::string err_path = (fs::temp_directory_path() /
                             ("tessera_test_cli_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + ".err"))
                                .string();
-    std::string cmd = shell_quote(TESSERA_BINARY) + " " + args + " 2>" + shell_quote(err_path);
+    std::string cmd = shell_prefix + "exec " + shell_quote(TESSERA_BINARY) + " " + args + " 2>" + shell_quote(err_path);
     cli_result r;
     std::FILE* p = ::popen(cmd.c_str(), "r");
     if (!p) return r;
@@ -358,4 +365,150 @@ TEST(cli_compare, without_a_gpu_says_so_and_with_one_prints_both_backends) {
     EXPECT_GT(j["cuda"]["tg_tps"].get<double>(), 0);
     EXPECT_GE(j["prompt"]["top1_agreement"].get<double>(), 0.9); // a random tiny model: agreement, not speed
     EXPECT_EQ(j["layer_nmse"].size(), 2u);
+}
+
+// ---- hardening (#6): full disks, interrupts, bad bytes, odd contexts ----
+
+// A full disk while quantize writes (RLIMIT_FSIZE of 32 KiB, SIGXFSZ ignored so write() fails with EFBIG as it
+// would with ENOSPC): one line naming OUT, the old OUT untouched, no OUT.tmp.
+TEST(cli_quantize, disk_full_leaves_existing_output_untouched) {
+    const std::string out = tmp_file("full_disk.gguf");
+    { std::ofstream(out, std::ios::binary) << "old contents"; }
+    auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " q8_0",
+                         "trap '' XFSZ; ulimit -f 64; ");
+    expect_one_line_error(r, out + ": write failed: File too large");
+    EXPECT_NE(r.err.find("left as it was"), std::string::npos) << r.err;
+    EXPECT_EQ(tessera::test::read_file(out), "old contents");
+    EXPECT_FALSE(fs::exists(out + ".tmp"));
+    fs::remove(out);
+}
+
+// SIGINT while quantize is writing OUT.tmp. OUT.tmp is made a FIFO beforehand, so the write blocks after the first
+// 64 KiB until this test reads them: the signal then arrives mid-write, deterministically. The handler removes OUT.tmp
+// and the process dies of SIGINT; the old OUT stays as it was.
+TEST(cli_quantize, sigint_while_writing_leaves_old_output_and_no_temp) {
+    const std::string out = tmp_file("sigint.gguf"), tmp = out + ".tmp", err = tmp_file("sigint.err");
+    { std::ofstream(out, std::ios::binary) << "old contents"; }
+    fs::remove(tmp);
+    ASSERT_EQ(::mkfifo(tmp.c_str(), 0600), 0);
+    const int fifo = ::open(tmp.c_str(), O_RDONLY | O_NONBLOCK); // a reader, so the writer's open does not block
+    ASSERT_GE(fifo, 0);
+    const std::string model = tiny_model();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        ::dup2(e, STDERR_FILENO);
+        const int null = ::open("/dev/null", O_WRONLY);
+        ::dup2(null, STDOUT_FILENO);
+        ::execl(TESSERA_BINARY, TESSERA_BINARY, "quantize", model.c_str(), out.c_str(), "q8_0", (char*)nullptr);
+        ::_exit(127);
+    }
+    // wait for the first bytes of the model (quantization done, writing started)
+    size_t got = 0;
+    char buf[4096];
+    for (int waited_ms = 0; got < 4096 && waited_ms < 120000;) {
+        pollfd p{fifo, POLLIN, 0};
+        if (::poll(&p, 1, 100) > 0) {
+            const ssize_t n = ::read(fifo, buf, sizeof(buf));
+            if (n > 0) got += size_t(n);
+            if (n == 0 && got > 0) break; // the writer closed: it finished (or failed)
+        } else {
+            waited_ms += 100;
+        }
+    }
+    EXPECT_GE(got, 4096u) << "quantize never wrote: " << tessera::test::read_file(err);
+    ::kill(pid, SIGINT);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    ::close(fifo);
+    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT) << "status " << st << tessera::test::read_file(err);
+    EXPECT_EQ(tessera::test::read_file(out), "old contents");
+    EXPECT_FALSE(fs::exists(tmp)) << "the temp file was left behind";
+    fs::remove(tmp);
+    fs::remove(out);
+    fs::remove(err);
+}
+
+// The KL-divergence base file goes through BASE.tmp too: a full disk leaves the old base and no temp file.
+TEST(cli_perplexity, disk_full_while_writing_the_base_file) {
+    const std::string base = tmp_file("full.kld"), text = tmp_file("ppl.txt");
+    {
+        std::ofstream t(text);
+        for (int i = 0; i < 400; i++) t << "the quick brown fox jumps over the lazy dog " << i << "\n";
+    }
+    { std::ofstream(base, std::ios::binary) << "old base"; }
+    auto r = run_tessera("perplexity -m " + shell_quote(tiny_model()) + " -f " + shell_quote(text) +
+                             " -c 64 --chunks 2 --kl-divergence-base " + shell_quote(base),
+                         "trap '' XFSZ; ulimit -f 64; ");
+    EXPECT_NE(r.rc, 0);
+    EXPECT_NE(r.err.find("error: " + base + ": write failed (disk full?)"), std::string::npos) << r.err;
+    EXPECT_EQ(tessera::test::read_file(base), "old base");
+    EXPECT_FALSE(fs::exists(base + ".tmp"));
+    fs::remove(base);
+    fs::remove(text);
+}
+
+// Prompts that are not UTF-8 (stray continuation bytes, truncated sequences, surrogates, > U+10FFFF) tokenize and run.
+TEST(cli_run, bad_utf8_prompt_runs) {
+    const std::string bad = "caf\xc3 \xff\xfe \xed\xa0\x80 \xf4\x90\x80\x80 \xe2\x82";
+    const std::string f = tmp_file("bad_utf8.txt");
+    { std::ofstream(f, std::ios::binary) << bad; }
+    auto r = run_tessera("run -m " + shell_quote(tiny_model()) + " -f " + shell_quote(f) + " -n 4 --temp 0");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out.rfind(bad, 0), 0u); // echoed byte for byte
+    auto t = run_tessera("tokenize -m " + shell_quote(tiny_model()) + " -f " + shell_quote(f) + " --json");
+    EXPECT_EQ(t.rc, 0) << t.err;
+    EXPECT_NO_THROW((void)nlohmann::json::parse(t.out)) << t.out;
+    fs::remove(f);
+}
+
+// Metadata that is not UTF-8 (a model name, a key) prints as text and as valid JSON (U+FFFD in place of bad bytes).
+TEST(cli_info, bad_utf8_metadata_prints) {
+    const std::string path = tmp_file("bad_meta.gguf");
+    tessera::test::tiny_model_spec s;
+    s.edit = [](tessera::gguf_writer& w) {
+        w.set("general.name", tessera::gguf_value::of_string("name \xff\xfe end"));
+        w.set("x.\xc3", tessera::gguf_value::of_u32(1));
+    };
+    tessera::test::write_tiny_model(path, s);
+    auto text = run_tessera("info " + shell_quote(path));
+    EXPECT_EQ(text.rc, 0) << text.err;
+    auto json = run_tessera("info --json " + shell_quote(path));
+    EXPECT_EQ(json.rc, 0) << json.err;
+    EXPECT_NO_THROW((void)nlohmann::json::parse(json.out)) << json.out;
+    auto run = run_tessera("run -m " + shell_quote(path) + " -p hi -n 2 --temp 0 -v");
+    EXPECT_EQ(run.rc, 0) << run.err;
+    fs::remove(path);
+}
+
+// A context larger than the model was trained on works, with a warning; one too large for any model is refused.
+TEST(cli_run, context_larger_than_the_model_warns) {
+    auto r = run_tessera("run -m " + shell_quote(tiny_model()) + " -c 1024 -p hi -n 2 --temp 0");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.err.find("warning: context 1024 is larger than the 256 tokens"), std::string::npos) << r.err;
+    expect_one_line_error(run_tessera("run -m " + shell_quote(tiny_model()) + " -c 100000000 -p hi"),
+                          "context size 100000000 is out of range");
+}
+
+// Tensor type ids no GGUF defines, and shapes that do not fit the architecture: one line each.
+TEST(cli_run, unknown_type_and_wrong_shape_fail_with_one_line) {
+    const std::string path = tmp_file("bad_type.gguf");
+    tessera::test::write_tiny_model(path, {});
+    {
+        // the writer refuses unknown ids, so patch the file: the type id follows the name, n_dims and two ne
+        std::string bytes = tessera::test::read_file(path);
+        const std::string name = "blk.0.attn_q.weight";
+        const size_t at = bytes.find(name);
+        ASSERT_NE(at, std::string::npos);
+        const uint32_t id = 99;
+        std::memcpy(bytes.data() + at + name.size() + 4 + 16, &id, 4);
+        std::ofstream(path, std::ios::binary) << bytes;
+    }
+    expect_one_line_error(run_tessera("run -m " + shell_quote(path) + " -p hi"), "tensor blk.0.attn_q.weight: unknown type id 99");
+    tessera::test::tiny_model_spec w;
+    w.reshape["blk.1.ffn_down.weight"] = {64, 128};
+    tessera::test::write_tiny_model(path, w);
+    expect_one_line_error(run_tessera("run -m " + shell_quote(path) + " -p hi"),
+                          "blk.1.ffn_down.weight: expected shape 128 x 64, got 64 x 128");
+    fs::remove(path);
 }

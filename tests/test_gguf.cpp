@@ -661,3 +661,117 @@ TEST(gguf_broken, random_corruptions_never_crash) {
     }
     EXPECT_GT(n_ok, 0u); // some corruptions (in string bytes, tensor data) leave a valid file
 }
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Hardening (#6)
+
+// A cut at each section boundary of a file (and one byte either side) names the section that is incomplete.
+TEST(gguf_broken, truncated_at_each_section_boundary) {
+    raw r;
+    r.header(2, 2);
+    const size_t header_end = r.b.size();
+    r.kv_u32("general.alignment", 32);
+    const size_t kv0_end = r.b.size();
+    r.str("general.name").u32(uint32_t(gguf_type::string)).str("tiny");
+    const size_t kvs_end = r.b.size();
+    r.tensor("a", {32}, 8, 0);
+    const size_t info0_end = r.b.size();
+    r.tensor("b", {4, 2}, 0, 64);
+    const size_t infos_end = r.b.size();
+    r.pad(32);
+    const size_t data_start = r.b.size();
+    r.zeros(34).zeros(30).zeros(32);
+    ASSERT_NO_THROW(parse(r));
+    ASSERT_GT(data_start, infos_end); // this file has alignment padding to cut into
+
+    const struct {
+        size_t at;
+        const char* message;
+    } cuts[] = {
+        {0, "not a GGUF file"},
+        {3, "not a GGUF file"},
+        {4, "truncated file: version at byte 4"},
+        {8, "truncated file: tensor count at byte 8"},
+        {16, "truncated file: kv count at byte 16"},
+        {header_end - 1, "truncated file: kv count"},
+        {header_end, "truncated file: key of kv 0 at byte 24"},
+        {header_end + 8, "key of kv 0"},
+        {kv0_end - 1, "truncated file: key 'general.alignment': value"},
+        {kv0_end, "truncated file: key of kv 1"},
+        {kvs_end - 1, "key 'general.name': string"},
+        {kvs_end, "truncated file: name of tensor 0"},
+        {kvs_end + 10, "truncated file: tensor a at byte"},
+        {info0_end, "truncated file: name of tensor 1"},
+        {infos_end - 1, "truncated file: tensor b"},
+        {infos_end, "tensor a: data runs past the end of the file"},      // no padding at all
+        {data_start - 1, "tensor a: data runs past the end of the file"}, // part of the padding
+        {data_start, "tensor a: data runs past the end of the file"},
+        {data_start + 33, "tensor a: data runs past the end of the file"},
+        {data_start + 64, "tensor b: data runs past the end of the file"},
+        {r.b.size() - 1, "tensor b: data runs past the end of the file (truncated?), expected at least 288 bytes, got "
+                         "287"},
+    };
+    for (const auto& c : cuts) {
+        SCOPED_TRACE("cut at byte " + std::to_string(c.at));
+        expect_error(std::vector<uint8_t>(r.b.begin(), r.b.begin() + long(c.at)), c.message);
+    }
+}
+
+// Counts and sizes that no file of this size could hold are refused before anything is allocated (the sanitizer build
+// would report an allocation of 2^60 elements), with the count named.
+TEST(gguf_broken, absurd_sizes_are_refused_before_allocating) {
+    // 2^59 strings of at least 8 bytes each in a file of 60 bytes
+    expect_error(raw()
+                     .header(0, 1)
+                     .str("tokenizer.ggml.tokens")
+                     .u32(uint32_t(gguf_type::array))
+                     .u32(uint32_t(gguf_type::string))
+                     .u64(uint64_t(1) << 59)
+                     .zeros(16),
+                 "key 'tokenizer.ggml.tokens': array length too large for the 16 bytes left");
+    // four dimensions of 2^16: 2^64 elements
+    expect_error(with_tensors({info("t", {1 << 16, 1 << 16, 1 << 16, 1 << 16}, 0, 0)}, 64), "overflows int64");
+    // 2^40 f32 elements fit int64 but not this file
+    expect_error(with_tensors({info("t", {uint64_t(1) << 20, uint64_t(1) << 20}, 0, 0)}, 64),
+                 "tensor t: data runs past the end of the file");
+    // a tensor count bounded by the 32 bytes a tensor info takes at least
+    expect_error(raw().header(3, 0).zeros(64), "tensor count too large for the 64 bytes left");
+}
+
+// GGUF strings are bytes: a key or value that is not UTF-8 is kept exactly, and a vocabulary whose tokens are not
+// UTF-8 still loads and tokenizes.
+TEST(gguf_broken, bad_utf8_in_metadata_is_kept_as_bytes) {
+    const std::string bad = "caf\xc3 \xff\xfe \xed\xa0\x80 \xf4\x90\x80\x80";
+    raw r;
+    r.header(0, 2);
+    r.str("general.name").u32(uint32_t(gguf_type::string)).str(bad);
+    r.str("x.\xff").u32(uint32_t(gguf_type::u32)).u32(5);
+    const gguf_file f = parse(r);
+    EXPECT_EQ(f.get_string("general.name"), bad);
+    EXPECT_EQ(f.get_int("x.\xff"), 5);
+}
+
+// A file truncated on disk while mapped: reading the lost pages ends the process with one line naming the file
+// (SIGBUS caught, status 1) instead of a bus error.
+TEST(gguf_open_death, truncated_while_mapped_exits_with_one_line) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    temp_dir dir;
+    const std::string path = (dir.path / "shrinks.gguf").string();
+    std::vector<uint8_t> data(1 << 20);
+    for (size_t i = 0; i < data.size(); i++) data[i] = uint8_t(i * 7);
+    gguf_writer w;
+    const int64_t ne[1] = {int64_t(data.size() / 4)};
+    w.add_tensor("big", uint32_t(type::f32), ne, data.data());
+    w.write(path);
+    auto shrink_and_read = [&] {
+        gguf_file f = gguf_file::open(path);
+        if (::truncate(path.c_str(), 4096) != 0) std::abort();
+        const gguf_tensor_info* t = f.find_tensor("big");
+        unsigned sum = 0;
+        for (uint64_t i = 0; i < t->size; i += 4096) sum += t->data[i];
+        std::fprintf(stderr, "read everything (%u)\n", sum);
+        std::exit(0);
+    };
+    EXPECT_EXIT(shrink_and_read(), ::testing::ExitedWithCode(1),
+                "error: .*shrinks.gguf: the file was truncated or changed on disk while in use");
+}

@@ -8,8 +8,10 @@
 #include "llm/perplexity.h"
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -132,4 +134,73 @@ TEST(perplexity_run, too_little_text_is_an_error) {
     pp.n_ctx = 128;
     EXPECT_THROW(run_perplexity(s, "too short", pp), error);
     fs::remove(path);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// The base-file reader on hand-made files (hardening, #6; tests/fuzz/fuzz_kld_base.cpp fuzzes the same reader).
+
+namespace {
+
+// A base file for a vocabulary of n_vocab: header, tokens (i % n_vocab) and `n_chunk` chunks of constant records.
+std::string kld_file(int32_t n_ctx, int32_t n_vocab, int32_t n_chunk) {
+    std::string s = "_logits_";
+    const int32_t hdr[3] = {n_ctx, n_vocab, n_chunk};
+    s.append(reinterpret_cast<const char*>(hdr), 12);
+    for (int32_t i = 0; i < n_ctx * n_chunk; i++) {
+        const int32_t t = i % n_vocab;
+        s.append(reinterpret_cast<const char*>(&t), 4);
+    }
+    s.append(size_t(n_chunk * (n_ctx - 1 - n_ctx / 2) * kld_record_size(n_vocab) * 2), '\x01');
+    return s;
+}
+
+// Reads the whole file as run_perplexity does; returns the error message, or "" when it was accepted.
+std::string kld_read_error(const std::string& bytes, int64_t model_vocab) {
+    std::istringstream in(bytes);
+    try {
+        kld_base_reader r(in, bytes.size(), "t.kld", model_vocab);
+        std::vector<uint16_t> rec;
+        for (int32_t c = 0; c < r.n_chunk; c++) r.read_chunk(rec);
+        return "";
+    } catch (const error& e) {
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).rfind("t.kld: ", 0), 0u) << e.what();
+        return e.what();
+    }
+}
+
+} // namespace
+
+TEST(perplexity_base_file, every_cut_and_bad_header_is_a_clear_error) {
+    const std::string good = kld_file(8, 7, 3);
+    EXPECT_EQ(kld_read_error(good, 7), "");
+    for (size_t n = 0; n < good.size(); n++)
+        EXPECT_NE(kld_read_error(good.substr(0, n), 7), "") << "cut at " << n;
+    auto with_header = [&](int32_t n_ctx, int32_t n_vocab, int32_t n_chunk) {
+        std::string s = good;
+        const int32_t hdr[3] = {n_ctx, n_vocab, n_chunk};
+        std::memcpy(s.data() + 8, hdr, 12);
+        return s;
+    };
+    EXPECT_NE(kld_read_error(with_header(3, 7, 3), 7).find("implausible header: n_ctx 3"), std::string::npos);
+    EXPECT_NE(kld_read_error(with_header(8, 0, 3), 7).find("implausible header"), std::string::npos);
+    EXPECT_NE(kld_read_error(with_header(8, 7, -1), 7).find("implausible header"), std::string::npos);
+    EXPECT_NE(kld_read_error(with_header(8, 7, 4), 7).find("file is truncated: 4 chunks of 8 tokens"),
+              std::string::npos);
+    EXPECT_NE(kld_read_error(good, 9).find("base vocabulary has 7 tokens, the model 9"), std::string::npos);
+    std::string bad_token = good;
+    const int32_t seven = 7;
+    std::memcpy(bad_token.data() + 20 + 4 * 5, &seven, 4);
+    EXPECT_NE(kld_read_error(bad_token, 7).find("token id 7 out of range, expected 0..6"), std::string::npos);
+}
+
+// The largest header the limits allow (2^24 tokens of context and vocabulary, 2^31 - 1 chunks) needs more than 2^64
+// bytes: the size check used to overflow and let a 32-byte file through to a 2^55-element allocation.
+TEST(perplexity_base_file, size_arithmetic_does_not_overflow) {
+    std::string s = "_logits_";
+    const int32_t hdr[3] = {1 << 24, 1 << 24, 0x7FFFFFFF};
+    s.append(reinterpret_cast<const char*>(hdr), 12);
+    s.append(64, '\0');
+    EXPECT_NE(kld_read_error(s, 1 << 24).find("need more than 2^64 bytes"), std::string::npos)
+        << kld_read_error(s, 1 << 24);
 }

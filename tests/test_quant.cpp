@@ -511,7 +511,9 @@ TEST(cpu_gemm4, q4_0_repacked_order) {
 
 // Weights repacked in 16-row groups (backends/cpu/quant/repack.h): every kind, both instruction-set builds, any
 // number of activation rows, against the row kernels they stand in for. Bound: exact equality (same bits), since the
-// lanes keep the row kernels' accumulators; that is what keeps tessera's output identical to llama.cpp's.
+// lanes keep the row kernels' accumulators; that is what keeps tessera's output identical to llama.cpp's (q4_0, q4_1,
+// q8_0, nvfp4, tq2_0 follow ggml's order). Weights are heavy-tailed, with the legal corner cases of each file format
+// planted in: q8_0's -128, nvfp4 sub-scales 0x7f (reads 0), with bit 7 set (ignored) and subnormal, the 2-bit code 3.
 TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
     struct isa {
@@ -520,29 +522,39 @@ TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
     };
     std::vector<isa> isas{{"avx2", cpu::avx2::x16_kernels_for}};
     if (cpu::cpu_has_avx512vnni()) isas.push_back({"avx512vnni", cpu::avx512vnni::x16_kernels_for});
-    const std::pair<cpu::x16_kind, type> kinds[] = {{cpu::x16_kind::q4_0_blockwise, type::q4_0},
-                                                    {cpu::x16_kind::q4_0, type::q4_0},
-                                                    {cpu::x16_kind::q4_1, type::q4_1},
-                                                    {cpu::x16_kind::q8_0, type::q8_0}};
-    for (int64_t k : {int64_t(32), int64_t(32 * 19)}) {
-        const int64_t n = 32, m = 19; // two groups; 19 activation rows: chunks of 4 / 2 and a remainder
+    using cpu::x16_kind;
+    const std::pair<x16_kind, type> kinds[] = {
+        {x16_kind::q4_0_blockwise, type::q4_0}, {x16_kind::q4_0, type::q4_0},   {x16_kind::q4_1, type::q4_1},
+        {x16_kind::q8_0, type::q8_0},           {x16_kind::nvfp4, type::nvfp4}, {x16_kind::awq4, type::awq4},
+        {x16_kind::awq4_g64, type::awq4_g64},   {x16_kind::tq2_0, type::tq2_0}, {x16_kind::i2_s, type::i2_s}};
+    for (int64_t blocks : {int64_t(1), int64_t(19)})
         for (auto [kind, t] : kinds) {
+            const int64_t k = blocks * cpu::x16_block_elems(kind);
+            const int64_t n = 32, m = 19; // two groups; 19 activation rows: chunks of 4 / 2 and a remainder
             const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(t);
-            const bool blockwise = kind == cpu::x16_kind::q4_0_blockwise;
+            const bool blockwise = kind == x16_kind::q4_0_blockwise;
             const size_t wrow = row_size(t, k), arow = row_size(ops->dot_type, k);
             std::vector<uint8_t> w(size_t(n) * wrow), a(size_t(m) * arow);
             for (int64_t i = 0; i < n; i++) {
                 auto x = random_heavy(size_t(k), uint32_t(300 + i));
-                find_row_ops(t)->from_float(x.data(), w.data() + i * wrow, k);
+                find_row_ops(t)->from_float(x.data(), w.data() + i * wrow, k); // i2_s: at unit scale
             }
             if (t == type::q8_0) reinterpret_cast<block_q8_0*>(w.data())[0].qs[3] = -128; // legal in a file
+            if (t == type::nvfp4) {
+                auto* b = reinterpret_cast<block_nvfp4*>(w.data() + 5 * wrow);
+                b[0].d[1] = 0x7f;               // reads as 0
+                b[0].d[2] = uint8_t(0x80 | 0x3a); // bit 7 ignored
+                b[0].d[3] = 0x05;               // subnormal
+            }
+            if (t == type::tq2_0) reinterpret_cast<block_tq2_0*>(w.data() + 7 * wrow)[0].qs[9] |= 0xc3; // code 3 (+2)
+            if (t == type::i2_s) reinterpret_cast<block_i2_s*>(w.data() + 7 * wrow)[0].qs[9] |= 0xc3;
             for (int64_t j = 0; j < m; j++) {
                 auto z = random_normal(size_t(k), uint32_t(400 + j));
                 ops->act_from_float(z.data(), a.data() + j * arow, k);
             }
-            std::vector<uint8_t> packed(2 * cpu::x16_group_bytes(kind, k));
-            for (int g = 0; g < 2; g++)
-                cpu::repack_x16(kind, w.data() + g * 16 * wrow, wrow, k, packed.data() + g * cpu::x16_group_bytes(kind, k));
+            const size_t gb = cpu::x16_group_bytes(kind, k);
+            std::vector<uint8_t> packed(2 * gb);
+            for (int g = 0; g < 2; g++) cpu::repack_x16(kind, w.data() + g * 16 * wrow, wrow, k, packed.data() + g * gb);
             for (const isa& is : isas) {
                 const cpu::x16_kernels kern = is.get(kind);
                 ASSERT_NE(kern.gemm, nullptr);
@@ -552,17 +564,15 @@ TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
                     for (int64_t j = 0; j < m; j++) kern.sums(a.data() + j * arow, sums.data() + j * ns, k);
                 std::vector<float> y(size_t(m * n), std::nanf(""));
                 for (int g = 0; g < 2; g++)
-                    kern.gemm(packed.data() + g * cpu::x16_group_bytes(kind, k), k / 32, a.data(), arow,
-                              kern.sums ? sums.data() : nullptr, kern.sums ? size_t(ns) : 0, m, y.data() + 16 * g,
-                              size_t(n));
+                    kern.gemm(packed.data() + g * gb, k / 32, a.data(), arow, kern.sums ? sums.data() : nullptr,
+                              kern.sums ? size_t(ns) : 0, m, y.data() + 16 * g, size_t(n));
                 for (int64_t j = 0; j < m; j++)
                     for (int64_t i = 0; i < n; i++) {
                         const float r = blockwise ? ops->vec_dot_rows8(w.data() + i * wrow, a.data() + j * arow, k)
                                                   : ops->vec_dot(w.data() + i * wrow, a.data() + j * arow, k);
-                        ASSERT_EQ(y[size_t(j * n + i)], r) << is.name << " kind " << int(kind) << " k " << k
-                                                           << " row " << i << " act " << j;
+                        ASSERT_EQ(y[size_t(j * n + i)], r) << is.name << " " << type_name(t) << " kind " << int(kind)
+                                                           << " k " << k << " row " << i << " act " << j;
                     }
             }
         }
-    }
 }

@@ -13,7 +13,7 @@ namespace tessera::cpu {
 struct cpu_options {
     int n_threads = 0;      // 0 = one per core, at most 8
     bool reference = false; // scalar reference kernels only (tests: the oracle)
-    // repack q4_0 / q4_1 / q8_0 weights at load time into 16-row groups (quant/repack.h); same results, faster
+    // repack block-format weights at load time into 16-row groups (quant/repack.h); same results, faster
     bool repack = true;
 };
 

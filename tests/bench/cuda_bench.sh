@@ -2,7 +2,8 @@
 # cuda_bench.sh: CUDA speed on a GPU machine, in one go: build (as cuda_check.sh), the decode GEMV per format at the
 # issue's shapes, then end-to-end tessera bench (pp512, tg128) on random-weight GGUFs with the real shapes of 1B, 7B
 # and 8B llama models (examples/random_model, generated here), each time side by side with the previous version (the
-# file's block layout, TESSERA_CUDA_SPLIT=0) in the same run. Prints markdown tables; logs under $LOG.
+# file's block layout and plain launches: TESSERA_CUDA_SPLIT=0 TESSERA_CUDA_GRAPHS=0) in the same run. Prints markdown
+# tables; logs under $LOG.
 #   usage: tests/bench/cuda_bench.sh [SHAPES (default "1b 7b")] [TYPES (default "q4_0 q8_0")]
 #   env:   BUILD (/tmp/build), LOG (/tmp/cuda_bench), MODELS (/tmp/models), REPS (5), SKIP_MMV=1, PCRE2_INCLUDE_DIR
 set -u
@@ -42,12 +43,12 @@ for s in $shapes; do
             { echo "| $s | $t | generation failed: $(tail -1 "$LOG/gen-$s-$t.log") |"; continue; }
         gib=$(python3 -c "import os; print(f'{os.path.getsize(\"$f\")/2**30:.2f}')")
         for split in 0 1; do
-            out=$(TESSERA_CUDA_SPLIT=$split "$BUILD/cli/tessera" bench -m "$f" -p 512 -n 128 -r "$REPS" --device cuda \
+            out=$(TESSERA_CUDA_SPLIT=$split TESSERA_CUDA_GRAPHS=$split "$BUILD/cli/tessera" bench -m "$f" -p 512 -n 128 -r "$REPS" --device cuda \
                 -o json 2> "$LOG/bench-$s-$t-$split.err")
             read -r pp tg < <(echo "$out" | python3 -c "import json,sys
 d=json.load(sys.stdin); print(' '.join(f\"{r['avg_ts']:.0f}±{r['stddev_ts']:.0f}\" for r in d))" 2>/dev/null) ||
                 { pp="error: $(tail -1 "$LOG/bench-$s-$t-$split.err")"; tg=-; }
-            layout=$([[ $split == 1 ]] && echo "split (this version)" || echo "file blocks (previous)")
+            layout=$([[ $split == 1 ]] && echo "split + graphs (this version)" || echo "file blocks, launches (previous)")
             echo "| $s | $t | $gib | $layout | $pp | $tg |"
         done
     done

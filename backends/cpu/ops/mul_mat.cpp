@@ -58,9 +58,14 @@ void mul_mat_x16(const compute_params& p, tensor& dst, const repacked_weight& rw
         const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
         const int64_t m0 = tm * TILE_M, m1 = std::min(m, m0 + TILE_M);
         const int64_t r0 = (i3 * ne2 + i2) * m + m0; // first activation row of the tile
-        for (int64_t g = c * run; g < std::min(groups, (c + 1) * run); g++)
+        for (int64_t g = c * run; g < std::min(groups, (c + 1) * run); g++) {
+            float* y = at<float>(dst, 16 * g, m0, i2, i3);
             kern.gemm(rw.group(g), k / 32, act + size_t(r0) * act_row, act_row,
-                      sums ? sums + size_t(r0) * ss : nullptr, ss, m1 - m0, at<float>(dst, 16 * g, m0, i2, i3), ys);
+                      sums ? sums + size_t(r0) * ss : nullptr, ss, m1 - m0, y, ys);
+            if (rw.scale != 1.0f) // i2_s: rows at unit scale, times the tensor's scale as in the row path
+                for (int64_t j = 0; j < m1 - m0; j++)
+                    for (int64_t i = 0; i < 16; i++) y[j * int64_t(ys) + i] *= rw.scale;
+        }
     }
 }
 
@@ -71,8 +76,10 @@ size_t mul_mat_work_size(const tensor& node) {
     const tensor& x = *node.src[1];
     const size_t rows = size_t(x.ne[1] * x.ne[2] * x.ne[3]);
     const size_t act = row_size(ops->dot_type, x.ne[0]) * rows;
-    // tile counter, activations, then (for weights that may be repacked) one int32 correction per 4 elements
-    const bool may_repack = node.src[0]->t == type::q4_0 || node.src[0]->t == type::q8_0;
+    // tile counter, activations, then (for weights that may be repacked) at most one int32 correction per 4 elements
+    const type t = node.src[0]->t;
+    const bool may_repack = t == type::q4_0 || t == type::q8_0 || t == type::nvfp4 || t == type::awq4 ||
+                            t == type::awq4_g64 || t == type::tq2_0;
     return 64 + (act + 63) / 64 * 64 + (may_repack ? size_t(x.ne[0] / 4) * 4 * rows : 0);
 }
 

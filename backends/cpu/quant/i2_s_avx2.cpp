@@ -39,13 +39,16 @@ void quantize_row_i8_s(const float* x, void* y, int64_t n) {
     }
 }
 
-// per block: sum code * q in int16 lanes (|lane| <= 4 * 2 * 2 * 128), widened, minus the block's sum of q (the code
-// offset, folded into lane 0), converted and scaled by the activation's d
+// BitNet's order: the exact integer sum over the row of code * q (int16 lanes per block, |lane| <= 4 * 2 * 3 * 128,
+// widened and summed in int32), minus the row's sum of q (the code offset), converted once and times the row's d
+// (the same in every block); the repacked kernel (repack.h) gives the same bits
 float vec_dot_i2_s_i8_s(const void* w, const void* a, int64_t n) {
     auto* x = static_cast<const block_i2_s*>(w);
     auto* y = static_cast<const block_i8_s*>(a);
+    if (n < 128) return 0.0f;
     const __m256i m3 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
+    __m256i acc = _mm256_setzero_si256();
+    int32_t total = 0;
     for (int64_t i = 0; i < n / 128; i++) {
         // byte j: bits 7:6 = element j, 5:4 = j + 32, 3:2 = j + 64, 1:0 = j + 96
         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
@@ -58,11 +61,10 @@ float vec_dot_i2_s_i8_s(const void* w, const void* a, int64_t n) {
         const __m256i p1 = _mm256_maddubs_epi16(c1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qy + 32)));
         const __m256i p2 = _mm256_maddubs_epi16(c2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qy + 64)));
         const __m256i p3 = _mm256_maddubs_epi16(c3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qy + 96)));
-        __m256i sumi = madd1(_mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3)));
-        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(y[i].sum, 0, 0, 0, 0, 0, 0, 0));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(y[i].d), acc);
+        acc = _mm256_add_epi32(acc, madd1(_mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3))));
+        total += y[i].sum;
     }
-    return hsum8(acc);
+    return float(hsum8_i32(acc) - total) * y[0].d;
 }
 
 } // namespace tessera::cpu::avx2

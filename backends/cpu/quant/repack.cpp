@@ -3,9 +3,7 @@
 
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
-#include "quant/q4_0.h"
-#include "quant/q4_1.h"
-#include "quant/q8_0.h"
+#include "quant/format.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -21,13 +19,42 @@ x16_kernels find_x16_kernels(x16_kind kind) {
 
 namespace {
 
-constexpr size_t qs_bytes(x16_kind kind) { return kind == x16_kind::q8_0 ? 512 : 256; }
-constexpr size_t scale_bytes(x16_kind kind) { return kind == x16_kind::q4_1 ? 64 : 32; }
+// bytes of one block record (values + scales) of 16 rows
+constexpr size_t record_bytes(x16_kind kind) {
+    switch (kind) {
+    case x16_kind::q4_0_blockwise:
+    case x16_kind::q4_0: return 256 + 32;
+    case x16_kind::q4_1: return 256 + 64;
+    case x16_kind::q8_0: return 512 + 32;
+    case x16_kind::nvfp4: return 512 + 64;
+    case x16_kind::awq4: return 1024 + 64;
+    case x16_kind::awq4_g64: return 512 + 64;
+    case x16_kind::tq2_0: return 1024 + 32;
+    case x16_kind::i2_s: return 512;
+    }
+    return 0;
+}
+
+// 4 nibbles of 4 consecutive elements (low) and of the 4 elements 16 later (high) -> lane r of a q4_0-style vector
+template <class Code> void put_nibbles(uint8_t* vec, int r, int e0, Code code) {
+    for (int j = 0; j < 4; j++) vec[r * 4 + j] = uint8_t(code(e0 + j) | (code(e0 + 16 + j) << 4));
+}
 
 } // namespace
 
+int64_t x16_block_elems(x16_kind kind) {
+    switch (kind) {
+    case x16_kind::nvfp4:
+    case x16_kind::awq4_g64: return 64;
+    case x16_kind::awq4:
+    case x16_kind::i2_s: return 128;
+    case x16_kind::tq2_0: return 256;
+    default: return 32;
+    }
+}
+
 size_t x16_group_bytes(x16_kind kind, int64_t k) {
-    const size_t bytes = size_t(k / 32) * (qs_bytes(kind) + scale_bytes(kind));
+    const size_t bytes = size_t(k / x16_block_elems(kind)) * record_bytes(kind);
     return (bytes + 63) / 64 * 64;
 }
 
@@ -35,48 +62,90 @@ int64_t x16_act_sums_count(x16_kind kind, int64_t k) {
     switch (kind) {
     case x16_kind::q4_0_blockwise: return k / 32;
     case x16_kind::q4_0:
-    case x16_kind::q8_0: return k / 4;
-    case x16_kind::q4_1: return 0;
+    case x16_kind::q8_0:
+    case x16_kind::nvfp4: return k / 4;
+    case x16_kind::awq4:
+    case x16_kind::awq4_g64:
+    case x16_kind::tq2_0: return k / 32;
+    case x16_kind::q4_1:
+    case x16_kind::i2_s: return 0;
     }
     return 0;
 }
 
 void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k, uint8_t* dst) {
-    const int64_t nb = k / 32;
-    const size_t qsb = qs_bytes(kind), bsz = qsb + scale_bytes(kind);
+    const int64_t be = x16_block_elems(kind), nb = k / be;
+    const size_t rb = record_bytes(kind);
     for (int r = 0; r < 16; r++) {
         const uint8_t* row = src + size_t(r) * src_stride;
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t* q = dst + size_t(b) * bsz;
-            auto* s = reinterpret_cast<uint16_t*>(q + qsb);
+            uint8_t* q = dst + size_t(b) * rb;
             switch (kind) {
             case x16_kind::q4_0_blockwise:
             case x16_kind::q4_0: {
                 const auto& x = reinterpret_cast<const block_q4_0*>(row)[b];
                 for (int v = 0; v < 4; v++)
                     for (int j = 0; j < 4; j++) q[v * 64 + r * 4 + j] = x.qs[4 * v + j];
-                s[r] = x.d.bits;
+                reinterpret_cast<uint16_t*>(q + 256)[r] = x.d.bits;
                 break;
             }
             case x16_kind::q4_1: {
                 const auto& x = reinterpret_cast<const block_q4_1*>(row)[b];
                 for (int v = 0; v < 4; v++)
                     for (int j = 0; j < 4; j++) q[v * 64 + r * 4 + j] = x.qs[4 * v + j];
-                s[r] = x.d.bits;
-                s[16 + r] = x.m.bits;
+                reinterpret_cast<uint16_t*>(q + 256)[r] = x.d.bits;
+                reinterpret_cast<uint16_t*>(q + 256)[16 + r] = x.m.bits;
                 break;
             }
             case x16_kind::q8_0: {
                 const auto& x = reinterpret_cast<const block_q8_0*>(row)[b];
                 for (int g = 0; g < 8; g++)
                     for (int j = 0; j < 4; j++) q[g * 64 + r * 4 + j] = uint8_t(x.qs[4 * g + j]) ^ 0x80;
-                s[r] = x.d.bits;
+                reinterpret_cast<uint16_t*>(q + 512)[r] = x.d.bits;
+                break;
+            }
+            case x16_kind::nvfp4: {
+                const auto& x = reinterpret_cast<const block_nvfp4*>(row)[b];
+                // element e: sub-block e / 16, byte 8 (e / 16) + e % 8, high nibble when e % 16 >= 8
+                auto code = [&](int e) { return (x.qs[8 * (e / 16) + e % 8] >> (4 * ((e % 16) / 8))) & 0xf; };
+                for (int v = 0; v < 8; v++)
+                    for (int j = 0; j < 4; j++)
+                        q[v * 64 + r * 4 + j] = uint8_t(code(4 * v + j) | (code(32 + 4 * v + j) << 4));
+                for (int sb = 0; sb < 4; sb++) // 0x7f reads as 0 (ue4m3_to_fp32_half); bit 7 is ignored
+                    q[512 + 16 * sb + r] = x.d[sb] == 0x7f ? 0 : x.d[sb] & 0x7f;
+                break;
+            }
+            case x16_kind::awq4:
+            case x16_kind::awq4_g64: {
+                auto pack = [&]<int G>(const block_awq4<G>& x) {
+                    auto code = [&](int e) { return int(x.qs[e / 8] >> (4 * awq_slot(e % 8))) & 0xf; };
+                    for (int qb = 0; qb < G / 32; qb++)
+                        for (int v = 0; v < 4; v++) put_nibbles(q + (4 * qb + v) * 64, r, 32 * qb + 4 * v, code);
+                    reinterpret_cast<uint16_t*>(q + G * 8)[r] = x.s.bits;
+                    q[G * 8 + 32 + r] = x.z;
+                    q[G * 8 + 48 + r] = 0;
+                };
+                if (kind == x16_kind::awq4)
+                    pack(reinterpret_cast<const block_awq4<128>*>(row)[b]);
+                else
+                    pack(reinterpret_cast<const block_awq4<64>*>(row)[b]);
+                break;
+            }
+            case x16_kind::tq2_0: {
+                const auto& x = reinterpret_cast<const block_tq2_0*>(row)[b];
+                for (int v = 0; v < 16; v++) std::memcpy(q + v * 64 + r * 4, x.qs + 4 * v, 4); // v = 8h + l
+                reinterpret_cast<uint16_t*>(q + 1024)[r] = x.d.bits;
+                break;
+            }
+            case x16_kind::i2_s: {
+                const auto& x = reinterpret_cast<const block_i2_s*>(row)[b];
+                for (int l = 0; l < 8; l++) std::memcpy(q + l * 64 + r * 4, x.qs + 4 * l, 4);
                 break;
             }
             }
         }
     }
-    const size_t used = size_t(nb) * (qsb + scale_bytes(kind));
+    const size_t used = size_t(nb) * rb;
     std::memset(dst + used, 0, x16_group_bytes(kind, k) - used);
 }
 
@@ -90,8 +159,14 @@ bool x16_kind_for(const tensor& w, x16_kind& kind) {
         break;
     case type::q4_1: kind = x16_kind::q4_1; break;
     case type::q8_0: kind = x16_kind::q8_0; break;
+    case type::nvfp4: kind = x16_kind::nvfp4; break;
+    case type::awq4: kind = x16_kind::awq4; break;
+    case type::awq4_g64: kind = x16_kind::awq4_g64; break;
+    case type::tq2_0: kind = x16_kind::tq2_0; break;
+    case type::i2_s: kind = x16_kind::i2_s; break;
     default: return false;
     }
+    if (w.ne[0] % x16_block_elems(kind) != 0) return false;
     return find_x16_kernels(kind).gemm != nullptr;
 }
 
@@ -103,6 +178,7 @@ repacked_weight* repack_store::reserve(const tensor& w) {
     r.k = w.ne[0];
     r.n = w.ne[1];
     r.group_bytes = x16_group_bytes(kind, r.k);
+    r.scale = read_tensor_scale(w.t, w.data, w.n_elements()); // i2_s's tail; 1 otherwise
     const size_t total = r.group_bytes * size_t(r.n / 16);
     void* p = std::aligned_alloc(64, total);
     if (!p) throw std::bad_alloc();

@@ -1,28 +1,45 @@
-// repack.h: load-time repacking of q4_0 / q4_1 / q8_0 weight matrices into groups of 16 interleaved rows, and the
-// kernels that multiply them. The layout belongs to the CPU backend, never to a file.
+// repack.h: load-time repacking of block-format weight matrices into groups of 16 interleaved rows, and the kernels
+// that multiply them. The layout belongs to the CPU backend, never to a file.
 //
 // Why: a row-at-a-time dot ends every block (or row) with a horizontal sum across SIMD lanes. With 16 rows side by
-// side, lane r of every vector belongs to row r: a block is 4 (nibbles) or 8 (bytes) loads and 8 integer dots
-// (vpdpbusd: 4 bytes x 16 rows each) against one activation word broadcast to all lanes, with no shuffles and no
-// horizontal sums until the very end.
+// side, lane r of every vector belongs to row r: a block is a few loads and integer dots (vpdpbusd: 4 bytes x 16 rows
+// each) against one activation word broadcast to all lanes, with no shuffles and no horizontal sums until the end.
 //
-// Results stay bit-identical to the row kernels (and so to llama.cpp), because each lane keeps exactly the float
-// accumulator the row kernel keeps:
-//   - `blockwise` (q4_0 as llama.cpp's repacked q4_0_8x8 kernels sum it): per row, per block,
+// Results stay bit-identical to the row kernels, because each lane keeps exactly the accumulators the row kernel keeps
+// (integer sums are exact, so only the float steps need the same order):
+//   - `q4_0_blockwise` (q4_0 as llama.cpp's repacked q4_0_8x8 kernels sum it): per row, per block,
 //     acc = fma(float(integer block dot), d_w * d_a, acc).
-//   - `plain` (ggml_vec_dot_*: q4_0, q4_1, q8_0): per row 8 float lanes, lane g (elements 4g..4g+3 of every block)
-//     acc_g = fma(d_w * d_a, float(integer dot of those 4), acc_g); at the end the 8 lanes are folded as hsum_float_8
-//     does, plus, for q4_1, the running sum of m_w * s_a.
+//   - `q4_0`, `q4_1`, `q8_0` (ggml_vec_dot_*) and `nvfp4` (ggml's AVX2 kernel): per row 8 float lanes, lane g
+//     (elements 4g..4g+3 of every 32) acc_g = fma(scale, float(integer dot of those 4), acc_g); at the end the 8 lanes
+//     are folded as hsum_float_8 does, plus, for q4_1, the running sum of m_w * s_a. nvfp4's 64-element block is two
+//     such steps (q8_0 blocks 2b, 2b + 1), scale = UE4M3(d_sub) * d_a as ggml multiplies it.
+//   - `tq2_0` (ggml's AVX2 kernel): per row 8 float lanes; lane l of a 256-block is the exact integer
+//     sum over elements 128h + 32n + 4l + (0..3) (h < 2, n < 4) of code * q minus sum q[32l .. 32l + 31] (bsums),
+//     acc_l = fma(float(int), d_a * d_w, acc_l); folded as hsum_float_8.
+//   - `awq4`, `awq4_g64` (tessera's own order, the row kernel's too): per row, per group g, per q8_1 block b of it,
+//     the exact integer I = sum (q - z) q8; acc_g = fma(float(I), d8_b, acc_g) (from 0), acc = fma(s_g, acc_g, acc).
+//   - `i2_s` (BitNet's order): the exact integer sum over the whole row of (code - 1) q, times the row's d_a; mul_mat
+//     then multiplies by the tensor's scale (read_tensor_scale), as it does for the row kernel.
 //
-// Group layout (16 rows, nb = k / 32 blocks, padded to 64 bytes): nb block records, each [qs][16 f16 d][q4_1: 16 f16 m]
-// (scales next to their values: one sequential stream; a separate scale array measured 40% slower from DRAM)
-//   q4_0, q4_1: qs = 256 bytes, four 64-byte vectors; vector v, lane r, byte j holds element 4v + j of row r in its
-//               low nibble and element 16 + 4v + j in its high nibble (so v's low nibbles are word-group v, high
-//               nibbles word-group 4 + v)
-//   q8_0:       qs = 512 bytes, eight 64-byte vectors; vector g, lane r, byte j = element 4g + j of row r, plus 128
-// vpdpbusd multiplies unsigned by signed bytes, so weights are stored unsigned (nibble, or q8 + 128) and each integer
-// dot starts from a correction taken from the activations: -8 x (sum of the 4 or 32 activation bytes) for q4_0,
-// -128 x (sum of 4) for q8_0 (exact in int32). mul_mat computes those sums once per activation row (act_sums).
+// Group layout (16 rows, padded to 64 bytes): one record per block, values then scales (one sequential stream; a
+// separate scale array measured 40% slower from DRAM). "Vector" = 64 bytes, lane r = its bytes 4r..4r+3 = row r.
+//   q4_0, q4_1: 32-element blocks; 4 vectors then [16 f16 d][q4_1: 16 f16 m]; vector v, lane r, byte j holds element
+//               4v + j of row r in its low nibble and element 16 + 4v + j in its high nibble
+//   q8_0:       8 vectors then 16 f16 d; vector g, lane r, byte j = element 4g + j of row r, plus 128
+//   nvfp4:      64-element blocks; 8 vectors then 64 bytes of UE4M3 sub-scales (byte 16s + r = row r's d[s], with
+//               0x7f and bit 7 cleared: the kernel reads byte << 7 as an f16 of value UE4M3/2 / 128, exactly);
+//               vector v, lane r, byte j: low nibble = E2M1 code of element 4v + j, high nibble = element 32 + 4v + j
+//   awq4, awq4_g64: one record per group of G: G/32 x 4 vectors (q8_1 block b's vectors 4b..4b+3, nibbles as q4_0
+//               within the block, AWQ's order undone), then 64 bytes: 16 f16 s, 16 u8 z, 16 zero bytes
+//   tq2_0:      256-element blocks; 16 vectors then 16 f16 d; vector 8h + l, lane r = bytes qs[32h + 4l .. + 3] of
+//               row r's block (bits 2n..2n+1 of byte j: element 128h + 32n + 4l + j)
+//   i2_s:       128-element blocks; 8 vectors, no scale; vector l, lane r = bytes qs[4l .. 4l + 3] of row r's block
+//               (bits 7-2n..6-2n of byte j: element 32n + 4l + j)
+// vpdpbusd multiplies unsigned by signed bytes, so weights are stored or decoded unsigned (nibble, q8 + 128, E2M1
+// value + 12, 2-bit code) and each integer dot starts from a correction taken from the activations (exact in int32):
+// -8 x (sum of the 4 or 32 activation bytes) for q4_0, -128 x (sum of 4) for q8_0, -12 x (sum of 4) for nvfp4,
+// -(sum of 32) per lane for tq2_0, -(sum of 32) per q8_1 block for awq4 (times z, per row). mul_mat computes those
+// sums once per activation row (act_sums).
 #pragma once
 
 #include "ggml-like/tensor.h"
@@ -34,10 +51,11 @@
 
 namespace tessera::cpu {
 
-enum class x16_kind : uint8_t { q4_0_blockwise, q4_0, q4_1, q8_0 };
+enum class x16_kind : uint8_t { q4_0_blockwise, q4_0, q4_1, q8_0, nvfp4, awq4, awq4_g64, tq2_0, i2_s };
 
 // y[j * ys + r] = row r of the group . activation row j (at a + j * as, the weight's dot type), r < 16, j < na;
-// s: that row's act_sums (at s + j * ss int32s), unused by kinds without corrections
+// nb = k / 32 (every kind's block is a multiple of 32 elements); s: that row's act_sums (at s + j * ss int32s), unused
+// by kinds without corrections. i2_s's output is at unit weight scale (the caller multiplies by the tensor's scale).
 using x16_gemm_fn = void (*)(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss,
                              int64_t na, float* y, size_t ys);
 // the corrections for one activation row (dot-type row of k elements) -> s (act_sums_count int32s)
@@ -59,6 +77,8 @@ x16_kernels x16_kernels_for(x16_kind kind);
 }
 // int32 corrections per activation row of k elements
 int64_t x16_act_sums_count(x16_kind kind, int64_t k);
+// elements per block of a kind (one record of the group layout): 32, 64 (nvfp4, awq4_g64), 128 (awq4, i2_s), 256
+int64_t x16_block_elems(x16_kind kind);
 // bytes of one 16-row group with k elements per row
 size_t x16_group_bytes(x16_kind kind, int64_t k);
 
@@ -69,12 +89,13 @@ struct repacked_weight {
     x16_kind kind;
     int64_t k = 0, n = 0;  // elements per row, rows (a multiple of 16)
     size_t group_bytes = 0;
+    float scale = 1.0f;    // the tensor's scale (i2_s's tail), applied to the output; 1 for every other type
     std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};
     const uint8_t* group(int64_t g) const { return data.get() + size_t(g) * group_bytes; }
 };
 
-// Which repacking (if any) the CPU backend uses for a weight: q4_0 / q4_1 / q8_0, 2-D, contiguous, rows a multiple
-// of 16, on a CPU with AVX2. q4_0 matrices llama.cpp would repack (not the token embedding) are summed blockwise,
+// Which repacking (if any) the CPU backend uses for a weight: q4_0 / q4_1 / q8_0 / nvfp4 / awq4 / awq4_g64 / tq2_0 /
+// i2_s, 2-D, contiguous, rows a multiple of 16, on a CPU with AVX2. q4_0 matrices llama.cpp would repack (not the token embedding) are summed blockwise,
 // the rest in ggml_vec_dot's order. The embedding's copy is used by mul_mat (tied output); get_rows reads the file.
 bool x16_kind_for(const tensor& w, x16_kind& kind);
 

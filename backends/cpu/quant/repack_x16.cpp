@@ -1,13 +1,12 @@
 // repack_x16.cpp: the kernels for 16-row interleaved weights (layout and summation orders: repack.h). Compiled twice:
 // as-is for AVX2/FMA/F16C (namespace avx2: each 64-byte vector is two 8-lane halves, done one after the other, and
 // the byte dots are maddubs + madd) and as repack_x16_vnni.cpp with AVX-512 VNNI (namespace avx512vnni: 16 lanes,
-// vpdpbusd). Both give the same bits as the row kernels in vec_dot_avx2.cpp; test_quant checks every kind.
+// vpdpbusd). Both give the same bits as the row kernels (vec_dot_avx2.cpp, <format>_avx2.cpp); test_quant checks
+// every kind.
 #include "backends/cpu/quant/repack.h"
 
 #include "ggml-like/fp16.h"
-#include "quant/q4_1.h"
-#include "quant/q8_0.h"
-#include "quant/q8_1.h"
+#include "quant/format.h"
 
 #include <immintrin.h>
 
@@ -40,6 +39,20 @@ struct V {
     static i high4(i v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f)); }
     static i dp(i acc, i u, i s) { return _mm512_dpbusd_epi32(acc, u, s); }
     static i dp_q8(i acc, i u, i s) { return _mm512_dpbusd_epi32(acc, u, s); }
+    static i zero_i() { return _mm512_setzero_si512(); }
+    template <int N> static i bits2(i v) { return _mm512_and_si512(_mm512_srli_epi16(v, N), _mm512_set1_epi8(3)); }
+    static i table16(__m128i t) { return _mm512_maskz_broadcast_i32x4(0xffff, t); }
+    static i lut(i t, i idx) { return _mm512_shuffle_epi8(t, idx); }
+    static i add32(i a, i b) { return _mm512_add_epi32(a, b); }
+    static i sub32(i a, i b) { return _mm512_sub_epi32(a, b); }
+    static i madd16(i a, i b) { return _mm512_madd_epi16(a, b); }
+    // 16 bytes -> 16 int32 lanes
+    static i load_u8(const uint8_t* p) { return _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+    // 16 canonical UE4M3 bytes -> UE4M3 / 2 / 128 (byte << 7 read as f16: exact, subnormals included)
+    static f load_ue(const uint8_t* p) {
+        const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 7);
+        return _mm512_maskz_cvtph_ps(0xffff, h);
+    }
     // (maskz forms: GCC 12's plain forms start from _mm512_undefined_ps and warn -Wmaybe-uninitialized)
     static f cvt(i v) { return _mm512_maskz_cvtepi32_ps(0xffff, v); }
     static f zero() { return _mm512_setzero_ps(); }
@@ -78,6 +91,19 @@ struct V {
         return dp(acc, _mm256_sign_epi8(q, q), _mm256_sign_epi8(s, q));
     }
 #endif
+    static i zero_i() { return _mm256_setzero_si256(); }
+    template <int N> static i bits2(i v) { return _mm256_and_si256(_mm256_srli_epi16(v, N), _mm256_set1_epi8(3)); }
+    static i table16(__m128i t) { return _mm256_broadcastsi128_si256(t); }
+    static i lut(i t, i idx) { return _mm256_shuffle_epi8(t, idx); }
+    static i add32(i a, i b) { return _mm256_add_epi32(a, b); }
+    static i sub32(i a, i b) { return _mm256_sub_epi32(a, b); }
+    static i madd16(i a, i b) { return _mm256_madd_epi16(a, b); }
+    // 8 bytes -> 8 int32 lanes
+    static i load_u8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+    // 8 canonical UE4M3 bytes -> UE4M3 / 2 / 128 (byte << 7 read as f16: exact, subnormals included)
+    static f load_ue(const uint8_t* p) {
+        return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 7));
+    }
     static f cvt(i v) { return _mm256_cvtepi32_ps(v); }
     static f zero() { return _mm256_setzero_ps(); }
     static f set1f(float v) { return _mm256_set1_ps(v); }
@@ -194,6 +220,152 @@ void q8_0_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const
     }
 }
 
+// nvfp4 in ggml's AVX2 order: per row 8 lanes, lane v: fma(UE4M3(d_{v/4}) * d_a0, dot of group v of q8 block 2b),
+// then fma(UE4M3(d_{2+v/4}) * d_a1, group v of block 2b + 1). Codes decode to E2M1 value + 12 (0..24, unsigned) and
+// the dot starts from -12 x the group's activation sum.
+template <int NA>
+void nvfp4_plain(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
+                 size_t ys) {
+    const V::i tab = V::table16(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    for (int h = 0; h < V::passes; h++) {
+        V::f acc[NA][8];
+        for (int j = 0; j < NA; j++)
+            for (int g = 0; g < 8; g++) acc[j][g] = V::zero();
+        for (int64_t b = 0; b < nb32 / 2; b++) {
+            const uint8_t* blk = w + size_t(b) * (512 + 64);
+            const uint8_t* q = blk + h * 32;
+            const uint8_t* sc = blk + 512 + h * V::lanes;
+            const V::f w0 = V::load_ue(sc), w1 = V::load_ue(sc + 16), w2 = V::load_ue(sc + 32), w3 = V::load_ue(sc + 48);
+            V::f sa[NA][4];
+            for (int j = 0; j < NA; j++) {
+                const auto* ab = reinterpret_cast<const block_q8_0*>(a + j * as) + 2 * b;
+                // (UE4M3 / 2 / 128) * (128 d_a): the exact product UE4M3 / 2 * d_a, rounded once, as ggml's
+                const V::f f0 = V::set1f(h2f(ab[0].d) * 128.0f), f1 = V::set1f(h2f(ab[1].d) * 128.0f);
+                sa[j][0] = V::mul(w0, f0), sa[j][1] = V::mul(w1, f0), sa[j][2] = V::mul(w2, f1), sa[j][3] = V::mul(w3, f1);
+            }
+            for (int v = 0; v < 8; v++) {
+                const V::i x = V::load(q + 64 * v);
+                const V::i lo = V::lut(tab, V::low4(x)), hi = V::lut(tab, V::high4(x));
+                for (int j = 0; j < NA; j++) {
+                    const auto* ab = reinterpret_cast<const block_q8_0*>(a + j * as) + 2 * b;
+                    const int32_t* c = s + j * ss + 16 * b;
+                    const V::i i0 = V::dp(V::set1(c[v]), lo, V::set1(word(ab[0].qs + 4 * v)));
+                    const V::i i1 = V::dp(V::set1(c[8 + v]), hi, V::set1(word(ab[1].qs + 4 * v)));
+                    acc[j][v] = V::fma(sa[j][v / 4], V::cvt(i0), acc[j][v]);
+                    acc[j][v] = V::fma(sa[j][2 + v / 4], V::cvt(i1), acc[j][v]);
+                }
+            }
+        }
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(acc[j]));
+    }
+}
+
+// awq4 (group G): per group, per q8_1 block, I = sum q q8 - z sum q8 (exact; the correction z * (-sum) by one madd),
+// acc_g = fma(float(I), d8, acc_g), then acc = fma(s, acc_g, acc)
+template <int G, int NA>
+void awq4_k(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
+            size_t ys) {
+    constexpr int QB = G / 32;
+    constexpr size_t rec = G * 8 + 64;
+    for (int h = 0; h < V::passes; h++) {
+        V::f acc[NA];
+        for (int j = 0; j < NA; j++) acc[j] = V::zero();
+        for (int64_t g = 0; g < nb32 / QB; g++) {
+            const uint8_t* blk = w + size_t(g) * rec;
+            const V::f sw = V::load_h(reinterpret_cast<const uint16_t*>(blk + G * 8) + h * V::lanes);
+            const V::i z = V::load_u8(blk + G * 8 + 32 + h * V::lanes); // int32 lanes: (int16 z, 0)
+            V::f accg[NA];
+            for (int j = 0; j < NA; j++) accg[j] = V::zero();
+            for (int qb = 0; qb < QB; qb++) {
+                const uint8_t* q = blk + qb * 256 + h * 32;
+                V::i lo[4], hi[4];
+                for (int v = 0; v < 4; v++) {
+                    const V::i x = V::load(q + 64 * v);
+                    lo[v] = V::low4(x);
+                    hi[v] = V::high4(x);
+                }
+                for (int j = 0; j < NA; j++) {
+                    const auto& ab = reinterpret_cast<const block_q8_1*>(a + j * as)[g * QB + qb];
+                    // s: -sum of the block's q8 (|sum| <= 4096: its low int16 is the value)
+                    V::i i0 = V::madd16(z, V::set1(s[j * ss + g * QB + qb])), i1 = V::zero_i();
+                    for (int v = 0; v < 4; v++) {
+                        i0 = V::dp(i0, lo[v], V::set1(word(ab.qs + 4 * v)));
+                        i1 = V::dp(i1, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
+                    }
+                    accg[j] = V::fma(V::cvt(V::add32(i0, i1)), V::set1f(h2f(ab.d)), accg[j]);
+                }
+            }
+            for (int j = 0; j < NA; j++) acc[j] = V::fma(sw, accg[j], acc[j]);
+        }
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, acc[j]);
+    }
+}
+
+// tq2_0 in ggml's AVX2 order: lane l of a block = sum over h, n of the codes of group (h, n, l) times the activations,
+// minus sum q[32l .. 32l + 31] (from act_sums), acc_l = fma(float, d_a * d_w, acc_l), folded as hsum_float_8
+template <int NA>
+void tq2_0_plain(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
+                 size_t ys) {
+    for (int h = 0; h < V::passes; h++) {
+        V::f acc[NA][8];
+        for (int j = 0; j < NA; j++)
+            for (int l = 0; l < 8; l++) acc[j][l] = V::zero();
+        for (int64_t b = 0; b < nb32 / 8; b++) {
+            const uint8_t* blk = w + size_t(b) * (1024 + 32);
+            const uint8_t* q = blk + h * 32;
+            const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(blk + 1024) + h * V::lanes);
+            V::f d[NA];
+            for (int j = 0; j < NA; j++) d[j] = V::mul(V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d), dw);
+            for (int l = 0; l < 8; l++) {
+                const V::i x0 = V::load(q + 64 * l), x1 = V::load(q + 64 * (8 + l));
+                const V::i c[8] = {V::bits2<0>(x0), V::bits2<2>(x0), V::bits2<4>(x0), V::bits2<6>(x0),
+                                   V::bits2<0>(x1), V::bits2<2>(x1), V::bits2<4>(x1), V::bits2<6>(x1)};
+                for (int j = 0; j < NA; j++) {
+                    const int8_t* qa = reinterpret_cast<const block_q8_k*>(a + j * as)[b].qs + 4 * l;
+                    V::i i0 = V::set1(s[j * ss + 8 * b + l]), i1 = V::zero_i();
+                    for (int n = 0; n < 4; n++) {
+                        i0 = V::dp(i0, c[n], V::set1(word(qa + 32 * n)));
+                        i1 = V::dp(i1, c[4 + n], V::set1(word(qa + 128 + 32 * n)));
+                    }
+                    acc[j][l] = V::fma(V::cvt(V::add32(i0, i1)), d[j], acc[j][l]);
+                }
+            }
+        }
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(acc[j]));
+    }
+}
+
+// i2_s: the exact integer sum over the row of code * q (four independent chains), minus the row's sum of q, times d_a
+template <int NA>
+void i2_s_k(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
+            size_t ys) {
+    const int64_t nb = nb32 / 4;
+    for (int h = 0; h < V::passes; h++) {
+        V::i acc[NA][4];
+        for (int j = 0; j < NA; j++)
+            for (int n = 0; n < 4; n++) acc[j][n] = V::zero_i();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t* q = w + size_t(b) * 512 + h * 32;
+            for (int l = 0; l < 8; l++) {
+                const V::i x = V::load(q + 64 * l);
+                const V::i c[4] = {V::bits2<6>(x), V::bits2<4>(x), V::bits2<2>(x), V::bits2<0>(x)};
+                for (int j = 0; j < NA; j++) {
+                    const int8_t* qa = reinterpret_cast<const block_i8_s*>(a + j * as)[b].qs + 4 * l;
+                    for (int n = 0; n < 4; n++) acc[j][n] = V::dp(acc[j][n], c[n], V::set1(word(qa + 32 * n)));
+                }
+            }
+        }
+        for (int j = 0; j < NA; j++) {
+            const auto* ab = reinterpret_cast<const block_i8_s*>(a + j * as);
+            int32_t total = 0;
+            for (int64_t b = 0; b < nb; b++) total += ab[b].sum;
+            const V::i sum = V::sub32(V::add32(V::add32(acc[j][0], acc[j][1]), V::add32(acc[j][2], acc[j][3])),
+                                      V::set1(total));
+            V::store(y + j * ys + h * V::lanes, V::mul(V::cvt(sum), V::set1f(ab[0].d)));
+        }
+    }
+}
+
 // na activation rows in chunks of NA, then one at a time
 template <int NA, void (*K)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t),
           void (*K1)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t)>
@@ -226,6 +398,26 @@ template <int Mul> void sums_groups(const void* a, int32_t* s, int64_t k) {
         }
 }
 
+// -(sum of each 32-element q8_1 block) (awq4's zero-point correction, times z per row)
+void sums_q8_1_blocks(const void* a, int32_t* s, int64_t k) {
+    const auto* b = static_cast<const block_q8_1*>(a);
+    for (int64_t i = 0; i < k / 32; i++) {
+        int32_t t = 0;
+        for (int e = 0; e < 32; e++) t += b[i].qs[e];
+        s[i] = -t;
+    }
+}
+
+// tq2_0: lane l of block i starts from -(bsums[2l] + bsums[2l + 1]) = -(sum of q[32l .. 32l + 31])
+void sums_tq2_0(const void* a, int32_t* s, int64_t k) {
+    const auto* b = static_cast<const block_q8_k*>(a);
+    for (int64_t i = 0; i < k / 256; i++)
+        for (int l = 0; l < 8; l++) s[8 * i + l] = -(int32_t(b[i].bsums[2 * l]) + int32_t(b[i].bsums[2 * l + 1]));
+}
+
+// kinds with one or two accumulators per activation row take four rows at a time with 16 lanes, two with 8
+constexpr int narrow_na = V::passes == 1 ? 4 : 2;
+
 } // namespace
 
 x16_kernels x16_kernels_for(x16_kind kind) {
@@ -237,6 +429,11 @@ x16_kernels x16_kernels_for(x16_kind kind) {
     case x16_kind::q4_1: return {chunked<plain_na, q4_plain<plain_na, true>, q4_plain<1, true>>, nullptr};
     case x16_kind::q8_0:
         return {chunked<plain_na, q8_0_plain<plain_na>, q8_0_plain<1>>, V::q8_corrected ? sums_groups<-128> : nullptr};
+    case x16_kind::nvfp4: return {chunked<plain_na, nvfp4_plain<plain_na>, nvfp4_plain<1>>, sums_groups<-12>};
+    case x16_kind::awq4: return {chunked<narrow_na, awq4_k<128, narrow_na>, awq4_k<128, 1>>, sums_q8_1_blocks};
+    case x16_kind::awq4_g64: return {chunked<narrow_na, awq4_k<64, narrow_na>, awq4_k<64, 1>>, sums_q8_1_blocks};
+    case x16_kind::tq2_0: return {chunked<plain_na, tq2_0_plain<plain_na>, tq2_0_plain<1>>, sums_tq2_0};
+    case x16_kind::i2_s: return {chunked<narrow_na, i2_s_k<narrow_na>, i2_s_k<1>>, nullptr};
     }
     return {};
 }
