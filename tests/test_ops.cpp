@@ -224,16 +224,19 @@ TEST(ops, mul_mat_every_type) {
 }
 
 // Weights repacked at load time (cpu_backend::load_weights, backends/cpu/quant/repack.h): the whole mul_mat op gives
-// exactly the bits of the same backend without repacking (bound: equality), for decode and prompt shapes, a batch
-// dimension on the activations and the tied-embedding case; and the NMSE bound of the reference above.
+// exactly the bits of the same backend without repacking (bound: equality), for decode and prompt shapes (odd row
+// counts), a batch dimension on the activations and the tied-embedding case, for every repacked type (i2_s: the
+// tensor's scale applied after the repacked kernel as after the row kernel).
 TEST(ops, mul_mat_repacked_weights_same_bits) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
     struct shape {
         int64_t k, n, m, b;
     };
-    for (type t : {type::q4_0, type::q4_1, type::q8_0})
+    for (type t : {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0,
+                   type::i2_s})
         for (uint32_t extra : {0u, uint32_t(flag_embedding)})
             for (shape s : {shape{576, 48, 1, 1}, shape{96, 16, 19, 1}, shape{256, 32, 37, 2}}) {
+                s.k = (s.k + block_size(t) - 1) / block_size(t) * block_size(t); // whole blocks: 96 -> 256 for tq2_0
                 std::vector<float> out[2];
                 for (int repack = 0; repack < 2; repack++) {
                     harness h(3);
