@@ -86,6 +86,12 @@ leaf typed_leaf(type t, std::initializer_list<int64_t> ne, uint32_t seed, bool w
     const int64_t n_rows = l.ne[1] * l.ne[2] * l.ne[3];
     const auto v = random_normal(size_t(l.ne[0] * n_rows), seed);
     const size_t row = row_size(t, l.ne[0]);
+    // the whole tensor through the reference quantizer where the type has a tail (i2_s: the scale after the rows)
+    if (type_info(t).tail_bytes) {
+        l.bytes.resize(tensor_bytes(t, l.ne[0] * n_rows));
+        TS_ASSERT(quantize_tensor_ref(t, v.data(), l.bytes.data(), l.ne[0], n_rows));
+        return l;
+    }
     l.bytes.resize(row * size_t(n_rows));
     const row_ops* ops = find_row_ops(t);
     for (int64_t r = 0; r < n_rows; r++)
@@ -118,7 +124,7 @@ run_result run_on(backend& be, const op_case& c) {
     std::vector<std::unique_ptr<buffer>> bufs;
     for (const leaf& l : c.leaves) {
         tensor* t = ctx.new_tensor(l.t, l.ne, 4);
-        TS_ASSERT(t->n_bytes() == l.bytes.size());
+        TS_ASSERT(t->n_bytes() + type_info(l.t).tail_bytes == l.bytes.size());
         if (l.weight) {
             t->flags |= flag_param;
             t->data = const_cast<uint8_t*>(l.bytes.data());
@@ -307,6 +313,17 @@ std::vector<op_case> all_cases() {
             },
             bound);
     }
+    // The formats CUDA runs only in the split layout (quant/format.cuh): decode GEMV (<= 8 columns) and the GEMM.
+    // The CPU quantizes their activations to the format's own partner (q8_0 / q8_1 / q8_k per 256 / i8_s per row),
+    // CUDA to q8_1 per 32 (decode) or f16 (GEMM): the CPU's coarser rounding sets the bound, i8_s per row of 2048 the
+    // worst (step ~0.03 sigma -> NMSE ~1e-4) -> 5e-4.
+    for (type t : {type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s})
+        for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{512, 70, 3}, mm_shape{1024, 129, 8}, mm_shape{1024, 67, 9},
+                           mm_shape{2048, 300, 100}})
+            add_case(std::string("mul_mat_") + type_name(t) + "_k" + std::to_string(s.k) + "_n" +
+                         std::to_string(s.n) + "_m" + std::to_string(s.m),
+                     {typed_leaf(t, {s.k, s.n}, 28), f32_leaf({s.k, s.m}, 29)},
+                     [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, 5e-4);
     for (type t : {type::f32, type::f16, type::bf16}) // odd k: one element per load
         for (mm_shape s : {mm_shape{37, 5, 3}, mm_shape{37, 130, 1}, mm_shape{6, 3, 11}})
             add_case(

@@ -212,41 +212,41 @@ bool cuda_backend::supports(const tensor& node) const {
 
 namespace {
 
-// Bytes of w's values and scales in the split layout (0, 0 when w stays in the file's layout): formats with a split
-// kernel, 2-D contiguous weights of whole blocks. TESSERA_CUDA_SPLIT=0 keeps every weight as in the file.
+// Bytes of w's values and scales in the split layout (0, 0 when w stays in the file's layout): see split_eligible.
 std::pair<size_t, size_t> split_bytes(const tensor& w) {
-    static const bool enabled = [] {
-        const char* e = std::getenv("TESSERA_CUDA_SPLIT");
-        return !(e && std::string(e) == "0");
-    }();
     std::pair<size_t, size_t> bytes{0, 0};
-    if (!enabled || w.ne[2] != 1 || w.ne[3] != 1 || !w.is_contiguous() || w.ne[0] % 32 != 0) return bytes;
+    if (!split_eligible(w)) return bytes;
     visit_format(w.t, [&]<class F>() {
-        if constexpr (has_split<F>::value)
-            if (F::block_size == 32) {
-                const size_t n_blocks = size_t(w.ne[0] / 32) * size_t(w.ne[1]);
-                bytes = {n_blocks * cuda_format<F>::qs_bytes, n_blocks * cuda_format<F>::scale_bytes};
-            }
+        if constexpr (has_split<F>::value) {
+            using D = cuda_format<F>;
+            const size_t chunks = size_t(w.ne[0] / 32) * size_t(w.ne[1]);
+            bytes = {chunks * sizeof(typename D::chunk_t), chunks / D::chunks_per_scale * D::scale_bytes};
+        }
     });
     return bytes;
 }
 
-// w's blocks -> host staging in the split layout: values [n][nb][qs_bytes], then scales at sc_offset
+// w's rows -> host staging in the split layout: values at out, scale groups at out + sc_offset
 void split_on_host(const tensor& w, uint8_t* out, size_t sc_offset) {
     visit_format(w.t, [&]<class F>() {
         if constexpr (has_split<F>::value) {
             using D = cuda_format<F>;
-            const int64_t nb = w.ne[0] / 32;
-            for (int64_t r = 0; r < w.ne[1]; r++) {
-                const auto* blocks = reinterpret_cast<const typename F::block*>(static_cast<const uint8_t*>(w.data) +
-                                                                                size_t(r) * w.nb[1]);
-                for (int64_t b = 0; b < nb; b++) {
-                    const size_t i = size_t(r * nb + b);
-                    D::split_block(blocks[b], out + i * D::qs_bytes, out + sc_offset + i * D::scale_bytes);
-                }
-            }
+            const int64_t k = w.ne[0], chunks = k / 32;
+            const size_t qs_row = size_t(chunks) * sizeof(typename D::chunk_t);
+            const size_t sc_row = size_t(chunks / D::chunks_per_scale) * D::scale_bytes;
+            for (int64_t r = 0; r < w.ne[1]; r++)
+                D::split_row(static_cast<const uint8_t*>(w.data) + size_t(r) * w.nb[1], k, out + size_t(r) * qs_row,
+                             out + sc_offset + size_t(r) * sc_row);
         }
     });
+}
+
+float split_out_scale(const tensor& w) {
+    float s = 1.0f;
+    visit_format(w.t, [&]<class F>() {
+        if constexpr (has_split<F>::value) s = cuda_format<F>::out_scale(w.data, w.n_elements());
+    });
+    return s;
 }
 
 } // namespace
@@ -292,7 +292,7 @@ void cuda_backend::load_weights(std::span<tensor* const> weights) {
             split_on_host(*t, staging.data(), sc_offset);
             TS_CUDA_CHECK(cudaMemcpyAsync(base, staging.data(), staging.size(), cudaMemcpyHostToDevice,
                                           as_stream(stream_)));
-            split_[t] = split_weight{t->t, t->ne[0], t->ne[1], base, base + sc_offset};
+            split_[t] = split_weight{t->t, t->ne[0], t->ne[1], base, base + sc_offset, split_out_scale(*t)};
             base += up(staging.size());
         }
     }

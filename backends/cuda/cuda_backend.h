@@ -36,6 +36,7 @@ struct split_weight {
     int64_t k = 0, n = 0; // elements per row, rows
     const uint8_t* qs = nullptr;
     const uint8_t* sc = nullptr;
+    float out_scale = 1.0f; // a per-tensor factor on the output (i2_s's tail scale)
 };
 
 // Whether the CUDA backend can compute with weights of type t (mul_mat, get_rows); for picking a device per model.

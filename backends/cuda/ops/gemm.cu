@@ -57,19 +57,23 @@ struct gemm_args {
     float* y;
     int64_t y_nb1, y_nb2, y_nb3;
     int64_t n, m, k, ne2, ne3;
+    float out_scale;
 };
 
 template <class D> static __global__ void __launch_bounds__(THREADS) gemm_split_kernel(gemm_args a) {
+    using chunk_t = typename D::chunk_t;
     __shared__ __align__(16) __half As[2][BM][BK + PAD];
     __shared__ __align__(16) __half Bs[2][BN][BK + PAD];
     const int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
     const int wm = warp % 4, wn = warp / 4; // warp's 32 x 32 sub-tile
     const int64_t row0 = int64_t(blockIdx.x) * BM, col0 = int64_t(blockIdx.y) * BN;
-    const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32;
+    const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32, ng = nb / D::chunks_per_scale;
 
-    // this thread's share of the loads: half of one weight block, 16 bytes of one activation row
+    // this thread's share of the loads: half of one weight chunk, 16 bytes of one activation row
     const int a_row = tid / 2, a_half = tid % 2;
     const int64_t w_row = row0 + a_row < a.n ? row0 + a_row : a.n - 1; // rows past n: loaded, never stored
+    const uint8_t* q_row = a.qs + w_row * nb * int64_t(sizeof(chunk_t));
+    const uint8_t* s_row = a.sc + w_row * ng * D::scale_bytes;
     const int b_row = tid / 4, b_chunk = tid % 4;
     const bool b_valid = col0 + b_row < cols;
     const __half* b_src = a.x + (b_valid ? col0 + b_row : 0) * a.k + b_chunk * 8;
@@ -78,21 +82,18 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_split_
         cp_async16(&Bs[stage][b_row][b_chunk * 8], b_src + ib * 32, b_valid);
         cp_async_commit();
     };
-    auto load_a = [&](int64_t ib, uint4 (&q)[D::qs_vecs]) {
-        const uint4* p = reinterpret_cast<const uint4*>(a.qs + (w_row * nb + ib) * D::qs_bytes);
-#pragma unroll
-        for (int v = 0; v < D::qs_vecs; v++) q[v] = __ldg(p + v);
-    };
-    auto store_a = [&](int stage, int64_t ib, const uint4 (&q)[D::qs_vecs]) {
+    auto load_a = [&](int64_t ib, chunk_t& q) { q = ldg_chunk<chunk_t>(q_row + ib * int64_t(sizeof(chunk_t))); };
+    auto store_a = [&](int stage, int64_t ib, const chunk_t& q) {
         __half2 h[8];
-        D::dequant_split(q, a.sc + (w_row * nb + ib) * D::scale_bytes, a_half, h);
+        D::dequant_split(q, s_row + (ib / D::chunks_per_scale) * D::scale_bytes, int(ib % D::chunks_per_scale), a_half,
+                         h);
         uint4* dst = reinterpret_cast<uint4*>(&As[stage][a_row][a_half * 16]);
         dst[0] = *reinterpret_cast<const uint4*>(&h[0]);
         dst[1] = *reinterpret_cast<const uint4*>(&h[4]);
     };
 
     float acc[2][4][4] = {};
-    uint4 q[D::qs_vecs];
+    chunk_t q;
     load_a(0, q);
     store_a(0, 0, q);
     load_b(0, 0);
@@ -132,7 +133,7 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_split_
                 const int64_t c = col0 + wn * 32 + j * 8 + 2 * (lane % 4) + (e % 2);
                 if (r < a.n && c < cols) {
                     const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
-                    a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + r] = acc[i][j][e];
+                    a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + r] = acc[i][j][e] * a.out_scale;
                 }
             }
 }
@@ -153,6 +154,7 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     gemm_args a{};
     a.qs = w.qs;
     a.sc = w.sc;
+    a.out_scale = w.out_scale;
     a.y = ctx.as<float>(&dst);
     a.y_nb1 = sy.nb[1];
     a.y_nb2 = sy.nb[2];

@@ -18,6 +18,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 namespace tessera::cuda {
@@ -280,30 +282,37 @@ static __global__ void quantize_split_kernel(const float* x, shape4 sx, int8_t* 
 }
 
 struct split_args {
-    const uint8_t* qs; // weight values [n][k / 32][qs_bytes]
-    const uint8_t* sc; // weight scales [n][k / 32][scale_bytes]
+    const uint8_t* qs; // weight chunks [n][k / 32][chunk_bytes]
+    const uint8_t* sc; // weight scale groups [n][k / 32 / chunks_per_scale][scale_bytes]
     const int8_t* aq;  // activations [cols][k]
     const __half2* ads; // [cols][k / 32]
     float* y;
     int64_t y_nb1, y_nb2, y_nb3; // floats
     int64_t n, m, k, ne2, ne3;   // columns: m x ne2 x ne3 activation rows, W shared by all
+    float out_scale;
 };
 
 constexpr int SPLIT_WARPS = 4; // warps per block of 128 threads; each warp takes R rows
 
-// Grid (rows / (4 R), columns / NC). Lane l of a warp takes blocks l, l + 32, ... of its R rows: a warp reads 32
-// consecutive blocks' values (512 or 1024 bytes) per step, each lane with 16-byte loads, and each activation block
-// it loads serves R rows.
+// Grid (rows / (4 R), columns / NC). Lane l of a warp takes chunks l, l + 32, ... of its R rows: a warp reads 32
+// consecutive chunks (256 to 1024 bytes) per step, each lane with one 8/16/32-byte load, and each activation chunk it
+// loads serves R rows.
 template <class D, int NC, int R>
 static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_args a) {
+    using chunk_t = typename D::chunk_t;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int64_t row0 = (int64_t(blockIdx.x) * SPLIT_WARPS + warp) * R;
     const int64_t cols = a.m * a.ne2 * a.ne3;
     const int64_t col0 = int64_t(blockIdx.y) * NC;
-    const int64_t nb = a.k / 32;
-    int64_t rows[R];
+    const int64_t nc = a.k / 32, ng = nc / D::chunks_per_scale;
+    const uint8_t* qrow[R];
+    const uint8_t* srow[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) rows[r] = row0 + r < a.n ? row0 + r : a.n - 1; // rows past n: computed, not stored
+    for (int r = 0; r < R; r++) {
+        const int64_t row = row0 + r < a.n ? row0 + r : a.n - 1; // rows past n: computed, not stored
+        qrow[r] = a.qs + row * nc * int64_t(sizeof(chunk_t));
+        srow[r] = a.sc + row * ng * D::scale_bytes;
+    }
     float sum[R][NC];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -311,23 +320,20 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
         for (int j = 0; j < NC; j++) sum[r][j] = 0.0f;
 
 #pragma unroll 2
-    for (int64_t ib = lane; ib < nb; ib += WARP_SIZE) {
-        uint4 q[R][D::qs_vecs];
+    for (int64_t c = lane; c < nc; c += WARP_SIZE) {
+        chunk_t q[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            const uint4* p = reinterpret_cast<const uint4*>(a.qs + (rows[r] * nb + ib) * D::qs_bytes);
-#pragma unroll
-            for (int v = 0; v < D::qs_vecs; v++) q[r][v] = __ldg(p + v);
-        }
+        for (int r = 0; r < R; r++) q[r] = ldg_chunk<chunk_t>(qrow[r] + c * int64_t(sizeof(chunk_t)));
+        const int64_t g = c / D::chunks_per_scale;
 #pragma unroll
         for (int j = 0; j < NC; j++) {
             if (col0 + j >= cols) break;
-            const int4* ap = reinterpret_cast<const int4*>(a.aq + (col0 + j) * a.k + ib * 32);
+            const int4* ap = reinterpret_cast<const int4*>(a.aq + (col0 + j) * a.k + c * 32);
             const int4 a0 = ap[0], a1 = ap[1];
-            const float2 ds = __half22float2(a.ads[(col0 + j) * nb + ib]);
+            const float2 ds = __half22float2(a.ads[(col0 + j) * nc + c]);
 #pragma unroll
             for (int r = 0; r < R; r++)
-                sum[r][j] += D::dot_split(q[r], a.sc + (rows[r] * nb + ib) * D::scale_bytes, a0, a1, ds);
+                sum[r][j] += D::dot_split(q[r], srow[r] + g * D::scale_bytes, int(c % D::chunks_per_scale), a0, a1, ds);
         }
     }
 #pragma unroll
@@ -338,7 +344,7 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
             const int64_t c = col0 + j;
             if (lane == 0 && row0 + r < a.n && c < cols) {
                 const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
-                a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + row0 + r] = s;
+                a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + row0 + r] = s * a.out_scale;
             }
         }
 }
@@ -360,6 +366,7 @@ void mmv_split_launch(const split_weight& w, split_args a, const float* x, shape
     a.sc = w.sc;
     a.aq = aq;
     a.ads = ads;
+    a.out_scale = w.out_scale;
     constexpr int R = 2;
     const int nc = cols == 1 ? 1 : cols == 2 ? 2 : cols <= 4 ? 4 : MMV_MAX_COLS;
     const dim3 grid(unsigned(ceil_div(a.n, SPLIT_WARPS * R)), unsigned(ceil_div(cols, nc)));
@@ -374,6 +381,29 @@ void mmv_split_launch(const split_weight& w, split_args a, const float* x, shape
     TS_CUDA_CHECK(cudaGetLastError());
 }
 
+bool split_enabled() {
+    static const bool enabled = [] {
+        const char* e = std::getenv("TESSERA_CUDA_SPLIT");
+        return !(e && std::string(e) == "0");
+    }();
+    return enabled;
+}
+
+bool has_split_type(type t) {
+    bool ok = false;
+    visit_format(t, [&]<class F>() { ok = has_split<F>::value; });
+    return ok;
+}
+
+} // namespace
+
+bool split_eligible(const tensor& w) {
+    if (!split_enabled() || !has_split_type(w.t) || !(w.flags & flag_param) || w.view_src) return false;
+    return w.ne[2] == 1 && w.ne[3] == 1 && w.is_contiguous() && w.ne[0] % block_size(w.t) == 0 && w.ne[0] % 32 == 0;
+}
+
+namespace {
+
 bool is_float_weight(type t) {
     return t == type::f32 || t == type::f16 || t == type::bf16;
 }
@@ -382,7 +412,7 @@ bool is_float_weight(type t) {
 
 bool weight_type_supported(type t) {
     bool ok = is_float_weight(t);
-    visit_format(t, [&]<class F>() { ok = cuda_format<F>::available; });
+    visit_format(t, [&]<class F>() { ok = cuda_format<F>::available || (split_enabled() && has_split<F>::value); });
     return ok;
 }
 
@@ -391,7 +421,10 @@ bool mul_mat_supported(const tensor& dst) {
     const tensor& x = *dst.src[1];
     if (x.t != type::f32 || x.nb[0] != 4 || dst.nb[0] != 4 || w.nb[0] != type_size(w.t)) return false;
     if (w.ne[2] == 0 || w.ne[3] == 0 || x.ne[2] % w.ne[2] != 0 || x.ne[3] % w.ne[3] != 0) return false;
-    return weight_type_supported(w.t);
+    // formats with only the split layout: the weight must be one the upload splits
+    bool file_layout = is_float_weight(w.t);
+    visit_format(w.t, [&]<class F>() { file_layout = cuda_format<F>::available; });
+    return file_layout ? weight_type_supported(w.t) : split_eligible(w);
 }
 
 size_t mul_mat_work_size(const tensor& dst) {

@@ -28,6 +28,9 @@ bool attention_supported(const tensor& dst);
 bool weight_type_supported(type t);
 // Scratch bytes mul_mat needs for its quantized activations (0 for float weights).
 size_t mul_mat_work_size(const tensor& dst);
+// Whether the upload repacks weight w into the split layout (quant/format.cuh): a format with one, a 2-D contiguous
+// weight of whole blocks; TESSERA_CUDA_SPLIT=0 turns the layout off (the file's blocks, where a format has a kernel).
+bool split_eligible(const tensor& w);
 // The tensor-core GEMM for split-layout weights (gemm.cu): used for more than 8 activation columns.
 bool gemm_split_wanted(int64_t cols);
 size_t gemm_split_work_size(int64_t k, int64_t cols);

@@ -12,16 +12,18 @@
 //   load(w, c)           -> chunk
 //   dot(chunk, a, c)     -> float: the chunk's share of F::vec_dot(w, a) (the reference), so that summing dot over
 //                           c = 0..n_chunks-1 gives the block dot
-// Optional, the split layout for decode (ops/mmv_split.cu): at upload a 2-D weight is repacked into two arrays, all
-// blocks' values [n][k/32][qs_bytes] and then all their scales [n][k/32][scale_bytes], so that a thread reads a block
-// with 16-byte loads (the file's 18/20/34-byte blocks allow only 2- or 4-byte ones):
-//   split                 true
-//   qs_bytes, scale_bytes, qs_vecs (= qs_bytes / 16)
-//   split_block(b, qs, sc)               host: one block into its two places
-//   dot_split(q, sc, a0, a1, ds) -> float  the block dot against q8_1 activations given as elements 0..15 (a0),
-//                                          16..31 (a1) and (d, s)
-//   dequant_split(q, sc, h, out[8])        elements 16h .. 16h+15 of the block as 8 half2 in element order (the
-//                                          prefill GEMM, ops/gemm.cu)
+// Optional, the split layout (ops/mmv.cu decode GEMV, ops/gemm.cu prefill GEMM): at upload a 2-D weight is repacked
+// into two arrays, the values of every 32-element chunk of every row [n][k/32][chunk_bytes], then the scale groups
+// [n][k/32/chunks_per_scale][scale_bytes], so that a thread reads a chunk with one 8/16/32-byte load (the files'
+// 18/20/34/36/66/68-byte blocks allow only narrow ones). The order of values inside a chunk is the format's choice:
+//   split                  true
+//   chunk_t                uint2, uint4 or uint4x2 (chunk_bytes = its size)
+//   scale_bytes, chunks_per_scale
+//   split_row(row, k, qs, sc)                  host: one row of file blocks -> its chunks and scale groups
+//   dot_split(q, sc, c, a0, a1, ds) -> float   chunk c of a row (sc: its scale group) against q8_1 activations given
+//                                              as elements 0..15 (a0), 16..31 (a1) and (d, s = d sum q)
+//   dequant_split(q, sc, c, h, out[8])         elements 16h .. 16h+15 of the chunk as 8 half2, in order
+//   out_scale(row0_data, n_elements)           host: a per-tensor factor on the output (i2_s), else 1
 // A format with f16 activations (AWQ) or its own activation format declares another `act`; mmv.cu branches on it
 // with `if constexpr`, not with a copied kernel.
 #pragma once
@@ -62,6 +64,59 @@ __device__ __forceinline__ void u8_pairs(uint32_t w, __half2& p01, __half2& p23)
     const uint32_t a = (v & 0x00FF00FFu) | 0x64006400u, b = ((v >> 8) & 0x00FF00FFu) | 0x64006400u;
     p01 = *reinterpret_cast<const __half2*>(&a);
     p23 = *reinterpret_cast<const __half2*>(&b);
+}
+
+struct uint4x2 {
+    uint4 lo, hi;
+};
+template <class C> __device__ __forceinline__ C ldg_chunk(const uint8_t* p);
+template <> __device__ __forceinline__ uint2 ldg_chunk<uint2>(const uint8_t* p) {
+    return __ldg(reinterpret_cast<const uint2*>(p));
+}
+template <> __device__ __forceinline__ uint4 ldg_chunk<uint4>(const uint8_t* p) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+}
+template <> __device__ __forceinline__ uint4x2 ldg_chunk<uint4x2>(const uint8_t* p) {
+    return {__ldg(reinterpret_cast<const uint4*>(p)), __ldg(reinterpret_cast<const uint4*>(p) + 1)};
+}
+
+// 8 int4-bit lanes of (a0, a1) by index 0..7 (elements 4i .. 4i+3 of the chunk)
+__device__ __forceinline__ int act_int(const int4& a0, const int4& a1, int i) {
+    const int4& a = i < 4 ? a0 : a1;
+    switch (i & 3) {
+    case 0: return a.x;
+    case 1: return a.y;
+    case 2: return a.z;
+    default: return a.w;
+    }
+}
+
+// 2-bit chunks (tq2_0, i2_s): the 32 codes of a chunk re-encoded at upload into 8 bytes, byte i (0..7) holding
+// element i + 8n in bits 2n..2n+1; then (word >> 2n) & 0x03030303 are 4 consecutive elements, one dp4a each
+inline void pack_2bit_chunk(const int* codes, uint8_t* out) {
+    for (int i = 0; i < 8; i++) {
+        uint8_t b = 0;
+        for (int n = 0; n < 4; n++) b = uint8_t(b | (codes[i + 8 * n] & 3) << (2 * n));
+        out[i] = b;
+    }
+}
+__device__ __forceinline__ int dot_2bit_chunk(uint2 q, int4 a0, int4 a1) {
+    int sumi = 0;
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        sumi = __dp4a(int((q.x >> (2 * n)) & 0x03030303u), act_int(a0, a1, 2 * n), sumi);
+        sumi = __dp4a(int((q.y >> (2 * n)) & 0x03030303u), act_int(a0, a1, 2 * n + 1), sumi);
+    }
+    return sumi;
+}
+// codes of elements 16h .. 16h+15 as 8 half2 of (1024 + code)
+__device__ __forceinline__ void halves_2bit_chunk(uint2 q, int h, __half2 (&out)[8]) {
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const int n = 2 * h + t;
+        u8_pairs((q.x >> (2 * n)) & 0x03030303u, out[4 * t], out[4 * t + 1]);
+        u8_pairs((q.y >> (2 * n)) & 0x03030303u, out[4 * t + 2], out[4 * t + 3]);
+    }
 }
 
 // The i-th int (4 consecutive int8 / 8 nibbles) of p when p is only 2-byte aligned (q4_0, q8_0: blocks of 18 and

@@ -4,6 +4,9 @@
 #pragma once
 
 #include "backends/cuda/quant/format.cuh"
+#include "backends/cuda/quant/awq4.cuh"
+#include "backends/cuda/quant/nvfp4.cuh"
 #include "backends/cuda/quant/q4_0.cuh"
 #include "backends/cuda/quant/q4_1.cuh"
 #include "backends/cuda/quant/q8_0.cuh"
+#include "backends/cuda/quant/ternary.cuh"

@@ -37,33 +37,37 @@ template <> struct cuda_format<q4_0> {
         return float(sumi - 8 * suma) * (w.d * f16_to_f32(a.d));
     }
 
-    // Split layout (weights repacked at upload, see format.cuh): 16 bytes of nibbles in file order, then d.
+    // Split layout (format.cuh): a chunk is the block's 16 nibble bytes in file order, a scale group its d.
     static constexpr bool split = true;
-    static constexpr int qs_bytes = 16, scale_bytes = 2, qs_vecs = 1;
-    static void split_block(const block& b, uint8_t* qs, uint8_t* sc) {
-        std::memcpy(qs, b.qs, 16);
-        std::memcpy(sc, &b.d, 2);
+    using chunk_t = uint4;
+    static constexpr int scale_bytes = 2, chunks_per_scale = 1;
+    static void split_row(const void* row, int64_t k, uint8_t* qs, uint8_t* sc) {
+        const auto* b = static_cast<const block*>(row);
+        for (int64_t i = 0; i < k / 32; i++) {
+            std::memcpy(qs + 16 * i, b[i].qs, 16);
+            std::memcpy(sc + 2 * i, &b[i].d, 2);
+        }
     }
-    // a0, a1: the activation block's elements 0..15 and 16..31; ds = (d_a, s_a = d_a sum q_a): the -8 offset is
-    // -8 d_w s_a (exact in integers before the scales, as the reference)
-    __device__ static float dot_split(const uint4* q, const uint8_t* sc, int4 a0, int4 a1, float2 ds) {
+    static float out_scale(const void*, int64_t) { return 1.0f; }
+    // the -8 offset as -8 d_w s_a, s_a = d_a sum q_a (exact in integers before the scales, as the reference)
+    __device__ static float dot_split(const uint4& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
         int sumi = 0;
-        sumi = __dp4a(int(q[0].x & 0x0F0F0F0Fu), a0.x, sumi);
-        sumi = __dp4a(int((q[0].x >> 4) & 0x0F0F0F0Fu), a1.x, sumi);
-        sumi = __dp4a(int(q[0].y & 0x0F0F0F0Fu), a0.y, sumi);
-        sumi = __dp4a(int((q[0].y >> 4) & 0x0F0F0F0Fu), a1.y, sumi);
-        sumi = __dp4a(int(q[0].z & 0x0F0F0F0Fu), a0.z, sumi);
-        sumi = __dp4a(int((q[0].z >> 4) & 0x0F0F0F0Fu), a1.z, sumi);
-        sumi = __dp4a(int(q[0].w & 0x0F0F0F0Fu), a0.w, sumi);
-        sumi = __dp4a(int((q[0].w >> 4) & 0x0F0F0F0Fu), a1.w, sumi);
+        sumi = __dp4a(int(q.x & 0x0F0F0F0Fu), a0.x, sumi);
+        sumi = __dp4a(int((q.x >> 4) & 0x0F0F0F0Fu), a1.x, sumi);
+        sumi = __dp4a(int(q.y & 0x0F0F0F0Fu), a0.y, sumi);
+        sumi = __dp4a(int((q.y >> 4) & 0x0F0F0F0Fu), a1.y, sumi);
+        sumi = __dp4a(int(q.z & 0x0F0F0F0Fu), a0.z, sumi);
+        sumi = __dp4a(int((q.z >> 4) & 0x0F0F0F0Fu), a1.z, sumi);
+        sumi = __dp4a(int(q.w & 0x0F0F0F0Fu), a0.w, sumi);
+        sumi = __dp4a(int((q.w >> 4) & 0x0F0F0F0Fu), a1.w, sumi);
         const float d = __half2float(*reinterpret_cast<const __half*>(sc));
         return d * (ds.x * float(sumi) - 8.0f * ds.y);
     }
     // half 0: the low nibbles of the 16 bytes, half 1: the high ones; (q - 8) d
-    __device__ static void dequant_split(const uint4* q, const uint8_t* sc, int h, __half2 (&out)[8]) {
+    __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {
         const __half2 d = __half2half2(*reinterpret_cast<const __half*>(sc));
         const __half2 off = __float2half2_rn(1032.0f);
-        const uint32_t w[4] = {q[0].x >> (4 * h), q[0].y >> (4 * h), q[0].z >> (4 * h), q[0].w >> (4 * h)};
+        const uint32_t w[4] = {q.x >> (4 * h), q.y >> (4 * h), q.z >> (4 * h), q.w >> (4 * h)};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             u4_pairs(w[i], out[2 * i], out[2 * i + 1]);

@@ -28,30 +28,35 @@ template <> struct cuda_format<q8_0> {
         return float(sumi) * (w.d * f16_to_f32(a.d));
     }
 
-    // Split layout (format.cuh): the 32 int8 values, then d.
+    // Split layout (format.cuh): a chunk is the block's 32 values, a scale group its d.
     static constexpr bool split = true;
-    static constexpr int qs_bytes = 32, scale_bytes = 2, qs_vecs = 2;
-    static void split_block(const block& b, uint8_t* qs, uint8_t* sc) {
-        std::memcpy(qs, b.qs, 32);
-        std::memcpy(sc, &b.d, 2);
+    using chunk_t = uint4x2;
+    static constexpr int scale_bytes = 2, chunks_per_scale = 1;
+    static void split_row(const void* row, int64_t k, uint8_t* qs, uint8_t* sc) {
+        const auto* b = static_cast<const block*>(row);
+        for (int64_t i = 0; i < k / 32; i++) {
+            std::memcpy(qs + 32 * i, b[i].qs, 32);
+            std::memcpy(sc + 2 * i, &b[i].d, 2);
+        }
     }
-    __device__ static float dot_split(const uint4* q, const uint8_t* sc, int4 a0, int4 a1, float2 ds) {
+    static float out_scale(const void*, int64_t) { return 1.0f; }
+    __device__ static float dot_split(const uint4x2& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
         int sumi = 0;
-        sumi = __dp4a(int(q[0].x), a0.x, sumi);
-        sumi = __dp4a(int(q[0].y), a0.y, sumi);
-        sumi = __dp4a(int(q[0].z), a0.z, sumi);
-        sumi = __dp4a(int(q[0].w), a0.w, sumi);
-        sumi = __dp4a(int(q[1].x), a1.x, sumi);
-        sumi = __dp4a(int(q[1].y), a1.y, sumi);
-        sumi = __dp4a(int(q[1].z), a1.z, sumi);
-        sumi = __dp4a(int(q[1].w), a1.w, sumi);
+        sumi = __dp4a(int(q.lo.x), a0.x, sumi);
+        sumi = __dp4a(int(q.lo.y), a0.y, sumi);
+        sumi = __dp4a(int(q.lo.z), a0.z, sumi);
+        sumi = __dp4a(int(q.lo.w), a0.w, sumi);
+        sumi = __dp4a(int(q.hi.x), a1.x, sumi);
+        sumi = __dp4a(int(q.hi.y), a1.y, sumi);
+        sumi = __dp4a(int(q.hi.z), a1.z, sumi);
+        sumi = __dp4a(int(q.hi.w), a1.w, sumi);
         return __half2float(*reinterpret_cast<const __half*>(sc)) * ds.x * float(sumi);
     }
     // q d, bytes flipped to unsigned (q + 128) for the magic-number conversion
-    __device__ static void dequant_split(const uint4* q, const uint8_t* sc, int h, __half2 (&out)[8]) {
+    __device__ static void dequant_split(const uint4x2& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {
         const __half2 d = __half2half2(*reinterpret_cast<const __half*>(sc));
         const __half2 off = __float2half2_rn(1152.0f);
-        const uint4 v = q[h];
+        const uint4 v = h ? q.hi : q.lo;
         const uint32_t w[4] = {v.x ^ 0x80808080u, v.y ^ 0x80808080u, v.z ^ 0x80808080u, v.w ^ 0x80808080u};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
