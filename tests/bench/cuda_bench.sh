@@ -16,7 +16,7 @@ shapes=${1:-1b 7b}
 types=${2:-q4_0 q8_0}
 mkdir -p "$LOG" "$MODELS"
 if [[ ! -f $BUILD/CMakeCache.txt ]]; then
-    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
+    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON -DTESSERA_WERROR=ON \
         ${PCRE2_INCLUDE_DIR:+-DPCRE2_INCLUDE_DIR=$PCRE2_INCLUDE_DIR} > "$LOG/configure.log" 2>&1 ||
         { tail -30 "$LOG/configure.log"; exit 1; }
 fi
