@@ -554,7 +554,8 @@ TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
             }
             const size_t gb = cpu::x16_group_bytes(kind, k);
             std::vector<uint8_t> packed(2 * gb);
-            for (int g = 0; g < 2; g++) cpu::repack_x16(kind, w.data() + g * 16 * wrow, wrow, k, packed.data() + g * gb);
+            for (int g = 0; g < 2; g++)
+                cpu::repack_x16(kind, w.data() + g * 16 * wrow, wrow, k, packed.data() + g * gb);
             for (const isa& is : isas) {
                 const cpu::x16_kernels kern = is.get(kind);
                 ASSERT_NE(kern.gemm, nullptr);

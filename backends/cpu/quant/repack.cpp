@@ -29,7 +29,7 @@ constexpr size_t record_bytes(x16_kind kind) {
     case x16_kind::nvfp4: return 512 + 64;
     case x16_kind::awq4: return 1024 + 64;
     case x16_kind::awq4_g64: return 512 + 64;
-    case x16_kind::tq2_0: return 1024 + 32;
+    case x16_kind::tq2_0: return 1024 + 64;
     case x16_kind::i2_s: return 512;
     }
     return 0;
@@ -133,7 +133,8 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
             }
             case x16_kind::tq2_0: {
                 const auto& x = reinterpret_cast<const block_tq2_0*>(row)[b];
-                for (int v = 0; v < 16; v++) std::memcpy(q + v * 64 + r * 4, x.qs + 4 * v, 4); // v = 8h + l
+                for (int h = 0; h < 2; h++) // vector 2l + h: the kernel reads the record front to back
+                    for (int l = 0; l < 8; l++) std::memcpy(q + (2 * l + h) * 64 + r * 4, x.qs + 32 * h + 4 * l, 4);
                 reinterpret_cast<uint16_t*>(q + 1024)[r] = x.d.bits;
                 break;
             }

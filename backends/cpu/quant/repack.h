@@ -31,8 +31,8 @@
 //               vector v, lane r, byte j: low nibble = E2M1 code of element 4v + j, high nibble = element 32 + 4v + j
 //   awq4, awq4_g64: one record per group of G: G/32 x 4 vectors (q8_1 block b's vectors 4b..4b+3, nibbles as q4_0
 //               within the block, AWQ's order undone), then 64 bytes: 16 f16 s, 16 u8 z, 16 zero bytes
-//   tq2_0:      256-element blocks; 16 vectors then 16 f16 d; vector 8h + l, lane r = bytes qs[32h + 4l .. + 3] of
-//               row r's block (bits 2n..2n+1 of byte j: element 128h + 32n + 4l + j)
+//   tq2_0:      256-element blocks; 16 vectors then 16 f16 d and 32 zero bytes; vector 2l + h, lane r = bytes
+//               qs[32h + 4l .. + 3] of row r's block (bits 2n..2n+1 of byte j: element 128h + 32n + 4l + j)
 //   i2_s:       128-element blocks; 8 vectors, no scale; vector l, lane r = bytes qs[4l .. 4l + 3] of row r's block
 //               (bits 7-2n..6-2n of byte j: element 32n + 4l + j)
 // vpdpbusd multiplies unsigned by signed bytes, so weights are stored or decoded unsigned (nibble, q8 + 128, E2M1
@@ -95,8 +95,9 @@ struct repacked_weight {
 };
 
 // Which repacking (if any) the CPU backend uses for a weight: q4_0 / q4_1 / q8_0 / nvfp4 / awq4 / awq4_g64 / tq2_0 /
-// i2_s, 2-D, contiguous, rows a multiple of 16, on a CPU with AVX2. q4_0 matrices llama.cpp would repack (not the token embedding) are summed blockwise,
-// the rest in ggml_vec_dot's order. The embedding's copy is used by mul_mat (tied output); get_rows reads the file.
+// i2_s, 2-D, contiguous, rows a multiple of 16, on a CPU with AVX2. q4_0 matrices llama.cpp would repack (not the
+// token embedding) are summed blockwise, the rest in ggml_vec_dot's order. The embedding's copy is used by mul_mat
+// (tied output); get_rows reads the file.
 bool x16_kind_for(const tensor& w, x16_kind& kind);
 
 // The repacked weights of one backend, by weight tensor.
