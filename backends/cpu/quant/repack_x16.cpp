@@ -446,7 +446,7 @@ x16_kernels x16_kernels_for(x16_kind kind) {
     case x16_kind::q4_1: return {chunked<plain_na, q4_plain<plain_na, true>, q4_plain<1, true>>, nullptr};
     case x16_kind::q8_0:
         return {chunked<plain_na, q8_0_plain<plain_na>, q8_0_plain<1>>, V::q8_corrected ? sums_groups<-128> : nullptr};
-    case x16_kind::nvfp4: return {chunked<plain_na, nvfp4_plain<plain_na>, nvfp4_plain<1>>, sums_groups<-12>};
+    case x16_kind::nvfp4: return {chunked<narrow_na, nvfp4_plain<narrow_na>, nvfp4_plain<1>>, sums_groups<-12>};
     case x16_kind::awq4: return {chunked<narrow_na, awq4_k<128, narrow_na>, awq4_k<128, 1>>, sums_q8_1_blocks};
     case x16_kind::awq4_g64: return {chunked<narrow_na, awq4_k<64, narrow_na>, awq4_k<64, 1>>, sums_q8_1_blocks};
     case x16_kind::tq2_0: return {chunked<plain_na, tq2_0_plain<plain_na>, tq2_0_plain<1>>, sums_tq2_0};
