@@ -140,6 +140,8 @@ cuda_backend::cuda_backend(int device) {
         throw error(strf("CUDA device %d does not exist (%zu found)", device, devs.size()));
     info_ = devs[size_t(device)];
     TS_CUDA_CHECK(cudaSetDevice(device));
+    if (const char* e = std::getenv("TESSERA_CUDA_PROFILE"); e && std::string(e) != "0")
+        profile_ = std::make_unique<profile_data>();
     cudaStream_t s = nullptr;
     TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     stream_ = s;
@@ -147,6 +149,7 @@ cuda_backend::cuda_backend(int device) {
 
 cuda_backend::~cuda_backend() {
     if (stream_) (void)cudaStreamSynchronize(as_stream(stream_));
+    print_profile();
     if (graph_exec_) (void)cudaGraphExecDestroy(reinterpret_cast<cudaGraphExec_t>(graph_exec_));
     scratch_.reset();
     weights_buf_.reset();
@@ -316,7 +319,7 @@ void cuda_backend::compute(graph& g) {
         const char* e = std::getenv("TESSERA_CUDA_GRAPHS");
         return !(e && std::string(e) == "0");
     }();
-    if (on_eval || !graphs) {
+    if (on_eval || !graphs || profile_) {
         launch_nodes(g);
         return;
     }
@@ -360,7 +363,13 @@ void cuda_backend::launch_nodes(graph& g) {
     ctx.split = &split_;
     ctx.scratch = scratch_ ? scratch_->base() : nullptr;
     ctx.scratch_size = scratch_ ? scratch_->size() : 0;
+    cudaEvent_t ev[2] = {nullptr, nullptr};
+    if (profile_) {
+        TS_CUDA_CHECK(cudaEventCreate(&ev[0]));
+        TS_CUDA_CHECK(cudaEventCreate(&ev[1]));
+    }
     for (tensor* n : g.nodes) {
+        if (profile_ && n->o != op::view && n->o != op::none) TS_CUDA_CHECK(cudaEventRecord(ev[0], ctx.stream));
         switch (n->o) {
         case op::none:
             break;
@@ -403,8 +412,37 @@ void cuda_backend::launch_nodes(graph& g) {
             attention(ctx, *n);
             break;
         }
+        if (profile_ && n->o != op::view && n->o != op::none) {
+            TS_CUDA_CHECK(cudaEventRecord(ev[1], ctx.stream));
+            TS_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+            float ms = 0.0f;
+            TS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+            std::string key = op_name(n->o);
+            if (n->o == op::mul_mat) {
+                const int64_t cols = n->src[1]->ne[1] * n->src[1]->ne[2] * n->src[1]->ne[3];
+                key += strf(" %s %s", type_name(n->src[0]->t), cols > 8 ? "gemm" : "gemv");
+            }
+            auto& [t, count] = profile_->by_op[key];
+            t += double(ms);
+            count++;
+        }
         if (on_eval && n->o != op::view && n->o != op::none) on_eval(*n); // reads the node through get(): waits
     }
+    for (cudaEvent_t e : ev)
+        if (e) (void)cudaEventDestroy(e);
+}
+
+void cuda_backend::print_profile() const {
+    if (!profile_ || profile_->by_op.empty()) return;
+    std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(profile_->by_op.begin(), profile_->by_op.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.first;
+    std::fprintf(stderr, "cuda profile (TESSERA_CUDA_PROFILE; kernels timed one node at a time, no CUDA graphs):\n");
+    std::fprintf(stderr, "  %-28s %10s %8s %10s %6s\n", "op", "ms", "calls", "us/call", "share");
+    for (const auto& [k, v] : rows)
+        std::fprintf(stderr, "  %-28s %10.2f %8lld %10.1f %5.1f%%\n", k.c_str(), v.first, (long long)v.second,
+                     1000.0 * v.first / double(v.second), 100.0 * v.first / total);
 }
 
 void cuda_backend::synchronize() {

@@ -6,6 +6,7 @@
 #include "ggml-like/backend.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -68,6 +69,12 @@ class cuda_backend final : public backend {
     std::unique_ptr<buffer> scratch_;                     // per-node scratch (quantized activations)
     CUgraphExec_st* graph_exec_ = nullptr;                // the last graph's launches, captured (compute())
     void launch_nodes(graph& g);
+    // TESSERA_CUDA_PROFILE=1: GPU time per op (mul_mat per weight type and kernel), printed when the backend goes
+    struct profile_data {
+        std::map<std::string, std::pair<double, int64_t>> by_op; // ms, calls
+    };
+    std::unique_ptr<profile_data> profile_;
+    void print_profile() const;
 };
 
 } // namespace tessera::cuda

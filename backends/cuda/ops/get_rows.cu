@@ -16,17 +16,45 @@ constexpr int GET_ROWS_THREADS = 128;
 // gives a row of NaN (the session checks ids before this; a NaN row makes a bug visible instead of reading past).
 template <class F>
 static __global__ void get_rows_q_kernel(const uint8_t* w, int64_t w_nb1, int64_t n_rows, const int32_t* ids, float* y,
-                                         int64_t y_nb1, int64_t ne0) {
+                                         int64_t y_nb1, int64_t ne0, float scale) {
     const int64_t r = blockIdx.x;
     const int32_t id = ids[r];
     float* yr = y + r * y_nb1;
     const bool ok = id >= 0 && id < n_rows;
     const auto* b = reinterpret_cast<const typename F::block*>(w + int64_t(id) * w_nb1);
     for (int64_t ib = threadIdx.x; ib < ne0 / F::block_size; ib += blockDim.x) {
+        float* o = yr + ib * F::block_size;
         if (ok) {
-            F::dequantize(b[ib], yr + ib * F::block_size);
+            F::dequantize(b[ib], o);
+            if (scale != 1.0f) // a per-tensor scale (i2_s): the block holds unit-scale values
+                for (int j = 0; j < F::block_size; j++) o[j] *= scale;
         } else {
-            for (int j = 0; j < F::block_size; j++) yr[ib * F::block_size + j] = NAN;
+            for (int j = 0; j < F::block_size; j++) o[j] = NAN;
+        }
+    }
+}
+
+// From the split layout (a weight uploaded only that way): thread t dequantizes chunks t, t + 128, ... of the row.
+template <class D>
+static __global__ void get_rows_split_kernel(split_weight w, const int32_t* ids, float* y, int64_t y_nb1) {
+    using chunk_t = typename D::chunk_t;
+    const int64_t r = blockIdx.x;
+    const int32_t id = ids[r];
+    float* yr = y + r * y_nb1;
+    const bool ok = id >= 0 && id < w.n;
+    const int64_t nc = w.k / 32, ng = nc / D::chunks_per_scale;
+    const uint8_t* q = w.qs + (ok ? id : 0) * nc * int64_t(sizeof(chunk_t));
+    const uint8_t* sc = w.sc + (ok ? id : 0) * ng * D::scale_bytes;
+    for (int64_t c = threadIdx.x; c < nc; c += blockDim.x) {
+        const chunk_t v = ldg_chunk<chunk_t>(q + c * int64_t(sizeof(chunk_t)));
+        for (int h = 0; h < 2; h++) {
+            __half2 o[8];
+            D::dequant_split(v, sc + (c / D::chunks_per_scale) * D::scale_bytes, int(c % D::chunks_per_scale), h, o);
+            for (int i = 0; i < 8; i++) {
+                const float2 f = __half22float2(o[i]);
+                yr[c * 32 + 16 * h + 2 * i] = ok ? f.x * w.out_scale : NAN;
+                yr[c * 32 + 16 * h + 2 * i + 1] = ok ? f.y * w.out_scale : NAN;
+            }
         }
     }
 }
@@ -56,10 +84,11 @@ static __global__ void get_rows_f_kernel(const uint8_t* w, int64_t w_nb1, int64_
 // w (ne0, n_rows) rows w_nb1 bytes apart; y (ne0, n_ids) rows y_nb1 floats apart.
 template <class T, bool QUANT>
 void get_rows_launch(const uint8_t* w, int64_t w_nb1, int64_t n_rows, const int32_t* ids, int64_t n_ids, float* y,
-                     int64_t y_nb1, int64_t ne0, cudaStream_t stream) {
+                     int64_t y_nb1, int64_t ne0, float scale, cudaStream_t stream) {
     if (n_ids == 0) return;
     if constexpr (QUANT)
-        get_rows_q_kernel<T><<<unsigned(n_ids), GET_ROWS_THREADS, 0, stream>>>(w, w_nb1, n_rows, ids, y, y_nb1, ne0);
+        get_rows_q_kernel<T>
+            <<<unsigned(n_ids), GET_ROWS_THREADS, 0, stream>>>(w, w_nb1, n_rows, ids, y, y_nb1, ne0, scale);
     else
         get_rows_f_kernel<T><<<unsigned(n_ids), GET_ROWS_THREADS, 0, stream>>>(w, w_nb1, n_rows, ids, y, y_nb1, ne0);
     TS_CUDA_CHECK(cudaGetLastError());
@@ -77,12 +106,29 @@ bool get_rows_supported(const tensor& dst) {
 void get_rows(cuda_context& ctx, tensor& dst) {
     const tensor* w = dst.src[0];
     const tensor* ids = dst.src[1];
+    const int64_t y_nb1 = int64_t(dst.nb[1] / 4);
+    // a weight uploaded only in the split layout (the upload keeps the file's layout for flag_embedding tensors)
+    if (!w->view_src && ctx.split && ctx.weights && !ctx.weights->count(w)) {
+        if (auto it = ctx.split->find(w); it != ctx.split->end()) {
+            if (ids->ne[0] == 0) return;
+            const bool known = visit_format(w->t, [&]<class F>() {
+                if constexpr (has_split<F>::value)
+                    get_rows_split_kernel<cuda_format<F>><<<unsigned(ids->ne[0]), GET_ROWS_THREADS, 0, ctx.stream>>>(
+                        it->second, ctx.as<int32_t>(ids), ctx.as<float>(&dst), y_nb1);
+            });
+            TS_ASSERT(known);
+            TS_CUDA_CHECK(cudaGetLastError());
+            return;
+        }
+    }
     const uint8_t* wp = ctx.ptr(w);
     const int64_t w_nb1 = int64_t(w->nb[1]), n_rows = w->ne[1], ne0 = w->ne[0];
-    const int64_t y_nb1 = int64_t(dst.nb[1] / 4);
+    // per-tensor scale (i2_s's tail), read from the host copy of a weight
+    const tensor& root = w->view_src ? *w->view_src : *w;
+    const float scale = (root.flags & flag_param) ? read_tensor_scale(w->t, root.data, root.n_elements()) : 1.0f;
     auto launch = [&]<class T, bool QUANT>() {
         get_rows_launch<T, QUANT>(wp, w_nb1, n_rows, ctx.as<int32_t>(ids), ids->ne[0], ctx.as<float>(&dst), y_nb1, ne0,
-                                  ctx.stream);
+                                  scale, ctx.stream);
     };
     switch (w->t) {
     case type::f32:
@@ -97,12 +143,8 @@ void get_rows(cuda_context& ctx, tensor& dst) {
     default:
         break;
     }
-    const bool known = visit_format(w->t, [&]<class F>() {
-        if constexpr (cuda_format<F>::available)
-            launch.template operator()<F, true>();
-        else
-            TS_ASSERT(!"get_rows: format without a CUDA path (supports() lets it through?)");
-    });
+    // every format's reference dequantize (TS_HD) reads the file's layout
+    const bool known = visit_format(w->t, [&]<class F>() { launch.template operator()<F, true>(); });
     TS_ASSERT(known);
 }
 
