@@ -665,15 +665,23 @@ TEST(gguf_broken, random_corruptions_never_crash) {
 // ---------------------------------------------------------------------------------------------------------------------
 // Hardening (#6)
 
-// A cut at each section boundary of a file (and one byte either side) names the section that is incomplete.
+// A cut at each section boundary of a file (and one byte either side) names the section that is incomplete. The
+// tensor count is checked against the bytes left first (32 per tensor info), so a cut in the metadata of a file with
+// tensors is reported as that; the same metadata without tensors shows each record's own message.
 TEST(gguf_broken, truncated_at_each_section_boundary) {
-    raw r;
-    r.header(2, 2);
-    const size_t header_end = r.b.size();
-    r.kv_u32("general.alignment", 32);
-    const size_t kv0_end = r.b.size();
-    r.str("general.name").u32(uint32_t(gguf_type::string)).str("tiny");
-    const size_t kvs_end = r.b.size();
+    auto build = [](uint64_t n_tensors, size_t* kv0_end, size_t* kvs_end) {
+        raw r;
+        r.header(n_tensors, 2);
+        r.kv_u32("general.alignment", 32);
+        *kv0_end = r.b.size();
+        r.str("general.name").u32(uint32_t(gguf_type::string)).str("tiny");
+        *kvs_end = r.b.size();
+        return r;
+    };
+    size_t kv0_end = 0, kvs_end = 0;
+    const raw meta = build(0, &kv0_end, &kvs_end);
+    raw r = build(2, &kv0_end, &kvs_end);
+    const size_t header_end = 24;
     r.tensor("a", {32}, 8, 0);
     const size_t info0_end = r.b.size();
     r.tensor("b", {4, 2}, 0, 64);
@@ -682,38 +690,43 @@ TEST(gguf_broken, truncated_at_each_section_boundary) {
     const size_t data_start = r.b.size();
     r.zeros(34).zeros(30).zeros(32);
     ASSERT_NO_THROW(parse(r));
+    ASSERT_NO_THROW(parse(meta));
     ASSERT_GT(data_start, infos_end); // this file has alignment padding to cut into
 
     const struct {
+        const raw& file;
         size_t at;
         const char* message;
     } cuts[] = {
-        {0, "not a GGUF file"},
-        {3, "not a GGUF file"},
-        {4, "truncated file: version at byte 4"},
-        {8, "truncated file: tensor count at byte 8"},
-        {16, "truncated file: kv count at byte 16"},
-        {header_end - 1, "truncated file: kv count"},
-        {header_end, "truncated file: key of kv 0 at byte 24"},
-        {header_end + 8, "key of kv 0"},
-        {kv0_end - 1, "truncated file: key 'general.alignment': value"},
-        {kv0_end, "truncated file: key of kv 1"},
-        {kvs_end - 1, "key 'general.name': string"},
-        {kvs_end, "truncated file: name of tensor 0"},
-        {kvs_end + 10, "truncated file: tensor a at byte"},
-        {info0_end, "truncated file: name of tensor 1"},
-        {infos_end - 1, "truncated file: tensor b"},
-        {infos_end, "tensor a: data runs past the end of the file"},      // no padding at all
-        {data_start - 1, "tensor a: data runs past the end of the file"}, // part of the padding
-        {data_start, "tensor a: data runs past the end of the file"},
-        {data_start + 33, "tensor a: data runs past the end of the file"},
-        {data_start + 64, "tensor b: data runs past the end of the file"},
-        {r.b.size() - 1, "tensor b: data runs past the end of the file (truncated?), expected at least 288 bytes, got "
-                         "287"},
+        {r, 0, "not a GGUF file"},
+        {r, 3, "not a GGUF file"},
+        {r, 4, "truncated file: version at byte 4"},
+        {r, 8, "truncated file: tensor count at byte 8"},
+        {r, 16, "tensor count too large for the 0 bytes left (truncated or corrupt file), expected at most 0, got 2"},
+        {meta, 16, "truncated file: kv count at byte 16"},
+        {meta, header_end - 1, "truncated file: kv count"},
+        {meta, header_end, "kv count too large for the 0 bytes left"},
+        {meta, header_end + 8, "kv count too large for the 8 bytes left"},
+        {meta, header_end + 28, "truncated file: value type at byte 49"},
+        {meta, kv0_end - 1, "truncated file: key 'general.alignment': value"},
+        {meta, kv0_end, "truncated file: key of kv 1"},
+        {meta, kvs_end - 1, "key 'general.name': string"},
+        {r, kv0_end, "tensor count too large"},
+        {r, kvs_end, "truncated file: name of tensor 0"},
+        {r, kvs_end + 10, "truncated file: tensor a at byte"},
+        {r, info0_end, "truncated file: name of tensor 1"},
+        {r, infos_end - 1, "truncated file: tensor b"},
+        {r, infos_end, "tensor a: data runs past the end of the file"},      // no padding at all
+        {r, data_start - 1, "tensor a: data runs past the end of the file"}, // part of the padding
+        {r, data_start, "tensor a: data runs past the end of the file"},
+        {r, data_start + 33, "tensor a: data runs past the end of the file"},
+        {r, data_start + 64, "tensor b: data runs past the end of the file"},
+        {r, r.b.size() - 1, "tensor b: data runs past the end of the file (truncated?), expected at least 288 bytes, "
+                            "got 287"},
     };
     for (const auto& c : cuts) {
         SCOPED_TRACE("cut at byte " + std::to_string(c.at));
-        expect_error(std::vector<uint8_t>(r.b.begin(), r.b.begin() + long(c.at)), c.message);
+        expect_error(std::vector<uint8_t>(c.file.b.begin(), c.file.b.begin() + long(c.at)), c.message);
     }
 }
 
@@ -735,7 +748,7 @@ TEST(gguf_broken, absurd_sizes_are_refused_before_allocating) {
     expect_error(with_tensors({info("t", {uint64_t(1) << 20, uint64_t(1) << 20}, 0, 0)}, 64),
                  "tensor t: data runs past the end of the file");
     // a tensor count bounded by the 32 bytes a tensor info takes at least
-    expect_error(raw().header(3, 0).zeros(64), "tensor count too large for the 64 bytes left");
+    expect_error(raw().header(3, 0).zeros(72), "tensor count too large for the 80 bytes left");
 }
 
 // GGUF strings are bytes: a key or value that is not UTF-8 is kept exactly, and a vocabulary whose tokens are not
