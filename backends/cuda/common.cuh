@@ -96,6 +96,11 @@ struct cuda_context {
     const std::unordered_map<const tensor*, split_weight>* split = nullptr;
     void* scratch = nullptr; // device memory of scratch_size bytes, at least work_size(node) for every node
     size_t scratch_size = 0;
+    // the activations mul_mat last converted into scratch: their source and form (act_split_q8: q8_1 for the split
+    // GEMV, act_f16: f16 for the GEMM); a mul_mat of the same source right after (q, k, v; gate, up) reuses them
+    enum act_form_t { act_none, act_split_q8, act_f16 };
+    const tensor* act_src = nullptr;
+    act_form_t act_form = act_none;
 
     // Device address of t's first element: a weight's copy, a view into a weight's copy, or t.data (device memory
     // bound by the graph runner or allocated by this backend).

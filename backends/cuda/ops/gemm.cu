@@ -168,8 +168,12 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     if (total == 0 || a.n == 0) return;
     TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(a.k, cols));
     auto* xh = static_cast<__half*>(ctx.scratch);
-    f16_rows_kernel<<<unsigned(ceil_div(total, 256)), 256, 0, ctx.stream>>>(ctx.as<float>(x), sx, xh, total);
-    TS_CUDA_CHECK(cudaGetLastError());
+    if (!(ctx.act_src == x && ctx.act_form == cuda_context::act_f16)) { // q, k, v (gate, up) share one conversion
+        f16_rows_kernel<<<unsigned(ceil_div(total, 256)), 256, 0, ctx.stream>>>(ctx.as<float>(x), sx, xh, total);
+        TS_CUDA_CHECK(cudaGetLastError());
+        ctx.act_src = x;
+        ctx.act_form = cuda_context::act_f16;
+    }
     a.x = xh;
     const dim3 grid(unsigned(ceil_div(a.n, BM)), unsigned(ceil_div(cols, BN)));
     TS_ASSERT(grid.y <= 65535);

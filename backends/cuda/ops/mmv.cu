@@ -350,7 +350,7 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
 }
 
 template <class F>
-void mmv_split_launch(const split_weight& w, split_args a, const float* x, shape4 sx, void* scratch,
+void mmv_split_launch(const split_weight& w, split_args a, const float* x, shape4 sx, void* scratch, bool quantize,
                       cudaStream_t stream) {
     using D = cuda_format<F>;
     const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32;
@@ -359,9 +359,11 @@ void mmv_split_launch(const split_weight& w, split_args a, const float* x, shape
     const int64_t n_blocks = nb * cols;
     if (n_blocks == 0 || a.n == 0) return;
     constexpr int qthreads = 256;
-    quantize_split_kernel<<<unsigned(ceil_div(n_blocks * WARP_SIZE, qthreads)), qthreads, 0, stream>>>(x, sx, aq, ads,
-                                                                                                     n_blocks);
-    TS_CUDA_CHECK(cudaGetLastError());
+    if (quantize) {
+        quantize_split_kernel<<<unsigned(ceil_div(n_blocks * WARP_SIZE, qthreads)), qthreads, 0, stream>>>(
+            x, sx, aq, ads, n_blocks);
+        TS_CUDA_CHECK(cudaGetLastError());
+    }
     a.qs = w.qs;
     a.sc = w.sc;
     a.aq = aq;
@@ -461,16 +463,21 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
             a.k = sw.k;
             a.ne2 = x->ne[2];
             a.ne3 = x->ne[3];
+            const bool fresh = !(ctx.act_src == x && ctx.act_form == cuda_context::act_split_q8);
             const bool known = visit_format(w->t, [&]<class F>() {
                 if constexpr (has_split<F>::value)
-                    mmv_split_launch<F>(sw, a, ctx.as<float>(x), sx, ctx.scratch, ctx.stream);
+                    mmv_split_launch<F>(sw, a, ctx.as<float>(x), sx, ctx.scratch, fresh, ctx.stream);
                 else
                     TS_ASSERT(!"mul_mat: a split weight of a format without a split kernel");
             });
             TS_ASSERT(known);
+            ctx.act_src = x;
+            ctx.act_form = cuda_context::act_split_q8;
             return;
         }
     }
+    ctx.act_src = nullptr; // the paths below use the scratch in their own ways
+    ctx.act_form = cuda_context::act_none;
     mmv_args a{};
     a.w = ctx.ptr(w);
     a.w_nb1 = int64_t(w->nb[1]);
