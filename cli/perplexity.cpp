@@ -132,6 +132,9 @@ void perplexity_main(const ppl_options& o) {
     pp.n_chunks = o.n_chunks;
     (o.kld ? pp.kld_base_in : pp.kld_base_out) = o.kld_base;
     session_params sp = o.m.session;
+    const device_choice dev = choose_device(o.m, mdl.get());
+    if (!dev.note.empty()) fmt::print(stderr, "{}\n", dev.note);
+    sp.device = dev.device;
     sp.n_batch = std::min(sp.n_batch, pp.n_ctx); // a batch never spans two chunks
     if (o.kld) {
         // the base file decides the chunk size; the context is sized after the whole file has been checked (a

@@ -31,6 +31,6 @@ import json, sys
 c, g = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 k = g["kld"]
 print(f"| {sys.argv[3]} | {c['ppl']:.4f} | {g['ppl']:.4f} | {abs(g['ppl'] - c['ppl']) / c['ppl']:.2e} | "
-      f"{k['same_top_p']:.2f}% | {k['mean']:.6f} | {c['tokens_per_second']:.0f} | {g['tokens_per_second']:.0f} |")
+      f"{100 * k['same_top_p']:.2f}% | {k['mean']:.6f} | {c['tokens_per_second']:.0f} | {g['tokens_per_second']:.0f} |")
 PY
 done
