@@ -7,6 +7,7 @@
 #include "backends/cuda/quant/formats.cuh"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -140,7 +141,9 @@ cuda_backend::cuda_backend(int device) {
         throw error(strf("CUDA device %d does not exist (%zu found)", device, devs.size()));
     info_ = devs[size_t(device)];
     TS_CUDA_CHECK(cudaSetDevice(device));
-    if (const char* e = std::getenv("TESSERA_CUDA_PROFILE"); e && std::string(e) != "0")
+    if (const char* e = std::getenv("TESSERA_CUDA_PROFILE"); e && std::string(e) == "host")
+        host_prof_ = std::make_unique<host_profile>();
+    else if (e && std::string(e) != "0")
         profile_ = std::make_unique<profile_data>();
     cudaStream_t s = nullptr;
     TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -169,10 +172,12 @@ void cuda_backend::set(tensor& t, const void* src, size_t offset, size_t size) {
 }
 
 void cuda_backend::get(const tensor& t, void* dst, size_t offset, size_t size) {
+    const auto t0 = std::chrono::steady_clock::now();
     cuda_context ctx;
     ctx.weights = &weights_;
     TS_CUDA_CHECK(cudaMemcpyAsync(dst, ctx.ptr(&t) + offset, size, cudaMemcpyDeviceToHost, as_stream(stream_)));
     TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+    if (host_prof_) host_prof_->get_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // Same order as the op list and the CPU's supports(): element types each op accepts on CUDA.
@@ -303,6 +308,19 @@ void cuda_backend::load_weights(std::span<tensor* const> weights) {
 }
 
 void cuda_backend::compute(graph& g) {
+    if (host_prof_) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (host_prof_->calls) host_prof_->between_s += std::chrono::duration<double>(t0 - host_prof_->last_end).count();
+        compute_impl(g);
+        host_prof_->last_end = std::chrono::steady_clock::now();
+        host_prof_->compute_s += std::chrono::duration<double>(host_prof_->last_end - t0).count();
+        host_prof_->calls++;
+        return;
+    }
+    compute_impl(g);
+}
+
+void cuda_backend::compute_impl(graph& g) {
     TS_CUDA_CHECK(cudaSetDevice(info_.id));
     size_t need = 0;
     for (tensor* n : g.nodes) need = std::max(need, work_size(*n));
@@ -433,6 +451,15 @@ void cuda_backend::launch_nodes(graph& g) {
 }
 
 void cuda_backend::print_profile() const {
+    if (host_prof_ && host_prof_->calls) {
+        const double n = double(host_prof_->calls);
+        std::fprintf(stderr,
+                     "cuda host profile (TESSERA_CUDA_PROFILE=host): %lld computes; per compute %.1f us launching "
+                     "(capture, update, launch), %.1f us from its end to the next compute (graph building, logits: "
+                     "%.1f us of that waiting in get())\n",
+                     (long long)host_prof_->calls, 1e6 * host_prof_->compute_s / n, 1e6 * host_prof_->between_s / n,
+                     1e6 * host_prof_->get_s / n);
+    }
     if (!profile_ || profile_->by_op.empty()) return;
     std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(profile_->by_op.begin(), profile_->by_op.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });

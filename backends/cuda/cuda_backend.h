@@ -5,6 +5,7 @@
 
 #include "ggml-like/backend.h"
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -74,7 +75,15 @@ class cuda_backend final : public backend {
         std::map<std::string, std::pair<double, int64_t>> by_op; // ms, calls
     };
     std::unique_ptr<profile_data> profile_;
+    // TESSERA_CUDA_PROFILE=host: where the host's time goes per compute (launching vs the rest vs waiting)
+    struct host_profile {
+        double compute_s = 0, between_s = 0, get_s = 0;
+        int64_t calls = 0;
+        std::chrono::steady_clock::time_point last_end;
+    };
+    std::unique_ptr<host_profile> host_prof_;
     void print_profile() const;
+    void compute_impl(graph& g);
 };
 
 } // namespace tessera::cuda
