@@ -375,7 +375,8 @@ std::vector<op_case> all_cases() {
                                       {64, 6, 2, 1, 1500, true}, {64, 6, 2, 9, 0, true},   {64, 6, 2, 33, 7, true},
                                       {64, 6, 2, 70, 8, true},   {128, 4, 4, 1, 20, true}, {128, 4, 1, 70, 30, true},
                                       {80, 4, 2, 40, 5, true},   {256, 2, 1, 37, 3, true}, {64, 6, 2, 12, 3, false},
-                                      {64, 6, 2, 2, 3, false}};
+                                      {64, 6, 2, 2, 3, false},   {256, 2, 1, 1, 50, true}, {128, 8, 2, 4, 300, true},
+                                      {96, 2, 1, 1, 9, true}};
     for (attn_shape s : attn_shapes) {
         const int64_t n_kv = s.n_past + s.n_tok;
         std::vector<leaf> l = {f32_leaf({s.hd, s.n_head, s.n_tok}, 29),

@@ -3,7 +3,8 @@
 //   l
 // q (hd, n_head, n_tok) f32; k, v (hd, n_head_kv, n_kv) f16 views of the cache; mask (n_kv, >= n_tok) additive;
 // query head h reads KV head h / (n_head / n_head_kv). Two kernels:
-//   decode  (n_tok <= 8): one block per (head, token), a chunk of 128 keys per step, one key per thread;
+//   decode  (n_tok <= 8): one block of 4 warps per (head, token), lanes splitting the head dimensions, warps the keys
+//           (attention_decode_warp_kernel); other head sizes: a chunk of 128 keys per step, one key per thread;
 //   prefill (n_tok > 8):  one block per (head, 32 queries), tiles of 32 keys staged in shared memory.
 // Scores and sums are f32 (the CPU rounds Q and its V accumulator to f16 below 64 queries, as ggml: the two differ by
 // that rounding). Not yet: splitting long contexts over blocks (decode), tensor cores (prefill).
@@ -210,9 +211,104 @@ template <int D_MAX> void prefill_launch(const attn_args& a, cudaStream_t stream
     TS_CUDA_CHECK(cudaGetLastError());
 }
 
+// Decode, head sizes 64 / 128 / 256: one block of 4 warps per (head, token). Warp w takes keys w, w + 4, ...; lane l
+// holds dimensions [D l, D l + D) of q, of each K and V row (one 4-, 8- or 16-byte load: a warp reads a whole row)
+// and of its accumulator. Per key: partial dot, warp reduction, online softmax in registers; at the end the 4 warps'
+// (max, sum, accumulator) are merged through shared memory. Compared with a key per thread (attention_decode_kernel)
+// every load is coalesced and no thread walks a whole row.
+template <int D> __device__ __forceinline__ void load_halves(const __half* p, float (&x)[D]) {
+    if constexpr (D == 2) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(p));
+        x[0] = f.x, x[1] = f.y;
+    } else if constexpr (D == 4) {
+        const uint2 u = *reinterpret_cast<const uint2*>(p);
+        const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+        const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+        x[0] = f0.x, x[1] = f0.y, x[2] = f1.x, x[3] = f1.y;
+    } else {
+        static_assert(D == 8, "head size 64, 128 or 256");
+        const uint4 u = *reinterpret_cast<const uint4*>(p);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+            x[2 * i] = f.x, x[2 * i + 1] = f.y;
+        }
+    }
+}
+
+constexpr int DW_WARPS = 4;
+
+template <int D> static __global__ void __launch_bounds__(DW_WARPS * WARP_SIZE) attention_decode_warp_kernel(attn_args a) {
+    __shared__ float m_s[DW_WARPS], l_s[DW_WARPS];
+    __shared__ float acc_s[DW_WARPS][D * WARP_SIZE];
+    const int h = blockIdx.x, t = blockIdx.y, hk = h / a.group;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    float q[D];
+    const float* qr = a.q + h * a.q_nb1 + t * a.q_nb2 + lane * D;
+#pragma unroll
+    for (int d = 0; d < D; d++) q[d] = qr[d];
+    const float* mr = a.mask ? a.mask + t * a.mask_nb1 : nullptr;
+    const __half* kh = a.k + hk * a.kv_nb1 + lane * D;
+    const __half* vh = a.v + hk * a.kv_nb1 + lane * D;
+    float M = -INFINITY, L = 0.0f, acc[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) acc[d] = 0.0f;
+    for (int64_t j = warp; j < a.n_kv; j += DW_WARPS) {
+        const float mv = mr ? mr[j] : 0.0f;
+        if (mv == -INFINITY) continue; // the same for every lane
+        float k[D], v[D];
+        load_halves<D>(kh + j * a.kv_nb2, k);
+        load_halves<D>(vh + j * a.kv_nb2, v);
+        float dot = 0.0f;
+#pragma unroll
+        for (int d = 0; d < D; d++) dot = fmaf(q[d], k[d], dot);
+        const float s = warp_sum(dot) * a.scale + mv;
+        const float m_new = fmaxf(M, s);
+        const float corr = expf(M - m_new), p = expf(s - m_new); // corr = 0 while M = -inf
+        L = L * corr + p;
+#pragma unroll
+        for (int d = 0; d < D; d++) acc[d] = fmaf(p, v[d], acc[d] * corr);
+        M = m_new;
+    }
+    if (lane == 0) {
+        m_s[warp] = M;
+        l_s[warp] = L;
+    }
+#pragma unroll
+    for (int d = 0; d < D; d++) acc_s[warp][lane * D + d] = acc[d];
+    __syncthreads();
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < DW_WARPS; w++) mx = fmaxf(mx, m_s[w]);
+    float* orow = a.o + h * a.o_nb1 + t * a.o_nb2;
+    for (int i = threadIdx.x; i < D * WARP_SIZE; i += blockDim.x) {
+        float o = 0.0f, l = 0.0f;
+        if (mx != -INFINITY)
+#pragma unroll
+            for (int w = 0; w < DW_WARPS; w++) {
+                const float f = m_s[w] == -INFINITY ? 0.0f : expf(m_s[w] - mx);
+                l += l_s[w] * f;
+                o += acc_s[w][i] * f;
+            }
+        orow[i] = l == 0.0f ? 0.0f : o / l;
+    }
+}
+
 void attention_launch(const attn_args& a, cudaStream_t stream) {
     if (a.n_tok == 0) return;
-    if (a.n_tok <= 8) {
+    // the warp kernel's vector loads need rows (and the base) aligned to D halves
+    const int D = a.hd / WARP_SIZE;
+    const bool warp_ok = a.hd % WARP_SIZE == 0 && (D == 2 || D == 4 || D == 8) && a.kv_nb1 % D == 0 &&
+                         a.kv_nb2 % D == 0 && reinterpret_cast<uintptr_t>(a.k) % (2 * D) == 0 &&
+                         reinterpret_cast<uintptr_t>(a.v) % (2 * D) == 0;
+    if (a.n_tok <= 8 && warp_ok) {
+        const dim3 grid(unsigned(a.n_head), unsigned(a.n_tok));
+        if (D == 2) attention_decode_warp_kernel<2><<<grid, DW_WARPS * WARP_SIZE, 0, stream>>>(a);
+        else if (D == 4) attention_decode_warp_kernel<4><<<grid, DW_WARPS * WARP_SIZE, 0, stream>>>(a);
+        else attention_decode_warp_kernel<8><<<grid, DW_WARPS * WARP_SIZE, 0, stream>>>(a);
+        TS_CUDA_CHECK(cudaGetLastError());
+    } else if (a.n_tok <= 8) {
         attention_decode_kernel<<<dim3(unsigned(a.n_head), unsigned(a.n_tok)), DECODE_THREADS, 0, stream>>>(a);
         TS_CUDA_CHECK(cudaGetLastError());
     } else if (a.hd <= 64) {
