@@ -319,6 +319,7 @@ void chat_main(const chat_options& o) {
             } else {
                 fmt::print(stderr, "unknown command {} (/help lists them)\n", cmd);
             }
+            std::fflush(stdout); // a program driving chat through pipes waits for this answer before its next line
             continue;
         }
         respond([&] { return chat.send(line, stream, &g_interrupt, o.n_predict); });
