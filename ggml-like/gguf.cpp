@@ -75,6 +75,13 @@ bool align_up(uint64_t x, uint64_t a, uint64_t& out) {
     return true;
 }
 
+// A float read from a file as an integer: NaN and values outside int64 are an error (the cast would be UB).
+int64_t float_to_int(double x) {
+    if (!(x >= -9223372036854775808.0 && x < 9223372036854775808.0))
+        throw error(fmt::format("gguf value: {} does not fit in int64", x));
+    return int64_t(x);
+}
+
 template <class T> T load_le(const uint8_t* p) {
     T v;
     std::memcpy(&v, p, sizeof(T)); // GGUF is little-endian and so are the hosts we build for
@@ -155,7 +162,7 @@ gguf_value read_value(cursor& c, gguf_type type, const std::string& key) {
     }
     gguf_type et = v.scalar_type();
     if (et == gguf_type::string) {
-        v.strs.reserve(size_t(v.n));
+        v.strs.reserve(size_t(std::min<uint64_t>(v.n, 1 << 16))); // n only bounds the file: 8 bytes per string
         const std::string what = fmt::format("key '{}': string", key);
         for (uint64_t i = 0; i < v.n; i++) v.strs.push_back(c.read_string(what));
         return v;
@@ -245,9 +252,9 @@ int64_t gguf_value::int_at(uint64_t i) const {
         return int64_t(u);
     }
     case gguf_type::f32:
-        return int64_t(load_le<float>(p));
+        return float_to_int(load_le<float>(p));
     case gguf_type::f64:
-        return int64_t(load_le<double>(p));
+        return float_to_int(load_le<double>(p));
     default:
         break;
     }

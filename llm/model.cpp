@@ -16,6 +16,8 @@
 #include <limits>
 #include <map>
 
+#include <unistd.h>
+
 namespace tessera {
 
 // Tensors of tessera's own types (ids >= 1024, e.g. awq4) only appear in files marked with tessera.format (written
@@ -121,12 +123,20 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
     if (n_ctx > m.hp.n_ctx_train)
         fmt::print(stderr, "warning: context {} is larger than the {} tokens {} was trained on; text past {} tokens "
                    "may degrade\n", n_ctx, m.hp.n_ctx_train, m.name, m.hp.n_ctx_train);
+    // K and V, f16, per layer and position. Checked against the machine's memory first: the allocation itself would
+    // succeed (pages are committed lazily) and the process be killed once the context fills.
+    const double kv_gib = 2.0 * double(m.hp.n_layer) * double(m.hp.n_embd_kv()) * 2.0 * double(n_ctx) / double(1 << 30);
+    const double ram_gib = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE)) / double(1 << 30);
+    auto no_room = [&] {
+        return error(fmt::format("the KV cache for a context of {} tokens needs {:.1f} GiB, more than the {:.1f} GiB "
+                                 "of memory here (lower -c)",
+                                 n_ctx, kv_gib, ram_gib));
+    };
+    if (p.device == device_type::cpu && ram_gib > 0 && kv_gib > ram_gib) throw no_room();
     try {
         kv_.init(*be_, int(m.hp.n_layer), m.hp.n_embd_kv(), n_ctx);
     } catch (const std::bad_alloc&) {
-        const double gib = double(2 * m.hp.n_layer * m.hp.n_embd_kv() * 2) * double(n_ctx) / double(1 << 30);
-        throw error(fmt::format("out of memory for the KV cache: {:.1f} GiB for a context of {} tokens (lower -c)",
-                                gib, n_ctx));
+        throw no_room();
     }
 }
 

@@ -417,6 +417,9 @@ vocab::~vocab() = default;
 
 std::vector<token> vocab::tokenize(std::string_view text, bool add_special, bool parse_special) const {
     const vocab_data& v = *p_;
+    // both algorithms keep 32-bit offsets and indices into the text
+    if (text.size() > (size_t(1) << 30))
+        throw error("tokenize: text of " + std::to_string(text.size()) + " bytes is longer than the 1 GiB a call accepts");
     std::vector<token> out;
     if (add_special && v.add_bos) out.push_back(v.bos);
     bool prev_special = true; // SPM: the first raw fragment gets the leading space

@@ -328,3 +328,19 @@ TEST(chat_long_session, thousand_turns_in_a_small_context_keep_memory_flat) {
     fs::remove(path);
     fs::remove(c.err_path);
 }
+
+// A conversation holding bytes that are not UTF-8 (a user's bytes, or a reply cut inside a character) saves with
+// U+FFFD in their place; it used to end the chat with nlohmann's "invalid UTF-8 byte" exception.
+TEST(chat_cli, save_with_bad_utf8_keeps_the_chat_going) {
+    const std::string path = temp_path("utf8.gguf"), saved = temp_path("saved.json");
+    test::write_tiny_model(path, {});
+    int rc = -1;
+    sh("printf 'caf\\303\\n/save " + saved + "\\n/stats\\n' | " + quote(TESSERA_BINARY) + " chat -m " + quote(path) +
+           " -n 4 --temp 0 --no-history 2>/dev/null",
+       &rc);
+    EXPECT_EQ(rc, 0);
+    const std::string json = test::read_file(saved);
+    EXPECT_NE(json.find("caf\xef\xbf\xbd"), std::string::npos) << json;
+    fs::remove(path);
+    fs::remove(saved);
+}

@@ -8,6 +8,7 @@
 #include "llm/model.h"
 #include "llm/sampler.h"
 
+#include <cmath>
 #include <filesystem>
 
 using namespace tessera;
@@ -218,4 +219,39 @@ TEST(model_load, per_tensor_output_scales_are_applied) {
     const auto base = logits_with(nullptr), same = logits_with(&one), other = logits_with(&three);
     EXPECT_EQ(base, same);
     EXPECT_NE(base, other);
+}
+
+// A context whose KV cache cannot fit the machine is refused up front with the size, not left to the OOM killer:
+// 256 layers x 64 KV values x 2 (K, V) x 2 bytes x 2^24 positions = 1 TiB.
+TEST(model_session, kv_cache_larger_than_memory_is_a_clear_error) {
+    const std::string path = temp_path("deep.gguf");
+    test::tiny_model_spec spec;
+    spec.n_layer = 256;
+    spec.n_head_kv = 4;
+    test::write_tiny_model(path, spec);
+    auto m = model::load(path);
+    try {
+        session s(*m, session_params{.n_ctx = int64_t(1) << 24});
+        ADD_FAILURE() << "a 1 TiB KV cache was accepted";
+    } catch (const error& e) {
+        EXPECT_NE(std::string(e.what()).find("the KV cache for a context of 16777216 tokens needs 1024.0 GiB"),
+                  std::string::npos)
+            << e.what();
+    }
+    fs::remove(path);
+}
+
+// Bad UTF-8 in a prompt (stray and truncated sequences, surrogates, code points past U+10FFFF) tokenizes to valid ids
+// that evaluate.
+TEST(model_session, bad_utf8_prompt_evaluates) {
+    const std::string path = temp_path("utf8.gguf");
+    test::write_tiny_model(path, {});
+    auto m = model::load(path);
+    session s(*m, session_params{.n_ctx = 128});
+    const std::vector<token> ids = m->voc.tokenize("caf\xc3 \xff\xfe \xed\xa0\x80 \xf4\x90\x80\x80 \xe2\x82", true, true);
+    ASSERT_FALSE(ids.empty());
+    for (token t : ids) EXPECT_TRUE(t >= 0 && t < m->hp.n_vocab) << t;
+    const auto logits = s.decode(ids);
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+    fs::remove(path);
 }
