@@ -5,6 +5,8 @@
 // each multiply a 32 x 32 sub-tile with mma.sync m16n8k16 (f16 in, f32 accumulate) from ldmatrix fragments. Two
 // shared-memory stages: the next k-block is loaded while the current one is multiplied.
 // Numerics: f16 activations (not q8_1 as decode and the CPU): results agree with the CPU to f16 rounding of x.
+// Measured (H100, 2026-11-22): 7B q4_0 pp512 6.4k t/s end to end, ~86 TFLOP/s for the whole model; a first version
+// (2 stages, one 32-element chunk per k step, dequantization not overlapped with the MMAs).
 #include "backends/cuda/ops/ops.cuh"
 
 #include "backends/cuda/quant/formats.cuh"

@@ -1,15 +1,15 @@
-// mmv.cu: mul_mat as a fused dequant GEMV: y (n, m) = W (k, n)^T x (k, m) for small m (decode; 2..8 tokens reuse
-// each weight chunk from registers for every column). Larger m runs the same kernel over groups of 8 columns; the
-// tensor-core GEMM for prefill (mma.cu) comes later.
-//   quantized W: x is quantized once to q8_1 (quantize_q8_1_kernel), then mmv_q_kernel<cuda_format<F>, NC> takes the
-//                integer dot of each weight chunk with NC activation columns (quant/<format>.cuh);
+// mmv.cu: mul_mat for decode, a fused dequant GEMV: y (n, m) = W (k, n)^T x (k, m), 2..8 tokens reusing each weight
+// chunk from registers for every column. Three paths:
+//   split layout (every block format, weights repacked at upload; quant/format.cuh): x is quantized once to q8_1 as
+//                int8 rows + (d, s) (quantize_split_kernel; q, k, v and gate, up share one), then
+//                mmv_split_kernel<cuda_format<F>, NC, R>: a warp per R rows, lane l taking chunks l, l + 32, ... with
+//                one 8/16/32-byte load each. More than 8 columns go to the tensor-core GEMM (gemm.cu).
+//   file layout (TESSERA_CUDA_SPLIT=0, q4_0/q4_1/q8_0): x to q8_1 blocks, mmv_q_kernel over the file's 18/20/34-byte
+//                blocks with 2- and 4-byte loads (groups of 8 columns for larger m).
 //   f32/f16/bf16 W: mmv_f_kernel<T, NC, V> reads x in f32 and dots in f32, V elements per load.
-// Thread mapping: a block of 128 threads handles 1, 2 or 4 rows (fewer rows for long rows); the threads of a row take
-// its chunks lt, lt + tpr, ... so that neighbouring threads read neighbouring bytes. W is broadcast over dims 2, 3.
-// Measured (tests/bench/bench_mmv, one column, H100, 2026-11-22), share of the 2.95 TB/s copy bandwidth at
-// (n, k) = (4096, 4096), (14336, 4096), (4096, 14336): q4_0 24/39/38%, q4_1 22/45/44%, q8_0 32/51/54%, f16 60/77/79%.
-// The quantized blocks (18, 20, 34 bytes) allow only 2- and 4-byte loads and the activations are re-read per row;
-// repacking the weights at upload (repack_<format>_<layout>) and CUDA graphs are the next steps toward 80%.
+// Measured (tests/bench/bench_mmv, one column, H100, 2026-11-22), share of the 2.98 TB/s copy bandwidth at
+// (n, k) = (4096, 4096), (14336, 4096), (4096, 14336): split q4_0 30/56/54%, q4_1 33/54/54%, q8_0 40/67/65% (file
+// layout 24/40/38, 28/44/43, 30/52/54); f16 60/77/78%. 4096-row matrices are the weak case (NOTES.md).
 #include "backends/cuda/ops/ops.cuh"
 
 #include "backends/cuda/quant/formats.cuh"
