@@ -259,6 +259,32 @@ TEST(ops, mul_mat_repacked_weights_same_bits) {
             }
 }
 
+// A mul_mat followed by a mul of its result by a one-element tensor (NVFP4's per-tensor `.scale`) runs fused: mul_mat
+// writes the mul's output, scaled. Bound: the same bits as the two ops one after the other (an eval callback, which
+// must see every node, turns the fusion off), for repacked and row-kernel weights, decode and prompt shapes.
+TEST(ops, mul_mat_times_scalar_fused_same_bits) {
+    for (type t : {type::nvfp4, type::q4_0, type::f16})
+        for (int64_t m : {int64_t(1), int64_t(37)}) {
+            std::vector<float> out[2];
+            for (int fused = 0; fused < 2; fused++) {
+                harness h(3);
+                std::vector<float> wd;
+                tensor* w = h.leaf_typed(t, 256, 48, 31, wd);
+                w->flags |= flag_param;
+                tensor* x = h.leaf_f32({256, m}, 32);
+                tensor* sc = h.leaf_f32({1}, 33, 0.7f);
+                tensor* y = mul(h.ctx, mul_mat(h.ctx, w, x), sc);
+                tensor* ws[] = {w};
+                h.be.load_weights(ws);
+                if (!fused) h.be.set_eval_callback([](const tensor&) {});
+                out[fused] = h.run(y);
+            }
+            ASSERT_EQ(out[0].size(), out[1].size());
+            for (size_t i = 0; i < out[0].size(); i++)
+                ASSERT_EQ(out[0][i], out[1][i]) << type_name(t) << " m=" << m << " at " << i;
+        }
+}
+
 TEST(ops, mul_mat_transposed_activation_and_batch) {
     // x given as a permuted view (non-contiguous rows are not allowed, but dims 2/3 broadcast are)
     harness h;

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <new>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 namespace tessera::cpu {
 
@@ -100,10 +102,39 @@ void cpu_backend::load_weights(std::span<tensor* const> weights) {
     });
 }
 
+namespace {
+
+// mul_mat nodes followed by a `mul` of their result by a one-element f32 tensor (NVFP4's per-tensor `.scale`), where
+// the mul is the result's only reader: mul_mat then writes the mul's output, scaled, and the mul (a pass over memory
+// and a barrier) is skipped. Returns, per node, the scale tensor of a fused pair (at the mul_mat), else null.
+std::vector<const tensor*> fusable_scales(const graph& g) {
+    std::unordered_map<const tensor*, int> readers;
+    for (const tensor* n : g.nodes)
+        for (const tensor* s : n->src)
+            if (s) readers[s]++;
+    std::vector<const tensor*> out(g.nodes.size(), nullptr);
+    for (size_t i = 0; i + 1 < g.nodes.size(); i++) {
+        const tensor* mm = g.nodes[i];
+        const tensor* mu = g.nodes[i + 1];
+        if (mm->o != op::mul_mat || mu->o != op::mul || mu->src[0] != mm || !mu->src[1]) continue;
+        const tensor* s = mu->src[1];
+        if (s->t != type::f32 || s->n_elements() != 1 || !s->data || (mm->flags & flag_output) || readers[mm] != 1)
+            continue;
+        if (!same_shape(*mm, *mu) || mu->t != type::f32 || mu->nb[0] != 4) continue;
+        out[i] = s;
+    }
+    return out;
+}
+
+} // namespace
+
 void cpu_backend::compute(graph& g) {
     size_t wsize = 0;
     for (tensor* n : g.nodes) wsize = std::max(wsize, work_size(*n, pool_.n_threads()));
     if (work_.size() < wsize) work_.resize(wsize);
+    // fused pairs only without a per-node callback (it must see every node's own result)
+    const std::vector<const tensor*> fused = on_eval || opt_.reference ? std::vector<const tensor*>(g.nodes.size())
+                                                                       : fusable_scales(g);
 
     pool_.run([&](int ith, int nth) {
         compute_params p;
@@ -114,7 +145,20 @@ void cpu_backend::compute(graph& g) {
         p.pool = &pool_;
         p.reference = opt_.reference;
         p.repacked = &repacked_;
-        for (tensor* n : g.nodes) {
+        for (size_t i = 0; i < g.nodes.size(); i++) {
+            tensor* n = g.nodes[i];
+            if (fused[i]) { // mul_mat into the following mul's output, times its scalar; the mul is skipped
+                tensor into = *n;
+                tensor* mu = g.nodes[i + 1];
+                into.data = mu->data;
+                for (int d = 0; d < TS_MAX_DIMS; d++) into.nb[d] = mu->nb[d];
+                p.out_scale = *static_cast<const float*>(fused[i]->data);
+                mul_mat(p, into);
+                p.out_scale = 1.0f;
+                p.barrier();
+                i++;
+                continue;
+            }
             switch (n->o) {
             case op::none: break;
             case op::view: break;

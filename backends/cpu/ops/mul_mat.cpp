@@ -65,6 +65,9 @@ void mul_mat_x16(const compute_params& p, tensor& dst, const repacked_weight& rw
             if (rw.scale != 1.0f) // i2_s: rows at unit scale, times the tensor's scale as in the row path
                 for (int64_t j = 0; j < m1 - m0; j++)
                     for (int64_t i = 0; i < 16; i++) y[j * int64_t(ys) + i] *= rw.scale;
+            if (p.out_scale != 1.0f) // a fused `mul` by a scalar: the same single rounding as the mul op
+                for (int64_t j = 0; j < m1 - m0; j++)
+                    for (int64_t i = 0; i < 16; i++) y[j * int64_t(ys) + i] *= p.out_scale;
         }
     }
 }
@@ -167,6 +170,11 @@ void mul_mat(const compute_params& p, tensor& dst) {
                 }
             for (; in < n1; in++) y[in] = w_scale * ops->vec_dot(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), a, k);
         }
+        if (p.out_scale != 1.0f) // a fused `mul` by a scalar: the same single rounding as the mul op
+            for (int64_t j = m0; j < m1; j++) {
+                float* y = at<float>(dst, 0, j, i2, i3);
+                for (int64_t i = n0; i < n1; i++) y[i] *= p.out_scale;
+            }
     }
 }
 

@@ -19,6 +19,7 @@ struct compute_params {
     thread_pool* pool = nullptr;
     bool reference = false; // use the scalar reference kernels (tests)
     const repack_store* repacked = nullptr; // weights repacked at load time (repack.h)
+    float out_scale = 1.0f; // mul_mat: a following mul by a per-tensor scale (NVFP4's `.scale`), fused (cpu_backend.cpp)
     void barrier() const {
         if (pool) pool->barrier();
     }
