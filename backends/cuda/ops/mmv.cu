@@ -31,13 +31,14 @@ constexpr int MMV_MAX_COLS = 8;
 
 // ---- activations -> q8_1 ----
 
-// One warp per q8_1 block: lane l quantizes element l: d = amax / 127, q = round_half_even(x * (127 / amax)),
-// s = d sum(q) (quant/q8_1.h), exactly as the CPU's AVX2 quantizer (ggml's), so both backends dot the same integers.
-// x: rows (k, m, ne2, ne3) with strides in floats; y: row r = (i3 ne2 + i2) m + i1, k / 32 blocks each.
-static __global__ void quantize_q8_1_kernel(const float* x, shape4 sx, block_q8_1* y, int64_t n_blocks_total) {
-    const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_SIZE;
-    const int lane = threadIdx.x % WARP_SIZE;
-    if (g >= n_blocks_total) return;
+// One warp per q8_1 block g of x (rows (k, m, ne2, ne3), strides in floats; row r = (i3 ne2 + i2) m + i1, k / 32
+// blocks each): lane l quantizes element l: d = amax / 127, q = round_half_even(x * (127 / amax)), s = d sum(q)
+// (quant/q8_1.h), exactly as the CPU's AVX2 quantizer (ggml's), so both backends dot the same integers.
+struct q8_lane {
+    int q;      // this lane's value
+    float d, s; // the block's scale and d * sum(q), in every lane
+};
+__device__ __forceinline__ q8_lane quantize_q8_lane(const float* x, const shape4& sx, int64_t g, int lane) {
     const int64_t kb = sx.ne[0] / 32, ib = g % kb, r = g / kb;
     const int64_t i1 = r % sx.ne[1], i2 = (r / sx.ne[1]) % sx.ne[2], i3 = r / (sx.ne[1] * sx.ne[2]);
     const float v = x[i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3] + (ib * 32 + lane) * sx.nb[0]];
@@ -45,12 +46,20 @@ static __global__ void quantize_q8_1_kernel(const float* x, shape4 sx, block_q8_
     const float d = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     const int q = __float2int_rn(v * id);
-    const int sum = warp_sum(q);
+    return {q, d, float(warp_sum(q)) * d};
+}
+
+// x -> q8_1 blocks (the file-layout GEMV)
+static __global__ void quantize_q8_1_kernel(const float* x, shape4 sx, block_q8_1* y, int64_t n_blocks_total) {
+    const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (g >= n_blocks_total) return;
+    const q8_lane ql = quantize_q8_lane(x, sx, g, lane);
     block_q8_1& b = y[g];
-    b.qs[lane] = int8_t(q);
+    b.qs[lane] = int8_t(ql.q);
     if (lane == 0) {
-        b.d = f16{__half_as_ushort(__float2half_rn(d))};
-        b.s = f16{__half_as_ushort(__float2half_rn(float(sum) * d))};
+        b.d = f16{__half_as_ushort(__float2half_rn(ql.d))};
+        b.s = f16{__half_as_ushort(__float2half_rn(ql.s))};
     }
 }
 
@@ -264,21 +273,14 @@ template <class T> void mmv_f_launch(mmv_args a, cudaStream_t stream) {
 // ---- the split layout (weights repacked at upload; quant/format.cuh): 16-byte loads of values, scales apart ----
 
 // Activations for the split kernels: qs [rows][k] int8 (16-byte loads), ds [rows][k / 32] (d, s) as half2; the same
-// quantizer as quantize_q8_1_kernel (same integers as the CPU's).
+// quantizer (quantize_q8_lane: the CPU's integers).
 static __global__ void quantize_split_kernel(const float* x, shape4 sx, int8_t* qs, __half2* ds, int64_t n_blocks) {
     const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     if (g >= n_blocks) return;
-    const int64_t kb = sx.ne[0] / 32, ib = g % kb, r = g / kb;
-    const int64_t i1 = r % sx.ne[1], i2 = (r / sx.ne[1]) % sx.ne[2], i3 = r / (sx.ne[1] * sx.ne[2]);
-    const float v = x[i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3] + (ib * 32 + lane) * sx.nb[0]];
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const int q = __float2int_rn(v * id);
-    const int sum = warp_sum(q);
-    qs[g * 32 + lane] = int8_t(q);
-    if (lane == 0) ds[g] = __halves2half2(__float2half_rn(d), __float2half_rn(float(sum) * d));
+    const q8_lane ql = quantize_q8_lane(x, sx, g, lane);
+    qs[g * 32 + lane] = int8_t(ql.q);
+    if (lane == 0) ds[g] = __halves2half2(__float2half_rn(ql.d), __float2half_rn(ql.s));
 }
 
 struct split_args {

@@ -91,6 +91,21 @@ __device__ __forceinline__ int act_int(const int4& a0, const int4& a1, int i) {
     }
 }
 
+// 16 bytes of nibbles in q4_0/q4_1 order (byte j: element j low, element 16 + j high) dotted with elements 0..15
+// (a0) and 16..31 (a1) of an activation chunk: sum q a over the 32 nibbles, as integers
+__device__ __forceinline__ int dot_nibbles16(const uint4& q, int4 a0, int4 a1) {
+    int sumi = 0;
+    sumi = __dp4a(int(q.x & 0x0F0F0F0Fu), a0.x, sumi);
+    sumi = __dp4a(int((q.x >> 4) & 0x0F0F0F0Fu), a1.x, sumi);
+    sumi = __dp4a(int(q.y & 0x0F0F0F0Fu), a0.y, sumi);
+    sumi = __dp4a(int((q.y >> 4) & 0x0F0F0F0Fu), a1.y, sumi);
+    sumi = __dp4a(int(q.z & 0x0F0F0F0Fu), a0.z, sumi);
+    sumi = __dp4a(int((q.z >> 4) & 0x0F0F0F0Fu), a1.z, sumi);
+    sumi = __dp4a(int(q.w & 0x0F0F0F0Fu), a0.w, sumi);
+    sumi = __dp4a(int((q.w >> 4) & 0x0F0F0F0Fu), a1.w, sumi);
+    return sumi;
+}
+
 // 2-bit chunks (tq2_0, i2_s): the 32 codes of a chunk re-encoded at upload into 8 bytes, byte i (0..7) holding
 // element i + 8n in bits 2n..2n+1; then (word >> 2n) & 0x03030303 are 4 consecutive elements, one dp4a each
 inline void pack_2bit_chunk(const int* codes, uint8_t* out) {

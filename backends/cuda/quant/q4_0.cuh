@@ -51,15 +51,7 @@ template <> struct cuda_format<q4_0> {
     static float out_scale(const void*, int64_t) { return 1.0f; }
     // the -8 offset as -8 d_w s_a, s_a = d_a sum q_a (exact in integers before the scales, as the reference)
     __device__ static float dot_split(const uint4& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
-        int sumi = 0;
-        sumi = __dp4a(int(q.x & 0x0F0F0F0Fu), a0.x, sumi);
-        sumi = __dp4a(int((q.x >> 4) & 0x0F0F0F0Fu), a1.x, sumi);
-        sumi = __dp4a(int(q.y & 0x0F0F0F0Fu), a0.y, sumi);
-        sumi = __dp4a(int((q.y >> 4) & 0x0F0F0F0Fu), a1.y, sumi);
-        sumi = __dp4a(int(q.z & 0x0F0F0F0Fu), a0.z, sumi);
-        sumi = __dp4a(int((q.z >> 4) & 0x0F0F0F0Fu), a1.z, sumi);
-        sumi = __dp4a(int(q.w & 0x0F0F0F0Fu), a0.w, sumi);
-        sumi = __dp4a(int((q.w >> 4) & 0x0F0F0F0Fu), a1.w, sumi);
+        const int sumi = dot_nibbles16(q, a0, a1);
         const float d = __half2float(*reinterpret_cast<const __half*>(sc));
         return d * (ds.x * float(sumi) - 8.0f * ds.y);
     }
