@@ -112,6 +112,14 @@ inline void gemm4_loop(const void* w, size_t ws, const void* a, size_t as, int64
         for (int j = 0; j < NA; j++) y[j * ys + i] = hsum(acc[i][j]) + extra[i][j];
 }
 
+// block b of each of the NA activation rows: its 32 int8 values and its scale
+template <int NA, class A> inline void load_acts(const A* const (&ar)[NA], int64_t b, __m256i (&q8)[NA], float (&da)[NA]) {
+    for (int j = 0; j < NA; j++) {
+        q8[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
+        da[j] = h2f(ar[j][b].d);
+    }
+}
+
 } // namespace
 
 template <int NA>
@@ -119,11 +127,8 @@ void gemm_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t 
     gemm4_loop<block_q4_1, block_q8_1, NA>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto& ex) {
         __m256i q8[NA];
         float da[NA], sa[NA];
-        for (int j = 0; j < NA; j++) {
-            q8[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
-            da[j] = h2f(ar[j][b].d);
-            sa[j] = h2f(ar[j][b].s);
-        }
+        load_acts<NA>(ar, b, q8, da);
+        for (int j = 0; j < NA; j++) sa[j] = h2f(ar[j][b].s);
         for (int i = 0; i < 4; i++) {
             const __m256i q4 = unpack_nibbles(wr[i][b].qs);
             const float dw = h2f(wr[i][b].d), mw = h2f(wr[i][b].m);
@@ -140,10 +145,7 @@ void gemm_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t 
     gemm4_loop<block_q4_0, block_q8_0, NA>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto&) {
         __m256i q8[NA];
         float da[NA];
-        for (int j = 0; j < NA; j++) {
-            q8[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
-            da[j] = h2f(ar[j][b].d);
-        }
+        load_acts<NA>(ar, b, q8, da);
         for (int i = 0; i < 4; i++) {
             const __m256i q4 = _mm256_sub_epi8(unpack_nibbles(wr[i][b].qs), _mm256_set1_epi8(8));
             const __m256i ax = _mm256_sign_epi8(q4, q4);
@@ -160,10 +162,7 @@ void gemm_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t 
     gemm4_loop<block_q8_0, block_q8_0, NA>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto&) {
         __m256i q8[NA];
         float da[NA];
-        for (int j = 0; j < NA; j++) {
-            q8[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
-            da[j] = h2f(ar[j][b].d);
-        }
+        load_acts<NA>(ar, b, q8, da);
         for (int i = 0; i < 4; i++) {
             const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[i][b].qs));
             const __m256i ax = _mm256_sign_epi8(qx, qx);
