@@ -1,17 +1,23 @@
 // gemm.cu: prefill mul_mat on tensor cores for weights in the split layout (quant/format.cuh): y (n, cols) = W^T x.
-// Each block of 256 threads computes a 128 (weight rows) x 64 (activation columns) tile, one 32-element quant block
-// of k at a time: the weight tile is dequantized to f16 into shared memory by the format's dequant_split (one half
-// block per thread), the activations (converted to f16 once, f16_rows_kernel) arrive by cp.async, and 8 warps (4 x 2)
-// each multiply a 32 x 32 sub-tile with mma.sync m16n8k16 (f16 in, f32 accumulate) from ldmatrix fragments. Two
-// shared-memory stages: the next k-block is loaded while the current one is multiplied.
-// Numerics: f16 activations (not q8_1 as decode and the CPU): results agree with the CPU to f16 rounding of x.
-// Measured (H100, 2026-11-22): 7B q4_0 pp512 6.4k t/s end to end, ~86 TFLOP/s for the whole model; a first version
-// (2 stages, one 32-element chunk per k step, dequantization not overlapped with the MMAs).
+// Two kernels, both 256 threads computing a 128 (weight rows) x 64 (activation columns) tile with 8 warps (4 x 2) of
+// 32 x 32 sub-tiles, ldmatrix fragments, the weights' next k-step loaded into registers while the current one is
+// multiplied and the activations' next step arriving by cp.async (two shared-memory stages):
+//   gemm_q8_kernel (every format with mmq_unpack: q4_0, q4_1, q8_0, nvfp4, awq4): the CPU's numerics. The activations
+//     are the q8_1 integers the GEMV and the CPU dot (split_activations); each weight chunk is unpacked to signed
+//     bytes in shared memory, mma.sync m16n8k32 s8 (m16n8k16 per 16-element sub-block for nvfp4) gives each chunk's
+//     exact integer sum, which is scaled per chunk and column as the reference's vec_dot does (d_w d_a sum [+ m s_a]).
+//     Results then differ from the CPU only by the order of the f32 sums over chunks.
+//   gemm_split_kernel (the ternary formats, and every format with TESSERA_CUDA_MMQ=0): weights dequantized to f16 in
+//     shared memory by the format's dequant_split, f16 activations, mma.sync m16n8k16 f16 -> f32.
+// Measured (H100, 2026-11-22, the f16 kernel): 7B q4_0 pp512 6.4k t/s end to end, ~86 TFLOP/s for the whole model.
 #include "backends/cuda/ops/ops.cuh"
 
 #include "backends/cuda/quant/formats.cuh"
 
 #include <cuda_fp16.h>
+
+#include <cstdlib>
+#include <string>
 
 namespace tessera::cuda {
 
@@ -140,6 +146,191 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_split_
             }
 }
 
+// ---- int8: the CPU's numerics ----
+
+constexpr int QBK = 64;        // k elements per stage: two 32-element chunks
+constexpr int QROW = QBK + 16; // bytes per shared row: 80, so the 8 rows of an ldmatrix land in distinct banks
+
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    const int n = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
+}
+
+__device__ __forceinline__ void mma_s8_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_s8_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+}
+
+struct mmq_args {
+    const uint8_t* qs;
+    const uint8_t* sc;
+    const int8_t* aq;    // [cols][k]
+    const __half2* ads;  // [cols][k / 32] (d, s)
+    float* y;
+    int64_t y_nb1, y_nb2, y_nb3;
+    int64_t n, m, k, ne2, ne3;
+    float out_scale;
+};
+
+template <class D> static __global__ void __launch_bounds__(THREADS) gemm_q8_kernel(mmq_args a) {
+    using chunk_t = typename D::chunk_t;
+    constexpr int SUB = D::mmq_sub, CPS = D::chunks_per_scale;
+    __shared__ __align__(16) int8_t As[2][BM][QROW];
+    __shared__ __align__(16) int8_t Bs[2][BN][QROW];
+    __shared__ float Ad[2][2][BM][SUB]; // [stage][chunk][row][sub-block] weight scales
+    __shared__ float Am[2][2][D::mmq_offset ? BM : 1];
+    __shared__ __align__(16) __half2 Bds[2][2][BN]; // [stage][chunk][column] (d, s)
+    const int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
+    const int wm = warp % 4, wn = warp / 4;
+    const int g = lane / 4, t = lane % 4; // fragment row group and thread in group
+    const int64_t row0 = int64_t(blockIdx.x) * BM, col0 = int64_t(blockIdx.y) * BN;
+    const int64_t cols = a.m * a.ne2 * a.ne3, nc = a.k / 32, ng = nc / CPS, steps = (nc + 1) / 2;
+
+    // loads: one weight chunk per thread (row tid / 2, chunk tid % 2 of the step), 16 activation bytes per thread,
+    // and the first 128 threads one (d, s) each
+    const int a_row = tid / 2, a_cc = tid % 2;
+    const int64_t w_row = row0 + a_row < a.n ? row0 + a_row : a.n - 1; // rows past n: loaded, never stored
+    const uint8_t* q_row = a.qs + w_row * nc * int64_t(sizeof(chunk_t));
+    const uint8_t* s_row = a.sc + w_row * ng * D::scale_bytes;
+    const int b_row = tid / 4, b_piece = tid % 4;
+    const bool b_col_valid = col0 + b_row < cols;
+    const int8_t* b_src = a.aq + (b_col_valid ? col0 + b_row : 0) * a.k + b_piece * 16;
+    const int ds_cc = (tid / BN) % 2, ds_col = tid % BN;
+    const bool ds_col_valid = tid < 2 * BN && col0 + ds_col < cols;
+    const __half2* ds_src = a.ads + (ds_col_valid ? col0 + ds_col : 0) * nc;
+
+    auto load_b = [&](int stage, int64_t step) {
+        const bool v = b_col_valid && step * 2 + b_piece / 2 < nc;
+        cp_async16(&Bs[stage][b_row][b_piece * 16], v ? b_src + step * QBK : a.aq, v);
+        if (tid < 2 * BN) {
+            const bool dv = ds_col_valid && step * 2 + ds_cc < nc;
+            cp_async4(&Bds[stage][ds_cc][ds_col], dv ? ds_src + step * 2 + ds_cc : a.ads, dv);
+        }
+        cp_async_commit();
+    };
+    struct pending {
+        chunk_t q;
+        uint32_t scw;
+        bool valid;
+    };
+    auto load_a = [&](int64_t step, pending& p) {
+        const int64_t c = step * 2 + a_cc;
+        p.valid = c < nc;
+        if (p.valid) {
+            p.q = ldg_chunk<chunk_t>(q_row + c * int64_t(sizeof(chunk_t)));
+            p.scw = load_scale_word<D::scale_bytes>(s_row + (c / CPS) * D::scale_bytes);
+        }
+    };
+    auto store_a = [&](int stage, int64_t step, const pending& p) {
+        uint32_t v[8] = {};
+        float d[2] = {0.0f, 0.0f}, m = 0.0f;
+        if (p.valid) D::mmq_unpack(p.q, p.scw, int((step * 2 + a_cc) % CPS), v, d, m);
+        uint4* dst = reinterpret_cast<uint4*>(&As[stage][a_row][a_cc * 32]);
+        dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
+        dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
+#pragma unroll
+        for (int s = 0; s < SUB; s++) Ad[stage][a_cc][a_row][s] = d[s];
+        if constexpr (D::mmq_offset) Am[stage][a_cc][a_row] = m;
+    };
+
+    float acc[2][4][4] = {};
+    pending p;
+    load_a(0, p);
+    store_a(0, 0, p);
+    load_b(0, 0);
+    for (int64_t step = 0; step < steps; step++) {
+        const int stage = int(step & 1);
+        cp_async_wait_all();
+        __syncthreads(); // stage `stage` complete for everyone; the other stage is free
+        if (step + 1 < steps) {
+            load_b(stage ^ 1, step + 1);
+            load_a(step + 1, p); // in flight while this stage is multiplied
+        }
+#pragma unroll
+        for (int cc = 0; cc < 2; cc++) {
+            uint32_t af[2][4], bf[2][4];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                ldmatrix_x4(af[i], &As[stage][wm * 32 + i * 16 + (lane % 16)][cc * 32 + (lane / 16) * 16]);
+#pragma unroll
+            for (int j = 0; j < 2; j++) // n8 tiles 2j, 2j+1: k 0..15 and 16..31 of each
+                ldmatrix_x4(bf[j], &Bs[stage][wn * 32 + j * 16 + (lane % 8) + 8 * (lane / 16)][cc * 32 + 16 * ((lane / 8) % 2)]);
+            int ci[SUB][2][4][4] = {};
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const uint32_t b0 = bf[j / 2][2 * (j % 2)], b1 = bf[j / 2][2 * (j % 2) + 1];
+                    if constexpr (SUB == 1) {
+                        mma_s8_k32(ci[0][i][j], af[i], b0, b1);
+                    } else {
+                        mma_s8_k16(ci[0][i][j], af[i][0], af[i][1], b0);
+                        mma_s8_k16(ci[SUB - 1][i][j], af[i][2], af[i][3], b1);
+                    }
+                }
+            // the chunk's scales: rows g, g + 8 of each m16 tile, columns 2t, 2t + 1 of each n8 tile
+            float dw[2][2][SUB], mw[2][2];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * 32 + i * 16 + g + 8 * h;
+#pragma unroll
+                    for (int s = 0; s < SUB; s++) dw[i][h][s] = Ad[stage][cc][r][s];
+                    if constexpr (D::mmq_offset) mw[i][h] = Am[stage][cc][r];
+                    else mw[i][h] = 0.0f;
+                }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int c = wn * 32 + j * 8 + 2 * t;
+                const float2 ds0 = __half22float2(Bds[stage][cc][c]), ds1 = __half22float2(Bds[stage][cc][c + 1]);
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float2 ds = e % 2 ? ds1 : ds0;
+                        const int h = e / 2;
+                        float v = (dw[i][h][0] * ds.x) * float(ci[0][i][j][e]);
+                        if constexpr (SUB == 2) v += (dw[i][h][1] * ds.x) * float(ci[1][i][j][e]);
+                        if constexpr (D::mmq_offset) v += mw[i][h] * ds.y;
+                        acc[i][j][e] += v;
+                    }
+            }
+        }
+        if (step + 1 < steps) store_a(stage ^ 1, step + 1, p); // the other stage was released by the barrier above
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t r = row0 + wm * 32 + i * 16 + g + (e / 2) * 8;
+                const int64_t c = col0 + wn * 32 + j * 8 + 2 * t + (e % 2);
+                if (r < a.n && c < cols) {
+                    const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
+                    a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + r] = acc[i][j][e] * a.out_scale;
+                }
+            }
+}
+
+bool mmq_enabled() {
+    static const bool enabled = [] {
+        const char* e = std::getenv("TESSERA_CUDA_MMQ");
+        return !(e && std::string(e) == "0");
+    }();
+    return enabled;
+}
+
 } // namespace
 
 size_t gemm_split_work_size(int64_t k, int64_t cols) {
@@ -153,6 +344,22 @@ bool gemm_split_wanted(int64_t cols) {
 void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     const tensor* x = dst.src[1];
     const shape4 sx = shape_of(*x, 4), sy = shape_of(dst, 4);
+    const int64_t m = x->ne[1], ne2 = x->ne[2], ne3 = x->ne[3], cols = m * ne2 * ne3, total = cols * w.k;
+    if (total == 0 || w.n == 0) return;
+    const dim3 grid(unsigned(ceil_div(w.n, BM)), unsigned(ceil_div(cols, BN)));
+    TS_ASSERT(grid.y <= 65535);
+    bool int8 = false;
+    visit_format(w.t, [&]<class F>() { int8 = has_mmq<F>::value && mmq_enabled(); });
+    if (int8) {
+        const split_acts acts = split_activations(ctx, *x);
+        const mmq_args a{w.qs, w.sc, acts.q, acts.ds, ctx.as<float>(&dst), sy.nb[1], sy.nb[2], sy.nb[3],
+                         w.n,  m,    w.k,    ne2,     ne3,     w.out_scale};
+        visit_format(w.t, [&]<class F>() {
+            if constexpr (has_mmq<F>::value) gemm_q8_kernel<cuda_format<F>><<<grid, THREADS, 0, ctx.stream>>>(a);
+        });
+        TS_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     gemm_args a{};
     a.qs = w.qs;
     a.sc = w.sc;
@@ -162,12 +369,10 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     a.y_nb2 = sy.nb[2];
     a.y_nb3 = sy.nb[3];
     a.n = w.n;
-    a.m = x->ne[1];
+    a.m = m;
     a.k = w.k;
-    a.ne2 = x->ne[2];
-    a.ne3 = x->ne[3];
-    const int64_t cols = a.m * a.ne2 * a.ne3, total = cols * a.k;
-    if (total == 0 || a.n == 0) return;
+    a.ne2 = ne2;
+    a.ne3 = ne3;
     TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(a.k, cols));
     auto* xh = static_cast<__half*>(ctx.scratch);
     if (!(ctx.act_src == x && ctx.act_form == cuda_context::act_f16)) { // q, k, v (gate, up) share one conversion
@@ -177,8 +382,6 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
         ctx.act_form = cuda_context::act_f16;
     }
     a.x = xh;
-    const dim3 grid(unsigned(ceil_div(a.n, BM)), unsigned(ceil_div(cols, BN)));
-    TS_ASSERT(grid.y <= 65535);
     const bool known = visit_format(w.t, [&]<class F>() {
         if constexpr (has_split<F>::value)
             gemm_split_kernel<cuda_format<F>><<<grid, THREADS, 0, ctx.stream>>>(a);

@@ -351,25 +351,14 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
         }
 }
 
-template <class F>
-void mmv_split_launch(const split_weight& w, split_args a, const float* x, shape4 sx, void* scratch, bool quantize,
-                      cudaStream_t stream) {
+template <class F> void mmv_split_launch(const split_weight& w, split_args a, split_acts acts, cudaStream_t stream) {
     using D = cuda_format<F>;
-    const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32;
-    auto* aq = static_cast<int8_t*>(scratch);
-    auto* ads = reinterpret_cast<__half2*>(static_cast<uint8_t*>(scratch) + (size_t(cols * a.k) + 255) / 256 * 256);
-    const int64_t n_blocks = nb * cols;
-    if (n_blocks == 0 || a.n == 0) return;
-    constexpr int qthreads = 256;
-    if (quantize) {
-        quantize_split_kernel<<<unsigned(ceil_div(n_blocks * WARP_SIZE, qthreads)), qthreads, 0, stream>>>(
-            x, sx, aq, ads, n_blocks);
-        TS_CUDA_CHECK(cudaGetLastError());
-    }
+    const int64_t cols = a.m * a.ne2 * a.ne3;
+    if (cols == 0 || a.n == 0) return;
     a.qs = w.qs;
     a.sc = w.sc;
-    a.aq = aq;
-    a.ads = ads;
+    a.aq = acts.q;
+    a.ads = acts.ds;
     a.out_scale = w.out_scale;
     constexpr int R = 2;
     const int nc = cols == 1 ? 1 : cols == 2 ? 2 : cols <= 4 ? 4 : MMV_MAX_COLS;
@@ -400,6 +389,25 @@ bool has_split_type(type t) {
 }
 
 } // namespace
+
+split_acts split_activations(cuda_context& ctx, const tensor& x) {
+    const shape4 sx = shape_of(x, 4);
+    const int64_t k = x.ne[0], cols = x.ne[1] * x.ne[2] * x.ne[3], n_blocks = k / 32 * cols;
+    split_acts acts;
+    acts.q = static_cast<int8_t*>(ctx.scratch);
+    acts.ds = reinterpret_cast<__half2*>(static_cast<uint8_t*>(ctx.scratch) + (size_t(cols * k) + 255) / 256 * 256);
+    TS_ASSERT(k % 32 == 0 && ctx.scratch_size >= size_t(cols * k) + 256 + size_t(n_blocks) * sizeof(__half2));
+    if (ctx.act_src == &x && ctx.act_form == cuda_context::act_split_q8) return acts; // q, k, v (gate, up) share it
+    if (n_blocks > 0) {
+        constexpr int threads = 256;
+        quantize_split_kernel<<<unsigned(ceil_div(n_blocks * WARP_SIZE, threads)), threads, 0, ctx.stream>>>(
+            ctx.as<float>(&x), sx, const_cast<int8_t*>(acts.q), const_cast<__half2*>(acts.ds), n_blocks);
+        TS_CUDA_CHECK(cudaGetLastError());
+    }
+    ctx.act_src = &x;
+    ctx.act_form = cuda_context::act_split_q8;
+    return acts;
+}
 
 bool split_eligible(const tensor& w) {
     if (!split_enabled() || !has_split_type(w.t) || !(w.flags & flag_param) || w.view_src) return false;
@@ -454,7 +462,7 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
                 gemm_split(ctx, sw, dst);
                 return;
             }
-            const shape4 sx = shape_of(*x, 4), sy = shape_of(dst, 4);
+            const shape4 sy = shape_of(dst, 4);
             split_args a{};
             a.y = ctx.as<float>(&dst);
             a.y_nb1 = sy.nb[1];
@@ -465,16 +473,14 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
             a.k = sw.k;
             a.ne2 = x->ne[2];
             a.ne3 = x->ne[3];
-            const bool fresh = !(ctx.act_src == x && ctx.act_form == cuda_context::act_split_q8);
+            const split_acts acts = split_activations(ctx, *x);
             const bool known = visit_format(w->t, [&]<class F>() {
                 if constexpr (has_split<F>::value)
-                    mmv_split_launch<F>(sw, a, ctx.as<float>(x), sx, ctx.scratch, fresh, ctx.stream);
+                    mmv_split_launch<F>(sw, a, acts, ctx.stream);
                 else
                     TS_ASSERT(!"mul_mat: a split weight of a format without a split kernel");
             });
             TS_ASSERT(known);
-            ctx.act_src = x;
-            ctx.act_form = cuda_context::act_split_q8;
             return;
         }
     }

@@ -2,8 +2,7 @@
 // (format.cuh). A 32-element chunk is 4 of the group's words (16 bytes, AutoAWQ's nibble order kept); a scale group is
 // (s f16, z u8, pad). The AWQ order makes the unpack cheap: the low nibbles of a word are elements (0, 4, 1, 5), the
 // high ones (2, 6, 3, 7), and one byte_perm each puts (0, 1, 2, 3) and (4, 5, 6, 7) side by side for dp4a.
-// Dot against q8_1: s (d_a sum q q_a - z s_a) with s_a = d_a sum q_a (the reference keeps z in the integers: the
-// difference is the f16 rounding of s_a).
+// Dot against q8_1: s d_a sum (q - z) q_a, z kept in the integers as the reference does.
 #pragma once
 
 #include "backends/cuda/quant/format.cuh"
@@ -36,17 +35,29 @@ template <class F> struct cuda_awq4 {
         }
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
+    // (q - z) as signed bytes: the reference's exact integers
     __device__ static float dot_split(const uint4& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
-        uint32_t e[8];
-        awq_word(q.x, e[0], e[1]);
-        awq_word(q.y, e[2], e[3]);
-        awq_word(q.z, e[4], e[5]);
-        awq_word(q.w, e[6], e[7]);
+        uint32_t v[8];
+        signed_values(q, sc[2], v);
         int sumi = 0;
 #pragma unroll
-        for (int i = 0; i < 8; i++) sumi = __dp4a(int(e[i]), act_int(a0, a1, i), sumi);
-        const float s = __half2float(*reinterpret_cast<const __half*>(sc));
-        return s * (ds.x * float(sumi) - float(sc[2]) * ds.y);
+        for (int i = 0; i < 8; i++) sumi = __dp4a(int(v[i]), act_int(a0, a1, i), sumi);
+        return __half2float(*reinterpret_cast<const __half*>(sc)) * (ds.x * float(sumi));
+    }
+    static constexpr int mmq_sub = 1;
+    static constexpr bool mmq_offset = false;
+    __device__ static void mmq_unpack(const uint4& q, uint32_t scw, int, uint32_t (&v)[8], float (&d)[2], float& m) {
+        signed_values(q, (scw >> 16) & 0xFFu, v);
+        d[0] = d[1] = half_bits_to_f32(scw);
+        m = 0.0f;
+    }
+    __device__ static void signed_values(const uint4& q, uint32_t z, uint32_t (&v)[8]) {
+        awq_word(q.x, v[0], v[1]);
+        awq_word(q.y, v[2], v[3]);
+        awq_word(q.z, v[4], v[5]);
+        awq_word(q.w, v[6], v[7]);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = sub_u4_bytes(v[i], z);
     }
     // s (q - z): words 2h, 2h+1 of the chunk
     __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {

@@ -24,6 +24,15 @@
 //                                              as elements 0..15 (a0), 16..31 (a1) and (d, s = d sum q)
 //   dequant_split(q, sc, c, h, out[8])         elements 16h .. 16h+15 of the chunk as 8 half2, in order
 //   out_scale(row0_data, n_elements)           host: a per-tensor factor on the output (i2_s), else 1
+// Optional on top of the split layout, the int8 tensor-core GEMM (ops/gemm.cu, prefill), which keeps the CPU's
+// numerics: the activations are the q8_1 integers the GEMV dots, each chunk's integer sum is exact (mma s8 -> s32) and
+// is scaled per chunk as the reference's vec_dot scales it:
+//   mmq_sub                                 1: one weight scale per 32-element chunk; 2: one per 16 elements (nvfp4)
+//   mmq_offset                              true when a chunk adds m s_a (q4_1's minimum; s_a = d_a sum q_a)
+//   mmq_unpack(q, scw, c, v, d, m)          chunk c's 32 values as signed bytes in element order (v[i]: elements
+//                                           4i .. 4i+3), its scale(s) d[0..mmq_sub) and offset m; scw is the chunk's
+//                                           scale group as a little-endian word (load_scale_word)
+// A format without mmq_unpack (the ternary ones: their CPU activations are q8_K / per-token int8) takes the f16 GEMM.
 // A format with f16 activations (AWQ) or its own activation format declares another `act`; mmv.cu branches on it
 // with `if constexpr`, not with a copied kernel.
 #pragma once
@@ -38,6 +47,10 @@
 namespace tessera::cuda {
 
 template <class F> struct cuda_format { static constexpr bool available = false; };
+
+// Whether format F has the int8 tensor-core GEMM (mmq_unpack).
+template <class F, class = void> struct has_mmq { static constexpr bool value = false; };
+template <class F> struct has_mmq<F, std::void_t<decltype(cuda_format<F>::mmq_sub)>> { static constexpr bool value = true; };
 
 // Whether format F has the split layout.
 template <class F, class = void> struct has_split { static constexpr bool value = false; };
@@ -64,6 +77,25 @@ __device__ __forceinline__ void u8_pairs(uint32_t w, __half2& p01, __half2& p23)
     const uint32_t a = (v & 0x00FF00FFu) | 0x64006400u, b = ((v >> 8) & 0x00FF00FFu) | 0x64006400u;
     p01 = *reinterpret_cast<const __half2*>(&a);
     p23 = *reinterpret_cast<const __half2*>(&b);
+}
+
+// Bytes x in [0, 15] minus z in [0, 15] as signed bytes: x + 0x80 - z stays inside its byte (0x71 .. 0x8f), and
+// flipping bit 7 turns that excess-128 value into two's complement. Two instructions for four values.
+__device__ __forceinline__ uint32_t sub_u4_bytes(uint32_t x, uint32_t z) {
+    return (x + (0x80u - z) * 0x01010101u) ^ 0x80808080u;
+}
+
+// A scale group of 0, 2 or 4 bytes (format.cuh's scale_bytes) as one little-endian word
+template <int B> __device__ __forceinline__ uint32_t load_scale_word(const uint8_t* p) {
+    if constexpr (B == 0) return 0;
+    else if constexpr (B == 2) return __ldg(reinterpret_cast<const uint16_t*>(p));
+    else {
+        static_assert(B == 4, "scale groups of 0, 2 or 4 bytes");
+        return __ldg(reinterpret_cast<const uint32_t*>(p));
+    }
+}
+__device__ __forceinline__ float half_bits_to_f32(uint32_t bits) {
+    return __half2float(__ushort_as_half(uint16_t(bits)));
 }
 
 struct uint4x2 {

@@ -50,6 +50,18 @@ template <> struct cuda_format<nvfp4> {
         const uint8_t* d = sc + 2 * (c % 2);
         return ds.x * (ue4m3_to_fp32_half(d[0]) * float(s0) + ue4m3_to_fp32_half(d[1]) * float(s1));
     }
+    // sub-block t of the chunk: elements 16t .. 16t+15, scale byte 2 (c % 2) + t of the block's group
+    static constexpr int mmq_sub = 2;
+    static constexpr bool mmq_offset = false;
+    __device__ static void mmq_unpack(const uint4& q, uint32_t scw, int c, uint32_t (&v)[8], float (&d)[2], float& m) {
+        v[0] = e2m1x4_doubled(q.x), v[1] = e2m1x4_doubled(q.y), v[2] = e2m1x4_doubled(q.x >> 4);
+        v[3] = e2m1x4_doubled(q.y >> 4), v[4] = e2m1x4_doubled(q.z), v[5] = e2m1x4_doubled(q.w);
+        v[6] = e2m1x4_doubled(q.z >> 4), v[7] = e2m1x4_doubled(q.w >> 4);
+        const uint32_t s = scw >> (16 * (c % 2));
+        d[0] = ue4m3_to_fp32_half(uint8_t(s));
+        d[1] = ue4m3_to_fp32_half(uint8_t(s >> 8));
+        m = 0.0f;
+    }
     __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int c, int h, __half2 (&out)[8]) {
         const float d = ue4m3_to_fp32_half(sc[2 * (c % 2) + h]);
         const uint32_t lo = h ? q.z : q.x, hi = h ? q.w : q.y;

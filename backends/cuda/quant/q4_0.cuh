@@ -49,11 +49,29 @@ template <> struct cuda_format<q4_0> {
         }
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
-    // the -8 offset as -8 d_w s_a, s_a = d_a sum q_a (exact in integers before the scales, as the reference)
+    // (q - 8) as signed bytes, so the integer sum is the reference's exactly
     __device__ static float dot_split(const uint4& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
-        const int sumi = dot_nibbles16(q, a0, a1);
-        const float d = __half2float(*reinterpret_cast<const __half*>(sc));
-        return d * (ds.x * float(sumi) - 8.0f * ds.y);
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+        const int lo[4] = {a0.x, a0.y, a0.z, a0.w}, hi[4] = {a1.x, a1.y, a1.z, a1.w};
+        int sumi = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            sumi = __dp4a(int(sub_u4_bytes(w[i] & 0x0F0F0F0Fu, 8)), lo[i], sumi);
+            sumi = __dp4a(int(sub_u4_bytes((w[i] >> 4) & 0x0F0F0F0Fu, 8)), hi[i], sumi);
+        }
+        return float(sumi) * (__half2float(*reinterpret_cast<const __half*>(sc)) * ds.x);
+    }
+    static constexpr int mmq_sub = 1;
+    static constexpr bool mmq_offset = false;
+    __device__ static void mmq_unpack(const uint4& q, uint32_t scw, int, uint32_t (&v)[8], float (&d)[2], float& m) {
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[i] = sub_u4_bytes(w[i] & 0x0F0F0F0Fu, 8);
+            v[4 + i] = sub_u4_bytes((w[i] >> 4) & 0x0F0F0F0Fu, 8);
+        }
+        d[0] = d[1] = half_bits_to_f32(scw);
+        m = 0.0f;
     }
     // half 0: the low nibbles of the 16 bytes, half 1: the high ones; (q - 8) d
     __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {

@@ -52,6 +52,18 @@ template <> struct cuda_format<q4_1> {
         const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(sc));
         return dm.x * ds.x * float(sumi) + dm.y * ds.y;
     }
+    static constexpr int mmq_sub = 1;
+    static constexpr bool mmq_offset = true;
+    __device__ static void mmq_unpack(const uint4& q, uint32_t scw, int, uint32_t (&v)[8], float (&d)[2], float& m) {
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[i] = w[i] & 0x0F0F0F0Fu;
+            v[4 + i] = (w[i] >> 4) & 0x0F0F0F0Fu;
+        }
+        d[0] = d[1] = half_bits_to_f32(scw);
+        m = half_bits_to_f32(scw >> 16);
+    }
     // q d + m
     __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {
         const __half2 dm = *reinterpret_cast<const __half2*>(sc);

@@ -52,6 +52,14 @@ template <> struct cuda_format<q8_0> {
         sumi = __dp4a(int(q.hi.w), a1.w, sumi);
         return __half2float(*reinterpret_cast<const __half*>(sc)) * ds.x * float(sumi);
     }
+    static constexpr int mmq_sub = 1;
+    static constexpr bool mmq_offset = false;
+    __device__ static void mmq_unpack(const uint4x2& q, uint32_t scw, int, uint32_t (&v)[8], float (&d)[2], float& m) {
+        v[0] = q.lo.x, v[1] = q.lo.y, v[2] = q.lo.z, v[3] = q.lo.w;
+        v[4] = q.hi.x, v[5] = q.hi.y, v[6] = q.hi.z, v[7] = q.hi.w;
+        d[0] = d[1] = half_bits_to_f32(scw);
+        m = 0.0f;
+    }
     // q d, bytes flipped to unsigned (q + 128) for the magic-number conversion
     __device__ static void dequant_split(const uint4x2& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {
         const __half2 d = __half2half2(*reinterpret_cast<const __half*>(sc));
