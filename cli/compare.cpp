@@ -26,6 +26,7 @@ struct compare_options {
     model_options m;
     prompt_options p;
     bool layers = false;
+    int nodes = -1; // --nodes IL: every node of layer IL, one by one
     bool json = false;
     double layer_bound = 1e-3;
 };
@@ -40,24 +41,40 @@ struct run_result {
     std::vector<float> tg_logits;  // (n_gen, n_vocab): token by token
     double pp_tps = 0, tg_tps = 0;
     std::map<int, std::vector<float>> layer_out; // il -> l_out-il of the prompt batch
+    struct node_out {
+        std::string name, op;
+        std::vector<float> v;
+    };
+    std::vector<node_out> nodes; // --nodes IL: the f32 nodes of layer IL of the prompt batch, in evaluation order
     std::string backend;
 };
 
 run_result evaluate(const model& mdl, const model_options& mo, device_type dev, const std::vector<token>& toks,
-                    int64_t n_gen, bool layers) {
+                    int64_t n_gen, bool layers, int node_layer) {
     run_result r;
     session_params sp = mo.session;
     sp.device = dev;
     sp.n_ctx = std::max<int64_t>(sp.n_ctx, int64_t(toks.size()) + 1);
     session s(mdl, sp);
     r.backend = s.be().name();
-    if (layers)
-        s.be().set_eval_callback([&](const tensor& t) {
-            int il;
-            if (std::sscanf(t.name, "l_out-%d", &il) != 1 || std::strlen(t.name) > 12) return;
-            std::vector<float> v(size_t(t.n_elements()));
-            s.be().get(t, v.data(), 0, v.size() * sizeof(float));
-            r.layer_out[il] = std::move(v);
+    // the layer a node belongs to: its name's "-N" suffix; unnamed nodes belong to the layer being evaluated
+    int cur_layer = 0;
+    if (layers || node_layer >= 0)
+        s.be().set_eval_callback([&, layers, node_layer](const tensor& t) {
+            int il = -1;
+            const char* dash = std::strrchr(t.name, '-');
+            if (dash && std::sscanf(dash + 1, "%d", &il) == 1) cur_layer = il;
+            if (layers && std::strncmp(t.name, "l_out-", 6) == 0 && il >= 0) {
+                std::vector<float> v(size_t(t.n_elements()));
+                s.be().get(t, v.data(), 0, v.size() * sizeof(float));
+                r.layer_out[il] = std::move(v);
+            }
+            if (cur_layer == node_layer && t.t == type::f32 && t.is_contiguous()) {
+                run_result::node_out n{t.name, op_name(t.o), std::vector<float>(size_t(t.n_elements()))};
+                s.be().get(t, n.v.data(), 0, n.v.size() * sizeof(float));
+                r.nodes.push_back(std::move(n));
+            }
+            if (std::strncmp(t.name, "l_out-", 6) == 0) cur_layer = il + 1; // what follows is the next layer's
         });
     auto t0 = std::chrono::steady_clock::now();
     auto l = s.decode(toks, true);
@@ -126,9 +143,27 @@ void compare_main(const compare_options& o) {
     std::vector<token> toks = mdl->voc.tokenize(text, true, true);
     if (toks.size() < 2) throw error("the text is too short to compare (fewer than 2 tokens)");
     const int64_t n_gen = std::min<int64_t>(o.p.n_predict < 0 ? 64 : o.p.n_predict, int64_t(toks.size()));
-    const run_result cpu = evaluate(*mdl, o.m, device_type::cpu, toks, n_gen, o.layers);
-    const run_result gpu = evaluate(*mdl, o.m, device_type::cuda, toks, n_gen, o.layers);
+    const run_result cpu = evaluate(*mdl, o.m, device_type::cpu, toks, n_gen, o.layers, o.nodes);
+    const run_result gpu = evaluate(*mdl, o.m, device_type::cuda, toks, n_gen, o.layers, o.nodes);
     const int64_t nv = mdl->hp.n_vocab;
+    const auto nmse = [](const std::vector<float>& a, const std::vector<float>& b) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < a.size(); i++) {
+            num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+            den += double(a[i]) * a[i];
+        }
+        return den > 0 ? num / den : num;
+    };
+    // --nodes: the two backends' nodes pair up by position (the same graph); a size or name mismatch ends the list
+    nlohmann::json node_rows = nlohmann::json::array();
+    for (size_t i = 0; i < std::min(cpu.nodes.size(), gpu.nodes.size()); i++) {
+        const auto &a = cpu.nodes[i], &b = gpu.nodes[i];
+        if (a.name != b.name || a.v.size() != b.v.size()) break;
+        double mx = 0;
+        for (size_t e = 0; e < a.v.size(); e++) mx = std::max(mx, double(std::fabs(a.v[e] - b.v[e])));
+        node_rows.push_back({{"node", a.name.empty() ? "(" + a.op + ")" : a.name}, {"op", a.op},
+                             {"nmse", nmse(a.v, b.v)}, {"max_abs_diff", mx}});
+    }
     const agreement pp = agree(cpu.pp_logits, gpu.pp_logits, nv), tg = agree(cpu.tg_logits, gpu.tg_logits, nv);
     int first_bad = -1;
     std::vector<double> layer_nmse;
@@ -155,6 +190,7 @@ void compare_main(const compare_options& o) {
             {"speedup", {{"pp", gpu.pp_tps / cpu.pp_tps}, {"tg", gpu.tg_tps / cpu.tg_tps}}},
             {"prompt", {{"max_abs_dlogit", pp.max_dlogit}, {"top1_agreement", pp.top1}, {"mean_kld", pp.mean_kld}}},
             {"decode", {{"max_abs_dlogit", tg.max_dlogit}, {"top1_agreement", tg.top1}, {"mean_kld", tg.mean_kld}}}};
+        if (o.nodes >= 0) j["nodes"] = node_rows;
         if (o.layers) {
             j["layer_nmse"] = layer_nmse;
             j["first_divergent_layer"] = first_bad;
@@ -173,6 +209,14 @@ void compare_main(const compare_options& o) {
     fmt::print("| {:-<8} | {:->12} | {:->14} | {:->12} |\n", "", "", "", "");
     fmt::print("| {:<8} | {:>12.4f} | {:>13.2f}% | {:>12.3g} |\n", "prompt", pp.max_dlogit, 100 * pp.top1, pp.mean_kld);
     fmt::print("| {:<8} | {:>12.4f} | {:>13.2f}% | {:>12.3g} |\n", "decode", tg.max_dlogit, 100 * tg.top1, tg.mean_kld);
+    if (o.nodes >= 0) {
+        fmt::print("\nlayer {} of the prompt batch, node by node (CPU vs CUDA):\n\n", o.nodes);
+        fmt::print("| {:<20} | {:<10} | {:>10} | {:>12} |\n", "node", "op", "NMSE", "max |Δ|");
+        fmt::print("| {:-<20} | {:-<10} | {:->10} | {:->12} |\n", "", "", "", "");
+        for (const auto& row : node_rows)
+            fmt::print("| {:<20} | {:<10} | {:>10.3g} | {:>12.4g} |\n", row["node"].get<std::string>(),
+                       row["op"].get<std::string>(), row["nmse"].get<double>(), row["max_abs_diff"].get<double>());
+    }
     if (o.layers) {
         if (first_bad < 0)
             fmt::print("\nevery layer's hidden state agrees within NMSE {:g}\n", o.layer_bound);
@@ -193,6 +237,8 @@ void add_compare(CLI::App& app) {
     cmd->add_option("-n,--n-predict", o->p.n_predict, "Decode steps to time and compare (default 64)");
     o->p.n_predict = -1;
     cmd->add_flag("--layers", o->layers, "Also compare every layer's output and name the first that diverges");
+    cmd->add_option("--nodes", o->nodes, "Also compare every node of layer IL of the prompt batch, in order")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--layer-bound", o->layer_bound, "NMSE above which a layer counts as diverged")->capture_default_str();
     cmd->add_flag("--json", o->json, "Print one JSON object");
     cmd->footer("Example:\n  tessera compare -m models/SmolLM2-135M-Instruct.Q4_1.gguf --layers");
