@@ -182,6 +182,19 @@ tensor* cpy(context& ctx, tensor* a, tensor* dst) {
     return r;
 }
 
+tensor* set_rows(context& ctx, tensor* dst, tensor* a, tensor* idx) {
+    TS_ASSERT(idx->t == type::i32 || idx->t == type::i64);
+    TS_ASSERT(idx->ne[1] == 1 && idx->ne[2] == 1 && idx->ne[3] == 1 && idx->ne[0] == a->ne[1]);
+    TS_ASSERT(a->ne[2] == 1 && a->ne[3] == 1 && a->ne[0] == dst->ne[0]);
+    TS_ASSERT(dst->ne[2] == 1 && dst->ne[3] == 1 && dst->nb[0] == type_size(dst->t) && !is_quantized(dst->t));
+    tensor* r = new_view(ctx, dst, 0);
+    r->o = op::set_rows;
+    r->src[0] = a;
+    r->src[1] = dst;
+    r->src[2] = idx;
+    return r;
+}
+
 tensor* attention(context& ctx, tensor* q, tensor* k, tensor* v, tensor* mask, float scale) {
     TS_ASSERT(q->t == type::f32 && q->ne[0] == k->ne[0] && k->ne[0] == v->ne[0]);
     TS_ASSERT(k->ne[1] == v->ne[1] && k->ne[2] == v->ne[2] && q->ne[1] % k->ne[1] == 0);

@@ -39,6 +39,11 @@ tensor* silu(context& ctx, tensor* a);
 tensor* swiglu(context& ctx, tensor* gate, tensor* up); // silu(gate) * up
 // Writes a (converted to dst's type) into the memory dst views; returns a tensor aliasing dst.
 tensor* cpy(context& ctx, tensor* a, tensor* dst);
+// ggml_set_rows: row i of a (ne0, n) f32 goes to row idx[i] of dst (ne0, n_rows), converted to dst's type as cpy
+// converts (f16: round to nearest even); idx (n) i32 or i64, usually a graph input the caller fills (the KV-cache
+// slots of a batch). Rows idx[i] outside [0, n_rows) are skipped. Returns a tensor aliasing dst (all of it). Unlike a
+// cpy into a view at an offset, the graph does not change with the row numbers, so a backend can replay it.
+tensor* set_rows(context& ctx, tensor* dst, tensor* a, tensor* idx);
 // Attention over a KV cache (the core of llama.cpp's flash_attn_ext):
 //   q (hd, n_head, n_tok) f32; k, v (hd, n_head_kv, n_kv) f16/f32 (views of the cache; strides free);
 //   mask (n_kv, n_tok) f32 additive (0 / -inf) or null.

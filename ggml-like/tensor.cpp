@@ -20,6 +20,7 @@ const char* op_name(op o) {
     case op::silu: return "silu";
     case op::swiglu: return "swiglu";
     case op::cpy: return "cpy";
+    case op::set_rows: return "set_rows";
     case op::attention: return "attention";
     }
     return "?";

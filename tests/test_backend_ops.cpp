@@ -78,6 +78,14 @@ leaf i32_leaf(std::vector<int32_t> v) {
     return l;
 }
 
+leaf i64_leaf(std::vector<int64_t> v) {
+    leaf l;
+    l.t = type::i64;
+    l.ne[0] = int64_t(v.size());
+    l.bytes = to_bytes(v);
+    return l;
+}
+
 // Random rows quantized to t with the reference quantizer; a weight (load_weights) unless told otherwise.
 leaf typed_leaf(type t, std::initializer_list<int64_t> ne, uint32_t seed, bool weight = true) {
     leaf l;
@@ -375,6 +383,26 @@ std::vector<op_case> all_cases() {
                 return cpy(c, l[0], view_2d(c, l[1], 24, 3, l[1]->nb[1], 2 * l[1]->nb[1]));
             },
             0.0, 1);
+    }
+
+    // set_rows (the KV-cache write): 7 rows of 200 into scattered rows of a 23-row cache, by i32 and i64 indices, two
+    // of them outside the cache (skipped): the whole cache compared byte for byte (f16 / bf16: both round to nearest
+    // even, as cpy). 70 rows of 1100 (the batch of a prompt, a row longer than a block of threads) in reverse order.
+    for (type t : {type::f32, type::f16, type::bf16}) {
+        for (type it : {type::i32, type::i64}) {
+            const std::vector<int64_t> rows = {17, 3, -1, 9, 0, 22, 23};
+            leaf idx = it == type::i64 ? i64_leaf(rows) : i32_leaf(std::vector<int32_t>(rows.begin(), rows.end()));
+            add_case(
+                std::string("set_rows_f32_to_") + type_name(t) + "_by_" + type_name(it),
+                {f32_leaf({200, 7}, 32, 3.0f), typed_leaf(t, {200, 23}, 33, false), idx},
+                [](context& c, const auto& l) { return set_rows(c, l[1], l[0], l[2]); }, 0.0, 1);
+        }
+        std::vector<int32_t> rev;
+        for (int32_t i = 0; i < 70; i++) rev.push_back(79 - i);
+        add_case(
+            std::string("set_rows_f32_to_") + type_name(t) + "_70_rows_of_1100",
+            {f32_leaf({1100, 70}, 34), typed_leaf(t, {1100, 80}, 35, false), i32_leaf(rev)},
+            [](context& c, const auto& l) { return set_rows(c, l[1], l[0], l[2]); }, 0.0, 1);
     }
 
     // attention over an f16 cache with GQA and a causal mask; n_tok <= 8 takes the decode kernel, more the tiled

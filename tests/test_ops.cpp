@@ -321,6 +321,86 @@ TEST(ops, cpy_to_f16_view) {
     EXPECT_EQ(mem[168], 0x7e00);
 }
 
+// set_rows (the KV-cache write): rows of src go to scattered rows of an f16 / f32 / bf16 cache given by i32 or i64
+// indices; the f16 bits are fp32_to_fp16's (round to nearest even, as cpy), rows not named and indices outside the
+// cache (-1, 23) leave the cache untouched. 1 and 3 threads (threads split the source rows).
+TEST(ops, set_rows_scattered) {
+    for (type t : {type::f16, type::f32, type::bf16})
+        for (type it : {type::i32, type::i64})
+            for (int threads : {1, 3}) {
+                harness h(threads);
+                const int64_t ne0 = 200, n_rows = 23, n = 7;
+                tensor* a = h.leaf_f32({ne0, n}, 40, 3.0f);
+                const int64_t rows[n] = {17, 3, -1, 9, 0, 22, 23};
+                tensor* idx = h.ctx.new_tensor(it, {n});
+                std::vector<uint8_t> idx_mem(size_t(n) * type_size(it));
+                for (int64_t i = 0; i < n; i++) {
+                    if (it == type::i32)
+                        reinterpret_cast<int32_t*>(idx_mem.data())[i] = int32_t(rows[i]);
+                    else
+                        reinterpret_cast<int64_t*>(idx_mem.data())[i] = rows[i];
+                }
+                idx->data = idx_mem.data();
+                tensor* cache = h.ctx.new_tensor(t, {ne0, n_rows});
+                const size_t row_bytes = cache->nb[1];
+                std::vector<uint8_t> mem(row_bytes * size_t(n_rows));
+                for (size_t i = 0; i < mem.size(); i++) mem[i] = uint8_t(i * 131 + 7); // anything but the results
+                const std::vector<uint8_t> before = mem;
+                cache->data = mem.data();
+                graph g;
+                g.expand(set_rows(h.ctx, cache, a, idx));
+                ASSERT_EQ(g.nodes.size(), 1u);
+                ASSERT_TRUE(h.be.supports(*g.nodes[0]));
+                memory_plan plan = plan_memory(g);
+                EXPECT_EQ(plan.size, 0u); // the node aliases the cache
+                std::vector<uint8_t> buf(plan.size + 64);
+                bind_memory(g, plan, buf.data());
+                h.be.compute(g);
+                std::vector<uint8_t> expect = before;
+                for (int64_t i = 0; i < n; i++) {
+                    if (rows[i] < 0 || rows[i] >= n_rows) continue;
+                    uint8_t* dst = expect.data() + size_t(rows[i]) * row_bytes;
+                    for (int64_t e = 0; e < ne0; e++) {
+                        const float x = f32(a)[i * ne0 + e];
+                        if (t == type::f16) {
+                            const uint16_t v = fp32_to_fp16(x);
+                            std::memcpy(dst + 2 * e, &v, 2);
+                        } else if (t == type::bf16) {
+                            const bf16 v = to_bf16(x);
+                            std::memcpy(dst + 2 * e, &v, 2);
+                        } else {
+                            std::memcpy(dst + 4 * e, &x, 4);
+                        }
+                    }
+                }
+                EXPECT_TRUE(mem == expect) << type_name(t) << " indices " << type_name(it) << " threads " << threads;
+            }
+}
+
+// set_rows writes the same f16 bits as cpy into a view at the same rows (the KV-cache write it replaced).
+TEST(ops, set_rows_matches_cpy_into_a_view) {
+    harness h;
+    const int64_t ne0 = 192, n_ctx = 16, n = 5, n_past = 6;
+    tensor* a = h.leaf_f32({ne0, n}, 41, 10.0f);
+    std::vector<int32_t> pos;
+    for (int64_t i = 0; i < n; i++) pos.push_back(int32_t(n_past + i));
+    tensor* idx = h.leaf_i32(pos);
+    std::vector<uint16_t> m1(size_t(ne0 * n_ctx), 0), m2 = m1;
+    tensor* c1 = h.ctx.new_tensor(type::f16, {ne0, n_ctx});
+    tensor* c2 = h.ctx.new_tensor(type::f16, {ne0, n_ctx});
+    c1->data = m1.data();
+    c2->data = m2.data();
+    graph g;
+    g.expand(set_rows(h.ctx, c1, a, idx));
+    g.expand(cpy(h.ctx, a, view_2d(h.ctx, c2, ne0, n, c2->nb[1], size_t(n_past) * c2->nb[1])));
+    memory_plan plan = plan_memory(g);
+    std::vector<uint8_t> buf(plan.size + 64);
+    bind_memory(g, plan, buf.data());
+    h.be.compute(g);
+    EXPECT_TRUE(m1 == m2);
+    EXPECT_NE(m1[size_t(n_past * ne0)], 0); // written
+}
+
 // attention against softmax(QK^T * scale + mask) V computed naively, with GQA and a causal mask over a cache.
 // Fewer than 64 queries take ggml's decode numerics (Q and the V accumulator rounded to f16); 64 or more stay in f32.
 class attention_case : public ::testing::TestWithParam<int64_t> {};

@@ -70,6 +70,9 @@ bool cpu_backend::supports(const tensor& node) const {
     case op::silu: return f32(node.src[0]);
     case op::swiglu: return f32(node.src[0]) && f32(node.src[1]);
     case op::cpy: return f32(node.src[0]) && find_cpu_ops(node.t) != nullptr;
+    case op::set_rows:
+        return f32(node.src[0]) && node.src[0]->nb[0] == 4 && find_cpu_ops(node.t) != nullptr &&
+               (node.src[2]->t == type::i32 || node.src[2]->t == type::i64);
     case op::attention: return f32(node.src[0]) && (node.src[1]->t == type::f16 || node.src[1]->t == type::f32);
     }
     return false;
@@ -173,6 +176,7 @@ void cpu_backend::compute(graph& g) {
             case op::silu: silu(p, *n); break;
             case op::swiglu: swiglu(p, *n); break;
             case op::cpy: cpy(p, *n); break;
+            case op::set_rows: set_rows(p, *n); break;
             case op::attention: attention(p, *n); break;
             }
             if (n->o != op::view && n->o != op::none) p.barrier();

@@ -212,6 +212,8 @@ bool cuda_backend::supports(const tensor& node) const {
         return f32(node.src[0]) && f32(node.src[1]);
     case op::cpy:
         return f32(node.src[0]) && (node.t == type::f32 || node.t == type::f16 || node.t == type::bf16);
+    case op::set_rows:
+        return set_rows_supported(node);
     case op::attention:
         return attention_supported(node);
     }
@@ -425,6 +427,9 @@ void cuda_backend::launch_nodes(graph& g) {
             break;
         case op::cpy:
             cpy(ctx, *n);
+            break;
+        case op::set_rows:
+            set_rows(ctx, *n);
             break;
         case op::attention:
             attention(ctx, *n);

@@ -1,4 +1,4 @@
-// elementwise.cpp: add, mul (with broadcast of src1), scale, silu, swiglu, cpy (with type conversion).
+// elementwise.cpp: add, mul (with broadcast of src1), scale, silu, swiglu, cpy (with type conversion), set_rows.
 #include "ops.h"
 
 #include "backends/cpu/quant/vec_dot.h"
@@ -93,6 +93,23 @@ void cpy(const compute_params& p, tensor& dst) {
         const int64_t i1 = r % dst.ne[1];
         for (int64_t i = 0; i < ne0; i++) row[size_t(i)] = x[r * ne0 + i];
         to->from_float(row.data(), at<uint8_t>(dst, 0, i1, i2, i3), ne0);
+    }
+}
+
+// set_rows: row i of src (f32) -> row idx[i] of dst, converted by the same row function as cpy (so an f16 cache gets
+// the same bits either way). Threads take rows of src; rows whose index is outside dst are skipped.
+void set_rows(const compute_params& p, tensor& dst) {
+    const tensor& src = *dst.src[0];
+    const tensor& idx = *dst.src[2];
+    TS_ASSERT(src.t == type::f32 && src.nb[0] == 4 && (idx.t == type::i32 || idx.t == type::i64));
+    const row_ops* to = find_row_ops(dst.t);
+    TS_ASSERT(to != nullptr);
+    int64_t r0, r1;
+    split(src.ne[1], p.ith, p.nth, r0, r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t i = idx.t == type::i32 ? int64_t(*at<int32_t>(idx, r)) : *at<int64_t>(idx, r);
+        if (i < 0 || i >= dst.ne[1]) continue;
+        to->from_float(at<float>(src, 0, r), at<uint8_t>(dst, 0, i), dst.ne[0]);
     }
 }
 

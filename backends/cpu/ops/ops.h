@@ -54,6 +54,7 @@ void soft_max(const compute_params& p, tensor& dst);
 void silu(const compute_params& p, tensor& dst);
 void swiglu(const compute_params& p, tensor& dst);
 void cpy(const compute_params& p, tensor& dst);
+void set_rows(const compute_params& p, tensor& dst);
 void attention(const compute_params& p, tensor& dst);
 
 // Element address helper: t->data + i0*nb0 + i1*nb1 + i2*nb2 + i3*nb3

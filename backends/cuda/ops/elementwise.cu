@@ -1,5 +1,6 @@
-// elementwise.cu: add, mul (src1 broadcast), scale, silu, swiglu, and cpy (f32 -> f32/f16/bf16 into a strided view,
-// e.g. the KV cache). One thread per element of dst; every tensor is addressed through its strides.
+// elementwise.cu: add, mul (src1 broadcast), scale, silu, swiglu, cpy (f32 -> f32/f16/bf16 into a strided view) and
+// set_rows (f32 rows -> rows of f32/f16/bf16 at indices read on the device: the KV-cache write). One thread per element
+// of dst; every tensor is addressed through its strides.
 #include "backends/cuda/ops/ops.cuh"
 
 #include "ggml-like/fp16.h"
@@ -84,6 +85,19 @@ template <class T> static __global__ void cpy_kernel(const float* x, shape4 sx, 
     y[offset(unflatten(i, sy.ne), sy.nb)] = from_f32<T>(x[offset(unflatten(i, sx.ne), sx.nb)]);
 }
 
+// Row r of x goes to row idx[r] of y (skipped outside [0, n_dst)); blockIdx.y walks the rows, x-threads the elements.
+template <class T, class I>
+static __global__ void set_rows_kernel(const float* x, int64_t x_nb1, T* y, int64_t y_nb1, int64_t n_dst,
+                                       const I* idx, int64_t ne0, int64_t n_rows) {
+    const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (c >= ne0) return;
+    for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y) {
+        const int64_t i = int64_t(idx[r]);
+        if (i < 0 || i >= n_dst) continue;
+        y[i * y_nb1 + c] = from_f32<T>(x[r * x_nb1 + c]);
+    }
+}
+
 unsigned n_blocks(int64_t n) {
     return unsigned(ceil_div(n, EW_THREADS));
 }
@@ -127,7 +141,32 @@ template <class T> void cpy_as(cuda_context& ctx, tensor& dst) {
     cpy_launch<T>(ctx.as<float>(src), shape_of(*src, 4), ctx.as<T>(&dst), shape_of(dst, sizeof(T)), ctx.stream);
 }
 
+template <class T> void set_rows_as(cuda_context& ctx, tensor& dst) {
+    const tensor* src = dst.src[0];
+    const tensor* idx = dst.src[2];
+    const int64_t ne0 = src->ne[0], n_rows = src->ne[1];
+    if (ne0 == 0 || n_rows == 0) return;
+    const dim3 grid(n_blocks(ne0), unsigned(n_rows < 65535 ? n_rows : 65535));
+    const int64_t x_nb1 = int64_t(src->nb[1] / 4), y_nb1 = int64_t(dst.nb[1] / sizeof(T));
+    if (idx->t == type::i32)
+        set_rows_kernel<T, int32_t><<<grid, EW_THREADS, 0, ctx.stream>>>(
+            ctx.as<float>(src), x_nb1, ctx.as<T>(&dst), y_nb1, dst.ne[1], ctx.as<int32_t>(idx), ne0, n_rows);
+    else
+        set_rows_kernel<T, int64_t><<<grid, EW_THREADS, 0, ctx.stream>>>(
+            ctx.as<float>(src), x_nb1, ctx.as<T>(&dst), y_nb1, dst.ne[1], ctx.as<int64_t>(idx), ne0, n_rows);
+    TS_CUDA_CHECK(cudaGetLastError());
+}
+
 } // namespace
+
+bool set_rows_supported(const tensor& dst) {
+    const tensor* src = dst.src[0];
+    const tensor* idx = dst.src[2];
+    return src->t == type::f32 && src->nb[0] == 4 && src->nb[1] % 4 == 0 && src->ne[2] == 1 && src->ne[3] == 1 &&
+           (dst.t == type::f32 || dst.t == type::f16 || dst.t == type::bf16) && dst.nb[0] == type_size(dst.t) &&
+           dst.nb[1] % type_size(dst.t) == 0 && (idx->t == type::i32 || idx->t == type::i64) &&
+           idx->nb[0] == type_size(idx->t);
+}
 
 void add(cuda_context& ctx, tensor& dst) {
     binary<binary_op::add>(ctx, dst);
@@ -158,6 +197,22 @@ void cpy(cuda_context& ctx, tensor& dst) {
         break;
     default:
         TS_ASSERT(!"cpy: destination type not supported on CUDA (supports() lets it through?)");
+    }
+}
+
+void set_rows(cuda_context& ctx, tensor& dst) {
+    switch (dst.t) {
+    case type::f32:
+        set_rows_as<float>(ctx, dst);
+        break;
+    case type::f16:
+        set_rows_as<uint16_t>(ctx, dst);
+        break;
+    case type::bf16:
+        set_rows_as<bf16>(ctx, dst);
+        break;
+    default:
+        TS_ASSERT(!"set_rows: destination type not supported on CUDA (supports() lets it through?)");
     }
 }
 
