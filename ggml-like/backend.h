@@ -26,6 +26,13 @@ struct backend {
     virtual ~backend() = default;
     virtual std::string name() const = 0;
     virtual std::unique_ptr<buffer> alloc(size_t bytes) = 0;
+    // Memory that reads as zeros until written (the KV cache: attention may load rows no batch has written yet, masked
+    // out, and those must not hold NaN / Inf bit patterns). The CPU maps fresh pages, which the OS zeroes lazily.
+    virtual std::unique_ptr<buffer> alloc_zeroed(size_t bytes) = 0;
+    // Attention reads the KV cache in multiples of this many rows (the rows past the filled ones are masked with
+    // -inf): then a decode graph stays the same from one token to the next, and a backend that replays captured
+    // graphs (CUDA) can skip rebuilding them. 1: exactly the filled rows (the CPU: its numerics do not change).
+    virtual int64_t kv_pad() const { return 1; }
     // Copies between host memory and a tensor's storage (offset/size in bytes inside the tensor).
     virtual void set(tensor& t, const void* src, size_t offset, size_t size) = 0;
     virtual void get(const tensor& t, void* dst, size_t offset, size_t size) = 0;

@@ -1,5 +1,6 @@
 // kv_cache.h: the per-layer K and V caches: f16 tensors (n_embd_kv, n_ctx), row p holding position p of every KV
-// head. Rows [0, n_used) are filled; a new batch writes rows [n_used, n_used + n_tok) through cpy nodes.
+// head. Rows [0, n_used) are filled; a new batch writes rows [n_used, n_used + n_tok) through set_rows nodes. The
+// memory starts zeroed: attention may read rows past n_used (masked out) when the backend pads the KV length.
 #pragma once
 
 #include "ggml-like/backend.h"
@@ -20,7 +21,7 @@ struct kv_cache {
     void init(backend& be, int n_layer, int64_t n_embd_kv, int64_t n_ctx_, type t = type::f16) {
         n_ctx = n_ctx_;
         const size_t row = row_size(t, n_embd_kv);
-        mem = be.alloc(size_t(2 * n_layer) * row * size_t(n_ctx));
+        mem = be.alloc_zeroed(size_t(2 * n_layer) * row * size_t(n_ctx));
         auto* base = static_cast<uint8_t*>(mem->base());
         for (int il = 0; il < n_layer; il++) {
             for (auto* list : {&k, &v}) {

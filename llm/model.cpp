@@ -172,18 +172,23 @@ std::span<const float> session::decode_from(std::span<const token> tokens, int64
 
 void session::decode_batch(std::span<const token> tokens, int64_t first_output, size_t logits_offset) {
     const int64_t n = int64_t(tokens.size());
-    const int64_t n_past = kv_.n_used, n_kv = n_past + n;
+    const int64_t n_past = kv_.n_used;
+    // attention reads n_kv cache rows: the filled ones and this batch's, rounded up to the pad (masked past those)
+    const int64_t pad = p_.kv_pad > 0 ? p_.kv_pad : std::max<int64_t>(be_->kv_pad(), 1);
+    const int64_t n_kv = std::min(kv_.n_ctx, (n_past + n + pad - 1) / pad * pad);
 
     context ctx;
     graph g;
     arch::batch_inputs in;
     in.n_tok = n;
     in.n_past = n_past;
+    in.n_kv = n_kv;
     in.first_output = std::min(first_output, n - 1); // a batch without outputs still needs a (discarded) last row
     in.ids = ctx.new_tensor(type::i32, {n});
     in.pos = ctx.new_tensor(type::i32, {n});
     in.mask = ctx.new_tensor(type::f32, {n_kv, n});
-    for (tensor* t : {in.ids, in.pos, in.mask}) t->flags |= flag_input;
+    in.kv_idx = ctx.new_tensor(type::i32, {n});
+    for (tensor* t : {in.ids, in.pos, in.mask, in.kv_idx}) t->flags |= flag_input;
     tensor* logits = arch::llama_build(m_, ctx, g, in, kv_);
     runner_->prepare(g);
 
@@ -196,9 +201,10 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
     be_->set(*in.ids, tokens.data(), 0, size_t(n) * 4);
     be_->set(*in.pos, pos.data(), 0, pos.size() * 4);
     be_->set(*in.mask, mask.data(), 0, mask.size() * 4);
+    be_->set(*in.kv_idx, pos.data(), 0, pos.size() * 4); // cache row = position (no ring buffer)
 
     runner_->compute(g);
-    kv_.n_used = n_kv;
+    kv_.n_used = n_past + n;
     if (logits_offset != SIZE_MAX)
         be_->get(*logits, logits_.data() + logits_offset, 0, size_t(logits->n_elements()) * sizeof(float));
 }

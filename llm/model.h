@@ -94,6 +94,9 @@ struct session_params {
     int64_t n_batch = 512; // tokens per graph
     int n_threads = 0;    // 0: one per core (at most 8)
     device_type device = device_type::cpu; // the CLI picks CUDA when a GPU is present (cli/options.cpp)
+    // Attention reads the KV cache in multiples of this many rows (masked past the filled ones), so that the decode
+    // graph stays the same for that many tokens. 0: the backend's choice (backend::kv_pad: CUDA 256, the CPU 1).
+    int64_t kv_pad = 0;
 };
 
 // Evaluation state: backend, KV cache and reusable graph memory. Not thread-safe.

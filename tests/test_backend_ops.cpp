@@ -490,6 +490,63 @@ TEST(backend_ops_cuda, unloaded_weight_is_an_error) {
     EXPECT_THROW(runner.compute(g), tessera::error);
 }
 
+// Attention over a KV length padded past the filled cache rows (backend::kv_pad: CUDA reads the cache in multiples
+// of 256 rows), the rows past them never written: here NaN bytes (0xff), the mask -inf there. Every kernel (decode
+// warp kernel: head sizes 64/128/256; the key-per-thread decode kernel: 96; prefill: > 8 queries) must give those keys
+// no weight at all, not 0 * NaN: the output is the unpadded one, bit for bit (the keys each warp / tile sees are the
+// same, masked ones skipped).
+TEST(backend_ops_cuda, attention_ignores_never_written_padded_rows) {
+    TS_REQUIRE_CUDA();
+    std::unique_ptr<backend> be = make_backend(device_type::cuda, 0);
+    struct shape {
+        int64_t hd, n_head, n_head_kv, n_tok, n_past, pad;
+    };
+    for (shape s : {shape{64, 6, 2, 1, 8, 256}, shape{128, 4, 1, 1, 300, 256}, shape{256, 2, 1, 3, 20, 64},
+                    shape{96, 2, 1, 1, 9, 256}, shape{64, 6, 2, 33, 7, 256}, shape{128, 4, 2, 70, 30, 256},
+                    shape{64, 6, 2, 5, 0, 256}}) {
+        const int64_t n_kv = s.n_past + s.n_tok, n_pad = (n_kv + s.pad - 1) / s.pad * s.pad;
+        const leaf q = f32_leaf({s.hd, s.n_head, s.n_tok}, 50);
+        const leaf k = typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 51, false);
+        const leaf v = typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 52, false);
+        auto padded = [&](const leaf& c) {
+            leaf p = c;
+            p.ne[1] = n_pad;
+            p.bytes.resize(size_t(s.hd * s.n_head_kv * n_pad) * 2, 0xff); // NaN halves
+            return p;
+        };
+        auto make = [&](int64_t rows, const leaf& kc, const leaf& vc) {
+            op_case c;
+            c.leaves = {q, kc, vc, causal_mask(rows, s.n_tok)};
+            if (rows > n_kv) { // causal_mask assumes the last row is the last token's: mask the padding out
+                std::vector<float> m(size_t(rows * s.n_tok));
+                for (int64_t r = 0; r < s.n_tok; r++)
+                    for (int64_t j = 0; j < rows; j++)
+                        m[size_t(r * rows + j)] = j <= s.n_past + r ? 0.0f : -INFINITY;
+                c.leaves[3].bytes = to_bytes(m);
+            }
+            const float sc = 1.0f / std::sqrt(float(s.hd));
+            c.build = [=](context& ctx, const std::vector<tensor*>& t) {
+                tensor* kk = view_3d(ctx, t[1], s.hd, s.n_head_kv, rows, size_t(s.hd) * 2, t[1]->nb[1], 0);
+                tensor* vv = view_3d(ctx, t[2], s.hd, s.n_head_kv, rows, size_t(s.hd) * 2, t[2]->nb[1], 0);
+                return attention(ctx, t[0], kk, vv, t[3], sc);
+            };
+            return c;
+        };
+        const run_result plain = run_on(*be, make(n_kv, k, v));
+        const run_result pad = run_on(*be, make(n_pad, padded(k), padded(v)));
+        const std::string name = "hd " + std::to_string(s.hd) + ", " + std::to_string(s.n_tok) + " tokens, " +
+                                 std::to_string(n_kv) + " keys padded to " + std::to_string(n_pad);
+        ASSERT_EQ(plain.out.size(), pad.out.size()) << name;
+        size_t n_nan = 0, n_diff = 0;
+        for (size_t i = 0; i < pad.out.size(); i++) {
+            n_nan += !std::isfinite(pad.out[i]);
+            n_diff += std::memcmp(&pad.out[i], &plain.out[i], 4) != 0;
+        }
+        EXPECT_EQ(n_nan, 0u) << name;
+        EXPECT_EQ(n_diff, 0u) << name;
+    }
+}
+
 // ---- the default model end to end ----
 
 // Every f32 node of one graph, in graph order, read through the eval callback.

@@ -8,7 +8,9 @@
 #include "llm/model.h"
 #include "llm/sampler.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 using namespace tessera;
@@ -84,6 +86,125 @@ TEST(model_session, batch_size_does_not_change_logits) {
         else
             EXPECT_EQ(std::memcmp(ref.data(), l.data(), ref.size() * 4), 0) << "n_batch " << nb;
         EXPECT_EQ(s.n_past(), 40);
+    }
+    fs::remove(path);
+}
+
+// A padded KV length (session_params::kv_pad, what CUDA uses: attention reads the cache in multiples of 256 rows, the
+// rows past the filled ones masked) gives the CPU's logits unchanged: the decode path skips masked keys, the tiled
+// path (>= 64 queries) gives them weight 0 against zeroed cache rows. The default model: a 70-token prompt (the tiled
+// path) and 40 greedy steps; compared within 1e-4 (measured: identical bits).
+TEST(model_session, padded_kv_length_gives_the_same_logits) {
+    TS_REQUIRE_MODEL();
+    auto m = model::load(test::model_path());
+    std::vector<token> prompt = m->voc.tokenize("The history of the city begins with a small settlement on the river, "
+                                                "where fishermen and traders met to exchange goods. Over the centuries "
+                                                "it grew into a busy port, and by the middle ages its walls enclosed "
+                                                "churches, markets and the houses of rich merchant families who "
+                                                "traded wool, wine and spices with every port of the northern seas.",
+                                                true, true);
+    ASSERT_GE(prompt.size(), 64u);
+    const int64_t n_vocab = m->hp.n_vocab;
+    std::vector<std::vector<float>> runs[2];
+    std::vector<token> texts[2];
+    for (int padded = 0; padded < 2; padded++) {
+        session s(*m, session_params{.n_ctx = 300, .n_threads = 2, .kv_pad = padded ? 256 : 1});
+        sampler g(sampler_params{.temp = 0.0f}, int32_t(n_vocab));
+        auto l = s.decode(prompt, true); // every position's logits
+        runs[padded].emplace_back(l.begin(), l.end());
+        for (int i = 0; i < 40; i++) {
+            const token t = g.sample(l.subspan(l.size() - size_t(n_vocab)));
+            texts[padded].push_back(t);
+            l = s.decode(std::span<const token>(&t, 1));
+            runs[padded].emplace_back(l.begin(), l.end());
+        }
+    }
+    EXPECT_EQ(texts[0], texts[1]);
+    ASSERT_EQ(runs[0].size(), runs[1].size());
+    double worst = 0;
+    for (size_t i = 0; i < runs[0].size(); i++) {
+        ASSERT_EQ(runs[0][i].size(), runs[1][i].size());
+        for (size_t j = 0; j < runs[0][i].size(); j++) {
+            ASSERT_TRUE(std::isfinite(runs[1][i][j])) << "step " << i;
+            worst = std::max(worst, double(std::fabs(runs[0][i][j] - runs[1][i][j])));
+        }
+    }
+    std::printf("padded vs unpadded KV length: max |dlogit| %g over %zu steps\n", worst, runs[0].size());
+    EXPECT_LE(worst, 1e-4);
+}
+
+// The same across the end of a pad (n_kv 256 -> 300: the context's end, not 512) and after truncate(), where cache
+// rows past the filled ones hold old values, on a tiny model one token at a time.
+TEST(model_session, padded_kv_length_across_pads_and_truncation) {
+    const std::string path = temp_path("pad.gguf");
+    test::tiny_model_spec spec;
+    spec.n_ctx = 512;
+    test::write_tiny_model(path, spec);
+    auto m = model::load(path);
+    std::vector<token> prompt;
+    for (int i = 0; i < 250; i++) prompt.push_back(token((i * 7919 + 13) % m->hp.n_vocab));
+    std::vector<float> ref[2];
+    for (int padded = 0; padded < 2; padded++) {
+        session s(*m, session_params{.n_ctx = 300, .n_batch = 100, .n_threads = 2, .kv_pad = padded ? 256 : 1});
+        s.decode(prompt);
+        for (int i = 0; i < 20; i++) { // positions 250 .. 269
+            const token t = token((i * 31 + 5) % m->hp.n_vocab);
+            auto l = s.decode(std::span<const token>(&t, 1));
+            ref[padded].insert(ref[padded].end(), l.begin(), l.end());
+        }
+        s.truncate(240); // rows 240 .. 269 keep their old values, masked
+        for (int i = 0; i < 60; i++) { // positions 240 .. 299
+            const token t = token((i * 17 + 3) % m->hp.n_vocab);
+            auto l = s.decode(std::span<const token>(&t, 1));
+            ref[padded].insert(ref[padded].end(), l.begin(), l.end());
+        }
+        EXPECT_EQ(s.n_past(), 300);
+    }
+    ASSERT_EQ(ref[0].size(), ref[1].size());
+    double worst = 0;
+    for (size_t i = 0; i < ref[0].size(); i++) worst = std::max(worst, double(std::fabs(ref[0][i] - ref[1][i])));
+    EXPECT_LE(worst, 1e-4);
+    fs::remove(path);
+}
+
+// With a padded KV length, decode graphs of consecutive tokens are the same graph: every node has the same op,
+// shape, strides, parameters and memory, and reads sources at the same addresses (the token, position, mask and
+// cache-row inputs included: the graph runner places them the same way each time, and the host refills them). This is
+// what lets CUDA launch its captured graph again without capturing (cuda_backend::compute). Unpadded, the KV length
+// changes every token and so does the graph.
+TEST(model_session, padded_decode_graphs_repeat_token_to_token) {
+    const std::string path = temp_path("repeat.gguf");
+    test::write_tiny_model(path, {});
+    auto m = model::load(path);
+    for (int64_t pad : {256, 1}) {
+        session s(*m, session_params{.n_ctx = 256, .n_threads = 2, .kv_pad = pad});
+        const token p[5] = {1, 2, 3, 4, 5};
+        s.decode(p);
+        std::vector<uint64_t> sig[3];
+        for (int step = 0; step < 3; step++) {
+            std::vector<uint64_t>& out = sig[step];
+            s.be().set_eval_callback([&out](const tensor& n) {
+                out.push_back(uint64_t(n.o) << 32 | uint64_t(n.t));
+                for (int d = 0; d < 4; d++) out.insert(out.end(), {uint64_t(n.ne[d]), uint64_t(n.nb[d])});
+                for (int i = 0; i < 4; i++) out.push_back(uint64_t(uint32_t(n.op_params.i[i])));
+                out.push_back(uint64_t(reinterpret_cast<uintptr_t>(n.data)));
+                for (const tensor* x : n.src) {
+                    if (!x) continue;
+                    out.push_back(uint64_t(reinterpret_cast<uintptr_t>(x->data)));
+                    for (int d = 0; d < 4; d++) out.insert(out.end(), {uint64_t(x->ne[d]), uint64_t(x->nb[d])});
+                }
+            });
+            const token t = token(7 + step);
+            s.decode(std::span<const token>(&t, 1));
+            s.be().set_eval_callback({});
+        }
+        ASSERT_FALSE(sig[0].empty());
+        if (pad == 256) {
+            EXPECT_TRUE(sig[1] == sig[0]);
+            EXPECT_TRUE(sig[2] == sig[0]);
+        } else {
+            EXPECT_FALSE(sig[1] == sig[0]); // the check sees a change when there is one
+        }
     }
     fs::remove(path);
 }

@@ -7,12 +7,15 @@
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include <sys/mman.h>
 
 namespace tessera::cpu {
 
@@ -26,6 +29,19 @@ struct host_buffer final : buffer {
         if (!p && bytes) throw std::bad_alloc();
     }
     ~host_buffer() override { std::free(p); }
+    void* base() override { return p; }
+    size_t size() const override { return n; }
+};
+
+// Anonymous pages: zero until written, committed only when touched (a large KV cache costs nothing up front).
+struct mapped_buffer final : buffer {
+    void* p = nullptr;
+    size_t n = 0, mapped = 0;
+    explicit mapped_buffer(size_t bytes) : n(bytes), mapped(std::max<size_t>(bytes, 1)) {
+        p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) throw std::bad_alloc();
+    }
+    ~mapped_buffer() override { ::munmap(p, mapped); }
     void* base() override { return p; }
     size_t size() const override { return n; }
 };
@@ -44,6 +60,8 @@ cpu_backend::cpu_backend(cpu_options opt)
 }
 
 std::unique_ptr<buffer> cpu_backend::alloc(size_t bytes) { return std::make_unique<host_buffer>(bytes); }
+
+std::unique_ptr<buffer> cpu_backend::alloc_zeroed(size_t bytes) { return std::make_unique<mapped_buffer>(bytes); }
 
 void cpu_backend::set(tensor& t, const void* src, size_t offset, size_t size) {
     std::memcpy(static_cast<uint8_t*>(t.data) + offset, src, size);

@@ -22,6 +22,7 @@ class cpu_backend final : public backend {
     explicit cpu_backend(cpu_options opt = {});
     std::string name() const override { return "cpu"; }
     std::unique_ptr<buffer> alloc(size_t bytes) override;
+    std::unique_ptr<buffer> alloc_zeroed(size_t bytes) override;
     void set(tensor& t, const void* src, size_t offset, size_t size) override;
     void get(const tensor& t, void* dst, size_t offset, size_t size) override;
     bool supports(const tensor& node) const override;

@@ -164,6 +164,14 @@ std::unique_ptr<buffer> cuda_backend::alloc(size_t bytes) {
     return std::make_unique<device_buffer>(bytes, info_, "a compute or KV-cache buffer");
 }
 
+std::unique_ptr<buffer> cuda_backend::alloc_zeroed(size_t bytes) {
+    TS_CUDA_CHECK(cudaSetDevice(info_.id));
+    auto b = std::make_unique<device_buffer>(bytes, info_, "the KV cache");
+    TS_CUDA_CHECK(cudaMemsetAsync(b->base(), 0, bytes, as_stream(stream_)));
+    TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+    return b;
+}
+
 void cuda_backend::set(tensor& t, const void* src, size_t offset, size_t size) {
     TS_ASSERT(!(t.flags & flag_param)); // weights go through load_weights
     // from pageable memory the copy has left `src` when the call returns, so callers may free it right away

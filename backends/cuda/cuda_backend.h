@@ -51,6 +51,8 @@ class cuda_backend final : public backend {
     ~cuda_backend() override;
     std::string name() const override { return "cuda"; }
     std::unique_ptr<buffer> alloc(size_t bytes) override;
+    std::unique_ptr<buffer> alloc_zeroed(size_t bytes) override;
+    int64_t kv_pad() const override { return 256; }
     void set(tensor& t, const void* src, size_t offset, size_t size) override;
     void get(const tensor& t, void* dst, size_t offset, size_t size) override;
     bool supports(const tensor& node) const override;

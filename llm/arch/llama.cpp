@@ -141,7 +141,8 @@ void llama_load(model& m) {
 
 tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv) {
     const hparams& hp = m.hp;
-    const int64_t n = in.n_tok, n_kv = in.n_past + in.n_tok;
+    const int64_t n = in.n_tok, n_kv = in.n_kv > 0 ? in.n_kv : in.n_past + in.n_tok;
+    TS_ASSERT(n_kv >= in.n_past + n && n_kv <= kv.n_ctx && in.kv_idx && in.kv_idx->ne[0] == n);
     const int64_t D = hp.head_dim, E = hp.n_embd, EKV = hp.n_embd_kv();
     const float kq_scale = 1.0f / std::sqrt(float(D));
     const auto mode = rope_mode(hp.rope_mode);
@@ -174,11 +175,12 @@ tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& 
         k = named(rope(ctx, reshape_3d(ctx, k, D, hp.n_head_kv, n), in.pos, m.rope_freqs, int(hp.n_rot), mode,
                        hp.rope_freq_base, hp.rope_freq_scale),
                   "Krope", il);
-        // append this batch's K, V to the cache (rows n_past .. n_past + n), before attention reads them
+        // append this batch's K, V to the cache (rows kv_idx = n_past .. n_past + n), before attention reads them;
+        // the row numbers are a graph input, so the graph itself does not change from token to token
         tensor* kc = kv.k[size_t(il)];
         tensor* vc = kv.v[size_t(il)];
-        g.expand(cpy(ctx, reshape_2d(ctx, k, EKV, n), view_2d(ctx, kc, EKV, n, kc->nb[1], size_t(in.n_past) * kc->nb[1])));
-        g.expand(cpy(ctx, v, view_2d(ctx, vc, EKV, n, vc->nb[1], size_t(in.n_past) * vc->nb[1])));
+        g.expand(set_rows(ctx, kc, reshape_2d(ctx, k, EKV, n), in.kv_idx));
+        g.expand(set_rows(ctx, vc, v, in.kv_idx));
         tensor* kview = view_3d(ctx, kc, D, hp.n_head_kv, n_kv, row_size(kc->t, D), kc->nb[1], 0);
         tensor* vview = view_3d(ctx, vc, D, hp.n_head_kv, n_kv, row_size(vc->t, D), vc->nb[1], 0);
         tensor* attn = named(attention(ctx, q, kview, vview, in.mask, kq_scale), "kqv_out", il); // (D, n_head, n)

@@ -8,6 +8,8 @@
 //   prefill (n_tok > 8):  one block per (head, 32 queries), tiles of 32 keys staged in shared memory.
 // Scores and sums are f32 (the CPU rounds Q and its V accumulator to f16 below 64 queries, as ggml: the two differ by
 // that rounding). Not yet: splitting long contexts over blocks (decode), tensor cores (prefill).
+// Masked keys (-inf) are never multiplied in: every kernel skips them (and the prefill kernel whole tiles of them), so
+// cache rows no batch has written yet, which a padded KV length (backend::kv_pad) reads, cannot turn the output NaN.
 #include "backends/cuda/ops/ops.cuh"
 
 #include <cuda_fp16.h>
@@ -132,7 +134,18 @@ template <int D_MAX> static __global__ void __launch_bounds__(PREFILL_THREADS) a
     const float* mr = a.mask && q_ok ? a.mask + (t0 + qi) * a.mask_nb1 : nullptr;
 
     for (int64_t c0 = 0; c0 < a.n_kv; c0 += BK) {
-        __syncthreads(); // the previous tile's K, V, P are no longer read
+        // this thread's 8 mask values; a tile that every query of the block masks out (the causal upper triangle, the
+        // padded rows past the filled cache) is skipped: the same result, since its keys would get weight 0. The
+        // barrier also says the previous tile's K, V, P are no longer read.
+        float mv[8];
+        bool live = false;
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+            const int64_t j = c0 + part * 8 + kk;
+            mv[kk] = j < a.n_kv && q_ok ? (mr ? mr[j] : 0.0f) : -INFINITY;
+            live |= mv[kk] != -INFINITY;
+        }
+        if (!__syncthreads_or(live)) continue;
         for (int e = tid; e < BK * hd; e += blockDim.x) {
             const int kk = e / hd, d = e % hd;
             const int64_t j = c0 + kk;
@@ -155,11 +168,8 @@ template <int D_MAX> static __global__ void __launch_bounds__(PREFILL_THREADS) a
             for (int kk = 0; kk < 8; kk++) s[kk] = fmaf(qv, k_s[(part * 8 + kk) * (hd + 1) + d], s[kk]);
         }
 #pragma unroll
-        for (int kk = 0; kk < 8; kk++) {
-            const int64_t j = c0 + part * 8 + kk;
-            const float mv = j < a.n_kv && q_ok ? (mr ? mr[j] : 0.0f) : -INFINITY;
-            p_s[qi * (BK + 1) + part * 8 + kk] = mv == -INFINITY ? -INFINITY : s[kk] * a.scale + mv;
-        }
+        for (int kk = 0; kk < 8; kk++)
+            p_s[qi * (BK + 1) + part * 8 + kk] = mv[kk] == -INFINITY ? -INFINITY : s[kk] * a.scale + mv[kk];
         __syncthreads();
         // online softmax, one row per warp step
         for (int r = warp * (BQ / 4); r < (warp + 1) * (BQ / 4); r++) {
@@ -183,6 +193,7 @@ template <int D_MAX> static __global__ void __launch_bounds__(PREFILL_THREADS) a
         for (int i = 0; i < N_D; i++) o[i] *= alpha;
         for (int kk = 0; kk < BK; kk++) {
             const float p = p_s[qi * (BK + 1) + kk];
+            if (p == 0.0f) continue; // a masked key: its V row may be a never-written cache row (0 * NaN = NaN)
 #pragma unroll
             for (int i = 0; i < N_D; i++) {
                 const int d = part + 4 * i;
