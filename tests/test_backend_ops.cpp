@@ -13,6 +13,10 @@
 #include "llm/sampler.h"
 #include "quant/format.h"
 
+#ifdef TESSERA_HAS_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -679,6 +683,63 @@ TEST(backend_ops_model, cuda_agrees_with_cpu_on_the_default_model) {
     EXPECT_GE(batch_rate, 0.90);
     EXPECT_GE(double(decode_cpu) / total, 0.90);
     EXPECT_GE(self_rate, 0.99);
+}
+
+// A decode step launches the CUDA graph captured for the token before, unchanged (the KV length padded to 256: the
+// graph stays the same for 256 tokens; the cache rows to write are a graph input), and gives the logits of a session
+// that captures every token (kv_pad 1: the KV length changes every token, so does the graph). A prompt of ~230 tokens,
+// then 48 greedy steps across the pad's end (n_kv 256 -> 512, a new capture). The two differ only in masked keys,
+// which every kernel skips: the same bits expected; bound 1e-4.
+TEST(backend_ops_model, decode_graph_replayed_unchanged_gives_the_same_logits) {
+    TS_REQUIRE_CUDA();
+    TS_REQUIRE_MODEL();
+    auto m = model::load(test::model_path());
+    const int64_t n_vocab = m->hp.n_vocab;
+    std::vector<token> prompt;
+    while (prompt.size() < 230) {
+        const auto t = m->voc.tokenize("The river flows past the old mill, under the stone bridge and out to the sea, "
+                                       "where the fishing boats wait for the tide. ",
+                                       prompt.empty(), true);
+        prompt.insert(prompt.end(), t.begin(), t.end());
+    }
+    prompt.resize(230);
+    std::vector<std::vector<float>> logits[2];
+    std::vector<token> text[2];
+    int64_t reused[2] = {0, 0}, captured[2] = {0, 0};
+    for (int padded = 0; padded < 2; padded++) {
+        session s(*m, session_params{.n_ctx = 512, .device = device_type::cuda, .kv_pad = padded ? 256 : 1});
+        auto l = s.decode(prompt);
+        for (int i = 0; i < 48; i++) {
+            logits[padded].emplace_back(l.begin(), l.end());
+            const token t = token(std::max_element(l.begin(), l.end()) - l.begin());
+            text[padded].push_back(t);
+            l = s.decode(std::span<const token>(&t, 1));
+        }
+        logits[padded].emplace_back(l.begin(), l.end());
+#ifdef TESSERA_HAS_CUDA
+        if (const auto* cb = dynamic_cast<const cuda::cuda_backend*>(&s.be())) {
+            reused[padded] = cb->graphs_reused();
+            captured[padded] = cb->graphs_captured();
+        }
+#endif
+    }
+    EXPECT_EQ(text[0], text[1]);
+    double worst = 0;
+    for (size_t i = 0; i < logits[0].size(); i++)
+        for (int64_t j = 0; j < n_vocab; j++)
+            worst = std::max(worst, double(std::fabs(logits[0][i][size_t(j)] - logits[1][i][size_t(j)])));
+    std::printf("kv_pad 1: %lld graphs captured, %lld replayed; kv_pad 256: %lld captured, %lld replayed; max "
+                "|dlogit| %g\n",
+                (long long)captured[0], (long long)reused[0], (long long)captured[1], (long long)reused[1], worst);
+    EXPECT_LE(worst, 1e-4);
+    const char* graphs = std::getenv("TESSERA_CUDA_GRAPHS");
+    const char* prof = std::getenv("TESSERA_CUDA_PROFILE");
+    if (!(graphs && std::string(graphs) == "0") && !(prof && std::string(prof) != "0" && std::string(prof) != "host")) {
+        // padded: the prompt, the first decode graph, the one past 256 keys; the other 46 steps replay
+        EXPECT_GE(reused[1], 44);
+        EXPECT_LE(captured[1], 4);
+        EXPECT_EQ(reused[0], 0);
+    }
 }
 
 } // namespace

@@ -61,6 +61,9 @@ class cuda_backend final : public backend {
     void synchronize() override;
 
     const device_info& info() const { return info_; }
+    // computes that captured a CUDA graph, and that launched the last captured one again unchanged (compute())
+    int64_t graphs_captured() const { return graphs_captured_; }
+    int64_t graphs_reused() const { return graphs_reused_; }
     size_t weight_bytes() const { return weights_buf_ ? weights_buf_->size() : 0; }
 
   private:
@@ -71,6 +74,11 @@ class cuda_backend final : public backend {
     std::unordered_map<const tensor*, split_weight> split_; // host tensor -> its split copy in weights_buf_
     std::unique_ptr<buffer> scratch_;                     // per-node scratch (quantized activations)
     CUgraphExec_st* graph_exec_ = nullptr;                // the last graph's launches, captured (compute())
+    // graph_signature() of the graph graph_exec_ was captured from (empty: none); a graph with the same signature
+    // launches graph_exec_ as it is, without capturing (a decode step, token after token)
+    std::vector<uint64_t> exec_sig_, next_sig_;
+    int64_t graphs_captured_ = 0, graphs_reused_ = 0;
+    void graph_signature(const graph& g, std::vector<uint64_t>& sig) const;
     void launch_nodes(graph& g);
     // TESSERA_CUDA_PROFILE=1: GPU time per op (mul_mat per weight type and kernel), printed when the backend goes
     struct profile_data {
