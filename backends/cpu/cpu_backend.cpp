@@ -57,6 +57,9 @@ cpu_backend::cpu_backend(cpu_options opt)
     : opt_(opt), pool_(opt.n_threads > 0 ? opt.n_threads : default_n_threads()) {
     // TESSERA_CPU_REPACK=0 keeps the file's layout (benchmarks of the row kernels against the repacked ones)
     if (const char* e = std::getenv("TESSERA_CPU_REPACK"); e && std::string(e) == "0") opt_.repack = false;
+    // TESSERA_CPU_REFERENCE=1: the scalar reference kernels everywhere (the oracle of the tests), for measuring how
+    // far results move when only the order of float operations changes
+    if (const char* e = std::getenv("TESSERA_CPU_REFERENCE"); e && std::string(e) == "1") opt_.reference = true;
 }
 
 std::unique_ptr<buffer> cpu_backend::alloc(size_t bytes) { return std::make_unique<host_buffer>(bytes); }
