@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "options.h"
 
+#include "ggml-like/atomic_file.h"
 #include "ggml-like/error.h"
 #include "llm/chat.h"
 
@@ -167,15 +168,11 @@ class line_reader {
 void save_conversation(const chat_session& c, const std::string& path) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& m : c.messages()) j.push_back({{"role", m.role}, {"content", m.content}});
-    const std::string tmp = path + ".tmp";
-    std::ofstream f(tmp);
     // replies can end inside a UTF-8 sequence (a byte token); such bytes are saved as U+FFFD
-    f << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    f.close();
-    if (!f || std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw error(fmt::format("{}: cannot write the conversation", path));
-    }
+    const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    atomic_file f(path); // the old file stays until the new one is complete
+    f.write(text);
+    f.commit();
 }
 
 std::vector<chat_message> load_conversation(const std::string& path) {

@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "options.h"
 
+#include "ggml-like/atomic_file.h"
 #include "ggml-like/error.h"
 #include "llm/perplexity.h"
 
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <unistd.h>
 
 namespace tessera::cli {
@@ -179,7 +181,10 @@ void perplexity_main(const ppl_options& o) {
     };
     if (o.m.verbose)
         fmt::print(stderr, "perplexity: {} on {} threads, chunks of {} tokens\n", mdl->name, s.n_threads(), s.n_ctx());
+    std::optional<temp_file_signal_guard> guard; // an interrupted run leaves no temporary of the base file
+    if (!pp.kld_base_out.empty()) guard.emplace();
     const perplexity_result r = run_perplexity(s, text, pp, progress);
+    guard.reset();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (o.json) {

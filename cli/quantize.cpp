@@ -5,6 +5,7 @@
 #include "console.h"
 #include "options.h"
 
+#include "ggml-like/atomic_file.h"
 #include "ggml-like/error.h"
 #include "llm/awq.h"
 #include "quant/quantize.h"
@@ -12,7 +13,6 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -47,28 +47,6 @@ type parse_type(const std::string& name, const char* what) {
             if (v == t) return t;
     throw error(fmt::format("{}: unknown type '{}' (valid: {})", what, name, valid_type_names()));
 }
-
-// The temporary file gguf_writer::write creates (OUT.tmp) is removed if the run is interrupted while writing it, so
-// that an interrupted run leaves nothing behind. Only async-signal-safe calls in the handler.
-char g_tmp_path[4096];
-
-extern "C" void remove_tmp_and_reraise(int sig) {
-    if (g_tmp_path[0]) ::unlink(g_tmp_path);
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-}
-
-struct tmp_guard {
-    explicit tmp_guard(const std::string& out) {
-        const std::string tmp = out + ".tmp";
-        if (tmp.size() < sizeof(g_tmp_path)) std::memcpy(g_tmp_path, tmp.c_str(), tmp.size() + 1);
-        for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, remove_tmp_and_reraise);
-    }
-    ~tmp_guard() {
-        for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, SIG_DFL);
-        g_tmp_path[0] = 0;
-    }
-};
 
 std::string millions(int64_t done, int64_t total) {
     return fmt::format("{:.1f}/{:.1f} M", double(done) / 1e6, double(total) / 1e6);
@@ -174,7 +152,9 @@ void run_quantize(const quantize_options& o) {
     };
     quantize_result r;
     {
-        tmp_guard guard(o.out);
+        // an interrupted run leaves nothing behind: the temporary is nameless while written (O_TMPFILE) and, where
+        // it has a name (the rename, or no O_TMPFILE), SIGINT/SIGTERM/SIGHUP remove it before the process ends
+        temp_file_signal_guard guard;
         r = quantize_model(o.in, o.out, qp);
     }
     if (bar) bar->finish();
@@ -209,7 +189,7 @@ void add_quantize(CLI::App& app) {
     auto o = std::make_shared<quantize_options>();
     CLI::App* sub = app.add_subcommand("quantize", "Convert a GGUF model's weights to another type");
     sub->add_option("IN", o->in, "Input model (GGUF)")->required();
-    sub->add_option("OUT", o->out, "Output file; written to OUT.tmp and renamed, so a failed run leaves none")
+    sub->add_option("OUT", o->out, "Output file (a temporary renamed over OUT when done: a failed run leaves none)")
         ->required();
     sub->add_option("TYPE", o->type, "Weight type: " + valid_type_names())->required();
     sub->add_option("-t,--threads", o->n_threads, "Threads (0: one per hardware thread)")->check(CLI::Range(0, 512));

@@ -1,7 +1,8 @@
-// gguf.cpp: GGUF v2/v3 reader (mmap + a bounds-checked cursor) and writer (v3, temp file + fsync + rename).
+// gguf.cpp: GGUF v2/v3 reader (mmap + a bounds-checked cursor) and writer (v3, atomic_file.h).
 // The layout is in ../shared/docs/FORMATS.md §1; tensor types and sizes come from types.h.
 #include "gguf.h"
 
+#include "atomic_file.h"
 #include "error.h"
 
 #include <fmt/core.h>
@@ -854,21 +855,6 @@ std::vector<uint8_t> write_meta(const std::vector<gguf_kv>& kvs, const auto& ten
     return out;
 }
 
-// Writes all of [p, p + n) to fd; false with errno set on failure.
-bool write_all(int fd, const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-        ssize_t w = ::write(fd, c, std::min<size_t>(n, size_t(1) << 30));
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return false;
-        }
-        c += w;
-        n -= size_t(w);
-    }
-    return true;
-}
-
 } // namespace
 
 std::vector<uint8_t> gguf_writer::to_bytes() const {
@@ -883,38 +869,20 @@ std::vector<uint8_t> gguf_writer::to_bytes() const {
 }
 
 void gguf_writer::write(const std::string& path) const {
-    const std::string tmp = path + ".tmp";
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-    auto fail = [&](const char* what) {
-        int e = errno;
-        if (fd >= 0) ::close(fd);
-        ::unlink(tmp.c_str());
-        throw error(fmt::format("{}: {}: {} ({} removed; {} left as it was)", path, what, std::strerror(e), tmp, path));
-    };
-    std::vector<uint8_t> meta = write_meta(kvs_, tensors_, alignment_);
-    if (!write_all(fd, meta.data(), meta.size())) fail("write failed");
+    atomic_file f(path);
+    const std::vector<uint8_t> meta = write_meta(kvs_, tensors_, alignment_);
+    f.write(meta.data(), meta.size());
     static const uint8_t zeros[256] = {};
     for (const auto& t : tensors_) {
-        if (t.size > 0 && !write_all(fd, t.data, t.size)) fail("write failed");
+        if (t.size > 0) f.write(t.data, t.size);
         uint64_t pad = (alignment_ - t.size % alignment_) % alignment_;
         while (pad > 0) {
-            size_t k = std::min<uint64_t>(pad, sizeof(zeros));
-            if (!write_all(fd, zeros, k)) fail("write failed");
+            const size_t k = std::min<uint64_t>(pad, sizeof(zeros));
+            f.write(zeros, k);
             pad -= k;
         }
     }
-    if (::fsync(fd) != 0) fail("fsync failed");
-    if (::close(fd) != 0) {
-        fd = -1;
-        fail("close failed");
-    }
-    fd = -1;
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        int e = errno;
-        ::unlink(tmp.c_str());
-        throw error(fmt::format("{}: cannot rename {} over it: {}", path, tmp, std::strerror(e)));
-    }
+    f.commit();
 }
 
 gguf_writer gguf_writer::copy_of(const gguf_file& f) {

@@ -128,7 +128,8 @@ class gguf_writer {
     // `data` must hold exactly the tensor's byte size and stay valid until write().
     void add_tensor(std::string name, uint32_t type_id, std::span<const int64_t> ne, const void* data);
 
-    // Writes to PATH.tmp, fsyncs, then renames over PATH; nothing is left at PATH on failure.
+    // Writes through atomic_file (a temporary in PATH's directory, fsync, rename over PATH): PATH is the old file or
+    // the complete new one, and on failure no temporary is left.
     void write(const std::string& path) const;
     std::vector<uint8_t> to_bytes() const;
 

@@ -1,6 +1,7 @@
 // perplexity.cpp: chunked evaluation, scoring, and llama.cpp's KL-divergence base file (write and read).
 #include "llm/perplexity.h"
 
+#include "ggml-like/atomic_file.h"
 #include "ggml-like/error.h"
 
 #include <fmt/core.h>
@@ -121,32 +122,9 @@ std::pair<double, float> compare_log_probs(const float* logits, int64_t n_vocab,
 
 namespace {
 
-template <class T> void write_raw(std::ofstream& f, const T* v, size_t n) {
-    f.write(reinterpret_cast<const char*>(v), std::streamsize(n * sizeof(T)));
-}
-
-// The KL-divergence base file being written: OUT.tmp, renamed over OUT once complete; removed when the run fails
-// (an exception, a full disk), so a failed run leaves neither a partial OUT nor the temporary behind.
-struct base_writer {
-    std::string path, tmp;
-    std::ofstream f;
-    explicit base_writer(std::string p) : path(std::move(p)), tmp(path + ".tmp") {
-        f.open(tmp, std::ios::binary | std::ios::trunc);
-        if (!f) throw error(fmt::format("{}: cannot write the KL-divergence base file", path));
-    }
-    base_writer(const base_writer&) = delete;
-    base_writer& operator=(const base_writer&) = delete;
-    ~base_writer() {
-        if (!tmp.empty()) std::remove(tmp.c_str());
-    }
-    void commit() {
-        f.close();
-        if (!f) throw error(fmt::format("{}: write failed (disk full?)", path));
-        if (std::rename(tmp.c_str(), path.c_str()) != 0)
-            throw error(fmt::format("{}: cannot rename the finished base file into place", path));
-        tmp.clear();
-    }
-};
+// The KL-divergence base file goes through atomic_file: renamed over OUT once complete, the temporary discarded when
+// the run fails (an exception, a full disk), so a failed run leaves neither a partial OUT nor a temporary behind.
+template <class T> void write_raw(atomic_file& f, const T* v, size_t n) { f.write(v, n * sizeof(T)); }
 
 } // namespace
 
@@ -226,13 +204,13 @@ perplexity_result run_perplexity(session& s, const std::string& text, const perp
     const int64_t nv = kld_record_size(n_vocab);
     r.has_kld = comparing;
 
-    std::unique_ptr<base_writer> out;
+    std::unique_ptr<atomic_file> out;
     if (!p.kld_base_out.empty()) {
-        out = std::make_unique<base_writer>(p.kld_base_out);
+        out = std::make_unique<atomic_file>(p.kld_base_out);
         const int32_t hdr[3] = {int32_t(n_ctx), int32_t(n_vocab), int32_t(r.n_chunks)};
-        out->f.write("_logits_", 8);
-        write_raw(out->f, hdr, 3);
-        write_raw(out->f, tokens.data(), size_t(r.n_chunks * n_ctx));
+        out->write("_logits_", 8);
+        write_raw(*out, hdr, 3);
+        write_raw(*out, tokens.data(), size_t(r.n_chunks * n_ctx));
     }
     std::vector<uint16_t> records(size_t(n_scored * nv));
 
@@ -262,7 +240,7 @@ perplexity_result run_perplexity(session& s, const std::string& text, const perp
             r.nll2 += nll * nll;
             r.count++;
         }
-        if (out) write_raw(out->f, records.data(), records.size());
+        if (out) write_raw(*out, records.data(), records.size());
         r.running_ppl.push_back(r.ppl());
         if (progress) progress(c + 1, r.n_chunks, r);
     }

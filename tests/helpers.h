@@ -72,4 +72,15 @@ inline std::string read_file(const std::string& path) {
     return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+// The writers' temporaries beside PATH (ggml-like/atomic_file.h): the names in its directory that start with its file
+// name + ".tmp" (PATH.tmp.<pid>.<random>). Empty after every finished or failed write.
+inline std::vector<std::string> temps_of(const std::string& path) {
+    std::vector<std::string> v;
+    const std::filesystem::path p = std::filesystem::absolute(path);
+    const std::string prefix = p.filename().string() + ".tmp";
+    for (const auto& e : std::filesystem::directory_iterator(p.parent_path()))
+        if (e.path().filename().string().rfind(prefix, 0) == 0) v.push_back(e.path().filename().string());
+    return v;
+}
+
 } // namespace tessera::test

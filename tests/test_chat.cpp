@@ -7,6 +7,8 @@
 #include "ggml-like/error.h"
 #include "llm/chat.h"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -343,4 +345,31 @@ TEST(chat_cli, save_with_bad_utf8_keeps_the_chat_going) {
     EXPECT_NE(json.find("caf\xef\xbf\xbd"), std::string::npos) << json;
     fs::remove(path);
     fs::remove(saved);
+}
+
+// /save goes through atomic_file: a longer old file is replaced whole (no old bytes after the new JSON), no temporary
+// is left, and a path that cannot be written is one error line after which the chat goes on.
+TEST(chat_cli, save_replaces_the_file_whole_and_reports_errors) {
+    const std::string path = temp_path("save.gguf"), saved = temp_path("save.json"), err = temp_path("save.err");
+    test::write_tiny_model(path, {});
+    { std::ofstream(saved, std::ios::binary) << std::string(100000, 'o'); }
+    int rc = -1;
+    const std::string out = sh("printf 'hi\\n/save " + saved + "\\n/save /nonexistent/dir/x.json\\n/stats\\n' | " +
+                                   quote(TESSERA_BINARY) + " chat -m " + quote(path) +
+                                   " -n 4 --temp 0 --no-history 2>" + quote(err),
+                               &rc);
+    EXPECT_EQ(rc, 0);
+    const nlohmann::json j = nlohmann::json::parse(test::read_file(saved)); // throws on trailing old bytes
+    ASSERT_TRUE(j.is_array());
+    EXPECT_EQ(j.back()["role"], "assistant");
+    EXPECT_TRUE(test::temps_of(saved).empty());
+    const std::string e = test::read_file(err);
+    EXPECT_NE(e.find("error: /nonexistent/dir/x.json: cannot create a temporary file in /nonexistent/dir: No such "
+                     "file or directory\n"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(out.find("context: "), std::string::npos) << out; // /stats answered after the failed /save
+    fs::remove(path);
+    fs::remove(saved);
+    fs::remove(err);
 }

@@ -2,16 +2,27 @@
 // (each must throw tessera::error, never crash). Hand-made corrupt files are built with the `raw` byte builder below.
 #include "helpers.h"
 
+#include "ggml-like/atomic_file.h"
 #include "ggml-like/error.h"
 #include "ggml-like/gguf.h"
 #include "quant/format.h"
 
+#include <atomic>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <string>
-#include <unistd.h>
+#include <thread>
 #include <vector>
+
+#include <poll.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -435,7 +446,7 @@ TEST(gguf_round_trip, copy_of_default_model_is_byte_exact) {
     EXPECT_TRUE(gguf_writer::copy_of(f).to_bytes() == file_bytes(test::model_path()));
 }
 
-// write(): goes through PATH.tmp and replaces PATH in one rename; nothing is left behind on failure.
+// write(): goes through a temporary (atomic_file) and replaces PATH in one rename; nothing is left behind on failure.
 TEST(gguf_write, atomic_replace_and_no_temp_left) {
     temp_dir dir;
     std::string path = (dir.path / "out.gguf").string();
@@ -448,7 +459,7 @@ TEST(gguf_write, atomic_replace_and_no_temp_left) {
     gguf_file src = parse(small_valid_file());
     gguf_writer w = gguf_writer::copy_of(src);
     w.write(path);
-    EXPECT_FALSE(fs::exists(path + ".tmp"));
+    EXPECT_TRUE(test::temps_of(path).empty());
     EXPECT_EQ(file_bytes(path), small_valid_file().b);
     gguf_file back = gguf_file::open(path);
     EXPECT_EQ(back.get_string("general.name"), "tiny");
@@ -458,7 +469,7 @@ TEST(gguf_write, atomic_replace_and_no_temp_left) {
     std::string dir_target = (dir.path / "is_a_dir").string();
     fs::create_directories(dir_target + "/inner");
     EXPECT_THROW(w.write(dir_target), error);
-    EXPECT_FALSE(fs::exists(dir_target + ".tmp"));
+    EXPECT_TRUE(test::temps_of(dir_target).empty());
     EXPECT_TRUE(fs::is_directory(dir_target + "/inner"));
 
     // a missing directory: nothing created
@@ -787,4 +798,365 @@ TEST(gguf_open_death, truncated_while_mapped_exits_with_one_line) {
     };
     EXPECT_EXIT(shrink_and_read(), ::testing::ExitedWithCode(1),
                 "error: .*shrinks.gguf: the file was truncated or changed on disk while in use");
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// atomic_file: the temporary file + rename every writer goes through (gguf_writer::write, the KL-divergence base file,
+// chat /save). Both ways of making the temporary are tested: O_TMPFILE (no name while written) and, with
+// TESSERA_O_TMPFILE=0, a unique name from the start (filesystems without O_TMPFILE).
+
+namespace {
+
+size_t entries_in(const fs::path& dir) {
+    return size_t(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}));
+}
+
+// TESSERA_O_TMPFILE=0 while alive (or unset, for the O_TMPFILE pass).
+struct temp_mode {
+    explicit temp_mode(bool named) {
+        if (named)
+            ::setenv("TESSERA_O_TMPFILE", "0", 1);
+        else
+            ::unsetenv("TESSERA_O_TMPFILE");
+    }
+    ~temp_mode() { ::unsetenv("TESSERA_O_TMPFILE"); }
+};
+
+bool o_tmpfile_works(const fs::path& dir) {
+    temp_mode m(false);
+    return atomic_file((dir / "probe").string()).nameless();
+}
+
+void put_file(const std::string& path, const std::string& contents) {
+    std::ofstream(path, std::ios::binary) << contents;
+}
+
+// Waits up to 60 s for one byte on `fd`; false on timeout or end of file.
+bool wait_for_byte(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    char c;
+    return ::poll(&p, 1, 60000) == 1 && ::read(fd, &c, 1) == 1;
+}
+
+} // namespace
+
+TEST(atomic_file, nameless_while_written_then_replaces_in_one_rename) {
+    temp_dir dir;
+    if (!o_tmpfile_works(dir.path)) GTEST_SKIP() << "no O_TMPFILE in " << dir.path;
+    const std::string path = (dir.path / "out.bin").string();
+    put_file(path, "old contents");
+    {
+        atomic_file f(path);
+        EXPECT_TRUE(f.nameless());
+        f.write("new contents");
+        EXPECT_EQ(entries_in(dir.path), 1u); // the temporary has no name
+        EXPECT_EQ(test::read_file(path), "old contents");
+        f.commit();
+        EXPECT_EQ(test::read_file(path), "new contents");
+    }
+    EXPECT_EQ(entries_in(dir.path), 1u);
+    {
+        atomic_file f(path); // destroyed without commit(): discarded
+        f.write("partial");
+    }
+    EXPECT_EQ(test::read_file(path), "new contents");
+    EXPECT_EQ(entries_in(dir.path), 1u);
+}
+
+TEST(atomic_file, named_temporaries_are_unique_and_removed) {
+    temp_dir dir;
+    temp_mode named(true);
+    const std::string path = (dir.path / "out.bin").string();
+    {
+        atomic_file a(path), b(path);
+        EXPECT_FALSE(a.nameless());
+        a.write("a");
+        b.write("b");
+        const std::vector<std::string> t = test::temps_of(path);
+        ASSERT_EQ(t.size(), 2u);
+        const std::string prefix = "out.bin.tmp." + std::to_string(::getpid()) + ".";
+        for (const std::string& n : t) {
+            EXPECT_EQ(n.rfind(prefix, 0), 0u) << n;
+            EXPECT_EQ(n.size(), prefix.size() + 16) << n; // 16 random hex digits
+        }
+        EXPECT_NE(t[0], t[1]);
+    }
+    EXPECT_TRUE(test::temps_of(path).empty());
+    EXPECT_FALSE(fs::exists(path));
+    {
+        atomic_file f(path);
+        f.write("done");
+        f.commit();
+    }
+    EXPECT_EQ(test::read_file(path), "done");
+    EXPECT_EQ(entries_in(dir.path), 1u);
+    // relative paths: the temporary goes into the current directory
+    const fs::path cwd = fs::current_path();
+    fs::current_path(dir.path);
+    {
+        atomic_file f("rel.bin");
+        f.write("rel");
+        EXPECT_EQ(test::temps_of((dir.path / "rel.bin").string()).size(), 1u);
+        f.commit();
+    }
+    fs::current_path(cwd);
+    EXPECT_EQ(test::read_file((dir.path / "rel.bin").string()), "rel");
+    EXPECT_EQ(entries_in(dir.path), 2u);
+}
+
+TEST(atomic_file, errors_name_the_file_and_leave_nothing) {
+    temp_dir dir;
+    for (bool named : {false, true}) {
+        SCOPED_TRACE(named ? "named temporary" : "O_TMPFILE");
+        temp_mode m(named);
+        const std::string missing = (dir.path / "no" / "such" / "x.bin").string();
+        try {
+            atomic_file f(missing);
+            ADD_FAILURE() << "no error for a missing directory";
+        } catch (const error& e) {
+            EXPECT_EQ(std::string(e.what()), missing + ": cannot create a temporary file in " +
+                                                 (dir.path / "no" / "such").string() + ": No such file or directory");
+        }
+        // rename over a directory fails: the temporary is removed and the directory untouched
+        const std::string target = (dir.path / "is_a_dir").string();
+        fs::create_directories(target + "/inner");
+        try {
+            atomic_file f(target);
+            f.write("x");
+            f.commit();
+            ADD_FAILURE() << "no error renaming over a directory";
+        } catch (const error& e) {
+            const std::string w = e.what();
+            EXPECT_EQ(w.rfind(target + ": cannot rename " + target + ".tmp.", 0), 0u) << w;
+            EXPECT_NE(w.find(" over it: Is a directory (temporary file removed; " + target + " left as it was)"),
+                      std::string::npos)
+                << w;
+        }
+        EXPECT_TRUE(test::temps_of(target).empty());
+        EXPECT_TRUE(fs::is_directory(target + "/inner"));
+    }
+}
+
+// A full disk (RLIMIT_FSIZE, SIGXFSZ ignored: write() fails with EFBIG as with ENOSPC), in a child process.
+TEST(atomic_file, write_failure_removes_the_temporary) {
+    temp_dir dir;
+    const std::string path = (dir.path / "out.bin").string();
+    for (bool named : {false, true}) {
+        SCOPED_TRACE(named ? "named temporary" : "O_TMPFILE");
+        put_file(path, "old contents");
+        temp_mode m(named);
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            ::signal(SIGXFSZ, SIG_IGN);
+            const rlimit lim{16384, 16384};
+            ::setrlimit(RLIMIT_FSIZE, &lim);
+            const std::string big(65536, 'x');
+            try {
+                atomic_file f(path);
+                f.write(big);
+                f.commit();
+                ::_exit(2);
+            } catch (const error& e) {
+                const std::string want =
+                    path + ": write failed: File too large (temporary file removed; " + path + " left as it was)";
+                ::_exit(e.what() == want ? 0 : 3);
+            }
+        }
+        int st = 0;
+        ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
+        EXPECT_EQ(test::read_file(path), "old contents");
+        EXPECT_TRUE(test::temps_of(path).empty());
+    }
+}
+
+TEST(atomic_file, final_mode_respects_umask) {
+    temp_dir dir;
+    const std::string path = (dir.path / "out.bin").string();
+    const mode_t saved = ::umask(022);
+    for (bool named : {false, true}) {
+        temp_mode m(named);
+        for (mode_t um : {mode_t(022), mode_t(027), mode_t(077), mode_t(002), mode_t(0)}) {
+            ::umask(um);
+            atomic_file f(path);
+            f.write("x");
+            f.commit();
+            struct stat sb {};
+            ASSERT_EQ(::stat(path.c_str(), &sb), 0);
+            EXPECT_EQ(sb.st_mode & 07777, 0666 & ~um) << (named ? "named" : "O_TMPFILE") << ", umask 0" << std::oct
+                                                      << um;
+        }
+    }
+    ::umask(saved);
+}
+
+// Writers racing on one PATH (threads here; processes in test_cli): PATH is always one complete file, never a mix,
+// and no temporary is left. A reader checks every version it sees while they run.
+TEST(atomic_file, concurrent_writers_never_mix) {
+    temp_dir dir;
+    const std::string path = (dir.path / "out.bin").string();
+    constexpr int n_threads = 4, n_rounds = 25;
+    constexpr size_t size = 256 * 1024, piece = 4096;
+    for (bool named : {false, true}) {
+        SCOPED_TRACE(named ? "named temporary" : "O_TMPFILE");
+        temp_mode m(named);
+        std::atomic<bool> done{false};
+        std::atomic<int> seen{0}, bad{0};
+        std::mutex failures_mutex;
+        std::vector<std::string> failures;
+        std::thread reader([&] {
+            while (!done.load()) {
+                const std::string s = test::read_file(path);
+                if (s.empty()) continue; // not there yet
+                seen++;
+                if (s.size() != size || s.find_first_not_of(s[0]) != std::string::npos) bad++;
+            }
+        });
+        std::vector<std::thread> writers;
+        for (int t = 0; t < n_threads; t++)
+            writers.emplace_back([&, t] {
+                for (int r = 0; r < n_rounds; r++) {
+                    const std::string block(piece, char('A' + t * n_rounds + r)); // every file one byte value
+                    try {
+                        atomic_file f(path);
+                        for (size_t done_bytes = 0; done_bytes < size; done_bytes += piece) {
+                            f.write(block);
+                            if (done_bytes % (16 * piece) == 0) std::this_thread::yield();
+                        }
+                        f.commit();
+                    } catch (const error& e) {
+                        const std::lock_guard<std::mutex> lock(failures_mutex);
+                        failures.push_back(e.what());
+                    }
+                }
+            });
+        for (auto& w : writers) w.join();
+        done = true;
+        reader.join();
+        EXPECT_TRUE(failures.empty()) << failures.size() << " writes failed, e.g. " << failures.front();
+        EXPECT_EQ(bad.load(), 0) << "of " << seen.load() << " reads";
+        const std::string s = test::read_file(path);
+        EXPECT_EQ(s.size(), size);
+        EXPECT_EQ(s.find_first_not_of(s[0]), std::string::npos);
+        EXPECT_TRUE(test::temps_of(path).empty());
+        fs::remove(path);
+    }
+}
+
+// The same through gguf_writer::write: two different models written to one PATH at once, many times.
+TEST(gguf_write, concurrent_writes_leave_one_complete_file) {
+    temp_dir dir;
+    const std::string path = (dir.path / "out.gguf").string();
+    std::vector<float> a(64 * 1024, 1.0f), b(96 * 1024, 2.0f);
+    gguf_writer wa, wb;
+    wa.set("general.name", gguf_value::of_string("a"));
+    wb.set("general.name", gguf_value::of_string("b"));
+    const int64_t na[1] = {int64_t(a.size())}, nb[1] = {int64_t(b.size())};
+    wa.add_tensor("t", uint32_t(type::f32), na, a.data());
+    wb.add_tensor("t", uint32_t(type::f32), nb, b.data());
+    const std::vector<uint8_t> ba = wa.to_bytes(), bb = wb.to_bytes();
+    for (int round = 0; round < 50; round++) {
+        std::string err_a, err_b;
+        auto write = [&](const gguf_writer& w, std::string& err) {
+            try {
+                w.write(path);
+            } catch (const error& e) {
+                err = e.what();
+            }
+        };
+        std::thread ta(write, std::cref(wa), std::ref(err_a)), tb(write, std::cref(wb), std::ref(err_b));
+        ta.join();
+        tb.join();
+        ASSERT_EQ(err_a + err_b, "") << "round " << round;
+        const std::vector<uint8_t> got = file_bytes(path);
+        ASSERT_TRUE(got == ba || got == bb) << "round " << round << ": " << got.size() << " bytes, a mix";
+        ASSERT_TRUE(test::temps_of(path).empty());
+    }
+}
+
+// SIGKILL in the middle of writing: no handler runs, and still the old file is intact and nothing else is there
+// (the O_TMPFILE temporary has no name). A child process writes half, tells the parent, and waits to be killed.
+TEST(atomic_file, sigkill_mid_write_leaves_old_file_and_no_temporary) {
+    temp_dir dir;
+    if (!o_tmpfile_works(dir.path)) GTEST_SKIP() << "no O_TMPFILE in " << dir.path;
+    const std::string path = (dir.path / "out.bin").string();
+    put_file(path, "old contents");
+    int pipefd[2];
+    ASSERT_EQ(::pipe(pipefd), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::close(pipefd[0]);
+        atomic_file f(path);
+        f.write(std::string(1 << 20, 'n'));
+        (void)!::write(pipefd[1], "w", 1);
+        for (;;) ::pause();
+    }
+    ::close(pipefd[1]);
+    EXPECT_TRUE(wait_for_byte(pipefd[0])) << "the child never wrote";
+    EXPECT_EQ(entries_in(dir.path), 1u); // mid-write: only the old file has a name
+    ::kill(pid, SIGKILL);
+    int st = 0;
+    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+    ::close(pipefd[0]);
+    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "status " << st;
+    EXPECT_EQ(test::read_file(path), "old contents");
+    EXPECT_EQ(entries_in(dir.path), 1u);
+}
+
+// temp_file_signal_guard with named temporaries (the case where there is something to remove): SIGINT, SIGTERM and
+// SIGHUP remove it and end the process with that signal, whether the handler runs on the writing thread or on
+// another one (the writer's thread blocks the signals, a second thread takes them). An ignored SIGHUP (nohup) stays
+// ignored.
+TEST(atomic_file, signal_guard_removes_named_temporaries) {
+    temp_dir dir;
+    const std::string path = (dir.path / "out.bin").string();
+    temp_mode named(true);
+    struct cas {
+        int sig;
+        bool other_thread, hup_ignored;
+    };
+    for (const cas c : {cas{SIGINT, false, false}, cas{SIGTERM, false, false}, cas{SIGHUP, false, false},
+                        cas{SIGINT, true, false}, cas{SIGTERM, true, false}, cas{SIGHUP, false, true}}) {
+        SCOPED_TRACE(::testing::Message() << "signal " << c.sig << (c.other_thread ? ", other thread" : "")
+                                          << (c.hup_ignored ? ", SIGHUP ignored" : ""));
+        put_file(path, "old contents");
+        int pipefd[2];
+        ASSERT_EQ(::pipe(pipefd), 0);
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            ::close(pipefd[0]);
+            if (c.hup_ignored) ::signal(SIGHUP, SIG_IGN);
+            temp_file_signal_guard guard;
+            if (c.other_thread) {
+                sigset_t s;
+                sigemptyset(&s);
+                for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&s, sig);
+                ::pthread_sigmask(SIG_BLOCK, &s, nullptr);
+                std::thread([s] {
+                    ::pthread_sigmask(SIG_UNBLOCK, &s, nullptr);
+                    for (;;) ::pause();
+                }).detach();
+            }
+            atomic_file f(path);
+            f.write(std::string(1 << 20, 'n'));
+            (void)!::write(pipefd[1], "w", 1);
+            for (;;) ::pause();
+        }
+        ::close(pipefd[1]);
+        EXPECT_TRUE(wait_for_byte(pipefd[0])) << "the child never wrote";
+        ::close(pipefd[0]);
+        EXPECT_EQ(test::temps_of(path).size(), 1u); // named while written
+        ::kill(pid, c.sig);
+        if (c.hup_ignored) {
+            ::usleep(200000);
+            EXPECT_EQ(::waitpid(pid, nullptr, WNOHANG), 0) << "an ignored SIGHUP ended the process";
+            ::kill(pid, SIGTERM);
+        }
+        int st = 0;
+        ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+        const int want = c.hup_ignored ? SIGTERM : c.sig;
+        EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == want) << "status " << st;
+        EXPECT_EQ(test::read_file(path), "old contents");
+        EXPECT_TRUE(test::temps_of(path).empty()) << test::temps_of(path).front();
+    }
 }
