@@ -230,6 +230,32 @@ std::vector<op_case> all_cases() {
             [](context& c, const auto& t) { return swiglu(c, t[0], t[1]); }, 1e-12);
     }
 
+    // Chains CUDA runs as one kernel (ops/fused.cu): add -> rms_norm -> mul by a weight row [-> q8_1 for the mul_mat
+    // after it], rms_norm -> mul, swiglu -> q8_1. The fused kernels do the unfused kernels' arithmetic; vs the CPU:
+    // float vs double sums of squares (~1e-7 relative) -> 1e-12 without a mul_mat; with one, a q8 value may flip at a
+    // rounding tie -> the quantized bound, 1e-6. Row lengths: 576 (not a multiple of 256: partial warps of the block),
+    // 4096; 1 and 5 rows (decode, a small batch).
+    for (int64_t n : {int64_t(576), int64_t(4096)})
+        for (int64_t rows : {int64_t(1), int64_t(5)}) {
+            const std::string sh = std::to_string(n) + "x" + std::to_string(rows);
+            add_case("fused_add_norm_mul_" + sh, {f32_leaf({n, rows}, 40), f32_leaf({n, rows}, 41), f32_leaf({n}, 42)},
+                     [](context& c, const auto& t) { return mul(c, rms_norm(c, add(c, t[0], t[1]), 1e-5f), t[2]); },
+                     1e-12);
+            add_case("fused_add_norm_mul_q8_mul_mat_" + sh,
+                     {f32_leaf({n, rows}, 43), f32_leaf({n, rows}, 44), f32_leaf({n}, 45),
+                      typed_leaf(type::q4_0, {n, 96}, 46)},
+                     [](context& c, const auto& t) {
+                         return mul_mat(c, t[3], mul(c, rms_norm(c, add(c, t[0], t[1]), 1e-5f), t[2]));
+                     },
+                     1e-6);
+            add_case("fused_norm_mul_q8_mul_mat_" + sh,
+                     {f32_leaf({n, rows}, 47), f32_leaf({n}, 48), typed_leaf(type::q8_0, {n, 40}, 49)},
+                     [](context& c, const auto& t) { return mul_mat(c, t[2], mul(c, rms_norm(c, t[0], 1e-5f), t[1])); },
+                     1e-6);
+            add_case("fused_swiglu_q8_mul_mat_" + sh,
+                     {f32_leaf({n, rows}, 50, 3.0f), f32_leaf({n, rows}, 51), typed_leaf(type::q4_1, {n, 33}, 52)},
+                     [](context& c, const auto& t) { return mul_mat(c, t[2], swiglu(c, t[0], t[1])); }, 1e-6);
+        }
     // rms_norm. bound: f32 sum of squares vs the CPU's double sum, ~1e-7 relative
     for (auto ne : {std::initializer_list<int64_t>{577, 9}, {576, 1}, {4096, 5, 2}})
         add_case(

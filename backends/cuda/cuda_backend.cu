@@ -458,8 +458,33 @@ void cuda_backend::launch_nodes(graph& g) {
         TS_CUDA_CHECK(cudaEventCreate(&ev[0]));
         TS_CUDA_CHECK(cudaEventCreate(&ev[1]));
     }
-    for (tensor* n : g.nodes) {
+    // readers per tensor, for fusing chains whose intermediates nothing else reads (ops/fused.cu); not while a
+    // callback wants to see every node
+    std::unordered_map<const tensor*, int> uses;
+    if (!on_eval)
+        for (const tensor* n : g.nodes)
+            for (const tensor* s : n->src)
+                if (s) uses[s]++;
+    for (size_t ni = 0; ni < g.nodes.size(); ni++) {
+        tensor* n = g.nodes[ni];
         if (profile_ && n->o != op::view && n->o != op::none) TS_CUDA_CHECK(cudaEventRecord(ev[0], ctx.stream));
+        if (!on_eval) {
+            if (const size_t covered = fuse(ctx, g.nodes, ni, uses)) {
+                if (profile_) {
+                    TS_CUDA_CHECK(cudaEventRecord(ev[1], ctx.stream));
+                    TS_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+                    float ms = 0.0f;
+                    TS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+                    std::string key = "fused";
+                    for (size_t j = 0; j < covered; j++) key += std::string(j ? "+" : " ") + op_name(g.nodes[ni + j]->o);
+                    auto& [t, count] = profile_->by_op[key];
+                    t += double(ms);
+                    count++;
+                }
+                ni += covered - 1;
+                continue;
+            }
+        }
         switch (n->o) {
         case op::none:
             break;

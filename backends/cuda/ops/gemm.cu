@@ -333,6 +333,12 @@ bool mmq_enabled() {
 
 } // namespace
 
+bool gemm_uses_q8(type t) {
+    bool int8 = false;
+    visit_format(t, [&]<class F>() { int8 = has_mmq<F>::value && mmq_enabled(); });
+    return int8;
+}
+
 size_t gemm_split_work_size(int64_t k, int64_t cols) {
     return size_t(k) * size_t(cols) * sizeof(__half);
 }
@@ -348,9 +354,7 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     if (total == 0 || w.n == 0) return;
     const dim3 grid(unsigned(ceil_div(w.n, BM)), unsigned(ceil_div(cols, BN)));
     TS_ASSERT(grid.y <= 65535);
-    bool int8 = false;
-    visit_format(w.t, [&]<class F>() { int8 = has_mmq<F>::value && mmq_enabled(); });
-    if (int8) {
+    if (gemm_uses_q8(w.t)) {
         const split_acts acts = split_activations(ctx, *x);
         const mmq_args a{w.qs, w.sc, acts.q, acts.ds, ctx.as<float>(&dst), sy.nb[1], sy.nb[2], sy.nb[3],
                          w.n,  m,    w.k,    ne2,     ne3,     w.out_scale};

@@ -390,13 +390,27 @@ bool has_split_type(type t) {
 
 } // namespace
 
-split_acts split_activations(cuda_context& ctx, const tensor& x) {
-    const shape4 sx = shape_of(x, 4);
+split_acts split_activation_ptrs(const cuda_context& ctx, const tensor& x) {
     const int64_t k = x.ne[0], cols = x.ne[1] * x.ne[2] * x.ne[3], n_blocks = k / 32 * cols;
     split_acts acts;
     acts.q = static_cast<int8_t*>(ctx.scratch);
     acts.ds = reinterpret_cast<__half2*>(static_cast<uint8_t*>(ctx.scratch) + (size_t(cols * k) + 255) / 256 * 256);
     TS_ASSERT(k % 32 == 0 && ctx.scratch_size >= size_t(cols * k) + 256 + size_t(n_blocks) * sizeof(__half2));
+    return acts;
+}
+
+bool mul_mat_quantizes_split(const cuda_context& ctx, const tensor& node) {
+    const tensor* w = node.src[0];
+    const tensor* x = node.src[1];
+    if (!ctx.split || w->view_src || ctx.split->find(w) == ctx.split->end()) return false;
+    if (x->t != type::f32 || !x->is_contiguous() || x->ne[0] % 32 != 0) return false;
+    return !gemm_split_wanted(x->ne[1] * x->ne[2] * x->ne[3]) || gemm_uses_q8(w->t);
+}
+
+split_acts split_activations(cuda_context& ctx, const tensor& x) {
+    const shape4 sx = shape_of(x, 4);
+    const int64_t k = x.ne[0], cols = x.ne[1] * x.ne[2] * x.ne[3], n_blocks = k / 32 * cols;
+    const split_acts acts = split_activation_ptrs(ctx, x);
     if (ctx.act_src == &x && ctx.act_form == cuda_context::act_split_q8) return acts; // q, k, v (gate, up) share it
     if (n_blocks > 0) {
         constexpr int threads = 256;

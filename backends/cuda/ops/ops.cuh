@@ -7,6 +7,9 @@
 
 #include <cuda_fp16.h>
 
+#include <unordered_map>
+#include <vector>
+
 namespace tessera::cuda {
 
 void get_rows(cuda_context& ctx, tensor& dst);
@@ -43,6 +46,19 @@ struct split_acts {
     const __half2* ds = nullptr;
 };
 split_acts split_activations(cuda_context& ctx, const tensor& x);
+// Where split_activations puts them (nothing is computed).
+split_acts split_activation_ptrs(const cuda_context& ctx, const tensor& x);
+// Whether mul_mat node `node` quantizes its activations through split_activations (a split weight on the GEMV or the
+// int8 GEMM), so that a kernel before it can leave them there (fused.cu).
+bool mul_mat_quantizes_split(const cuda_context& ctx, const tensor& node);
+// Whether the tensor-core GEMM multiplies weights of type t with q8_1 activations (the int8 kernel) rather than f16.
+bool gemm_uses_q8(type t);
+
+// fused.cu: when nodes[i] starts a chain launch_nodes can run as one kernel (add -> rms_norm -> mul [-> q8_1],
+// rms_norm -> mul, swiglu -> q8_1), launches it and returns how many nodes it covered; else 0. `uses` counts the
+// nodes reading each tensor.
+size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+            const std::unordered_map<const tensor*, int>& uses);
 
 // The tensor-core GEMM for split-layout weights (gemm.cu): used for more than 8 activation columns.
 bool gemm_split_wanted(int64_t cols);
