@@ -113,6 +113,13 @@ std::string model::type_summary() const {
     return best;
 }
 
+struct session::batch_graph {
+    context ctx;
+    graph g;
+    arch::batch_inputs in;
+    tensor* logits = nullptr;
+};
+
 session::session(const model& m, const session_params& p) : m_(m), p_(p) {
     be_ = make_backend(p.device, p.n_threads);
     be_->load_weights(m.params);
@@ -177,20 +184,32 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
     const int64_t pad = p_.kv_pad > 0 ? p_.kv_pad : std::max<int64_t>(be_->kv_pad(), 1);
     const int64_t n_kv = std::min(kv_.n_ctx, (n_past + n + pad - 1) / pad * pad);
 
-    context ctx;
-    graph g;
-    arch::batch_inputs in;
-    in.n_tok = n;
-    in.n_past = n_past;
-    in.n_kv = n_kv;
-    in.first_output = std::min(first_output, n - 1); // a batch without outputs still needs a (discarded) last row
-    in.ids = ctx.new_tensor(type::i32, {n});
-    in.pos = ctx.new_tensor(type::i32, {n});
-    in.mask = ctx.new_tensor(type::f32, {n_kv, n});
-    in.kv_idx = ctx.new_tensor(type::i32, {n});
-    for (tensor* t : {in.ids, in.pos, in.mask, in.kv_idx}) t->flags |= flag_input;
-    tensor* logits = arch::llama_build(m_, ctx, g, in, kv_);
-    runner_->prepare(g);
+    first_output = std::min(first_output, n - 1); // a batch without outputs still needs a (discarded) last row
+
+    // The graph depends on (n, n_kv, first_output) only: n_past reaches it through the inputs (positions, mask, cache
+    // rows). The last graph is still planned into the runner's buffer (no other was prepared since), so a batch of
+    // the same shape reuses it as it is.
+    if (!last_ || last_->in.n_tok != n || last_->in.n_kv != n_kv || last_->in.first_output != first_output) {
+        last_.reset(); // its tensors point into the runner's buffer, which prepare() may replace
+        auto bg = std::make_unique<batch_graph>();
+        arch::batch_inputs& in = bg->in;
+        context& ctx = bg->ctx;
+        in.n_tok = n;
+        in.n_past = n_past;
+        in.n_kv = n_kv;
+        in.first_output = first_output;
+        in.ids = ctx.new_tensor(type::i32, {n});
+        in.pos = ctx.new_tensor(type::i32, {n});
+        in.mask = ctx.new_tensor(type::f32, {n_kv, n});
+        in.kv_idx = ctx.new_tensor(type::i32, {n});
+        for (tensor* t : {in.ids, in.pos, in.mask, in.kv_idx}) t->flags |= flag_input;
+        bg->logits = arch::llama_build(m_, ctx, bg->g, in, kv_);
+        runner_->prepare(bg->g);
+        last_ = std::move(bg);
+    }
+    graph& g = last_->g;
+    const arch::batch_inputs& in = last_->in;
+    tensor* logits = last_->logits;
 
     std::vector<int32_t> pos(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; i++) pos[size_t(i)] = int32_t(n_past + i);

@@ -132,6 +132,10 @@ class session {
     std::unique_ptr<graph_runner> runner_;
     kv_cache kv_;
     std::vector<float> logits_;
+    // The last batch's graph, planned and bound: a batch of the same shape (tokens, KV length, first output: a decode
+    // step, token after token, while the padded KV length stays) runs it again with new inputs, without building.
+    struct batch_graph;
+    std::unique_ptr<batch_graph> last_;
 };
 
 } // namespace tessera
