@@ -169,8 +169,8 @@ TEST(model_session, padded_kv_length_across_pads_and_truncation) {
 
 // With a padded KV length, decode graphs of consecutive tokens are the same graph: every node has the same op,
 // shape, strides, parameters and memory, and reads sources at the same addresses (the token, position, mask and
-// cache-row inputs included: the graph runner places them the same way each time, and the host refills them). This is
-// what lets CUDA launch its captured graph again without capturing (cuda_backend::compute). Unpadded, the KV length
+// cache-row inputs included: the session runs its last graph again and the host refills the inputs). This is what
+// lets CUDA launch its captured graph again without capturing (cuda_backend::compute). Unpadded, the KV length
 // changes every token and so does the graph.
 TEST(model_session, padded_decode_graphs_repeat_token_to_token) {
     const std::string path = temp_path("repeat.gguf");

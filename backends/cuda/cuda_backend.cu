@@ -341,10 +341,11 @@ void cuda_backend::compute_impl(graph& g) {
     }
     // Without a per-node callback the launches are captured into a CUDA graph and run as one: the GPU then goes from
     // kernel to kernel without waiting for the CPU (a decode step is ~15 kernels a layer, most a few microseconds).
-    // A graph whose signature (every launch's pointers, shapes and parameters) equals the one captured last time just
-    // launches that executable again: a decode step does, token after token, since the KV-cache write takes its rows
-    // from a graph input (set_rows) and the KV length is padded (kv_pad); inputs live at the same device addresses
-    // (the graph runner plans the same graph the same way into the same buffer) and set() refills them before this.
+    // A graph whose signature (its structure, every launch's pointers, shapes and parameters) equals the one captured
+    // last time just launches that executable again: a decode step does, token after token, since the KV-cache write
+    // takes its rows from a graph input (set_rows) and the KV length is padded (kv_pad), so the session runs the same
+    // graph, bound to the same memory (session::decode_batch); set() has refilled its inputs (tokens, positions,
+    // mask, cache rows) at the same device addresses before this.
     // Otherwise the launches are captured again and the executable updated in place when the kernels are the same
     // (cheap), or instantiated anew. TESSERA_CUDA_GRAPHS=0: plain launches.
     static const bool graphs = [] {
@@ -396,51 +397,42 @@ void cuda_backend::compute_impl(graph& g) {
     exec_sig_.swap(next_sig_);
 }
 
-// Everything launch_nodes' launches depend on, as words. Per node that launches (views launch nothing; their readers
-// see them as sources): op and type, ne, nb, op_params and its device address; per source present: type, ne, nb and
-// address (a weight's host tensor and offset: the backend maps it to its copies, which never move); for a mul_mat,
-// whether it reads the same tensor as the mul_mat before it (mmv.cu / gemm.cu then reuse the converted activations
-// in the scratch: one kernel fewer); and the scratch buffer. Host tensor addresses of activations (a new graph's
-// every time) are left out: kernels see only device addresses. ~35 words a node: ~30 us for a 7B decode graph.
+// Everything launch_nodes' launches depend on, as words. Per node, views included: the host tensor, op, type, flags,
+// ne, nb, op_params and device address; per source present: the host tensor, type, ne, nb and device address (a
+// weight's: its host tensor and offset, the backend maps it to its copies, which never move); and the scratch buffer.
+// The host tensors stand for the graph's structure, on which launch_nodes' choices rest besides shapes and pointers:
+// which nodes fuse (readers per tensor, chains of consecutive nodes: ops/fused.cu) and which mul_mat reuses the
+// activations the one before converted (ctx.act_src). A session runs the same graph object again while the batch
+// shape stays (session::decode_batch), so these repeat too. ~45 words a node: tens of microseconds for a 7B decode.
 void cuda_backend::graph_signature(const graph& g, std::vector<uint64_t>& sig) const {
     sig.clear();
     sig.push_back(uint64_t(reinterpret_cast<uintptr_t>(scratch_ ? scratch_->base() : nullptr)));
     sig.push_back(uint64_t(scratch_ ? scratch_->size() : 0));
-    auto shape = [&](const tensor& t) {
+    sig.push_back(uint64_t(g.nodes.size()));
+    auto ptr = [](const void* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); };
+    auto describe = [&](const tensor& t) {
+        sig.push_back(ptr(&t));
+        sig.push_back(uint64_t(t.t) | uint64_t(t.flags) << 32);
         for (int d = 0; d < TS_MAX_DIMS; d++) sig.push_back(uint64_t(t.ne[d]));
         for (int d = 0; d < TS_MAX_DIMS; d++) sig.push_back(uint64_t(t.nb[d]));
-    };
-    auto address = [&](const tensor& t) {
         const tensor* root = t.view_src ? t.view_src : &t;
-        if (root->flags & flag_param) {
-            sig.push_back(uint64_t(reinterpret_cast<uintptr_t>(root)) | 1u); // tensor structs are aligned: tagged
+        if (root->flags & flag_param) { // tensor structs are aligned: the low bit tags a weight
+            sig.push_back(ptr(root) | 1u);
             sig.push_back(uint64_t(t.view_src ? t.view_offs : 0));
         } else {
-            sig.push_back(uint64_t(reinterpret_cast<uintptr_t>(t.data)));
+            sig.push_back(ptr(t.data));
         }
     };
-    const tensor* last_mm_x = nullptr;
     for (const tensor* n : g.nodes) {
-        if (n->o == op::view || n->o == op::none) continue;
         uint64_t present = 0;
         for (int i = 0; i < TS_MAX_SRC; i++)
             if (n->src[i]) present |= uint64_t(1) << i;
-        bool same_x = false;
-        if (n->o == op::mul_mat) {
-            same_x = n->src[1] == last_mm_x;
-            last_mm_x = n->src[1];
-        }
-        sig.push_back(uint64_t(n->o) | uint64_t(n->t) << 8 | present << 40 | uint64_t(same_x) << 48);
-        shape(*n);
+        sig.push_back(uint64_t(n->o) | present << 8);
+        describe(*n);
         for (int i = 0; i < TS_MAX_OP_PARAMS; i += 2)
             sig.push_back(uint64_t(uint32_t(n->op_params.i[i])) | uint64_t(uint32_t(n->op_params.i[i + 1])) << 32);
-        address(*n);
-        for (const tensor* s : n->src) {
-            if (!s) continue;
-            sig.push_back(uint64_t(s->t));
-            shape(*s);
-            address(*s);
-        }
+        for (const tensor* s : n->src)
+            if (s) describe(*s);
     }
 }
 
