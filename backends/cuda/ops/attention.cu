@@ -8,8 +8,9 @@
 //   prefill (n_tok > 8):  one block per (head, 32 queries), tiles of 32 keys staged in shared memory.
 // Scores and sums are f32 (the CPU rounds Q and its V accumulator to f16 below 64 queries, as ggml: the two differ by
 // that rounding). Not yet: splitting long contexts over blocks (decode), tensor cores (prefill).
-// Masked keys (-inf) are never multiplied in: every kernel skips them (and the prefill kernel whole tiles of them), so
-// cache rows no batch has written yet, which a padded KV length (backend::kv_pad) reads, cannot turn the output NaN.
+// Masked keys (-inf) are never multiplied in: every kernel skips them (the decode kernels stop after the last key the
+// mask lets through, the prefill kernel skips whole masked tiles), so cache rows no batch has written yet, which a
+// padded KV length (backend::kv_pad) covers, cannot turn the output NaN, and cost next to nothing.
 #include "backends/cuda/ops/ops.cuh"
 
 #include <cuda_fp16.h>
@@ -33,6 +34,20 @@ struct attn_args {
     float scale;
 };
 
+// One past the last key the mask row lets through (0 when none does): the keys after it, such as the padded rows past
+// the filled cache (backend::kv_pad), need not be visited at all. Scans backwards a warp-wide chunk at a time (a pad
+// of 256 rows: at most 8 coalesced loads); every lane of the warp gets the result.
+__device__ __forceinline__ int64_t live_keys(const float* mr, int64_t n_kv) {
+    if (!mr) return n_kv;
+    const int lane = threadIdx.x % WARP_SIZE;
+    for (int64_t c = (n_kv - 1) / WARP_SIZE * WARP_SIZE; c >= 0; c -= WARP_SIZE) {
+        const int64_t j = c + lane;
+        const unsigned live = __ballot_sync(0xffffffffu, j < n_kv && mr[j] != -INFINITY);
+        if (live) return c + WARP_SIZE - __clz(live);
+    }
+    return 0;
+}
+
 constexpr int DECODE_THREADS = 128; // keys per step
 constexpr int HD_MAX = 256;         // largest head size (checked in supports)
 
@@ -50,11 +65,12 @@ static __global__ void __launch_bounds__(DECODE_THREADS) attention_decode_kernel
     const __half* kh = a.k + hk * a.kv_nb1;
     const __half* vh = a.v + hk * a.kv_nb1;
     const int d0 = tid, d1 = tid + DECODE_THREADS;
+    const int64_t n_kv = live_keys(mr, a.n_kv); // the same in every warp
     float acc0 = 0.0f, acc1 = 0.0f, M = -INFINITY, S = 0.0f;
-    for (int64_t c0 = 0; c0 < a.n_kv; c0 += DECODE_THREADS) {
+    for (int64_t c0 = 0; c0 < n_kv; c0 += DECODE_THREADS) {
         const int64_t j = c0 + tid;
         float s = -INFINITY;
-        const float mv = j < a.n_kv ? (mr ? mr[j] : 0.0f) : -INFINITY;
+        const float mv = j < n_kv ? (mr ? mr[j] : 0.0f) : -INFINITY;
         if (mv != -INFINITY) {
             const __half2* kr = reinterpret_cast<const __half2*>(kh + j * a.kv_nb2);
             float dot = 0.0f;
@@ -73,7 +89,7 @@ static __global__ void __launch_bounds__(DECODE_THREADS) attention_decode_kernel
         S = S * alpha + block_sum(p, red); // block_sum's barriers also publish p_s
         acc0 *= alpha;
         acc1 *= alpha;
-        const int n_c = int(a.n_kv - c0 < DECODE_THREADS ? a.n_kv - c0 : DECODE_THREADS);
+        const int n_c = int(n_kv - c0 < DECODE_THREADS ? n_kv - c0 : DECODE_THREADS);
         for (int jj = 0; jj < n_c; jj++) {
             const float pj = p_s[jj];
             if (pj == 0.0f) continue;
@@ -265,7 +281,8 @@ template <int D> static __global__ void __launch_bounds__(DW_WARPS * WARP_SIZE) 
     float M = -INFINITY, L = 0.0f, acc[D];
 #pragma unroll
     for (int d = 0; d < D; d++) acc[d] = 0.0f;
-    for (int64_t j = warp; j < a.n_kv; j += DW_WARPS) {
+    const int64_t n_kv = live_keys(mr, a.n_kv);
+    for (int64_t j = warp; j < n_kv; j += DW_WARPS) {
         const float mv = mr ? mr[j] : 0.0f;
         if (mv == -INFINITY) continue; // the same for every lane
         float k[D], v[D];
