@@ -31,10 +31,10 @@ __device__ __forceinline__ void q8_store(float v, int lane, int8_t* q, __half2* 
     if (lane == 0) *ds = __halves2half2(__float2half_rn(d), __float2half_rn(s));
 }
 
-// One block per row of ne0 contiguous floats. sum = a + b (when a residual is given), y = (x * s) * w with
+// One block of norm_threads(ne0) per row of ne0 contiguous floats. sum = a + b (when a residual is given), y = (x * s) * w with
 // s = 1 / sqrt(mean(x^2) + eps) as rms_norm_kernel computes it, then y to q8_1 when q is given (ne0 % 32 == 0).
 template <bool ADD>
-static __global__ void __launch_bounds__(FUSE_THREADS)
+static __global__ void __launch_bounds__(1024)
     add_norm_mul_kernel(const float* a, const float* b, float* sum, const float* w, float* y, int64_t ne0, float eps,
                         int8_t* q, __half2* ds) {
     __shared__ float red[32];
@@ -133,11 +133,11 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             auto* q = const_cast<int8_t*>(qa.q);
             auto* ds = const_cast<__half2*>(qa.ds);
             if (with_add)
-                add_norm_mul_kernel<true><<<unsigned(rows), FUSE_THREADS, 0, ctx.stream>>>(
+                add_norm_mul_kernel<true><<<unsigned(rows), norm_threads(ne0), 0, ctx.stream>>>(
                     ctx.as<float>(n0->src[0]), ctx.as<float>(n0->src[1]), ctx.as<float>(n0), ctx.as<float>(w),
                     ctx.as<float>(mul), ne0, norm->op_params.f[0], q, ds);
             else
-                add_norm_mul_kernel<false><<<unsigned(rows), FUSE_THREADS, 0, ctx.stream>>>(
+                add_norm_mul_kernel<false><<<unsigned(rows), norm_threads(ne0), 0, ctx.stream>>>(
                     ctx.as<float>(x), nullptr, nullptr, ctx.as<float>(w), ctx.as<float>(mul), ne0,
                     norm->op_params.f[0], q, ds);
             TS_CUDA_CHECK(cudaGetLastError());

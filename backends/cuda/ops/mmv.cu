@@ -299,7 +299,7 @@ constexpr int SPLIT_WARPS = 4; // warps per block of 128 threads; each warp take
 // Grid (rows / (4 R), columns / NC). Lane l of a warp takes chunks l, l + 32, ... of its R rows: a warp reads 32
 // consecutive chunks (256 to 1024 bytes) per step, each lane with one 8/16/32-byte load, and each activation chunk it
 // loads serves R rows.
-template <class D, int NC, int R>
+template <class D, int NC, int R, int U>
 static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_args a) {
     using chunk_t = typename D::chunk_t;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
@@ -321,7 +321,7 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
 #pragma unroll
         for (int j = 0; j < NC; j++) sum[r][j] = 0.0f;
 
-#pragma unroll 2
+#pragma unroll U
     for (int64_t c = lane; c < nc; c += WARP_SIZE) {
         chunk_t q[R];
 #pragma unroll
@@ -365,11 +365,26 @@ template <class F> void mmv_split_launch(const split_weight& w, split_args a, sp
     const dim3 grid(unsigned(ceil_div(a.n, SPLIT_WARPS * R)), unsigned(ceil_div(cols, nc)));
     TS_ASSERT(grid.y <= 65535);
     const dim3 block(SPLIT_WARPS * WARP_SIZE);
-    switch (nc) {
-    case 1: mmv_split_kernel<D, 1, R><<<grid, block, 0, stream>>>(a); break;
-    case 2: mmv_split_kernel<D, 2, R><<<grid, block, 0, stream>>>(a); break;
-    case 4: mmv_split_kernel<D, 4, R><<<grid, block, 0, stream>>>(a); break;
-    default: mmv_split_kernel<D, MMV_MAX_COLS, R><<<grid, block, 0, stream>>>(a); break;
+    // U: a lane's chunk loads unrolled U deep, so that all of them are in flight before the first dot (k = 4096: a
+    // lane's 4 chunks of each row at once). TESSERA_CUDA_MMV_UNROLL=2: the previous depth, for side-by-side runs.
+    static const bool shallow = [] {
+        const char* e = std::getenv("TESSERA_CUDA_MMV_UNROLL");
+        return e && std::string(e) == "2";
+    }();
+    if (shallow) {
+        switch (nc) {
+        case 1: mmv_split_kernel<D, 1, R, 2><<<grid, block, 0, stream>>>(a); break;
+        case 2: mmv_split_kernel<D, 2, R, 2><<<grid, block, 0, stream>>>(a); break;
+        case 4: mmv_split_kernel<D, 4, R, 2><<<grid, block, 0, stream>>>(a); break;
+        default: mmv_split_kernel<D, MMV_MAX_COLS, R, 2><<<grid, block, 0, stream>>>(a); break;
+        }
+    } else {
+        switch (nc) {
+        case 1: mmv_split_kernel<D, 1, R, 4><<<grid, block, 0, stream>>>(a); break;
+        case 2: mmv_split_kernel<D, 2, R, 4><<<grid, block, 0, stream>>>(a); break;
+        case 4: mmv_split_kernel<D, 4, R, 4><<<grid, block, 0, stream>>>(a); break;
+        default: mmv_split_kernel<D, MMV_MAX_COLS, R, 2><<<grid, block, 0, stream>>>(a); break;
+        }
     }
     TS_CUDA_CHECK(cudaGetLastError());
 }

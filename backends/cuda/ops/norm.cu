@@ -1,4 +1,4 @@
-// norm.cu: rms_norm: y = x / sqrt(mean(x^2) + eps) per row. One block per row; the sum of squares is a float block
+// norm.cu: rms_norm: y = x / sqrt(mean(x^2) + eps) per row. One block per row (norm_threads); the sum of squares is a float block
 // reduction (the CPU sums in double; the two differ by float rounding, about 1e-7 relative).
 #include "backends/cuda/ops/ops.cuh"
 
@@ -6,10 +6,9 @@ namespace tessera::cuda {
 
 namespace {
 
-constexpr int NORM_THREADS = 256;
 
-// x rows (ne0, rows over dims 1..3) strided; one block per row, thread t takes elements t, t + 256, ...
-static __global__ void __launch_bounds__(NORM_THREADS)
+// x rows (ne0, rows over dims 1..3) strided; one block per row, thread t takes elements t, t + blockDim, ...
+static __global__ void __launch_bounds__(1024)
     rms_norm_kernel(const float* x, shape4 sx, float* y, shape4 sy, float eps) {
     __shared__ float red[32];
     const int64_t r = blockIdx.x;
@@ -30,7 +29,7 @@ static __global__ void __launch_bounds__(NORM_THREADS)
 void rms_norm_launch(const float* x, shape4 sx, float* y, shape4 sy, float eps, cudaStream_t stream) {
     const int64_t n_rows = sx.ne[1] * sx.ne[2] * sx.ne[3];
     if (n_rows == 0) return;
-    rms_norm_kernel<<<unsigned(n_rows), NORM_THREADS, 0, stream>>>(x, sx, y, sy, eps);
+    rms_norm_kernel<<<unsigned(n_rows), norm_threads(sx.ne[0]), 0, stream>>>(x, sx, y, sy, eps);
     TS_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -54,6 +54,12 @@ bool mul_mat_quantizes_split(const cuda_context& ctx, const tensor& node);
 // Whether the tensor-core GEMM multiplies weights of type t with q8_1 activations (the int8 kernel) rather than f16.
 bool gemm_uses_q8(type t);
 
+// Threads of the one block that normalizes a row of ne0 (norm.cu, fused.cu: the same, so both sum alike): a decode
+// step has one row, and 1024 threads take a 4096-wide row in 4 steps rather than 16.
+constexpr int norm_threads(int64_t ne0) {
+    return ne0 >= 2048 ? 1024 : 256;
+}
+
 // fused.cu: when nodes[i] starts a chain launch_nodes can run as one kernel (add -> rms_norm -> mul [-> q8_1],
 // rms_norm -> mul, swiglu -> q8_1), launches it and returns how many nodes it covered; else 0. `uses` counts the
 // nodes reading each tensor.

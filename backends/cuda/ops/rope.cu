@@ -12,8 +12,10 @@ namespace tessera::cuda {
 namespace {
 
 constexpr int ROPE_THREADS = 256;
+constexpr int ROPE_HEADS = 4;
 
-// One block per token. Threads first fill (cos, sin) of every pair in shared memory, then take (head, pair) items.
+// One block per (token, group of ROPE_HEADS heads): a decode step has one token, and 32 heads in one block left the
+// GPU nearly idle. Threads first fill (cos, sin) of every pair in shared memory, then take (head, pair) items.
 template <bool NEOX>
 static __global__ void __launch_bounds__(ROPE_THREADS)
     rope_kernel(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y, shape4 sy, int n_rot,
@@ -31,10 +33,11 @@ static __global__ void __launch_bounds__(ROPE_THREADS)
         cs[2 * i + 1] = s;
     }
     __syncthreads();
-    const int64_t hd = sx.ne[0], n_head = sx.ne[1];
+    const int64_t hd = sx.ne[0], h0 = int64_t(blockIdx.y) * ROPE_HEADS;
+    const int64_t n_head = sx.ne[1] - h0 < ROPE_HEADS ? sx.ne[1] - h0 : ROPE_HEADS;
     const int64_t n_items = n_head * (hd - half); // per head: n_rot/2 pairs, then hd - n_rot pass-through values
     for (int64_t it = threadIdx.x; it < n_items; it += blockDim.x) {
-        const int64_t h = it / (hd - half), i = it % (hd - half);
+        const int64_t h = h0 + it / (hd - half), i = it % (hd - half);
         const float* xr = x + h * sx.nb[1] + t * sx.nb[2];
         float* yr = y + h * sy.nb[1] + t * sy.nb[2];
         if (i < half) {
@@ -56,12 +59,13 @@ void rope_launch(const float* x, shape4 sx, const int32_t* pos, const float* ff,
     if (n_tok == 0) return;
     const float theta_scale = std::pow(freq_base, -2.0f / float(n_rot)); // the CPU's value, computed the same way
     const size_t smem = size_t(n_rot) * sizeof(float);
+    const dim3 grid(unsigned(n_tok), unsigned(ceil_div(sx.ne[1], ROPE_HEADS)));
+    if (grid.y == 0) return;
+    TS_ASSERT(grid.y <= 65535);
     if (neox)
-        rope_kernel<true>
-            <<<unsigned(n_tok), ROPE_THREADS, smem, stream>>>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale);
+        rope_kernel<true><<<grid, ROPE_THREADS, smem, stream>>>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale);
     else
-        rope_kernel<false>
-            <<<unsigned(n_tok), ROPE_THREADS, smem, stream>>>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale);
+        rope_kernel<false><<<grid, ROPE_THREADS, smem, stream>>>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale);
     TS_CUDA_CHECK(cudaGetLastError());
 }
 
