@@ -365,26 +365,14 @@ template <class F> void mmv_split_launch(const split_weight& w, split_args a, sp
     const dim3 grid(unsigned(ceil_div(a.n, SPLIT_WARPS * R)), unsigned(ceil_div(cols, nc)));
     TS_ASSERT(grid.y <= 65535);
     const dim3 block(SPLIT_WARPS * WARP_SIZE);
-    // U: a lane's chunk loads unrolled U deep, so that all of them are in flight before the first dot (k = 4096: a
-    // lane's 4 chunks of each row at once). TESSERA_CUDA_MMV_UNROLL=2: the previous depth, for side-by-side runs.
-    static const bool shallow = [] {
-        const char* e = std::getenv("TESSERA_CUDA_MMV_UNROLL");
-        return e && std::string(e) == "2";
-    }();
-    if (shallow) {
-        switch (nc) {
-        case 1: mmv_split_kernel<D, 1, R, 2><<<grid, block, 0, stream>>>(a); break;
-        case 2: mmv_split_kernel<D, 2, R, 2><<<grid, block, 0, stream>>>(a); break;
-        case 4: mmv_split_kernel<D, 4, R, 2><<<grid, block, 0, stream>>>(a); break;
-        default: mmv_split_kernel<D, MMV_MAX_COLS, R, 2><<<grid, block, 0, stream>>>(a); break;
-        }
-    } else {
-        switch (nc) {
-        case 1: mmv_split_kernel<D, 1, R, 4><<<grid, block, 0, stream>>>(a); break;
-        case 2: mmv_split_kernel<D, 2, R, 4><<<grid, block, 0, stream>>>(a); break;
-        case 4: mmv_split_kernel<D, 4, R, 4><<<grid, block, 0, stream>>>(a); break;
-        default: mmv_split_kernel<D, MMV_MAX_COLS, R, 2><<<grid, block, 0, stream>>>(a); break;
-        }
+    // U = 2: a lane's chunk loads unrolled 2 deep. 4 deep (all of a 4096-wide row's chunks of a lane in flight at
+    // once) measured slower (H100, 2026-11-22: q4_0 4096x4096 40% vs 44% of the copy bandwidth, 7B tg128 276 vs 282).
+    constexpr int U = 2;
+    switch (nc) {
+    case 1: mmv_split_kernel<D, 1, R, U><<<grid, block, 0, stream>>>(a); break;
+    case 2: mmv_split_kernel<D, 2, R, U><<<grid, block, 0, stream>>>(a); break;
+    case 4: mmv_split_kernel<D, 4, R, U><<<grid, block, 0, stream>>>(a); break;
+    default: mmv_split_kernel<D, MMV_MAX_COLS, R, U><<<grid, block, 0, stream>>>(a); break;
     }
     TS_CUDA_CHECK(cudaGetLastError());
 }
