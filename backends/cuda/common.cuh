@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace tessera::cuda {
 
@@ -99,6 +100,13 @@ struct cuda_context {
     // the activations mul_mat last converted into scratch: their source and form (act_split_q8: q8_1 for the split
     // GEMV, act_f16: f16 for the GEMM); a mul_mat of the same source right after (q, k, v; gate, up) reuses them
     enum act_form_t { act_none, act_split_q8, act_f16 };
+    // exact mode (TESSERA_CUDA_EXACT=1): ops reproduce the CPU's float results bit for bit where they can (mul_mat of
+    // the mmq formats, rms_norm, swiglu, rope, attention over >= 64 queries); no fusion, no CUDA graphs
+    bool exact = false;
+    // exact mode: host copies of the small integer inputs (positions), by tensor (rope builds its angles on the host)
+    const std::unordered_map<const tensor*, std::vector<uint8_t>>* host_inputs = nullptr;
+    void* exact_buf = nullptr; // exact mode: device memory for rope's angle table (exact_buf_size bytes)
+    size_t exact_buf_size = 0;
     const tensor* act_src = nullptr;
     act_form_t act_form = act_none;
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 
 namespace tessera::cuda {
@@ -141,6 +142,7 @@ cuda_backend::cuda_backend(int device) {
         throw error(strf("CUDA device %d does not exist (%zu found)", device, devs.size()));
     info_ = devs[size_t(device)];
     TS_CUDA_CHECK(cudaSetDevice(device));
+    if (const char* e = std::getenv("TESSERA_CUDA_EXACT"); e && std::string(e) == "1") exact_ = true;
     if (const char* e = std::getenv("TESSERA_CUDA_PROFILE"); e && std::string(e) == "host")
         host_prof_ = std::make_unique<host_profile>();
     else if (e && std::string(e) != "0")
@@ -174,6 +176,12 @@ std::unique_ptr<buffer> cuda_backend::alloc_zeroed(size_t bytes) {
 
 void cuda_backend::set(tensor& t, const void* src, size_t offset, size_t size) {
     TS_ASSERT(!(t.flags & flag_param)); // weights go through load_weights
+    if (exact_ && t.t == type::i32 && t.n_bytes() <= (size_t(1) << 24)) { // positions, for rope's host-side angles
+        auto& h = host_inputs_[&t];
+        h.resize(t.n_bytes());
+        TS_ASSERT(offset + size <= h.size());
+        std::memcpy(h.data() + offset, src, size);
+    }
     // from pageable memory the copy has left `src` when the call returns, so callers may free it right away
     TS_CUDA_CHECK(
         cudaMemcpyAsync(static_cast<uint8_t*>(t.data) + offset, src, size, cudaMemcpyHostToDevice, as_stream(stream_)));
@@ -352,6 +360,18 @@ void cuda_backend::compute_impl(graph& g) {
         const char* e = std::getenv("TESSERA_CUDA_GRAPHS");
         return !(e && std::string(e) == "0");
     }();
+    if (exact_) { // rope's angles are computed on the host at launch: no capture
+        size_t table = 0;
+        for (const tensor* n : g.nodes)
+            if (n->o == op::rope) table = std::max(table, size_t(n->src[0]->ne[2]) * size_t(n->op_params.i[0]) * 4);
+        if (table > 0 && (!exact_buf_ || exact_buf_->size() < table)) {
+            TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+            exact_buf_.reset();
+            exact_buf_ = std::make_unique<device_buffer>(table, info_, "rope's angle table");
+        }
+        launch_nodes(g);
+        return;
+    }
     if (on_eval || !graphs || profile_) {
         launch_nodes(g);
         return;
@@ -445,6 +465,10 @@ void cuda_backend::launch_nodes(graph& g) {
     ctx.split = &split_;
     ctx.scratch = scratch_ ? scratch_->base() : nullptr;
     ctx.scratch_size = scratch_ ? scratch_->size() : 0;
+    ctx.exact = exact_;
+    ctx.host_inputs = &host_inputs_;
+    ctx.exact_buf = exact_buf_ ? exact_buf_->base() : nullptr;
+    ctx.exact_buf_size = exact_buf_ ? exact_buf_->size() : 0;
     cudaEvent_t ev[2] = {nullptr, nullptr};
     if (profile_) {
         TS_CUDA_CHECK(cudaEventCreate(&ev[0]));
@@ -453,14 +477,15 @@ void cuda_backend::launch_nodes(graph& g) {
     // readers per tensor, for fusing chains whose intermediates nothing else reads (ops/fused.cu); not while a
     // callback wants to see every node
     std::unordered_map<const tensor*, int> uses;
-    if (!on_eval)
+    const bool fusing = !on_eval && !exact_;
+    if (fusing)
         for (const tensor* n : g.nodes)
             for (const tensor* s : n->src)
                 if (s) uses[s]++;
     for (size_t ni = 0; ni < g.nodes.size(); ni++) {
         tensor* n = g.nodes[ni];
         if (profile_ && n->o != op::view && n->o != op::none) TS_CUDA_CHECK(cudaEventRecord(ev[0], ctx.stream));
-        if (!on_eval) {
+        if (fusing) {
             if (const size_t covered = fuse(ctx, g.nodes, ni, uses)) {
                 if (profile_) {
                     TS_CUDA_CHECK(cudaEventRecord(ev[1], ctx.stream));

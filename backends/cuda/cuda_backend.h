@@ -78,6 +78,10 @@ class cuda_backend final : public backend {
     // launches graph_exec_ as it is, without capturing (a decode step, token after token)
     std::vector<uint64_t> exec_sig_, next_sig_;
     int64_t graphs_captured_ = 0, graphs_reused_ = 0;
+    // TESSERA_CUDA_EXACT=1: the CPU's results bit for bit where the ops can (common.cuh, cuda_context::exact)
+    bool exact_ = false;
+    std::unordered_map<const tensor*, std::vector<uint8_t>> host_inputs_; // exact mode: i32 inputs as set()
+    std::unique_ptr<buffer> exact_buf_;                                   // exact mode: rope's angle tables
     void graph_signature(const graph& g, std::vector<uint64_t>& sig) const;
     void launch_nodes(graph& g);
     // TESSERA_CUDA_PROFILE=1: GPU time per op (mul_mat per weight type and kernel), printed when the backend goes

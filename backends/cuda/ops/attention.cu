@@ -11,6 +11,7 @@
 // Masked keys (-inf) are never multiplied in: every kernel skips them (the decode kernels stop after the last key the
 // mask lets through, the prefill kernel skips whole masked tiles), so cache rows no batch has written yet, which a
 // padded KV length (backend::kv_pad) covers, cannot turn the output NaN, and cost next to nothing.
+#include "backends/cuda/ops/exact.cuh"
 #include "backends/cuda/ops/ops.cuh"
 
 #include <cuda_fp16.h>
@@ -323,6 +324,109 @@ template <int D> static __global__ void __launch_bounds__(DW_WARPS * WARP_SIZE) 
     }
 }
 
+// Exact mode, >= 64 queries: the CPU's tiled attention (backends/cpu/ops/attention.cpp, attention_tiled) step for step.
+// One block of 64 threads per (head, 64 consecutive queries), the CPU's job; thread r is query t0 + r. Per tile of 64
+// keys (skipped when every (query, key) of the job is masked): K and V rows to f32 in shared memory, s_j = (q . k_j,
+// an FMA chain over d from 0) * scale + mask, the running max, the rescale by glibc's expf(M - m_new) when it grows,
+// p_j = expf_ggml(s_j - m) summed 16 at a time as _mm512_reduce_add_ps folds them and added in double, then
+// o_d = fma(v_jd, p_j, o_d) over the keys in order; o / S at the end. Slow (one query per thread) and only for the
+// exact mode; fewer than 64 queries take the regular kernels (the CPU rounds to f16 there).
+template <int HD> static __global__ void __launch_bounds__(64) attention_exact_kernel(attn_args a) {
+    extern __shared__ float kv_s[]; // K tile [64][HD], then V tile [64][HD]
+    float* ks = kv_s;
+    float* vs = kv_s + 64 * HD;
+    const int h = blockIdx.x, t0 = blockIdx.y * 64, r = threadIdx.x, t = t0 + r, hk = h / a.group;
+    const int rows = a.n_tok - t0 < 64 ? a.n_tok - t0 : 64;
+    const bool active = r < rows;
+    float q[HD], acc[HD], sc[64];
+    const float* qr = a.q + h * a.q_nb1 + int64_t(active ? t : t0) * a.q_nb2;
+#pragma unroll
+    for (int d = 0; d < HD; d++) {
+        q[d] = qr[d];
+        acc[d] = 0.0f;
+    }
+    float M = -INFINITY, S = 0.0f;
+    const float* mr = a.mask ? a.mask + int64_t(active ? t : t0) * a.mask_nb1 : nullptr;
+    for (int64_t ic = 0; ic < a.n_kv; ic += 64) {
+        const int kv_tile = a.n_kv - ic < 64 ? int(a.n_kv - ic) : 64;
+        if (mr) {
+            bool all_masked = true;
+            for (int j = 0; j < kv_tile && all_masked && active; j++) all_masked = mr[ic + j] == -INFINITY;
+            if (__syncthreads_and(all_masked || !active)) continue;
+        }
+        __syncthreads(); // the previous tile is no longer read
+        for (int i = r; i < kv_tile * HD; i += 64) {
+            const int j = i / HD, d = i % HD;
+            const int64_t off = (ic + j) * a.kv_nb2 + hk * a.kv_nb1 + d;
+            ks[i] = __half2float(a.k[off]);
+            vs[i] = __half2float(a.v[off]);
+        }
+        __syncthreads();
+        if (!active) continue;
+        float tile_max = -INFINITY;
+        for (int j = 0; j < 64; j++) {
+            float v = -INFINITY;
+            if (j < kv_tile) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int d = 0; d < HD; d++) dot = fmaf(q[d], ks[j * HD + d], dot);
+                v = __fadd_rn(__fmul_rn(dot, a.scale), mr ? mr[ic + j] : 0.0f);
+            }
+            sc[j] = v;
+            tile_max = fmaxf(tile_max, v);
+        }
+        if (tile_max == -INFINITY) continue;
+        const float m_new = fmaxf(M, tile_max);
+        if (m_new > M) {
+            const float ms = expf_glibc(__fsub_rn(M, m_new));
+#pragma unroll
+            for (int d = 0; d < HD; d++) acc[d] = __fmul_rn(acc[d], ms);
+            S = __fmul_rn(S, ms);
+        }
+        M = m_new;
+        double sum = 0.0;
+        for (int g = 0; g < 64; g += 16) {
+            float e[16];
+#pragma unroll
+            for (int l = 0; l < 16; l++) {
+                e[l] = expf_ggml(__fsub_rn(sc[g + l], m_new));
+                sc[g + l] = e[l];
+            }
+            float h8[8], h4[4];
+#pragma unroll
+            for (int i = 0; i < 8; i++) h8[i] = __fadd_rn(e[8 + i], e[i]);
+#pragma unroll
+            for (int i = 0; i < 4; i++) h4[i] = __fadd_rn(h8[4 + i], h8[i]);
+            sum = __dadd_rn(sum, double(__fadd_rn(__fadd_rn(h4[0], h4[2]), __fadd_rn(h4[1], h4[3]))));
+        }
+        S = __double2float_rn(__dadd_rn(double(S), sum));
+#pragma unroll
+        for (int d = 0; d < HD; d++) {
+            float o = acc[d];
+            for (int j = 0; j < kv_tile; j++) o = fmaf(vs[j * HD + d], sc[j], o);
+            acc[d] = o;
+        }
+    }
+    if (!active) return;
+    const float inv = S == 0.0f ? 0.0f : __fdiv_rn(1.0f, S);
+    float* orow = a.o + h * a.o_nb1 + int64_t(t) * a.o_nb2;
+#pragma unroll
+    for (int d = 0; d < HD; d++) orow[d] = __fmul_rn(acc[d], inv);
+}
+
+template <int HD> void attention_exact_launch(const attn_args& a, cudaStream_t stream) {
+    const size_t smem = size_t(2 * 64 * HD) * sizeof(float);
+    static bool attr_set = false; // per process: the attribute belongs to the kernel on the current device
+    if (!attr_set) {
+        TS_CUDA_CHECK(cudaFuncSetAttribute(attention_exact_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(smem)));
+        attr_set = true;
+    }
+    const dim3 grid(unsigned(a.n_head), unsigned(ceil_div(a.n_tok, 64)));
+    attention_exact_kernel<HD><<<grid, 64, smem, stream>>>(a);
+    TS_CUDA_CHECK(cudaGetLastError());
+}
+
 void attention_launch(const attn_args& a, cudaStream_t stream) {
     if (a.n_tok == 0) return;
     // the warp kernel's vector loads need rows (and the base) aligned to D halves
@@ -385,6 +489,11 @@ void attention(cuda_context& ctx, tensor& dst) {
     a.group = int(q->ne[1] / k->ne[1]);
     a.n_kv = k->ne[2];
     a.scale = dst.op_params.f[0];
+    if (ctx.exact && a.n_tok >= 64 && (a.hd == 64 || a.hd == 128)) {
+        if (a.hd == 64) attention_exact_launch<64>(a, ctx.stream);
+        else attention_exact_launch<128>(a, ctx.stream);
+        return;
+    }
     attention_launch(a, ctx.stream);
 }
 

@@ -3,6 +3,7 @@
 // of dst; every tensor is addressed through its strides.
 #include "backends/cuda/ops/ops.cuh"
 
+#include "backends/cuda/ops/exact.cuh"
 #include "ggml-like/fp16.h"
 
 #include <cuda_fp16.h>
@@ -98,6 +99,16 @@ static __global__ void set_rows_kernel(const float* x, int64_t x_nb1, T* y, int6
     }
 }
 
+// Exact mode swiglu (the CPU's, backends/cpu/quant/vec_dot*.cpp): g / (1 + e^-g) u with ggml's expf over the whole
+// 16-element groups of each row and glibc's expf over the row's tail. Contiguous rows only (supports() keeps the rest).
+static __global__ void swiglu_exact_kernel(const float* g, const float* u, float* y, int64_t ne0, int64_t n) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float x = g[i];
+    const float e = i % ne0 < ne0 - ne0 % 16 ? expf_ggml(__fsub_rn(0.0f, x)) : expf_glibc(-x);
+    y[i] = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, e)), u[i]);
+}
+
 unsigned n_blocks(int64_t n) {
     return unsigned(ceil_div(n, EW_THREADS));
 }
@@ -175,6 +186,18 @@ void mul(cuda_context& ctx, tensor& dst) {
     binary<binary_op::mul>(ctx, dst);
 }
 void swiglu(cuda_context& ctx, tensor& dst) {
+    const tensor* g = dst.src[0];
+    const tensor* u = dst.src[1];
+    const auto dense = [&](const tensor* t) { return t->is_contiguous() && !t->view_src && t->ne[0] == dst.ne[0]; };
+    if (ctx.exact && dense(g) && dense(u) && dense(&dst) && g->n_elements() == dst.n_elements() &&
+        u->n_elements() == dst.n_elements()) {
+        const int64_t n = dst.n_elements();
+        if (n == 0) return;
+        swiglu_exact_kernel<<<n_blocks(n), EW_THREADS, 0, ctx.stream>>>(ctx.as<float>(g), ctx.as<float>(u),
+                                                                      ctx.as<float>(&dst), dst.ne[0], n);
+        TS_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     binary<binary_op::swiglu>(ctx, dst);
 }
 void scale(cuda_context& ctx, tensor& dst) {

@@ -323,6 +323,107 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_q8_ker
             }
 }
 
+// ---- exact mode (TESSERA_CUDA_EXACT=1): the CPU's float order, bit for bit ----
+// The CPU (backends/cpu/quant/repack.h) sums a weight row against an activation row in one of three orders, all kept
+// here per output with the same integers (the q8_1 activations are the CPU's, the weights' signed values mmq_unpack's):
+//   lanes:     8 float accumulators per output, lane g taking elements 4g..4g+3 of every 32-element chunk:
+//              acc_g = fma(scale, float(4-element integer dot), acc_g) with scale = d_w d_a (nvfp4: UE4M3(d_sub) d_a,
+//              per 16-element sub-block), then folded as hsum_float_8: ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)),
+//              plus q4_1's running fma(m_w, s_a, .)   (q4_0 token embedding, q4_1, q8_0, nvfp4: ggml_vec_dot's order)
+//   blockwise: acc = fma(float(chunk's integer dot), d_w d_a, acc)       (q4_0 matrices llama.cpp repacks to 8x8)
+//   grouped:   per scale group, g = fma(float(chunk dot), d_a, g) from 0, then acc = fma(s, g, acc)        (awq4)
+// One thread per weight row and 8 activation columns, the columns' chunks staged in shared memory 8 chunks at a time.
+// Slow (CUDA cores, no reuse of weights across more than 8 columns) and only for the exact mode.
+enum class exact_order { lanes, blockwise, grouped };
+constexpr int EX_THREADS = 128, EX_COLS = 8, EX_STEP = 8;
+
+template <class D, exact_order O> static __global__ void __launch_bounds__(EX_THREADS) gemm_exact_kernel(mmq_args a) {
+    using chunk_t = typename D::chunk_t;
+    constexpr int SUB = D::mmq_sub, CPS = D::chunks_per_scale;
+    __shared__ int32_t Aw[EX_STEP][EX_COLS][8]; // activation words of EX_STEP chunks x EX_COLS columns
+    __shared__ float2 Ads[EX_STEP][EX_COLS];     // their (d, s)
+    const int tid = threadIdx.x;
+    const int64_t row = int64_t(blockIdx.x) * EX_THREADS + tid, col0 = int64_t(blockIdx.y) * EX_COLS;
+    const int64_t cols = a.m * a.ne2 * a.ne3, nc = a.k / 32, ng = nc / CPS;
+    const bool row_ok = row < a.n;
+    const uint8_t* q_row = a.qs + (row_ok ? row : 0) * nc * int64_t(sizeof(chunk_t));
+    const uint8_t* s_row = a.sc + (row_ok ? row : 0) * ng * D::scale_bytes;
+    constexpr int NL = O == exact_order::lanes ? 8 : 1;
+    float acc[EX_COLS][NL], aux[EX_COLS]; // aux: q4_1's sum of m s_a, awq4's group sum
+#pragma unroll
+    for (int j = 0; j < EX_COLS; j++) {
+        aux[j] = 0.0f;
+#pragma unroll
+        for (int l = 0; l < NL; l++) acc[j][l] = 0.0f;
+    }
+    for (int64_t c0 = 0; c0 < nc; c0 += EX_STEP) {
+        __syncthreads(); // the previous step's activations are read by everyone
+        for (int i = tid; i < EX_STEP * EX_COLS * 8; i += EX_THREADS) {
+            const int st = i / (EX_COLS * 8), j = (i / 8) % EX_COLS, w = i % 8;
+            const int64_t c = c0 + st, col = col0 + j;
+            Aw[st][j][w] = c < nc && col < cols ? reinterpret_cast<const int32_t*>(a.aq + col * a.k + c * 32)[w] : 0;
+        }
+        for (int i = tid; i < EX_STEP * EX_COLS; i += EX_THREADS) {
+            const int st = i / EX_COLS, j = i % EX_COLS;
+            const int64_t c = c0 + st, col = col0 + j;
+            Ads[st][j] = c < nc && col < cols ? __half22float2(a.ads[col * nc + c]) : make_float2(0.0f, 0.0f);
+        }
+        __syncthreads();
+        if (!row_ok) continue;
+        for (int st = 0; st < EX_STEP && c0 + st < nc; st++) {
+            const int64_t c = c0 + st;
+            const chunk_t q = ldg_chunk<chunk_t>(q_row + c * int64_t(sizeof(chunk_t)));
+            const uint32_t scw = load_scale_word<D::scale_bytes>(s_row + (c / CPS) * D::scale_bytes);
+            uint32_t v[8];
+            float d[2], m;
+            D::mmq_unpack(q, scw, int(c % CPS), v, d, m);
+#pragma unroll
+            for (int j = 0; j < EX_COLS; j++) {
+                const float2 ds = Ads[st][j];
+                if constexpr (O == exact_order::lanes) {
+                    const float s0 = __fmul_rn(d[0], ds.x), s1 = SUB == 2 ? __fmul_rn(d[1], ds.x) : s0;
+#pragma unroll
+                    for (int g = 0; g < 8; g++) {
+                        const int p = __dp4a(int(v[g]), Aw[st][j][g], 0);
+                        acc[j][g] = fmaf(g < 4 ? s0 : s1, float(p), acc[j][g]);
+                    }
+                    if constexpr (D::mmq_offset) aux[j] = fmaf(m, ds.y, aux[j]);
+                } else {
+                    int p = 0;
+#pragma unroll
+                    for (int g = 0; g < 8; g++) p = __dp4a(int(v[g]), Aw[st][j][g], p);
+                    if constexpr (O == exact_order::blockwise) {
+                        acc[j][0] = fmaf(float(p), __fmul_rn(d[0], ds.x), acc[j][0]);
+                    } else {
+                        aux[j] = fmaf(float(p), ds.x, aux[j]);
+                        if ((c + 1) % CPS == 0) {
+                            acc[j][0] = fmaf(d[0], aux[j], acc[j][0]);
+                            aux[j] = 0.0f;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (!row_ok) return;
+#pragma unroll
+    for (int j = 0; j < EX_COLS; j++) {
+        const int64_t c = col0 + j;
+        if (c >= cols) break;
+        float r;
+        if constexpr (O == exact_order::lanes) {
+            const float* x = acc[j];
+            r = __fadd_rn(__fadd_rn(__fadd_rn(x[4], x[0]), __fadd_rn(x[6], x[2])),
+                          __fadd_rn(__fadd_rn(x[5], x[1]), __fadd_rn(x[7], x[3])));
+            if constexpr (D::mmq_offset) r = __fadd_rn(r, aux[j]);
+        } else {
+            r = acc[j][0];
+        }
+        const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
+        a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + row] = a.out_scale == 1.0f ? r : __fmul_rn(r, a.out_scale);
+    }
+}
+
 bool mmq_enabled() {
     static const bool enabled = [] {
         const char* e = std::getenv("TESSERA_CUDA_MMQ");
@@ -345,6 +446,41 @@ size_t gemm_split_work_size(int64_t k, int64_t cols) {
 
 bool gemm_split_wanted(int64_t cols) {
     return cols > 8;
+}
+
+bool gemm_exact_available(type t) {
+    bool ok = false;
+    visit_format(t, [&]<class F>() { ok = has_mmq<F>::value; });
+    return ok;
+}
+
+void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, tensor& dst) {
+    const tensor* x = dst.src[1];
+    const shape4 sy = shape_of(dst, 4);
+    const int64_t m = x->ne[1], ne2 = x->ne[2], ne3 = x->ne[3], cols = m * ne2 * ne3;
+    if (cols == 0 || w.n == 0) return;
+    const split_acts acts = split_activations(ctx, *x);
+    const mmq_args a{w.qs, w.sc, acts.q, acts.ds, ctx.as<float>(&dst), sy.nb[1], sy.nb[2], sy.nb[3],
+                     w.n,  m,    w.k,    ne2,     ne3,     w.out_scale};
+    const dim3 grid(unsigned(ceil_div(w.n, EX_THREADS)), unsigned(ceil_div(cols, EX_COLS)));
+    TS_ASSERT(grid.y <= 65535);
+    // the CPU's choice (backends/cpu/quant/repack.cpp, x16_kind_for): q4_0 matrices of whole 16-row groups that are not
+    // the token embedding are summed blockwise
+    const bool blockwise = w.t == type::q4_0 && !(weight.flags & flag_embedding) && w.n % 16 == 0;
+    visit_format(w.t, [&]<class F>() {
+        using D = cuda_format<F>;
+        if constexpr (has_mmq<F>::value) {
+            if (D::chunks_per_scale > 1 && D::mmq_sub == 1)
+                gemm_exact_kernel<D, exact_order::grouped><<<grid, EX_THREADS, 0, ctx.stream>>>(a);
+            else if (blockwise)
+                gemm_exact_kernel<D, exact_order::blockwise><<<grid, EX_THREADS, 0, ctx.stream>>>(a);
+            else
+                gemm_exact_kernel<D, exact_order::lanes><<<grid, EX_THREADS, 0, ctx.stream>>>(a);
+        } else {
+            TS_ASSERT(!"gemm_exact: a format without mmq_unpack");
+        }
+    });
+    TS_CUDA_CHECK(cudaGetLastError());
 }
 
 void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {

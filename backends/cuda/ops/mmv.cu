@@ -475,6 +475,10 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
             const split_weight& sw = it->second;
             TS_ASSERT(sw.k == w->ne[0] && sw.n == w->ne[1] && w->ne[2] == 1 && w->ne[3] == 1);
             TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst));
+            if (ctx.exact && gemm_exact_available(w->t)) {
+                gemm_exact(ctx, sw, *w, dst);
+                return;
+            }
             if (gemm_split_wanted(x->ne[1] * x->ne[2] * x->ne[3])) {
                 gemm_split(ctx, sw, dst);
                 return;

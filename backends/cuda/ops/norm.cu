@@ -26,6 +26,33 @@ static __global__ void __launch_bounds__(1024)
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) yr[i * sy.nb[0]] = xr[i * sx.nb[0]] * s;
 }
 
+// Exact mode: the CPU's arithmetic (backends/cpu/ops/norm.cpp): squares in f32, summed in double (in another order
+// than the CPU's sequential one: the double sums differ in their last bits, which the rounding of the mean to float
+// absorbs but in ~1e-9 of rows), mean = float(sum / ne0), s = 1 / sqrt(mean + eps), y = x s.
+static __global__ void __launch_bounds__(256) rms_norm_exact_kernel(const float* x, shape4 sx, float* y, shape4 sy,
+                                                                    float eps) {
+    __shared__ double red[32];
+    const int64_t r = blockIdx.x;
+    const int64_t i1 = r % sx.ne[1], i2 = (r / sx.ne[1]) % sx.ne[2], i3 = r / (sx.ne[1] * sx.ne[2]);
+    const float* xr = x + i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3];
+    float* yr = y + i1 * sy.nb[1] + i2 * sy.nb[2] + i3 * sy.nb[3];
+    const int64_t ne0 = sx.ne[0];
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
+        const float v = xr[i * sx.nb[0]];
+        ss = __dadd_rn(ss, double(__fmul_rn(v, v)));
+    }
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) ss = __dadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    double total = 0.0;
+    for (int w = 0; w < int(blockDim.x / WARP_SIZE); w++) total = __dadd_rn(total, red[w]);
+    const float mean = __double2float_rn(__ddiv_rn(total, double(ne0)));
+    const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) yr[i * sy.nb[0]] = __fmul_rn(xr[i * sx.nb[0]], s);
+}
+
 void rms_norm_launch(const float* x, shape4 sx, float* y, shape4 sy, float eps, cudaStream_t stream) {
     const int64_t n_rows = sx.ne[1] * sx.ne[2] * sx.ne[3];
     if (n_rows == 0) return;
@@ -37,6 +64,15 @@ void rms_norm_launch(const float* x, shape4 sx, float* y, shape4 sy, float eps, 
 
 void rms_norm(cuda_context& ctx, tensor& dst) {
     const tensor* a = dst.src[0];
+    if (ctx.exact) {
+        const shape4 sx = shape_of(*a, 4), sy = shape_of(dst, 4);
+        const int64_t n_rows = sx.ne[1] * sx.ne[2] * sx.ne[3];
+        if (n_rows == 0) return;
+        rms_norm_exact_kernel<<<unsigned(n_rows), 256, 0, ctx.stream>>>(ctx.as<float>(a), sx, ctx.as<float>(&dst), sy,
+                                                                      dst.op_params.f[0]);
+        TS_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     rms_norm_launch(ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(&dst), shape_of(dst, 4), dst.op_params.f[0],
                     ctx.stream);
 }

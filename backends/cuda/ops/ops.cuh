@@ -51,6 +51,10 @@ split_acts split_activation_ptrs(const cuda_context& ctx, const tensor& x);
 // Whether mul_mat node `node` quantizes its activations through split_activations (a split weight on the GEMV or the
 // int8 GEMM), so that a kernel before it can leave them there (fused.cu).
 bool mul_mat_quantizes_split(const cuda_context& ctx, const tensor& node);
+// Exact mode (TESSERA_CUDA_EXACT=1, gemm.cu): mul_mat in the CPU's float order, bit for bit, for the formats with
+// mmq_unpack; any number of columns.
+bool gemm_exact_available(type t);
+void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, tensor& dst);
 // Whether the tensor-core GEMM multiplies weights of type t with q8_1 activations (the int8 kernel) rather than f16.
 bool gemm_uses_q8(type t);
 

@@ -7,6 +7,9 @@
 
 #include "ggml-like/ops.h"
 
+#include <cmath>
+#include <vector>
+
 namespace tessera::cuda {
 
 namespace {
@@ -19,11 +22,15 @@ constexpr int ROPE_HEADS = 4;
 template <bool NEOX>
 static __global__ void __launch_bounds__(ROPE_THREADS)
     rope_kernel(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y, shape4 sy, int n_rot,
-                float theta_scale, float freq_scale) {
+                float theta_scale, float freq_scale, const float* table) {
     extern __shared__ float cs[]; // (cos, sin) per pair: 2 * (n_rot / 2) floats
     const int64_t t = blockIdx.x;
     const int half = n_rot / 2;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    for (int i = threadIdx.x; i < half && table; i += blockDim.x) { // exact mode: the host's (cos, sin)
+        cs[2 * i] = table[t * n_rot + 2 * i];
+        cs[2 * i + 1] = table[t * n_rot + 2 * i + 1];
+    }
+    for (int i = threadIdx.x; i < half && !table; i += blockDim.x) {
         float theta = float(pos[t]);
         for (int j = 0; j < i; j++) theta *= theta_scale;
         const float f = ff ? ff[i] : 1.0f;
@@ -54,7 +61,7 @@ static __global__ void __launch_bounds__(ROPE_THREADS)
 }
 
 void rope_launch(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y, shape4 sy, int n_rot,
-                 bool neox, float freq_base, float freq_scale, cudaStream_t stream) {
+                 bool neox, float freq_base, float freq_scale, cudaStream_t stream, const float* table) {
     const int64_t n_tok = sx.ne[2];
     if (n_tok == 0) return;
     const float theta_scale = std::pow(freq_base, -2.0f / float(n_rot)); // the CPU's value, computed the same way
@@ -63,9 +70,9 @@ void rope_launch(const float* x, shape4 sx, const int32_t* pos, const float* ff,
     if (grid.y == 0) return;
     TS_ASSERT(grid.y <= 65535);
     if (neox)
-        rope_kernel<true><<<grid, ROPE_THREADS, smem, stream>>>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale);
+        rope_kernel<true><<<grid, ROPE_THREADS, smem, stream>>>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale, table);
     else
-        rope_kernel<false><<<grid, ROPE_THREADS, smem, stream>>>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale);
+        rope_kernel<false><<<grid, ROPE_THREADS, smem, stream>>>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale, table);
     TS_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -76,9 +83,42 @@ void rope(cuda_context& ctx, tensor& dst) {
     const tensor* pos = dst.src[1];
     const tensor* ff = dst.src[2];
     const auto mode = rope_mode(dst.op_params.i[1]);
+    const int n_rot = dst.op_params.i[0];
+    const float* table = nullptr;
+    // Exact mode: (cos, sin) of every (token, pair) computed on the host by the CPU's own code (backends/cpu/ops/
+    // rope.cpp: the angle by repeated f32 products, then libm's cosf / sinf, which CUDA's sincosf differs from in the
+    // last bit for some angles), from the host copy of the positions, uploaded for the kernel.
+    if (ctx.exact && ctx.host_inputs && ctx.exact_buf) {
+        if (auto it = ctx.host_inputs->find(pos); it != ctx.host_inputs->end()) {
+            const int64_t n_tok = a->ne[2];
+            const size_t bytes = size_t(n_tok) * size_t(n_rot) * sizeof(float);
+            TS_ASSERT(bytes <= ctx.exact_buf_size && it->second.size() >= size_t(n_tok) * sizeof(int32_t));
+            const auto* p = reinterpret_cast<const int32_t*>(it->second.data());
+            const float theta_scale = std::pow(dst.op_params.f[2], -2.0f / float(n_rot));
+            const float freq_scale = dst.op_params.f[3];
+            std::vector<float> ffv;
+            if (ff) {
+                ffv.resize(size_t(n_rot / 2));
+                TS_CUDA_CHECK(cudaMemcpy(ffv.data(), ctx.ptr(ff), ffv.size() * sizeof(float), cudaMemcpyDeviceToHost));
+            }
+            std::vector<float> cs(size_t(n_tok) * size_t(n_rot));
+            for (int64_t t = 0; t < n_tok; t++) {
+                float theta = float(p[t]);
+                for (int i = 0; i < n_rot / 2; i++) {
+                    const float f = ff ? ffv[size_t(i)] : 1.0f;
+                    const float th = freq_scale * (theta / f);
+                    cs[size_t(t * n_rot + 2 * i)] = std::cos(th);
+                    cs[size_t(t * n_rot + 2 * i + 1)] = std::sin(th);
+                    theta *= theta_scale;
+                }
+            }
+            TS_CUDA_CHECK(cudaMemcpyAsync(ctx.exact_buf, cs.data(), bytes, cudaMemcpyHostToDevice, ctx.stream));
+            table = static_cast<const float*>(ctx.exact_buf);
+        }
+    }
     rope_launch(ctx.as<float>(a), shape_of(*a, 4), ctx.as<int32_t>(pos), ff ? ctx.as<float>(ff) : nullptr,
-                ctx.as<float>(&dst), shape_of(dst, 4), dst.op_params.i[0], mode == rope_mode::neox, dst.op_params.f[2],
-                dst.op_params.f[3], ctx.stream);
+                ctx.as<float>(&dst), shape_of(dst, 4), n_rot, mode == rope_mode::neox, dst.op_params.f[2],
+                dst.op_params.f[3], ctx.stream, table);
 }
 
 } // namespace tessera::cuda
