@@ -330,7 +330,8 @@ template <int D> static __global__ void __launch_bounds__(DW_WARPS * WARP_SIZE) 
 // an FMA chain over d from 0) * scale + mask, the running max, the rescale by glibc's expf(M - m_new) when it grows,
 // p_j = expf_ggml(s_j - m) summed 16 at a time as _mm512_reduce_add_ps folds them and added in double, then
 // o_d = fma(v_jd, p_j, o_d) over the keys in order; o / S at the end. Slow (one query per thread) and only for the
-// exact mode; fewer than 64 queries take the regular kernels (the CPU rounds to f16 there).
+// exact mode; fewer than 64 queries take the regular kernels (the CPU rounds to f16 there). Masked keys are skipped
+// rather than multiplied by 0, which changes nothing for finite values and keeps NaN rows of a padded cache out.
 template <int HD> static __global__ void __launch_bounds__(64) attention_exact_kernel(attn_args a) {
     extern __shared__ float kv_s[]; // K tile [64][HD], then V tile [64][HD]
     float* ks = kv_s;
@@ -366,7 +367,9 @@ template <int HD> static __global__ void __launch_bounds__(64) attention_exact_k
         float tile_max = -INFINITY;
         for (int j = 0; j < 64; j++) {
             float v = -INFINITY;
-            if (j < kv_tile) {
+            // a masked key's score is -inf whatever its dot (the CPU's dot * scale - inf); not computing it keeps
+            // rows never written (a padded KV length) out, even when they hold NaN
+            if (j < kv_tile && !(mr && mr[ic + j] == -INFINITY)) {
                 float dot = 0.0f;
 #pragma unroll
                 for (int d = 0; d < HD; d++) dot = fmaf(q[d], ks[j * HD + d], dot);
@@ -403,7 +406,8 @@ template <int HD> static __global__ void __launch_bounds__(64) attention_exact_k
 #pragma unroll
         for (int d = 0; d < HD; d++) {
             float o = acc[d];
-            for (int j = 0; j < kv_tile; j++) o = fmaf(vs[j * HD + d], sc[j], o);
+            for (int j = 0; j < kv_tile; j++) // p = 0 adds nothing to a finite o (fma(v, 0, o) = o): skipped, so a
+                if (sc[j] != 0.0f) o = fmaf(vs[j * HD + d], sc[j], o); // masked row's NaN stays out
             acc[d] = o;
         }
     }
