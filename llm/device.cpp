@@ -33,7 +33,7 @@ bool device_supports_weights(device_type d, type t) {
 #endif
 }
 
-std::unique_ptr<backend> make_backend(device_type d, int n_threads) {
+std::unique_ptr<backend> make_backend(device_type d, int n_threads, bool exact) {
     switch (d) {
     case device_type::cpu: {
         cpu::cpu_options opt;
@@ -42,8 +42,9 @@ std::unique_ptr<backend> make_backend(device_type d, int n_threads) {
     }
     case device_type::cuda: {
 #ifdef TESSERA_HAS_CUDA
-        return std::make_unique<cuda::cuda_backend>(0);
+        return std::make_unique<cuda::cuda_backend>(0, exact);
 #else
+        (void)exact;
         std::string why;
         find_gpu(&why);
         throw error(fmt::format("cannot run on CUDA: {}", why));

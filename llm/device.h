@@ -26,7 +26,8 @@ std::optional<gpu_info> find_gpu(std::string* why = nullptr);
 // Whether `d` can compute with weights of type t (every type on the CPU; the CUDA backend's list otherwise).
 bool device_supports_weights(device_type d, type t);
 
-// A backend for `d` (n_threads: CPU threads, 0 = default). Throws tessera::error when d is CUDA and there is no GPU.
-std::unique_ptr<backend> make_backend(device_type d, int n_threads);
+// A backend for `d` (n_threads: CPU threads, 0 = default; exact: CUDA reproduces the CPU's bits, session_params::exact).
+// Throws tessera::error when d is CUDA and there is no GPU.
+std::unique_ptr<backend> make_backend(device_type d, int n_threads, bool exact = false);
 
 } // namespace tessera

@@ -121,7 +121,7 @@ struct session::batch_graph {
 };
 
 session::session(const model& m, const session_params& p) : m_(m), p_(p) {
-    be_ = make_backend(p.device, p.n_threads);
+    be_ = make_backend(p.device, p.n_threads, p.exact);
     be_->load_weights(m.params);
     runner_ = std::make_unique<graph_runner>(*be_);
     int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(m.hp.n_ctx_train, 4096);

@@ -134,7 +134,7 @@ bool supports_weight_type(type t) {
     return weight_type_supported(t);
 }
 
-cuda_backend::cuda_backend(int device) {
+cuda_backend::cuda_backend(int device, bool exact) : exact_(exact) {
     std::string why;
     const std::vector<device_info> devs = list_devices(&why);
     if (devs.empty()) throw error("no CUDA device: " + why);
@@ -143,6 +143,7 @@ cuda_backend::cuda_backend(int device) {
     info_ = devs[size_t(device)];
     TS_CUDA_CHECK(cudaSetDevice(device));
     if (const char* e = std::getenv("TESSERA_CUDA_EXACT"); e && std::string(e) == "1") exact_ = true;
+    if (exact_) std::fprintf(stderr, "cuda: exact mode (the CPU's results bit for bit; slower)\n");
     if (const char* e = std::getenv("TESSERA_CUDA_PROFILE"); e && std::string(e) == "host")
         host_prof_ = std::make_unique<host_profile>();
     else if (e && std::string(e) != "0")

@@ -47,7 +47,8 @@ bool supports_weight_type(type t);
 class cuda_backend final : public backend {
   public:
     // Throws tessera::error when the device cannot be used.
-    explicit cuda_backend(int device = 0);
+    // exact: reproduce the CPU's results bit for bit where the ops can (also TESSERA_CUDA_EXACT=1)
+    explicit cuda_backend(int device = 0, bool exact = false);
     ~cuda_backend() override;
     std::string name() const override { return "cuda"; }
     std::unique_ptr<buffer> alloc(size_t bytes) override;

@@ -4,7 +4,8 @@
 # (Q4_1 -> f32 -> TYPE, as the format table), perplexity on the CPU writing the KLD base, then on CUDA against it.
 # Prints a markdown table.
 #   usage: tests/bench/cuda_agreement.sh [TYPES (default "q8_0 q4_1 awq4 nvfp4")] [CHUNKS (40)]
-#   env:   BUILD (/tmp/build), WORK (/tmp/agree), WIKI (../shared/data/wiki.test.raw), TESSERA_MODEL
+#   env:   BUILD (/tmp/build), WORK (/tmp/agree), WIKI (../shared/data/wiki.test.raw), TESSERA_MODEL,
+#          EXACT=1 (CUDA runs with --exact: the CPU's results bit for bit; measured 100% / 99.99% top-1)
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-/tmp/build}
@@ -23,7 +24,7 @@ for t in $types; do
     [[ -f $f ]] || "$bin" quantize "$WORK/f32.gguf" "$f" "$t" > "$WORK/q-$t.log" 2>&1 || { echo "| $t | quantize failed |"; continue; }
     "$bin" perplexity -m "$f" -f "$WIKI" --chunks "$chunks" --device cpu --kl-divergence-base "$WORK/$t.kld" --json \
         > "$WORK/cpu-$t.json" 2> "$WORK/cpu-$t.err" || { echo "| $t | cpu failed: $(tail -1 "$WORK/cpu-$t.err") |"; continue; }
-    "$bin" perplexity -m "$f" -f "$WIKI" --chunks "$chunks" --device cuda --kl-divergence-base "$WORK/$t.kld" \
+    "$bin" perplexity -m "$f" -f "$WIKI" --chunks "$chunks" --device cuda ${EXACT:+--exact} --kl-divergence-base "$WORK/$t.kld" \
         --kl-divergence --json > "$WORK/cuda-$t.json" 2> "$WORK/cuda-$t.err" ||
         { echo "| $t | cuda failed: $(tail -1 "$WORK/cuda-$t.err") |"; continue; }
     python3 - "$WORK/cpu-$t.json" "$WORK/cuda-$t.json" "$t" <<'PY'
