@@ -166,6 +166,10 @@ tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& 
         tensor* q = named(mm(l.wq, cur), "Qcur", il);
         tensor* k = named(mm(l.wk, cur), "Kcur", il);
         tensor* v = named(mm(l.wv, cur), "Vcur", il);
+        // q, k, v next to each other in the graph: a backend can run the three matmuls of one activation together
+        g.expand(q);
+        g.expand(k);
+        g.expand(v);
         if (l.bq) q = add(ctx, q, l.bq);
         if (l.bk) k = add(ctx, k, l.bk);
         if (l.bv) v = add(ctx, v, l.bv);

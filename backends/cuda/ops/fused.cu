@@ -3,6 +3,7 @@
 //   add -> rms_norm -> mul(norm weight) [-> the next mul_mat's q8_1 activations]   (residual + norm of the next block)
 //   rms_norm -> mul [-> q8_1]                                                          (the first layer's norm)
 //   swiglu [-> q8_1]                                                                   (the down projection's input)
+//   2-3 mul_mats of one activation on the decode GEMV as one launch (mmv.cu, mul_mat_group: q, k, v; gate, up)
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
 // reads are skipped (the bare rms_norm). The arithmetic is the unfused kernels' (same operations, same order), so the
 // results are bit-identical to running the nodes one by one (test_backend_ops checks it). The q8_1 activations go
@@ -109,6 +110,7 @@ split_acts q8_target(cuda_context& ctx, const tensor* out, const tensor* next) {
 size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             const std::unordered_map<const tensor*, int>& uses) {
     if (!fuse_enabled()) return 0;
+    if (const size_t n = mul_mat_group(ctx, nodes, i)) return n; // q, k, v / gate, up: one GEMV launch
     auto at = [&](size_t j) { return j < nodes.size() ? nodes[j] : nullptr; };
     auto used_once = [&](const tensor* t) {
         const auto it = uses.find(t);

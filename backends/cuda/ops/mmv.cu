@@ -296,14 +296,26 @@ struct split_args {
 
 constexpr int SPLIT_WARPS = 4; // warps per block of 128 threads; each warp takes R rows
 
+// Up to 3 matrices with the same activations in one launch (q, k, v; gate, up: mul_mat_group): blocks
+// [first_block[i], first_block[i + 1]) take matrix i. One matrix is a group of one.
+struct split_group {
+    split_args m[3];
+    unsigned first_block[3];
+    int n_mat;
+};
+
 // Grid (rows / (4 R), columns / NC). Lane l of a warp takes chunks l, l + 32, ... of its R rows: a warp reads 32
 // consecutive chunks (256 to 1024 bytes) per step, each lane with one 8/16/32-byte load, and each activation chunk it
 // loads serves R rows.
 template <class D, int NC, int R, int U>
-static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_args a) {
+static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_group grp) {
     using chunk_t = typename D::chunk_t;
+    const int mi = grp.n_mat > 2 && blockIdx.x >= grp.first_block[2]   ? 2
+                   : grp.n_mat > 1 && blockIdx.x >= grp.first_block[1] ? 1
+                                                                       : 0;
+    const split_args& a = mi == 0 ? grp.m[0] : mi == 1 ? grp.m[1] : grp.m[2];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int64_t row0 = (int64_t(blockIdx.x) * SPLIT_WARPS + warp) * R;
+    const int64_t row0 = (int64_t(blockIdx.x - grp.first_block[mi]) * SPLIT_WARPS + warp) * R;
     const int64_t cols = a.m * a.ne2 * a.ne3;
     const int64_t col0 = int64_t(blockIdx.y) * NC;
     const int64_t nc = a.k / 32, ng = nc / D::chunks_per_scale;
@@ -351,30 +363,58 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
         }
 }
 
-template <class F> void mmv_split_launch(const split_weight& w, split_args a, split_acts acts, cudaStream_t stream) {
+// y_i = W_i^T x for 1 to 3 split weights of format F with the same x (quantized: acts), in one launch.
+template <class F>
+void mmv_split_launch(const split_weight* const* w, split_args* args, int n_mat, split_acts acts, cudaStream_t stream) {
     using D = cuda_format<F>;
-    const int64_t cols = a.m * a.ne2 * a.ne3;
-    if (cols == 0 || a.n == 0) return;
-    a.qs = w.qs;
-    a.sc = w.sc;
-    a.aq = acts.q;
-    a.ads = acts.ds;
-    a.out_scale = w.out_scale;
     constexpr int R = 2;
+    split_group grp{};
+    unsigned blocks = 0;
+    for (int i = 0; i < n_mat; i++) {
+        split_args& a = args[i];
+        a.qs = w[i]->qs;
+        a.sc = w[i]->sc;
+        a.aq = acts.q;
+        a.ads = acts.ds;
+        a.out_scale = w[i]->out_scale;
+        grp.m[i] = a;
+        grp.first_block[i] = blocks;
+        blocks += unsigned(ceil_div(a.n, SPLIT_WARPS * R));
+    }
+    grp.n_mat = n_mat;
+    const int64_t cols = args[0].m * args[0].ne2 * args[0].ne3;
+    if (cols == 0 || blocks == 0) return;
     const int nc = cols == 1 ? 1 : cols == 2 ? 2 : cols <= 4 ? 4 : MMV_MAX_COLS;
-    const dim3 grid(unsigned(ceil_div(a.n, SPLIT_WARPS * R)), unsigned(ceil_div(cols, nc)));
+    const dim3 grid(blocks, unsigned(ceil_div(cols, nc)));
     TS_ASSERT(grid.y <= 65535);
     const dim3 block(SPLIT_WARPS * WARP_SIZE);
     // U = 2: a lane's chunk loads unrolled 2 deep. 4 deep (all of a 4096-wide row's chunks of a lane in flight at
     // once) measured slower (H100, 2026-11-22: q4_0 4096x4096 40% vs 44% of the copy bandwidth, 7B tg128 276 vs 282).
     constexpr int U = 2;
     switch (nc) {
-    case 1: mmv_split_kernel<D, 1, R, U><<<grid, block, 0, stream>>>(a); break;
-    case 2: mmv_split_kernel<D, 2, R, U><<<grid, block, 0, stream>>>(a); break;
-    case 4: mmv_split_kernel<D, 4, R, U><<<grid, block, 0, stream>>>(a); break;
-    default: mmv_split_kernel<D, MMV_MAX_COLS, R, U><<<grid, block, 0, stream>>>(a); break;
+    case 1: mmv_split_kernel<D, 1, R, U><<<grid, block, 0, stream>>>(grp); break;
+    case 2: mmv_split_kernel<D, 2, R, U><<<grid, block, 0, stream>>>(grp); break;
+    case 4: mmv_split_kernel<D, 4, R, U><<<grid, block, 0, stream>>>(grp); break;
+    default: mmv_split_kernel<D, MMV_MAX_COLS, R, U><<<grid, block, 0, stream>>>(grp); break;
     }
     TS_CUDA_CHECK(cudaGetLastError());
+}
+
+// The decode GEMV's arguments for node `dst` (a mul_mat of split weight sw)
+split_args gemv_args(cuda_context& ctx, const split_weight& sw, tensor& dst) {
+    const tensor* x = dst.src[1];
+    const shape4 sy = shape_of(dst, 4);
+    split_args a{};
+    a.y = ctx.as<float>(&dst);
+    a.y_nb1 = sy.nb[1];
+    a.y_nb2 = sy.nb[2];
+    a.y_nb3 = sy.nb[3];
+    a.n = sw.n;
+    a.m = x->ne[1];
+    a.k = sw.k;
+    a.ne2 = x->ne[2];
+    a.ne3 = x->ne[3];
+    return a;
 }
 
 bool split_enabled() {
@@ -424,6 +464,43 @@ split_acts split_activations(cuda_context& ctx, const tensor& x) {
     ctx.act_src = &x;
     ctx.act_form = cuda_context::act_split_q8;
     return acts;
+}
+
+size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
+    if (ctx.exact || !ctx.split) return 0;
+    const split_weight* ws[3];
+    tensor* dsts[3];
+    int n = 0;
+    const tensor* x = nullptr;
+    for (size_t j = i; j < nodes.size() && n < 3; j++) {
+        tensor* d = nodes[j];
+        if (d->o != op::mul_mat) break;
+        const tensor* w = d->src[0];
+        if (w->view_src) break;
+        const auto it = ctx.split->find(w);
+        if (it == ctx.split->end()) break;
+        if (n == 0) x = d->src[1];
+        if (d->src[1] != x || (n > 0 && (it->second.t != ws[0]->t || it->second.k != ws[0]->k))) break;
+        ws[n] = &it->second;
+        dsts[n] = d;
+        n++;
+    }
+    if (n < 2) return 0;
+    const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
+    if (gemm_split_wanted(cols) || x->t != type::f32 || x->ne[0] % 32 != 0) return 0;
+    TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(*dsts[0]));
+    split_args args[3];
+    for (int j = 0; j < n; j++) args[j] = gemv_args(ctx, *ws[j], *dsts[j]);
+    const split_acts acts = split_activations(ctx, *x);
+    bool launched = false;
+    visit_format(ws[0]->t, [&]<class F>() {
+        if constexpr (has_split<F>::value) {
+            mmv_split_launch<F>(ws, args, n, acts, ctx.stream);
+            launched = true;
+        }
+    });
+    TS_ASSERT(launched);
+    return size_t(n);
 }
 
 bool split_eligible(const tensor& w) {
@@ -483,21 +560,12 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
                 gemm_split(ctx, sw, dst);
                 return;
             }
-            const shape4 sy = shape_of(dst, 4);
-            split_args a{};
-            a.y = ctx.as<float>(&dst);
-            a.y_nb1 = sy.nb[1];
-            a.y_nb2 = sy.nb[2];
-            a.y_nb3 = sy.nb[3];
-            a.n = sw.n;
-            a.m = x->ne[1];
-            a.k = sw.k;
-            a.ne2 = x->ne[2];
-            a.ne3 = x->ne[3];
+            split_args a = gemv_args(ctx, sw, dst);
+            const split_weight* ws[1] = {&sw};
             const split_acts acts = split_activations(ctx, *x);
             const bool known = visit_format(w->t, [&]<class F>() {
                 if constexpr (has_split<F>::value)
-                    mmv_split_launch<F>(sw, a, acts, ctx.stream);
+                    mmv_split_launch<F>(ws, &a, 1, acts, ctx.stream);
                 else
                     TS_ASSERT(!"mul_mat: a split weight of a format without a split kernel");
             });

@@ -58,6 +58,10 @@ void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, 
 // Whether the tensor-core GEMM multiplies weights of type t with q8_1 activations (the int8 kernel) rather than f16.
 bool gemm_uses_q8(type t);
 
+// Consecutive mul_mat nodes nodes[i..] (2 or 3) reading the same activations with split weights of one format and k,
+// on the decode GEMV (q, k, v; gate, up), launched as one kernel; returns how many (0: not such a run).
+size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i);
+
 // Threads of the one block that normalizes a row of ne0 (norm.cu, fused.cu: the same, so both sum alike): a decode
 // step has one row, and 1024 threads take a 4096-wide row in 4 steps rather than 16.
 constexpr int norm_threads(int64_t ne0) {
