@@ -330,7 +330,7 @@ template <int D> static __global__ void __launch_bounds__(DW_WARPS * WARP_SIZE) 
 // an FMA chain over d from 0) * scale + mask, the running max, the rescale by glibc's expf(M - m_new) when it grows,
 // p_j = expf_ggml(s_j - m) summed 16 at a time as _mm512_reduce_add_ps folds them and added in double, then
 // o_d = fma(v_jd, p_j, o_d) over the keys in order; o / S at the end. Slow (one query per thread) and only for the
-// exact mode; fewer than 64 queries take the regular kernels (the CPU rounds to f16 there). Masked keys are skipped
+// exact mode; fewer than 64 queries: attention_exact_small_kernel. Masked keys are skipped
 // rather than multiplied by 0, which changes nothing for finite values and keeps NaN rows of a padded cache out.
 template <int HD> static __global__ void __launch_bounds__(64) attention_exact_kernel(attn_args a) {
     extern __shared__ float kv_s[]; // K tile [64][HD], then V tile [64][HD]
@@ -418,6 +418,72 @@ template <int HD> static __global__ void __launch_bounds__(64) attention_exact_k
     for (int d = 0; d < HD; d++) orow[d] = __fmul_rn(acc[d], inv);
 }
 
+// Exact mode, fewer than 64 queries: the CPU's path there (attention.cpp, after attention_tiled), which is ggml's
+// one_chunk flash attention: Q rounded to f16; per key in order (masked ones skipped) s = dot * scale + mask with the
+// dot in ggml's AVX-512 order (4 x 16 lanes of FMAs over 64-element steps, folded, the tail added in double); when s
+// is a new max, acc *= glibc expf(M - s) rounded to f16 per element, else vs = glibc expf(s - M); acc = f16(fma(v,
+// vs, acc)); S = fma(S, ms, vs); o = acc / S. One thread per (query, head): sequential, as the CPU's job is.
+template <int HD> static __global__ void __launch_bounds__(32) attention_exact_small_kernel(attn_args a) {
+    const int job = blockIdx.x * 32 + threadIdx.x;
+    if (job >= a.n_tok * a.n_head) return;
+    const int t = job / a.n_head, h = job % a.n_head, hk = h / a.group;
+    const float* qv = a.q + h * a.q_nb1 + int64_t(t) * a.q_nb2;
+    const float* mr = a.mask ? a.mask + int64_t(t) * a.mask_nb1 : nullptr;
+    float q[HD], acc[HD];
+#pragma unroll
+    for (int d = 0; d < HD; d++) {
+        q[d] = __half2float(__float2half_rn(qv[d]));
+        acc[d] = 0.0f;
+    }
+    float M = -INFINITY, S = 0.0f;
+    constexpr int STEP = 64, NP = HD - HD % STEP;
+    for (int64_t j = 0; j < a.n_kv; j++) {
+        const float mv = mr ? mr[j] : 0.0f;
+        if (mv == -INFINITY) continue;
+        const __half* kr = a.k + j * a.kv_nb2 + hk * a.kv_nb1;
+        float sum[4][16];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int l = 0; l < 16; l++) sum[r][l] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NP; i += STEP)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int l = 0; l < 16; l++)
+                    sum[r][l] = fmaf(q[i + r * 16 + l], __half2float(kr[i + r * 16 + l]), sum[r][l]);
+        float v16[16], h8[8], h4[4];
+#pragma unroll
+        for (int l = 0; l < 16; l++) v16[l] = __fadd_rn(__fadd_rn(sum[0][l], sum[2][l]), __fadd_rn(sum[1][l], sum[3][l]));
+#pragma unroll
+        for (int l = 0; l < 8; l++) h8[l] = __fadd_rn(v16[l + 8], v16[l]);
+#pragma unroll
+        for (int l = 0; l < 4; l++) h4[l] = __fadd_rn(h8[l + 4], h8[l]);
+        double total = double(__fadd_rn(__fadd_rn(h4[0], h4[2]), __fadd_rn(h4[1], h4[3])));
+#pragma unroll
+        for (int i = NP; i < HD; i++) total = __dadd_rn(total, double(__fmul_rn(q[i], __half2float(kr[i]))));
+        const float sc = __fadd_rn(__fmul_rn(__double2float_rn(total), a.scale), mv);
+        float ms = 1.0f, vs = 1.0f;
+        if (sc > M) {
+            ms = expf_glibc(__fsub_rn(M, sc));
+            M = sc;
+#pragma unroll
+            for (int d = 0; d < HD; d++) acc[d] = __half2float(__float2half_rn(__fmul_rn(acc[d], ms)));
+        } else {
+            vs = expf_glibc(__fsub_rn(sc, M));
+        }
+        const __half* vr = a.v + j * a.kv_nb2 + hk * a.kv_nb1;
+#pragma unroll
+        for (int d = 0; d < HD; d++) acc[d] = __half2float(__float2half_rn(fmaf(__half2float(vr[d]), vs, acc[d])));
+        S = fmaf(S, ms, vs);
+    }
+    const float inv = S == 0.0f ? 0.0f : __fdiv_rn(1.0f, S);
+    float* orow = a.o + h * a.o_nb1 + int64_t(t) * a.o_nb2;
+#pragma unroll
+    for (int d = 0; d < HD; d++) orow[d] = __fmul_rn(acc[d], inv);
+}
+
 template <int HD> void attention_exact_launch(const attn_args& a, cudaStream_t stream) {
     const size_t smem = size_t(2 * 64 * HD) * sizeof(float);
     static bool attr_set = false; // per process: the attribute belongs to the kernel on the current device
@@ -496,6 +562,14 @@ void attention(cuda_context& ctx, tensor& dst) {
     if (ctx.exact && a.n_tok >= 64 && (a.hd == 64 || a.hd == 128)) {
         if (a.hd == 64) attention_exact_launch<64>(a, ctx.stream);
         else attention_exact_launch<128>(a, ctx.stream);
+        return;
+    }
+    if (ctx.exact && a.n_tok < 64 && (a.hd == 64 || a.hd == 128)) {
+        const unsigned blocks = unsigned(ceil_div(int64_t(a.n_tok) * a.n_head, 32));
+        if (blocks == 0) return;
+        if (a.hd == 64) attention_exact_small_kernel<64><<<blocks, 32, 0, ctx.stream>>>(a);
+        else attention_exact_small_kernel<128><<<blocks, 32, 0, ctx.stream>>>(a);
+        TS_CUDA_CHECK(cudaGetLastError());
         return;
     }
     attention_launch(a, ctx.stream);
