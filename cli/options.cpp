@@ -26,7 +26,7 @@ void add_model_options(CLI::App& cmd, model_options& o, bool model_required) {
     cmd.add_option("--device", o.device, "Run on cpu or cuda (default: cuda when a GPU is present)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
     cmd.add_flag("--exact", o.session.exact,
-                 "CUDA: reproduce the CPU's results bit for bit (mul_mat, norms, rope, attention over >= 64 tokens); "
+                 "CUDA: reproduce the CPU's results bit for bit (quantized mul_mat, norms, rope, attention); "
                  "slower, for checking one backend against the other");
     cmd.add_option("--n-gpu-layers,--ngl", o.n_gpu_layers,
                    "Layers on the GPU; for now any N > 0 puts the whole model on CUDA and 0 keeps it on the CPU")

@@ -97,7 +97,7 @@ struct session_params {
     // Attention reads the KV cache in multiples of this many rows (masked past the filled ones), so that the decode
     // graph stays the same for that many tokens. 0: the backend's choice (backend::kv_pad: CUDA 256, the CPU 1).
     int64_t kv_pad = 0;
-    // CUDA: reproduce the CPU's results bit for bit (mul_mat, norms, rope, attention over >= 64 tokens), slower; the
+    // CUDA: reproduce the CPU's results bit for bit (quantized mul_mat, norms, rope, attention), slower; the
     // same as TESSERA_CUDA_EXACT=1 (backends/cuda/common.cuh). No effect on the CPU.
     bool exact = false;
 };

@@ -101,7 +101,7 @@ struct cuda_context {
     // GEMV, act_f16: f16 for the GEMM); a mul_mat of the same source right after (q, k, v; gate, up) reuses them
     enum act_form_t { act_none, act_split_q8, act_f16 };
     // exact mode (TESSERA_CUDA_EXACT=1): ops reproduce the CPU's float results bit for bit where they can (mul_mat of
-    // the mmq formats, rms_norm, swiglu, rope, attention over >= 64 queries); no fusion, no CUDA graphs
+    // the mmq formats, rms_norm, swiglu, rope, attention); no fusion, no CUDA graphs
     bool exact = false;
     // exact mode: host copies of the small integer inputs (positions), by tensor (rope builds its angles on the host)
     const std::unordered_map<const tensor*, std::vector<uint8_t>>* host_inputs = nullptr;
