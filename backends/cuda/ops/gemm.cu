@@ -68,6 +68,27 @@ struct gemm_args {
     float out_scale;
 };
 
+// A warp's 32 x 32 accumulators (2 m16 x 4 n8 tiles) to y, for both kernels' argument structs. C fragment: c0, c1
+// at (row lane / 4, cols 2 (lane % 4) + 0, 1), c2, c3 eight rows further; rows past n and columns past the batch skipped.
+template <class A>
+__device__ __forceinline__ void store_tile(const A& a, const float (&acc)[2][4][4], int64_t row0, int64_t col0, int wm,
+                                           int wn, int lane) {
+    const int64_t cols = a.m * a.ne2 * a.ne3;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t r = row0 + wm * 32 + i * 16 + lane / 4 + (e / 2) * 8;
+                const int64_t c = col0 + wn * 32 + j * 8 + 2 * (lane % 4) + (e % 2);
+                if (r < a.n && c < cols) {
+                    const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
+                    a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + r] = acc[i][j][e] * a.out_scale;
+                }
+            }
+}
+
 template <class D> static __global__ void __launch_bounds__(THREADS) gemm_split_kernel(gemm_args a) {
     using chunk_t = typename D::chunk_t;
     __shared__ __align__(16) __half As[2][BM][BK + PAD];
@@ -130,20 +151,7 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_split_
         if (ib + 1 < nb) store_a(stage ^ 1, ib + 1, q); // the other stage was released by the barrier above
     }
 
-    // C fragment: c0, c1 at (row lane / 4, cols 2 (lane % 4) + 0, 1), c2, c3 eight rows further
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t r = row0 + wm * 32 + i * 16 + lane / 4 + (e / 2) * 8;
-                const int64_t c = col0 + wn * 32 + j * 8 + 2 * (lane % 4) + (e % 2);
-                if (r < a.n && c < cols) {
-                    const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
-                    a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + r] = acc[i][j][e] * a.out_scale;
-                }
-            }
+    store_tile(a, acc, row0, col0, wm, wn, lane);
 }
 
 // ---- int8: the CPU's numerics ----
@@ -308,19 +316,7 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_q8_ker
         if (step + 1 < steps) store_a(stage ^ 1, step + 1, p); // the other stage was released by the barrier above
     }
 
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t r = row0 + wm * 32 + i * 16 + g + (e / 2) * 8;
-                const int64_t c = col0 + wn * 32 + j * 8 + 2 * t + (e % 2);
-                if (r < a.n && c < cols) {
-                    const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
-                    a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + r] = acc[i][j][e] * a.out_scale;
-                }
-            }
+    store_tile(a, acc, row0, col0, wm, wn, lane);
 }
 
 // ---- exact mode (TESSERA_CUDA_EXACT=1): the CPU's float order, bit for bit ----
