@@ -156,6 +156,8 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_split_
 
 // ---- int8: the CPU's numerics ----
 
+constexpr int MAGIC_BITS = 0x4B400000;    // 1.5 * 2^23 as a float's bits
+constexpr float MAGIC_F = 12582912.0f;     // its value
 constexpr int QBK = 64;        // k elements per stage: two 32-element chunks
 constexpr int QROW = QBK + 16; // bytes per shared row: 80, so the 8 rows of an ldmatrix land in distinct banks
 
@@ -271,7 +273,18 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_q8_ker
 #pragma unroll
             for (int j = 0; j < 2; j++) // n8 tiles 2j, 2j+1: k 0..15 and 16..31 of each
                 ldmatrix_x4(bf[j], &Bs[stage][wn * 32 + j * 16 + (lane % 8) + 8 * (lane / 16)][cc * 32 + 16 * ((lane / 8) % 2)]);
-            int ci[SUB][2][4][4] = {};
+            // each chunk's integer sum starts at the bit pattern of 1.5 * 2^23: the s32 result read as a float is then
+            // 12582912 + sum exactly (|sum| < 2^22 for every format), so no int -> float conversion (a quarter-rate
+            // instruction, the kernel's bottleneck when it was used) is needed
+            int ci[SUB][2][4][4];
+#pragma unroll
+            for (int s = 0; s < SUB; s++)
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) ci[s][i][j][e] = MAGIC_BITS;
 #pragma unroll
             for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -300,16 +313,21 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_q8_ker
             for (int j = 0; j < 4; j++) {
                 const int c = wn * 32 + j * 8 + 2 * t;
                 const float2 ds0 = __half22float2(Bds[stage][cc][c]), ds1 = __half22float2(Bds[stage][cc][c + 1]);
+                // d_a * 12582912 is exact (11 + 2 significant bits), so fma(d_a, magic + sum, -d_a * 12582912) is
+                // d_a * sum rounded once: two FMAs per output and chunk
+                const float nm0 = -ds0.x * MAGIC_F, nm1 = -ds1.x * MAGIC_F;
 #pragma unroll
                 for (int i = 0; i < 2; i++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const float2 ds = e % 2 ? ds1 : ds0;
+                        const float nm = e % 2 ? nm1 : nm0;
                         const int h = e / 2;
-                        float v = (dw[i][h][0] * ds.x) * float(ci[0][i][j][e]);
-                        if constexpr (SUB == 2) v += (dw[i][h][1] * ds.x) * float(ci[1][i][j][e]);
-                        if constexpr (D::mmq_offset) v += mw[i][h] * ds.y;
-                        acc[i][j][e] += v;
+                        float v = acc[i][j][e];
+                        v = fmaf(dw[i][h][0], fmaf(ds.x, __int_as_float(ci[0][i][j][e]), nm), v);
+                        if constexpr (SUB == 2) v = fmaf(dw[i][h][1], fmaf(ds.x, __int_as_float(ci[1][i][j][e]), nm), v);
+                        if constexpr (D::mmq_offset) v = fmaf(mw[i][h], ds.y, v);
+                        acc[i][j][e] = v;
                     }
             }
         }
