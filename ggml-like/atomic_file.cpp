@@ -15,8 +15,11 @@
 #include <cstring>
 #include <ctime>
 #include <iterator>
+#include <string_view>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -113,6 +116,80 @@ bool link_tmpfile(int fd, const char* name) {
     return false;
 }
 
+// ---- stale temporaries ----
+//
+// Every temporary is flock(LOCK_EX)ed by its writer from its creation until it is renamed or removed (the lock is on
+// the open file description, so it goes when the writer's process dies, however it dies). A temporary whose lock can
+// be taken is therefore one whose writer is gone: a named temporary of a SIGKILLed process, or an O_TMPFILE one
+// killed between linkat and rename.
+
+// `name` is exactly BASE.tmp.<pid>.<16 hex>, as temp_name writes it: pid 1-10 decimal digits without a leading zero,
+// then 16 lowercase hex digits.
+bool is_temp_of(std::string_view name, std::string_view base) noexcept {
+    constexpr std::string_view tmp = ".tmp.";
+    if (name.size() <= base.size() + tmp.size() || name.substr(0, base.size()) != base) return false;
+    name.remove_prefix(base.size());
+    if (name.substr(0, tmp.size()) != tmp) return false;
+    name.remove_prefix(tmp.size());
+    size_t digits = 0;
+    while (digits < name.size() && name[digits] >= '0' && name[digits] <= '9') digits++;
+    if (digits == 0 || digits > 10 || name[0] == '0') return false;
+    name.remove_prefix(digits);
+    if (name.size() != 17 || name[0] != '.') return false;
+    for (char c : name.substr(1))
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    return true;
+}
+
+// Removes the temporaries of `base` in `dir` whose writers are gone (one readdir). Best effort: any error skips the
+// entry; only regular files with a matching name, not locked by anybody, still under that name, are unlinked.
+void remove_stale_temps(const char* dir, std::string_view base) noexcept {
+    if (base.empty()) return;
+    const int dfd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return;
+    DIR* d = ::fdopendir(dfd);
+    if (!d) {
+        ::close(dfd);
+        return;
+    }
+    while (const dirent* e = ::readdir(d)) {
+        if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN) continue;
+        if (!is_temp_of(e->d_name, base)) continue;
+        // O_NONBLOCK: never hang on a FIFO; O_NOFOLLOW: never a symlink's target
+        const int fd = ::openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) continue;
+        struct stat held {};
+        struct stat named {};
+        if (::fstat(fd, &held) == 0 && S_ISREG(held.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+            ::fstatat(dfd, e->d_name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == held.st_dev &&
+            named.st_ino == held.st_ino)
+            ::unlinkat(dfd, e->d_name, 0); // nobody holds it: its writer is dead
+        // else EWOULDBLOCK (a live writer's) or an error: left alone
+        ::close(fd);
+    }
+    ::closedir(d);
+}
+
+// The writer's lock on its temporary. False only when another open file description holds a lock on it (a
+// remove_stale_temps that took the new name for a dead writer's); where the filesystem has no flock (ENOSYS,
+// EOPNOTSUPP, ENOLCK, NFS's EBADF, ...) the temporary goes unlocked, and remove_stale_temps cannot lock it either.
+bool lock_temp(int fd) noexcept {
+    for (;;) {
+        if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+        if (errno == EINTR) continue;
+        return errno != EWOULDBLOCK;
+    }
+}
+
+// `fd` (created as `name`) is still the file under `name`: no remove_stale_temps unlinked it before lock_temp.
+bool still_named(int fd, const char* name) noexcept {
+    struct stat held {};
+    struct stat named {};
+    if (::fstat(fd, &held) != 0) return true; // cannot tell: carry on (the rename reports a missing name)
+    if (::lstat(name, &named) != 0) return errno != ENOENT;
+    return named.st_dev == held.st_dev && named.st_ino == held.st_ino;
+}
+
 } // namespace
 
 void remove_temp_files_now() noexcept {
@@ -144,10 +221,13 @@ void remove_temp_files_now() noexcept {
 atomic_file::atomic_file(std::string path) : path_(std::move(path)) {
     const size_t slash = path_.rfind('/');
     dir_ = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+    // temporaries of PATH left by dead writers (SIGKILL, power loss) go first
+    remove_stale_temps(dir_.c_str(), std::string_view(path_).substr(slash == std::string::npos ? 0 : slash + 1));
     if (o_tmpfile_allowed() && ::access("/proc/self/fd", X_OK) == 0) {
         fd_ = ::open(dir_.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666); // 0666 & ~umask, as a new file
         if (fd_ >= 0) {
             tmpfile_ = true;
+            lock_temp(fd_); // held through linkat and rename: the name it gets then is never taken for stale
             return;
         }
         if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
@@ -158,11 +238,20 @@ atomic_file::atomic_file(std::string path) : path_(std::move(path)) {
         name_ = temp_name(path_);
         slot_ = claim_slot(name_);
         fd_ = ::open(name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        int e = errno;
         if (fd_ >= 0) {
-            arm_slot(slot_);
-            return;
+            // locked before any data; between open and flock another writer's remove_stale_temps may have taken
+            // the new name for a dead writer's (it holds the lock then, or has already unlinked it): a fresh name
+            const bool locked = lock_temp(fd_);
+            if (locked && still_named(fd_, name_.c_str())) {
+                arm_slot(slot_);
+                return;
+            }
+            if (!locked) ::unlink(name_.c_str()); // still ours (its remover may unlink it first: then ENOENT)
+            ::close(fd_);
+            fd_ = -1;
+            e = EEXIST;
         }
-        const int e = errno;
         free_slot(slot_);
         slot_ = -1;
         if (e != EEXIST || attempt == 100) {
@@ -177,14 +266,14 @@ atomic_file::~atomic_file() {
 }
 
 void atomic_file::discard() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
     if (!name_.empty() && take_slot(slot_)) { // else a signal handler removed it already
-        ::unlink(name_.c_str());
+        ::unlink(name_.c_str());              // while still locked
         free_slot(slot_);
     }
     name_.clear();
     slot_ = -1;
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
 }
 
 void atomic_file::fail(const std::string& what, int err) {
@@ -230,9 +319,16 @@ void atomic_file::commit() {
     // slot busy from here on: a handler on another thread waits until the rename is done
     const int fd = fd_;
     fd_ = -1;
+    // a second descriptor of the same open file description keeps the flock through the rename, so that close()'s
+    // error can still be seen before PATH is replaced (if dup fails, the window between them is unlocked)
+    const int lock_fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    auto unlock = [lock_fd] {
+        if (lock_fd >= 0) ::close(lock_fd);
+    };
     if (::close(fd) != 0) {
         const int e = errno;
         ::unlink(name_.c_str());
+        unlock();
         free_slot(slot_);
         name_.clear();
         throw error(fmt::format("{}: close failed: {} (temporary file removed; {} left as it was)", path_,
@@ -241,12 +337,14 @@ void atomic_file::commit() {
     if (::rename(name_.c_str(), path_.c_str()) != 0) {
         const int e = errno;
         ::unlink(name_.c_str());
+        unlock();
         free_slot(slot_);
         const std::string name = std::move(name_);
         name_.clear();
         throw error(fmt::format("{}: cannot rename {} over it: {} (temporary file removed; {} left as it was)", path_,
                                 name, std::strerror(e), path_));
     }
+    unlock();
     free_slot(slot_);
     slot_ = -1;
     name_.clear();

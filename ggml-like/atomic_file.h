@@ -18,8 +18,11 @@ namespace tessera {
 // point (SIGKILL, a crash) leaves nothing behind. commit() gives it a unique name, PATH.tmp.<pid>.<random> (linkat),
 // and renames that over PATH at once; the named window is two system calls. Where the filesystem has no O_TMPFILE
 // (EOPNOTSUPP, EISDIR, EINVAL), /proc is missing, or TESSERA_O_TMPFILE=0 is set, the temporary is created under such
-// a unique name from the start (O_CREAT | O_EXCL); then a SIGKILL leaves it behind. Either way the finished file has
-// the mode of any newly created file, 0666 & ~umask.
+// a unique name from the start (O_CREAT | O_EXCL); then a SIGKILL leaves it behind, until the next atomic_file for
+// PATH (in any process) removes it: every temporary is flock(LOCK_EX)ed by its writer from creation to rename, and
+// the constructor unlinks the regular files in PATH's directory named exactly PATH.tmp.<pid>.<16 hex> whose lock it
+// can take (their writers are dead; one readdir, best effort, nothing else is touched). Either way the finished file
+// has the mode of any newly created file, 0666 & ~umask.
 //
 // Errors are tessera::error, one line naming PATH, e.g.
 //   PATH: cannot create a temporary file in DIR: Permission denied

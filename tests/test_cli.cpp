@@ -572,20 +572,40 @@ TEST(cli_quantize, sigterm_between_link_and_rename_removes_the_named_temp) {
     EXPECT_EQ(join(dir.names()), "out.gguf");
 }
 
-// SIGKILL while writing: no handler can run, and still the old OUT is intact and no temporary is left (it has no
-// name until the rename).
+// SIGKILL while writing: no handler can run, and still the old OUT is intact. With O_TMPFILE no temporary is left (it
+// has no name until the rename); a named temporary (TESSERA_O_TMPFILE=0) is left behind, and the next quantize to
+// the same OUT removes it (its writer's flock died with it) and writes OUT whole.
 TEST(cli_quantize, sigkill_while_writing_leaves_old_output_and_no_temp) {
-    scratch_dir dir;
-    if (!dir.has_o_tmpfile()) GTEST_SKIP() << "no O_TMPFILE in " << dir.path;
-    const std::string out = (dir.path / "out.gguf").string();
-    { std::ofstream(out, std::ios::binary) << "old contents"; }
-    const traced_run r = quantize_interrupted(tiny_model(), dir, out, stop_at::data_write, SIGKILL, false);
-    if (!r.ptrace_ok) GTEST_SKIP() << "ptrace is not available here";
-    ASSERT_TRUE(r.stopped) << "quantize never wrote its output: " << r.err;
-    EXPECT_EQ(join(r.at_stop), "out.gguf");
-    EXPECT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL) << "status " << r.status;
-    EXPECT_EQ(tessera::test::read_file(out), "old contents");
-    EXPECT_EQ(join(dir.names()), "out.gguf");
+    const std::string ref = tmp_file("sigkill_ref.gguf");
+    ASSERT_EQ(run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(ref) + " q8_0").rc, 0);
+    const std::string want = tessera::test::read_file(ref);
+    fs::remove(ref);
+    for (bool named : {false, true}) {
+        SCOPED_TRACE(named ? "named temporary" : "O_TMPFILE");
+        scratch_dir dir;
+        if (!named && !dir.has_o_tmpfile()) continue;
+        const std::string out = (dir.path / "out.gguf").string();
+        { std::ofstream(out, std::ios::binary) << "old contents"; }
+        const traced_run r = quantize_interrupted(tiny_model(), dir, out, stop_at::data_write, SIGKILL, named);
+        if (!r.ptrace_ok) GTEST_SKIP() << "ptrace is not available here";
+        ASSERT_TRUE(r.stopped) << "quantize never wrote its output: " << r.err;
+        EXPECT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL) << "status " << r.status;
+        EXPECT_EQ(tessera::test::read_file(out), "old contents");
+        if (named) {
+            ASSERT_EQ(r.at_stop.size(), 2u) << join(r.at_stop);
+            EXPECT_EQ(r.at_stop[1].rfind("out.gguf.tmp.", 0), 0u) << join(r.at_stop);
+            EXPECT_EQ(dir.names(), r.at_stop); // the dead writer's temporary stays
+        } else {
+            EXPECT_EQ(join(r.at_stop), "out.gguf");
+            EXPECT_EQ(join(dir.names()), "out.gguf");
+        }
+        // the next write to OUT, in the same mode
+        const cli_result q = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " q8_0",
+                                         named ? "export TESSERA_O_TMPFILE=0; " : "unset TESSERA_O_TMPFILE; ");
+        EXPECT_EQ(q.rc, 0) << q.err;
+        EXPECT_EQ(join(dir.names()), "out.gguf");
+        EXPECT_TRUE(tessera::test::read_file(out) == want) << "OUT is not the complete quantized file";
+    }
 }
 
 // Two quantize runs writing the same OUT at once (different types), many times: both succeed and OUT is always one

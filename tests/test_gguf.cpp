@@ -17,8 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1074,33 +1076,64 @@ TEST(gguf_write, concurrent_writes_leave_one_complete_file) {
     }
 }
 
-// SIGKILL in the middle of writing: no handler runs, and still the old file is intact and nothing else is there
-// (the O_TMPFILE temporary has no name). A child process writes half, tells the parent, and waits to be killed.
+// SIGKILL in the middle of writing: no handler runs, and still the old file is intact. With O_TMPFILE nothing else is
+// there (the temporary has no name); a named temporary (TESSERA_O_TMPFILE=0) stays behind, and the next write to the
+// same PATH removes it (its dead writer's flock is gone). A child process writes half, tells the parent, and waits
+// to be killed.
 TEST(atomic_file, sigkill_mid_write_leaves_old_file_and_no_temporary) {
     temp_dir dir;
-    if (!o_tmpfile_works(dir.path)) GTEST_SKIP() << "no O_TMPFILE in " << dir.path;
     const std::string path = (dir.path / "out.bin").string();
-    put_file(path, "old contents");
-    int pipefd[2];
-    ASSERT_EQ(::pipe(pipefd), 0);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
+    const bool have_o_tmpfile = o_tmpfile_works(dir.path);
+    for (bool named : {false, true}) {
+        SCOPED_TRACE(named ? "named temporary" : "O_TMPFILE");
+        if (!named && !have_o_tmpfile) continue;
+        fs::remove(dir.path / "probe");
+        ASSERT_EQ(entries_in(dir.path), 0u);
+        put_file(path, "old contents");
+        temp_mode m(named);
+        int pipefd[2];
+        ASSERT_EQ(::pipe(pipefd), 0);
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            ::close(pipefd[0]);
+            atomic_file f(path);
+            f.write(std::string(1 << 20, 'n'));
+            (void)!::write(pipefd[1], "w", 1);
+            for (;;) ::pause();
+        }
+        ::close(pipefd[1]);
+        EXPECT_TRUE(wait_for_byte(pipefd[0])) << "the child never wrote";
+        const size_t temps_while_written = test::temps_of(path).size();
+        ::kill(pid, SIGKILL);
+        int st = 0;
+        ASSERT_EQ(::waitpid(pid, &st, 0), pid);
         ::close(pipefd[0]);
-        atomic_file f(path);
-        f.write(std::string(1 << 20, 'n'));
-        (void)!::write(pipefd[1], "w", 1);
-        for (;;) ::pause();
+        EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "status " << st;
+        EXPECT_EQ(test::read_file(path), "old contents");
+        const std::vector<std::string> left = test::temps_of(path);
+        if (named) {
+            EXPECT_EQ(temps_while_written, 1u);
+            ASSERT_EQ(left.size(), 1u); // the dead writer's
+            EXPECT_EQ(left[0].rfind("out.bin.tmp." + std::to_string(pid) + ".", 0), 0u) << left[0];
+            EXPECT_EQ(fs::file_size(dir.path / left[0]), size_t(1) << 20);
+        } else {
+            EXPECT_EQ(temps_while_written, 0u); // mid-write: only the old file has a name
+            EXPECT_TRUE(left.empty());
+        }
+        EXPECT_EQ(entries_in(dir.path), 1 + left.size());
+        // the next write to PATH (here with the same kind of temporary) cleans up
+        {
+            atomic_file f(path);
+            EXPECT_EQ(test::temps_of(path).size(), named ? 1u : 0u); // its own only
+            for (const std::string& n : left) EXPECT_FALSE(fs::exists(dir.path / n)) << n;
+            f.write("new contents");
+            f.commit();
+        }
+        EXPECT_EQ(test::read_file(path), "new contents");
+        EXPECT_TRUE(test::temps_of(path).empty());
+        EXPECT_EQ(entries_in(dir.path), 1u);
+        fs::remove(path);
     }
-    ::close(pipefd[1]);
-    EXPECT_TRUE(wait_for_byte(pipefd[0])) << "the child never wrote";
-    EXPECT_EQ(entries_in(dir.path), 1u); // mid-write: only the old file has a name
-    ::kill(pid, SIGKILL);
-    int st = 0;
-    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
-    ::close(pipefd[0]);
-    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "status " << st;
-    EXPECT_EQ(test::read_file(path), "old contents");
-    EXPECT_EQ(entries_in(dir.path), 1u);
 }
 
 // temp_file_signal_guard with named temporaries (the case where there is something to remove): SIGINT, SIGTERM and
@@ -1158,5 +1191,192 @@ TEST(atomic_file, signal_guard_removes_named_temporaries) {
         EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == want) << "status " << st;
         EXPECT_EQ(test::read_file(path), "old contents");
         EXPECT_TRUE(test::temps_of(path).empty()) << test::temps_of(path).front();
+    }
+}
+
+// ---- stale temporaries: a writer holds flock(LOCK_EX) on its temporary; a new atomic_file for PATH removes PATH's
+// temporaries nobody holds (writers killed by SIGKILL in the named mode, or between linkat and rename) ----
+
+namespace {
+
+// PATH.tmp.<pid>.<hex>, the name of a writer's temporary.
+std::string temp_of(const std::string& path, long pid, const std::string& hex) {
+    return path + ".tmp." + std::to_string(pid) + "." + hex;
+}
+
+} // namespace
+
+// Temporaries whose writer is gone (no process holds their lock; one with this process's pid, one with another) are
+// removed by the constructor of the next atomic_file for the same PATH, before it writes anything, in both modes.
+TEST(atomic_file, stale_temporary_without_lock_holder_is_removed) {
+    temp_dir dir;
+    const std::string path = (dir.path / "out.bin").string();
+    const bool have_o_tmpfile = o_tmpfile_works(dir.path);
+    fs::remove(dir.path / "probe");
+    for (bool named : {false, true}) {
+        SCOPED_TRACE(named ? "named temporary" : "O_TMPFILE");
+        if (!named && !have_o_tmpfile) continue;
+        temp_mode m(named);
+        put_file(path, "old contents");
+        const std::string stale_a = temp_of(path, 4194303, "0123456789abcdef");
+        const std::string stale_b = temp_of(path, ::getpid(), "fedcba9876543210");
+        put_file(stale_a, "half of a file");
+        put_file(stale_b, "");
+        ASSERT_EQ(test::temps_of(path).size(), 2u);
+        {
+            atomic_file f(path);
+            EXPECT_FALSE(fs::exists(stale_a));
+            EXPECT_FALSE(fs::exists(stale_b));
+            EXPECT_EQ(test::temps_of(path).size(), named ? 1u : 0u); // the new writer's own only
+            EXPECT_EQ(test::read_file(path), "old contents");
+            f.write("new contents");
+            f.commit();
+        }
+        EXPECT_EQ(test::read_file(path), "new contents");
+        EXPECT_EQ(entries_in(dir.path), 1u);
+        // also when the new writer is then discarded without commit()
+        put_file(stale_a, "x");
+        { atomic_file f(path); }
+        EXPECT_FALSE(fs::exists(stale_a));
+        EXPECT_EQ(entries_in(dir.path), 1u);
+        EXPECT_EQ(test::read_file(path), "new contents");
+    }
+}
+
+// A temporary whose flock is held by another open file description is a live writer's: left alone, whoever holds it
+// (an open() + flock in this process, a child process, another atomic_file of this process). Once the holder is gone
+// (closed, killed), the next writer removes it.
+TEST(atomic_file, locked_temporary_is_left_alone) {
+    temp_dir dir;
+    const std::string path = (dir.path / "out.bin").string();
+    for (bool named : {false, true}) {
+        SCOPED_TRACE(named ? "named temporary" : "O_TMPFILE");
+        temp_mode m(named);
+        auto write_path = [&](const std::string& contents) {
+            atomic_file f(path);
+            f.write(contents);
+            f.commit();
+        };
+        // held by a separate open file description of this process
+        const std::string held = temp_of(path, 31337, "00000000deadbeef");
+        put_file(held, "live data");
+        const int fd = ::open(held.c_str(), O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+        write_path("one");
+        EXPECT_EQ(test::read_file(held), "live data");
+        write_path("two");
+        EXPECT_EQ(test::read_file(held), "live data");
+        ::close(fd); // the holder is gone
+        write_path("three");
+        EXPECT_FALSE(fs::exists(held));
+        EXPECT_EQ(test::read_file(path), "three");
+
+        // held by a child process (its own open + flock), until it is killed
+        const std::string child_held = temp_of(path, 4242, "0123456789abcdef");
+        put_file(child_held, "child data");
+        int pipefd[2];
+        ASSERT_EQ(::pipe(pipefd), 0);
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            ::close(pipefd[0]);
+            const int cfd = ::open(child_held.c_str(), O_RDONLY | O_CLOEXEC);
+            if (cfd < 0 || ::flock(cfd, LOCK_EX) != 0) ::_exit(1);
+            (void)!::write(pipefd[1], "l", 1);
+            for (;;) ::pause();
+        }
+        ::close(pipefd[1]);
+        ASSERT_TRUE(wait_for_byte(pipefd[0])) << "the child never locked";
+        ::close(pipefd[0]);
+        write_path("four");
+        EXPECT_EQ(test::read_file(child_held), "child data");
+        ::kill(pid, SIGKILL);
+        int st = 0;
+        ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+        write_path("five");
+        EXPECT_FALSE(fs::exists(child_held));
+
+        // a live atomic_file of this process (named: its temporary has a name while written) survives a second
+        // writer's constructor and commits
+        {
+            atomic_file a(path);
+            a.write("first");
+            const std::vector<std::string> before = test::temps_of(path);
+            EXPECT_EQ(before.size(), named ? 1u : 0u);
+            write_path("second");
+            for (const std::string& n : before) EXPECT_TRUE(fs::exists(dir.path / n)) << n;
+            a.commit();
+        }
+        EXPECT_EQ(test::read_file(path), "first");
+        EXPECT_TRUE(test::temps_of(path).empty());
+        EXPECT_EQ(entries_in(dir.path), 1u);
+        fs::remove(path);
+    }
+}
+
+// Only regular files named exactly BASE.tmp.<pid>.<16 lowercase hex> are candidates: other basenames, bad pids,
+// wrong hex lengths or digits, longer names, a directory, symlinks (to a file and dangling) and a FIFO with a matching
+// name are all untouched (and the FIFO does not block the scan); a real stale temporary beside them is removed.
+TEST(atomic_file, similar_names_are_untouched) {
+    temp_dir dir;
+    const std::string path = (dir.path / "out.bin").string();
+    const fs::path outside = dir.path / "outside";
+    fs::create_directories(outside);
+    const std::string victim = (outside / "victim").string();
+    const std::vector<std::string> files = {
+        "other.bin.tmp.123.0123456789abcdef",       // other basename
+        "xout.bin.tmp.123.0123456789abcdef",        // basename with a prefix
+        "out.bi.tmp.123.0123456789abcdef",          // shorter basename
+        "out.bin.x.tmp.123.0123456789abcdef",       // longer basename
+        "out.bin.tmp.123.0123456789abcde",          // 15 hex digits
+        "out.bin.tmp.123.0123456789abcdef0",        // 17 hex digits
+        "out.bin.tmp.123.0123456789abcdeg",         // not hex
+        "out.bin.tmp.123.0123456789ABCDEF",         // upper case (temp_name writes lower case)
+        "out.bin.tmp.123.0123456789abcdef.bak",     // something after it
+        "out.bin.tmp..0123456789abcdef",            // no pid
+        "out.bin.tmp.12a.0123456789abcdef",         // pid not decimal
+        "out.bin.tmp.0123.0123456789abcdef",        // pid with a leading zero
+        "out.bin.tmp.12345678901.0123456789abcdef", // pid of 11 digits
+        "out.bin.tmp.-1.0123456789abcdef",          // negative pid
+        "out.bin.tmp.123_0123456789abcdef",         // other separator
+        "out.bin.tmp",
+        "out.bin.tmp.123",
+        "out.bin.tmp.123.",
+        "out.bin.TMP.123.0123456789abcdef",
+    };
+    const std::string dir_name = "out.bin.tmp.124.0123456789abcdef";      // a directory
+    const std::string link_name = "out.bin.tmp.125.0123456789abcdef";     // a symlink to a file outside
+    const std::string dangling_name = "out.bin.tmp.126.0123456789abcdef"; // a dangling symlink
+    const std::string fifo_name = "out.bin.tmp.127.0123456789abcdef";     // a FIFO
+    const std::string stale_name = "out.bin.tmp.128.0123456789abcdef";    // a real stale temporary
+    for (bool named : {false, true}) {
+        SCOPED_TRACE(named ? "named temporary" : "O_TMPFILE");
+        temp_mode m(named);
+        for (const std::string& n : files) put_file((dir.path / n).string(), n);
+        fs::create_directories(dir.path / dir_name / "inner");
+        put_file((dir.path / dir_name / "inner" / "f").string(), "inner");
+        put_file(victim, "victim");
+        fs::create_symlink(victim, dir.path / link_name);
+        fs::create_symlink(dir.path / "nowhere", dir.path / dangling_name);
+        ASSERT_EQ(::mkfifo((dir.path / fifo_name).c_str(), 0600), 0);
+        put_file((dir.path / stale_name).string(), "stale");
+        const size_t before = entries_in(dir.path);
+        {
+            atomic_file f(path);
+            f.write("new");
+            f.commit();
+        }
+        EXPECT_EQ(test::read_file(path), "new");
+        EXPECT_FALSE(fs::exists(dir.path / stale_name));
+        EXPECT_EQ(entries_in(dir.path), before); // less the stale temporary, plus PATH
+        for (const std::string& n : files) EXPECT_EQ(test::read_file((dir.path / n).string()), n) << n;
+        EXPECT_EQ(test::read_file((dir.path / dir_name / "inner" / "f").string()), "inner");
+        EXPECT_TRUE(fs::is_symlink(dir.path / link_name));
+        EXPECT_EQ(fs::read_symlink(dir.path / link_name), fs::path(victim));
+        EXPECT_EQ(test::read_file(victim), "victim");
+        EXPECT_TRUE(fs::is_symlink(dir.path / dangling_name));
+        EXPECT_TRUE(fs::is_fifo(fs::symlink_status(dir.path / fifo_name)));
+        for (const auto& e : fs::directory_iterator(dir.path))
+            if (e.path() != outside) fs::remove_all(e.path());
     }
 }
