@@ -437,8 +437,10 @@ std::vector<op_case> all_cases() {
 
     // attention over an f16 cache with GQA and a causal mask; n_tok <= 8 takes the decode kernel, more the tiled
     // prefill (partial tiles of 32 queries and 32 keys). bound: the CPU rounds Q and its V accumulator to f16 below
-    // 64 queries (ggml's numerics), CUDA stays in f32; the CPU's error grows with the keys (NMSE against exact math:
-    // ~1e-7 at 100 keys, 3.1e-5 at 1501) -> 5e-6, 1e-4 past 256 keys; >= 64 queries both f32 -> 1e-10
+    // 64 queries (ggml's numerics), CUDA's decode and f32 prefill kernels stay in f32; the CPU's error grows with the
+    // keys (NMSE against exact math: ~1e-7 at 100 keys, 3.1e-5 at 1501) -> 5e-6, 1e-4 past 256 keys; >= 64 queries the
+    // CPU is f32 -> 1e-10, except that CUDA's tensor-core prefill (head sizes 64 / 128, > 8 queries) rounds Q and P to
+    // f16 (relative error <= 2^-11 each, NMSE ~1e-7 measured) -> at least 2e-6 there
     struct attn_shape {
         int64_t hd, n_head, n_head_kv, n_tok, n_past;
         bool mask;
@@ -448,7 +450,8 @@ std::vector<op_case> all_cases() {
                                       {64, 6, 2, 70, 8, true},   {128, 4, 4, 1, 20, true}, {128, 4, 1, 70, 30, true},
                                       {80, 4, 2, 40, 5, true},   {256, 2, 1, 37, 3, true}, {64, 6, 2, 12, 3, false},
                                       {64, 6, 2, 2, 3, false},   {256, 2, 1, 1, 50, true}, {128, 8, 2, 4, 300, true},
-                                      {96, 2, 1, 1, 9, true}};
+                                      {96, 2, 1, 1, 9, true},    {128, 32, 8, 200, 0, true}, {64, 6, 2, 130, 70, true},
+                                      {128, 4, 4, 65, 0, false}, {64, 3, 3, 64, 1000, true}};
     for (attn_shape s : attn_shapes) {
         const int64_t n_kv = s.n_past + s.n_tok;
         std::vector<leaf> l = {f32_leaf({s.hd, s.n_head, s.n_tok}, 29),
@@ -466,9 +469,10 @@ std::vector<op_case> all_cases() {
                 tensor* v = view_3d(c, t[2], s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, t[2]->nb[1], 0);
                 return attention(c, t[0], k, v, s.mask ? t[3] : nullptr, sc);
             },
-            s.n_tok >= 64 ? 1e-10
-            : n_kv > 256  ? 1e-4
-                          : 5e-6);
+            std::max(s.n_tok > 8 && (s.hd == 64 || s.hd == 128) ? 2e-6 : 0.0,
+                     s.n_tok >= 64 ? 1e-10
+                     : n_kv > 256  ? 1e-4
+                                   : 5e-6));
     }
     return cs;
 }

@@ -5,16 +5,22 @@
 // query head h reads KV head h / (n_head / n_head_kv). Two kernels:
 //   decode  (n_tok <= 8): one block of 4 warps per (head, token), lanes splitting the head dimensions, warps the keys
 //           (attention_decode_warp_kernel); other head sizes: a chunk of 128 keys per step, one key per thread;
-//   prefill (n_tok > 8):  one block per (head, 32 queries), tiles of 32 keys staged in shared memory.
+//   prefill (n_tok > 8):  head sizes 64 / 128: flash attention on tensor cores (attention_fa_kernel; TESSERA_CUDA_FA=0:
+//           off); others: one block per (head, 32 queries), tiles of 32 keys staged in shared memory, f32.
 // Scores and sums are f32 (the CPU rounds Q and its V accumulator to f16 below 64 queries, as ggml: the two differ by
-// that rounding). Not yet: splitting long contexts over blocks (decode), tensor cores (prefill).
+// that rounding; the tensor-core prefill also rounds Q and P to f16). Not yet: splitting long contexts over blocks
+// (decode).
 // Masked keys (-inf) are never multiplied in: every kernel skips them (the decode kernels stop after the last key the
 // mask lets through, the prefill kernel skips whole masked tiles), so cache rows no batch has written yet, which a
 // padded KV length (backend::kv_pad) covers, cannot turn the output NaN, and cost next to nothing.
 #include "backends/cuda/ops/exact.cuh"
+#include "backends/cuda/ops/mma.cuh"
 #include "backends/cuda/ops/ops.cuh"
 
 #include <cuda_fp16.h>
+
+#include <cstdlib>
+#include <string>
 
 namespace tessera::cuda {
 
@@ -197,6 +203,7 @@ template <int D_MAX> static __global__ void __launch_bounds__(PREFILL_THREADS) a
             const float alpha = m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
             const float sum = warp_sum(p);
             p_s[r * (BK + 1) + lane] = p;
+            __syncwarp(); // every lane has read m_s[r] before lane 0 replaces it (racecheck's WAR hazard)
             if (lane == 0) {
                 l_s[r] = l_s[r] * alpha + sum;
                 m_s[r] = m_new;
@@ -497,6 +504,192 @@ template <int HD> void attention_exact_launch(const attn_args& a, cudaStream_t s
     TS_CUDA_CHECK(cudaGetLastError());
 }
 
+// ---- prefill on tensor cores (head sizes 64, 128) ----
+// One block of 4 warps per (64 queries, head); warp w owns queries 16w .. 16w+15 for the whole key range. Per tile of
+// 64 keys: which keys any of the block's queries lets through (the mask, read once per tile); a tile nobody sees is
+// skipped, and the K / V rows of keys nobody sees are zero-filled, never read (a padded, never-written cache row may
+// hold NaN, and 0 * NaN is NaN); K and V (f16, cp.async) into shared memory; S = Q K^T by mma.sync m16n8k16 (Q rounded
+// to f16 once, kept in registers as A fragments), scale and mask in f32, online softmax on the accumulator fragments
+// (a row is spread over the 4 threads of a quad), P rounded to f16 and reused in registers as the A operand of O += P V
+// (V's B fragments by ldmatrix.trans); O, m and l stay in registers.
+constexpr int FA_BQ = 64, FA_BK = 64, FA_THREADS = 128;
+
+template <int HD> constexpr size_t fa_smem_bytes() {
+    return 2 * size_t(FA_BK) * (HD + 8) * sizeof(__half) + 2 * FA_BK * sizeof(int);
+}
+
+template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention_fa_kernel(attn_args a) {
+    constexpr int LD = HD + 8; // halves per shared row: 8 rows of an ldmatrix land in distinct banks
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    __half* k_s = reinterpret_cast<__half*>(fa_smem); // (FA_BK, LD); Q before the first tile
+    __half* v_s = k_s + FA_BK * LD;                    // (FA_BK, LD)
+    int* live_s = reinterpret_cast<int*>(v_s + FA_BK * LD); // [2][FA_BK]: key seen by a query of the half
+
+    const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
+    const int warp = tid / WARP_SIZE, lane = tid % WARP_SIZE, g = lane / 4, t = lane % 4;
+    const int t0 = blockIdx.x * FA_BQ;
+
+    // Q -> f16 in shared memory -> A fragments in registers
+    for (int e = tid; e < FA_BQ * HD / 2; e += FA_THREADS) {
+        const int r = e / (HD / 2), d = 2 * (e % (HD / 2));
+        float2 x = make_float2(0.0f, 0.0f);
+        if (t0 + r < a.n_tok) {
+            const float* qp = a.q + h * a.q_nb1 + int64_t(t0 + r) * a.q_nb2 + d;
+            x = make_float2(qp[0], qp[1]);
+        }
+        *reinterpret_cast<__half2*>(&k_s[r * LD + d]) = __floats2half2_rn(x.x, x.y);
+    }
+    __syncthreads();
+    uint32_t qf[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) ldmatrix_x4(qf[kk], &k_s[(warp * 16 + lane % 16) * LD + kk * 16 + (lane / 16) * 8]);
+
+    const int r0 = t0 + warp * 16 + g, r1 = r0 + 8; // this thread's two query rows
+    const float* mrow[2] = {a.mask && r0 < a.n_tok ? a.mask + int64_t(r0) * a.mask_nb1 : nullptr,
+                            a.mask && r1 < a.n_tok ? a.mask + int64_t(r1) * a.mask_nb1 : nullptr};
+    const bool row_ok[2] = {r0 < a.n_tok, r1 < a.n_tok};
+    float o[HD / 8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[i][e] = 0.0f;
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
+    const __half* kbase = a.k + hk * a.kv_nb1;
+    const __half* vbase = a.v + hk * a.kv_nb1;
+
+    for (int64_t c0 = 0; c0 < a.n_kv; c0 += FA_BK) {
+        // which keys of the tile a query of this block sees: thread t checks key t % 64 for queries 32 (t / 64) ..
+        bool live = false;
+        {
+            const int kk = tid % FA_BK, q0 = (tid / FA_BK) * (FA_BQ / 2);
+            const int64_t j = c0 + kk;
+            if (j < a.n_kv) {
+                if (!a.mask) {
+                    live = t0 + q0 < a.n_tok;
+                } else {
+                    for (int r = q0; r < q0 + FA_BQ / 2 && t0 + r < a.n_tok && !live; r++)
+                        live = a.mask[int64_t(t0 + r) * a.mask_nb1 + j] != -INFINITY;
+                }
+            }
+            live_s[(tid / FA_BK) * FA_BK + kk] = live;
+        }
+        // also: everyone is done with the previous tile's K and V (and with Q, before the first)
+        if (!__syncthreads_or(live)) continue;
+        for (int e = tid; e < FA_BK * HD / 8; e += FA_THREADS) {
+            const int kk = e / (HD / 8), piece = e % (HD / 8);
+            const int64_t j = c0 + kk;
+            const bool v = j < a.n_kv && (live_s[kk] | live_s[FA_BK + kk]);
+            const int64_t off = v ? j * a.kv_nb2 + piece * 8 : 0;
+            cp_async16(&k_s[kk * LD + piece * 8], kbase + off, v);
+            cp_async16(&v_s[kk * LD + piece * 8], vbase + off, v);
+        }
+        cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();
+
+        // S = Q K^T for this warp's 16 queries x 64 keys: 8 n8 tiles
+        float s[FA_BK / 8][4];
+#pragma unroll
+        for (int i = 0; i < FA_BK / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[i][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+            for (int j = 0; j < FA_BK / 16; j++) {
+                uint32_t b[4];
+                ldmatrix_x4(b, &k_s[(j * 16 + lane % 8 + 8 * (lane / 16)) * LD + kk * 16 + 8 * ((lane / 8) % 2)]);
+                mma_16816(s[2 * j], qf[kk], b[0], b[1]);
+                mma_16816(s[2 * j + 1], qf[kk], b[2], b[3]);
+            }
+        // scale, mask, row maxima (fragment: rows g / g + 8 by e / 2, keys 8 i + 2 t + e % 2)
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < FA_BK / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int hh = e / 2;
+                const int64_t j = c0 + i * 8 + 2 * t + e % 2;
+                const float mv = j < a.n_kv && row_ok[hh] ? (mrow[hh] ? mrow[hh][j] : 0.0f) : -INFINITY;
+                s[i][e] = mv == -INFINITY ? -INFINITY : fmaf(s[i][e], a.scale, mv);
+                mx[hh] = fmaxf(mx[hh], s[i][e]);
+            }
+        float alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+            mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+            const float m_new = fmaxf(m_r[hh], mx[hh]);
+            alpha[hh] = m_new == -INFINITY ? 1.0f : __expf(m_r[hh] - m_new); // 0 while m_r = -inf
+            m_r[hh] = m_new;
+        }
+#pragma unroll
+        for (int i = 0; i < FA_BK / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int hh = e / 2;
+                const float p = s[i][e] == -INFINITY ? 0.0f : __expf(s[i][e] - m_r[hh]);
+                s[i][e] = p;
+                sum[hh] += p;
+            }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            sum[hh] += __shfl_xor_sync(0xffffffffu, sum[hh], 1);
+            sum[hh] += __shfl_xor_sync(0xffffffffu, sum[hh], 2);
+            l_r[hh] = l_r[hh] * alpha[hh] + sum[hh];
+        }
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            o[i][0] *= alpha[0];
+            o[i][1] *= alpha[0];
+            o[i][2] *= alpha[1];
+            o[i][3] *= alpha[1];
+        }
+        // O += P V: the S fragments of keys 16 kk .. 16 kk + 15 are the A fragment of one m16n8k16
+#pragma unroll
+        for (int kk = 0; kk < FA_BK / 16; kk++) {
+            const uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                                    pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dt = 0; dt < HD / 16; dt++) {
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, &v_s[(kk * 16 + lane % 8 + 8 * ((lane / 8) % 2)) * LD + dt * 16 + 8 * (lane / 16)]);
+                mma_16816(o[2 * dt], pa, b[0], b[1]);
+                mma_16816(o[2 * dt + 1], pa, b[2], b[3]);
+            }
+        }
+    }
+    // O / l (0 for a row that saw no key)
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int r = hh ? r1 : r0;
+        if (!row_ok[hh]) continue;
+        const float inv = l_r[hh] == 0.0f ? 0.0f : 1.0f / l_r[hh];
+        float* orow = a.o + h * a.o_nb1 + int64_t(r) * a.o_nb2;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+            const int d = i * 8 + 2 * t;
+            orow[d] = o[i][2 * hh] * inv;
+            orow[d + 1] = o[i][2 * hh + 1] * inv;
+        }
+    }
+}
+
+template <int HD> void fa_launch(const attn_args& a, cudaStream_t stream) {
+    const dim3 grid(unsigned(ceil_div(a.n_tok, FA_BQ)), unsigned(a.n_head));
+    attention_fa_kernel<HD><<<grid, FA_THREADS, fa_smem_bytes<HD>(), stream>>>(a);
+    TS_CUDA_CHECK(cudaGetLastError());
+}
+
+bool fa_enabled() {
+    static const bool enabled = [] {
+        const char* e = std::getenv("TESSERA_CUDA_FA");
+        return !(e && std::string(e) == "0");
+    }();
+    return enabled;
+}
+
 void attention_launch(const attn_args& a, cudaStream_t stream) {
     if (a.n_tok == 0) return;
     // the warp kernel's vector loads need rows (and the base) aligned to D halves
@@ -513,6 +706,10 @@ void attention_launch(const attn_args& a, cudaStream_t stream) {
     } else if (a.n_tok <= 8) {
         attention_decode_kernel<<<dim3(unsigned(a.n_head), unsigned(a.n_tok)), DECODE_THREADS, 0, stream>>>(a);
         TS_CUDA_CHECK(cudaGetLastError());
+    } else if ((a.hd == 64 || a.hd == 128) && fa_enabled() && a.kv_nb1 % 8 == 0 && a.kv_nb2 % 8 == 0 &&
+               reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0) {
+        if (a.hd == 64) fa_launch<64>(a, stream); // cp.async: 16-byte aligned rows
+        else fa_launch<128>(a, stream);
     } else if (a.hd <= 64) {
         prefill_launch<64>(a, stream);
     } else if (a.hd <= 128) {

@@ -10,6 +10,7 @@
 //   gemm_split_kernel (the ternary formats, and every format with TESSERA_CUDA_MMQ=0): weights dequantized to f16 in
 //     shared memory by the format's dequant_split, f16 activations, mma.sync m16n8k16 f16 -> f32.
 // Measured (H100, 2026-11-22, the f16 kernel): 7B q4_0 pp512 6.4k t/s end to end, ~86 TFLOP/s for the whole model.
+#include "backends/cuda/ops/mma.cuh"
 #include "backends/cuda/ops/ops.cuh"
 
 #include "backends/cuda/quant/formats.cuh"
@@ -32,30 +33,6 @@ static __global__ void f16_rows_kernel(const float* x, shape4 sx, __half* y, int
     const int64_t k = sx.ne[0], e = i % k, r = i / k;
     const int64_t i1 = r % sx.ne[1], i2 = (r / sx.ne[1]) % sx.ne[2], i3 = r / (sx.ne[1] * sx.ne[2]);
     y[i] = __float2half_rn(x[i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3] + e * sx.nb[0]]);
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return uint32_t(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-    const int n = valid ? 16 : 0; // 0: fill with zeros
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 struct gemm_args {
@@ -158,6 +135,7 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_split_
 
 constexpr int MAGIC_BITS = 0x4B400000;    // 1.5 * 2^23 as a float's bits
 constexpr float MAGIC_F = 12582912.0f;     // its value
+constexpr int QBST = 3;                   // activation stages in shared memory
 constexpr int QBK = 64;        // k elements per stage: two 32-element chunks
 constexpr int QROW = QBK + 16; // bytes per shared row: 80, so the 8 rows of an ldmatrix land in distinct banks
 
@@ -190,14 +168,14 @@ struct mmq_args {
     float out_scale;
 };
 
-template <class D> static __global__ void __launch_bounds__(THREADS) gemm_q8_kernel(mmq_args a) {
+template <class D> static __global__ void __launch_bounds__(THREADS, 2) gemm_q8_kernel(mmq_args a) {
     using chunk_t = typename D::chunk_t;
     constexpr int SUB = D::mmq_sub, CPS = D::chunks_per_scale;
     __shared__ __align__(16) int8_t As[2][BM][QROW];
-    __shared__ __align__(16) int8_t Bs[2][BN][QROW];
+    __shared__ __align__(16) int8_t Bs[QBST][BN][QROW];
     __shared__ float Ad[2][2][BM][SUB]; // [stage][chunk][row][sub-block] weight scales
     __shared__ float Am[2][2][D::mmq_offset ? BM : 1];
-    __shared__ __align__(16) __half2 Bds[2][2][BN]; // [stage][chunk][column] (d, s)
+    __shared__ __align__(16) __half2 Bds[QBST][2][BN]; // [stage][chunk][column] (d, s)
     const int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
     const int wm = warp % 4, wn = warp / 4;
     const int g = lane / 4, t = lane % 4; // fragment row group and thread in group
@@ -217,7 +195,11 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_q8_ker
     const bool ds_col_valid = tid < 2 * BN && col0 + ds_col < cols;
     const __half2* ds_src = a.ads + (ds_col_valid ? col0 + ds_col : 0) * nc;
 
-    auto load_b = [&](int stage, int64_t step) {
+    auto load_b = [&](int stage, int64_t step) { // one commit group per step, empty past the last
+        if (step >= steps) {
+            cp_async_commit();
+            return;
+        }
         const bool v = b_col_valid && step * 2 + b_piece / 2 < nc;
         cp_async16(&Bs[stage][b_row][b_piece * 16], v ? b_src + step * QBK : a.aq, v);
         if (tid < 2 * BN) {
@@ -251,87 +233,89 @@ template <class D> static __global__ void __launch_bounds__(THREADS) gemm_q8_ker
         if constexpr (D::mmq_offset) Am[stage][a_cc][a_row] = m;
     };
 
+    // Pipeline, two steps deep: the activations of steps s + 1 and s + 2 are in flight (cp.async, QBST stages) and the
+    // weights of steps s + 1 and s + 2 in registers (two `pending`) while step s is multiplied; the weights of s + 1
+    // are unpacked into the other shared stage at the end of step s.
     float acc[2][4][4] = {};
-    pending p;
-    load_a(0, p);
-    store_a(0, 0, p);
+    pending p0, p1;
+    load_a(0, p0);
+    store_a(0, 0, p0);
     load_b(0, 0);
-    for (int64_t step = 0; step < steps; step++) {
-        const int stage = int(step & 1);
-        cp_async_wait_all();
-        __syncthreads(); // stage `stage` complete for everyone; the other stage is free
-        if (step + 1 < steps) {
-            load_b(stage ^ 1, step + 1);
-            load_a(step + 1, p); // in flight while this stage is multiplied
-        }
+    load_b(1, 1);
+    if (1 < steps) load_a(1, p1);
+    // pl: free registers (step + 2 is loaded into them); ps: the weights of step + 1
+    auto body = [&](int64_t step, pending& pl, const pending& ps) {
+        const int stage = int(step & 1), bst = int(step % QBST);
+        cp_async_wait_one();
+        __syncthreads(); // step's activations and unpacked weights complete for everyone; older stages free
+        load_b(int((step + 2) % QBST), step + 2);
+        if (step + 2 < steps) load_a(step + 2, pl);
 #pragma unroll
         for (int cc = 0; cc < 2; cc++) {
-            uint32_t af[2][4], bf[2][4];
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-                ldmatrix_x4(af[i], &As[stage][wm * 32 + i * 16 + (lane % 16)][cc * 32 + (lane / 16) * 16]);
+            uint32_t bf[2][4];
 #pragma unroll
             for (int j = 0; j < 2; j++) // n8 tiles 2j, 2j+1: k 0..15 and 16..31 of each
-                ldmatrix_x4(bf[j], &Bs[stage][wn * 32 + j * 16 + (lane % 8) + 8 * (lane / 16)][cc * 32 + 16 * ((lane / 8) % 2)]);
-            // each chunk's integer sum starts at the bit pattern of 1.5 * 2^23: the s32 result read as a float is then
-            // 12582912 + sum exactly (|sum| < 2^22 for every format), so no int -> float conversion (a quarter-rate
-            // instruction, the kernel's bottleneck when it was used) is needed
-            int ci[SUB][2][4][4];
+                ldmatrix_x4(bf[j], &Bs[bst][wn * 32 + j * 16 + (lane % 8) + 8 * (lane / 16)][cc * 32 + 16 * ((lane / 8) % 2)]);
 #pragma unroll
-            for (int s = 0; s < SUB; s++)
+            for (int i = 0; i < 2; i++) { // one m16 tile at a time: half the integer accumulators live
+                uint32_t af[4];
+                ldmatrix_x4(af, &As[stage][wm * 32 + i * 16 + (lane % 16)][cc * 32 + (lane / 16) * 16]);
+                // each chunk's integer sum starts at the bit pattern of 1.5 * 2^23: the s32 result read as a float is
+                // then 12582912 + sum exactly (|sum| < 2^22 for every format), so no int -> float conversion (a
+                // quarter-rate instruction) is needed
+                int ci[SUB][4][4];
 #pragma unroll
-                for (int i = 0; i < 2; i++)
+                for (int s = 0; s < SUB; s++)
 #pragma unroll
                     for (int j = 0; j < 4; j++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++) ci[s][i][j][e] = MAGIC_BITS;
-#pragma unroll
-            for (int i = 0; i < 2; i++)
+                        for (int e = 0; e < 4; e++) ci[s][j][e] = MAGIC_BITS;
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     const uint32_t b0 = bf[j / 2][2 * (j % 2)], b1 = bf[j / 2][2 * (j % 2) + 1];
                     if constexpr (SUB == 1) {
-                        mma_s8_k32(ci[0][i][j], af[i], b0, b1);
+                        mma_s8_k32(ci[0][j], af, b0, b1);
                     } else {
-                        mma_s8_k16(ci[0][i][j], af[i][0], af[i][1], b0);
-                        mma_s8_k16(ci[SUB - 1][i][j], af[i][2], af[i][3], b1);
+                        mma_s8_k16(ci[0][j], af[0], af[1], b0);
+                        mma_s8_k16(ci[SUB - 1][j], af[2], af[3], b1);
                     }
                 }
-            // the chunk's scales: rows g, g + 8 of each m16 tile, columns 2t, 2t + 1 of each n8 tile
-            float dw[2][2][SUB], mw[2][2];
-#pragma unroll
-            for (int i = 0; i < 2; i++)
+                // the chunk's scales: rows g, g + 8 of the m16 tile, columns 2t, 2t + 1 of each n8 tile
+                float dw[2][SUB], mw[2];
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int r = wm * 32 + i * 16 + g + 8 * h;
 #pragma unroll
-                    for (int s = 0; s < SUB; s++) dw[i][h][s] = Ad[stage][cc][r][s];
-                    if constexpr (D::mmq_offset) mw[i][h] = Am[stage][cc][r];
-                    else mw[i][h] = 0.0f;
+                    for (int s = 0; s < SUB; s++) dw[h][s] = Ad[stage][cc][r][s];
+                    if constexpr (D::mmq_offset) mw[h] = Am[stage][cc][r];
+                    else mw[h] = 0.0f;
                 }
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int c = wn * 32 + j * 8 + 2 * t;
-                const float2 ds0 = __half22float2(Bds[stage][cc][c]), ds1 = __half22float2(Bds[stage][cc][c + 1]);
-                // d_a * 12582912 is exact (11 + 2 significant bits), so fma(d_a, magic + sum, -d_a * 12582912) is
-                // d_a * sum rounded once: two FMAs per output and chunk
-                const float nm0 = -ds0.x * MAGIC_F, nm1 = -ds1.x * MAGIC_F;
-#pragma unroll
-                for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 4; j++) {
+                    const int c = wn * 32 + j * 8 + 2 * t;
+                    const float2 ds0 = __half22float2(Bds[bst][cc][c]), ds1 = __half22float2(Bds[bst][cc][c + 1]);
+                    // d_a * 12582912 is exact (11 + 2 significant bits), so fma(d_a, magic + sum, -d_a * 12582912)
+                    // is d_a * sum rounded once: two FMAs per output and chunk
+                    const float nm0 = -ds0.x * MAGIC_F, nm1 = -ds1.x * MAGIC_F;
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const float2 ds = e % 2 ? ds1 : ds0;
                         const float nm = e % 2 ? nm1 : nm0;
                         const int h = e / 2;
                         float v = acc[i][j][e];
-                        v = fmaf(dw[i][h][0], fmaf(ds.x, __int_as_float(ci[0][i][j][e]), nm), v);
-                        if constexpr (SUB == 2) v = fmaf(dw[i][h][1], fmaf(ds.x, __int_as_float(ci[1][i][j][e]), nm), v);
-                        if constexpr (D::mmq_offset) v = fmaf(mw[i][h], ds.y, v);
+                        v = fmaf(dw[h][0], fmaf(ds.x, __int_as_float(ci[0][j][e]), nm), v);
+                        if constexpr (SUB == 2) v = fmaf(dw[h][1], fmaf(ds.x, __int_as_float(ci[1][j][e]), nm), v);
+                        if constexpr (D::mmq_offset) v = fmaf(mw[h], ds.y, v);
                         acc[i][j][e] = v;
                     }
+                }
             }
         }
-        if (step + 1 < steps) store_a(stage ^ 1, step + 1, p); // the other stage was released by the barrier above
+        if (step + 1 < steps) store_a(stage ^ 1, step + 1, ps); // the other stage was released by the barrier above
+    };
+    for (int64_t step = 0; step < steps; step += 2) { // by twos, so that p0 / p1 stay in registers
+        body(step, p0, p1);
+        if (step + 1 < steps) body(step + 1, p1, p0);
     }
 
     store_tile(a, acc, row0, col0, wm, wn, lane);
