@@ -524,6 +524,34 @@ TEST(backend_ops_cuda, unloaded_weight_is_an_error) {
     EXPECT_THROW(runner.compute(g), tessera::error);
 }
 
+// More memory than the GPU has is one clear error naming the need, what is free and what to do (-ngl), and leaves
+// the backend usable (no sticky CUDA error).
+TEST(backend_ops_cuda, out_of_memory_is_a_clear_error) {
+    TS_REQUIRE_CUDA();
+    std::unique_ptr<backend> be = make_backend(device_type::cuda, 0);
+    const size_t huge = size_t(1) << 50; // 1 PiB
+    try {
+        (void)be->alloc(huge);
+        FAIL() << "a 1 PiB allocation succeeded";
+    } catch (const tessera::error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("CUDA out of memory"), std::string::npos) << m;
+        EXPECT_NE(m.find("1073741824.0 MiB"), std::string::npos) << m; // the need
+        EXPECT_NE(m.find("free"), std::string::npos) << m;
+        EXPECT_NE(m.find("-ngl"), std::string::npos) << m;
+        EXPECT_EQ(m.find('\n'), std::string::npos) << m; // one line
+    }
+    // still usable (a sticky CUDA error would make the next checked call throw): a small buffer, then a whole case
+    auto b = be->alloc(1024);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b->size(), 1024u);
+    const op_case& c = cases().front();
+    cpu::cpu_backend cpu_be(cpu::cpu_options{1, false});
+    const run_result ref = run_on(cpu_be, c), got = run_on(*be, c);
+    ASSERT_EQ(ref.out.size(), got.out.size());
+    EXPECT_LE(nmse(got.out.data(), ref.out.data(), ref.out.size()), c.max_nmse) << c.name;
+}
+
 // Attention over a KV length padded past the filled cache rows (backend::kv_pad: CUDA reads the cache in multiples
 // of 256 rows), the rows past them never written: here NaN bytes (0xff), the mask -inf there. Every kernel (decode
 // warp kernel: head sizes 64/128/256; the key-per-thread decode kernel: 96; prefill: > 8 queries) must give those keys
