@@ -335,20 +335,12 @@ std::vector<op_case> all_cases() {
     // the sums over chunks differs -> the decode bound, 1e-6. With TESSERA_CUDA_MMQ=0 it multiplies f16 activations
     // (the previous kernel): the CPU's q8 rounding (step amax/127, about 0.02 sigma for a block of 32) then dominates,
     // NMSE ~ 3e-5 -> 2e-4.
-    // From TESSERA_CUDA_DQ_COLS columns (default 128; TESSERA_CUDA_DQ=0: never) the weights are expanded to f16 and
-    // multiplied by f16 activations too -> 2e-4 there.
-    const int64_t dq_cols = [] {
-        const char* e = std::getenv("TESSERA_CUDA_DQ");
-        if (e && std::string(e) == "0") return int64_t(1) << 40;
-        const char* c = std::getenv("TESSERA_CUDA_DQ_COLS");
-        return c && std::atoll(c) > 0 ? int64_t(std::atoll(c)) : int64_t(128);
-    }();
     const bool mmq_off = [] {
         const char* e = std::getenv("TESSERA_CUDA_MMQ");
         return e && std::string(e) == "0";
     }();
-    auto gemm_bound = [&](int64_t m) { return mmq_off || m >= dq_cols ? 2e-4 : 1e-6; };
-    auto same_ints_gemm = [&](int64_t m) { return m <= 8 || (!mmq_off && m < dq_cols); };
+    auto gemm_bound = [&](int64_t) { return mmq_off ? 2e-4 : 1e-6; };
+    auto same_ints_gemm = [&](int64_t m) { return m <= 8 || !mmq_off; };
     for (type t : weight_types) {
         const double bound = t == type::f32 ? 1e-10 : t == type::f16 ? 1e-6 : t == type::bf16 ? 1e-4 : 1e-6;
         const bool gemm = t == type::q4_0 || t == type::q4_1 || t == type::q8_0;
@@ -359,9 +351,8 @@ std::vector<op_case> all_cases() {
                 {typed_leaf(t, {s.k, s.n}, 18), f32_leaf({s.k, s.m}, 19)},
                 [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); },
                 gemm && s.m > 8 ? gemm_bound(s.m) : bound);
-        // the GEMMs' tiles: int8 128 weight rows x 64 columns x 64 k, f16 (>= 128 columns) 128 x 128 x 32; partial
-        // tiles every way (k = 96, 160: a last k step of one chunk), and exact multiples; with TESSERA_CUDA_DQ_MIB=1
-        // (a second ctest run) k = 2048 is expanded 256 rows at a time, so n = 257 takes two row blocks
+        // the GEMM's tiles: 128 weight rows x 64 columns x 64 k; partial tiles every way (k = 96, 160: a last k step
+        // of one chunk), and exact multiples
         if (gemm)
             for (mm_shape s : {mm_shape{512, 300, 100}, mm_shape{256, 128, 64}, mm_shape{2048, 257, 513},
                                mm_shape{96, 40, 20}, mm_shape{160, 130, 70}, mm_shape{160, 130, 130},
@@ -385,7 +376,7 @@ std::vector<op_case> all_cases() {
     }
     // The formats CUDA runs only in the split layout (quant/format.cuh): decode GEMV (<= 8 columns) and the GEMM.
     // nvfp4 (CPU partner q8_0: q8_1's integers and d) and awq4 (q8_1) dot the CPU's integers on both paths -> 1e-6
-    // (the GEMM with TESSERA_CUDA_MMQ=0 or from dq_cols columns: f16 activations -> 5e-4). tq2_0 / i2_s: the CPU quantizes to q8_k per 256 /
+    // (the GEMM with TESSERA_CUDA_MMQ=0: f16 activations -> 5e-4). tq2_0 / i2_s: the CPU quantizes to q8_k per 256 /
     // i8_s per row, CUDA to q8_1 per 32 (decode) or f16 (GEMM): the CPU's coarser rounding sets the bound, i8_s per row
     // of 2048 the worst (step ~0.03 sigma -> NMSE ~1e-4) -> 5e-4.
     for (type t : {type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s})

@@ -17,7 +17,6 @@
 
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -423,152 +422,6 @@ template <class D, exact_order O> static __global__ void __launch_bounds__(EX_TH
     }
 }
 
-// ---- large batches: the weights dequantized to f16 once per call, then a plain f16 GEMM ----
-// From DQ_COLS columns on (TESSERA_CUDA_DQ_COLS, default 128; TESSERA_CUDA_DQ=0: never) a weight matrix is expanded to
-// f16 [rows][k] in the scratch buffer after the f16 activations (dequant_rows_kernel: the format's dequant_split,
-// memory-bound) and multiplied by gemm_f16_kernel: 128 x 128 tiles, 8 warps of 64 x 32, 32-element k steps through
-// four cp.async stages, ldmatrix, mma.sync m16n8k16 f16 -> f32. Nothing per chunk is left in the inner loop (the int8
-// kernel scales every chunk's integer sums per output), which is what bounds the MMQ kernels. Rows go in blocks of
-// at most dq_bytes() of f16, so a vocabulary-sized output matrix does not need a gigabyte of scratch.
-constexpr int DQ_BM = 128, DQ_BN = 128, DQ_BK = 32, DQ_STAGES = 4, DQ_LD = DQ_BK + 8;
-constexpr size_t DQ_SMEM = size_t(DQ_STAGES) * (DQ_BM + DQ_BN) * DQ_LD * sizeof(__half); // 80 KiB
-size_t dq_bytes() { // TESSERA_CUDA_DQ_MIB (default 128): the tests use 1 to get several row blocks
-    static const size_t v = [] {
-        const char* e = std::getenv("TESSERA_CUDA_DQ_MIB");
-        const long long mib = e ? std::atoll(e) : 0;
-        return size_t(mib > 0 ? mib : 128) << 20;
-    }();
-    return v;
-}
-
-int64_t dq_rows(int64_t k, int64_t n) {
-    const int64_t fit = std::max<int64_t>(DQ_BM, int64_t(dq_bytes() / (size_t(k) * sizeof(__half))) / DQ_BM * DQ_BM);
-    return std::min(n, fit);
-}
-
-size_t align256(size_t b) {
-    return (b + 255) / 256 * 256;
-}
-
-// rows r0 .. r0 + rows of the split weight -> f16 [rows][k]; a thread per half chunk
-template <class D>
-static __global__ void dequant_rows_kernel(const uint8_t* qs, const uint8_t* sc, int64_t r0, int64_t rows, int64_t k,
-                                           __half* out) {
-    using chunk_t = typename D::chunk_t;
-    constexpr int CPS = D::chunks_per_scale;
-    const int64_t nc = k / 32, ng = nc / CPS;
-    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= rows * nc * 2) return;
-    const int h = int(i % 2);
-    const int64_t c = (i / 2) % nc, r = i / (2 * nc), row = r0 + r;
-    const chunk_t q = ldg_chunk<chunk_t>(qs + (row * nc + c) * int64_t(sizeof(chunk_t)));
-    __half2 o[8];
-    D::dequant_split(q, sc + (row * ng + c / CPS) * D::scale_bytes, int(c % CPS), h, o);
-    uint4* dst = reinterpret_cast<uint4*>(out + r * k + c * 32 + h * 16);
-    dst[0] = *reinterpret_cast<const uint4*>(&o[0]);
-    dst[1] = *reinterpret_cast<const uint4*>(&o[4]);
-}
-
-struct f16_gemm_args {
-    const __half* w; // [rows][k], this call's block of rows
-    const __half* x; // [cols][k]
-    float* y;
-    int64_t y_nb1, y_nb2, y_nb3;
-    int64_t rows, row_base, m, k, ne2, ne3;
-    float out_scale;
-};
-
-static __global__ void __launch_bounds__(THREADS, 2) gemm_f16_kernel(f16_gemm_args a) {
-    extern __shared__ __align__(16) __half dq_smem[];
-    __half* As = dq_smem;                              // [DQ_STAGES][DQ_BM][DQ_LD]
-    __half* Bs = dq_smem + DQ_STAGES * DQ_BM * DQ_LD; // [DQ_STAGES][DQ_BN][DQ_LD]
-    const int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
-    const int wm = warp % 2, wn = warp / 2; // warp's 64 x 32 sub-tile
-    const int64_t row0 = int64_t(blockIdx.x) * DQ_BM, col0 = int64_t(blockIdx.y) * DQ_BN;
-    const int64_t cols = a.m * a.ne2 * a.ne3, kt_n = a.k / DQ_BK;
-
-    // loads: 4 16-byte pieces per 32-element row of a tile, 2 rows' pieces of A and of B per thread
-    const __half* a_src[2];
-    const __half* b_src[2];
-    bool a_ok[2], b_ok[2];
-    int s_off[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int p = tid + i * THREADS, r = p / 4, part = p % 4;
-        a_ok[i] = row0 + r < a.rows;
-        b_ok[i] = col0 + r < cols;
-        a_src[i] = a.w + (a_ok[i] ? row0 + r : 0) * a.k + part * 8;
-        b_src[i] = a.x + (b_ok[i] ? col0 + r : 0) * a.k + part * 8;
-        s_off[i] = r * DQ_LD + part * 8;
-    }
-    auto load = [&](int stage, int64_t kt) { // one commit group per k step, empty past the last
-        if (kt < kt_n) {
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                cp_async16(As + stage * DQ_BM * DQ_LD + s_off[i], a_src[i] + kt * DQ_BK, a_ok[i]);
-                cp_async16(Bs + stage * DQ_BN * DQ_LD + s_off[i], b_src[i] + kt * DQ_BK, b_ok[i]);
-            }
-        }
-        cp_async_commit();
-    };
-#pragma unroll
-    for (int s = 0; s < DQ_STAGES - 1; s++) load(s, s);
-
-    float acc[4][4][4] = {};
-    for (int64_t kt = 0; kt < kt_n; kt++) {
-        cp_async_wait<DQ_STAGES - 2>(); // step kt has landed (for this thread) ...
-        __syncthreads();                // ... for everyone; and step kt - 1's stage is free
-        load(int((kt + DQ_STAGES - 1) % DQ_STAGES), kt + DQ_STAGES - 1);
-        const __half* as = As + int(kt % DQ_STAGES) * DQ_BM * DQ_LD;
-        const __half* bs = Bs + int(kt % DQ_STAGES) * DQ_BN * DQ_LD;
-#pragma unroll
-        for (int kk = 0; kk < DQ_BK; kk += 16) {
-            uint32_t af[4][4], bf[2][4];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                ldmatrix_x4(af[i], as + (wm * 64 + i * 16 + lane % 16) * DQ_LD + kk + (lane / 16) * 8);
-#pragma unroll
-            for (int j = 0; j < 2; j++) // n8 tiles 2j, 2j+1
-                ldmatrix_x4(bf[j], bs + (wn * 32 + j * 16 + lane % 8 + 8 * (lane / 16)) * DQ_LD + kk + 8 * ((lane / 8) % 2));
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) mma_16816(acc[i][j], af[i], bf[j / 2][2 * (j % 2)], bf[j / 2][2 * (j % 2) + 1]);
-        }
-    }
-    cp_async_wait<0>();
-
-    // C fragment: (row lane / 4 (+ 8), cols 2 (lane % 4) + 0, 1)
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t r = row0 + wm * 64 + i * 16 + lane / 4 + (e / 2) * 8;
-                const int64_t c = col0 + wn * 32 + j * 8 + 2 * (lane % 4) + (e % 2);
-                if (r < a.rows && c < cols) {
-                    const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
-                    a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + a.row_base + r] = acc[i][j][e] * a.out_scale;
-                }
-            }
-}
-
-int64_t dq_min_cols() {
-    static const int64_t v = [] {
-        const char* e = std::getenv("TESSERA_CUDA_DQ");
-        if (e && std::string(e) == "0") return int64_t(-1);
-        const char* c = std::getenv("TESSERA_CUDA_DQ_COLS");
-        const int64_t n = c ? std::atoll(c) : 0;
-        return n > 0 ? n : int64_t(128);
-    }();
-    return v;
-}
-
-bool dq_wanted(int64_t cols) {
-    return dq_min_cols() > 0 && cols >= dq_min_cols();
-}
-
 bool mmq_enabled() {
     static const bool enabled = [] {
         const char* e = std::getenv("TESSERA_CUDA_MMQ");
@@ -587,11 +440,6 @@ bool gemm_uses_q8(type t) {
 
 size_t gemm_split_work_size(int64_t k, int64_t cols) {
     return size_t(k) * size_t(cols) * sizeof(__half);
-}
-
-size_t gemm_split_work_size(int64_t k, int64_t n, int64_t cols) {
-    if (!dq_wanted(cols)) return gemm_split_work_size(k, cols);
-    return align256(gemm_split_work_size(k, cols)) + size_t(dq_rows(k, n)) * size_t(k) * sizeof(__half);
 }
 
 bool gemm_split_wanted(int64_t cols) {
@@ -640,58 +488,6 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     if (total == 0 || w.n == 0) return;
     const dim3 grid(unsigned(ceil_div(w.n, BM)), unsigned(ceil_div(cols, BN)));
     TS_ASSERT(grid.y <= 65535);
-    auto f16_acts = [&] {
-        TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(w.k, cols));
-        auto* xh = static_cast<__half*>(ctx.scratch);
-        if (!(ctx.act_src == x && ctx.act_form == cuda_context::act_f16)) { // q, k, v (gate, up) share one conversion
-            f16_rows_kernel<<<unsigned(ceil_div(total, 256)), 256, 0, ctx.stream>>>(ctx.as<float>(x), sx, xh, total);
-            TS_CUDA_CHECK(cudaGetLastError());
-            ctx.act_src = x;
-            ctx.act_form = cuda_context::act_f16;
-        }
-        return xh;
-    };
-    if (dq_wanted(cols)) {
-        static const bool smem_set = [] {
-            TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_f16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(DQ_SMEM)));
-            return true;
-        }();
-        (void)smem_set;
-        TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(w.k, w.n, cols));
-        f16_gemm_args a{};
-        a.x = f16_acts();
-        auto* wh = reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + align256(gemm_split_work_size(w.k, cols)));
-        a.w = wh;
-        a.y = ctx.as<float>(&dst);
-        a.y_nb1 = sy.nb[1];
-        a.y_nb2 = sy.nb[2];
-        a.y_nb3 = sy.nb[3];
-        a.m = m;
-        a.k = w.k;
-        a.ne2 = ne2;
-        a.ne3 = ne3;
-        a.out_scale = w.out_scale;
-        const int64_t block = dq_rows(w.k, w.n);
-        for (int64_t r0 = 0; r0 < w.n; r0 += block) {
-            const int64_t rows = std::min(block, w.n - r0);
-            const bool known = visit_format(w.t, [&]<class F>() {
-                if constexpr (has_split<F>::value)
-                    dequant_rows_kernel<cuda_format<F>><<<unsigned(ceil_div(rows * (w.k / 32) * 2, 256)), 256, 0, ctx.stream>>>(
-                        w.qs, w.sc, r0, rows, w.k, wh);
-                else
-                    TS_ASSERT(!"gemm_split: format without a split layout");
-            });
-            TS_ASSERT(known);
-            TS_CUDA_CHECK(cudaGetLastError());
-            a.rows = rows;
-            a.row_base = r0;
-            const dim3 g(unsigned(ceil_div(rows, DQ_BM)), unsigned(ceil_div(cols, DQ_BN)));
-            TS_ASSERT(g.y <= 65535);
-            gemm_f16_kernel<<<g, THREADS, DQ_SMEM, ctx.stream>>>(a);
-            TS_CUDA_CHECK(cudaGetLastError());
-        }
-        return;
-    }
     if (gemm_uses_q8(w.t)) {
         const split_acts acts = split_activations(ctx, *x);
         const mmq_args a{w.qs, w.sc, acts.q, acts.ds, ctx.as<float>(&dst), sy.nb[1], sy.nb[2], sy.nb[3],
@@ -715,7 +511,15 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     a.k = w.k;
     a.ne2 = ne2;
     a.ne3 = ne3;
-    a.x = f16_acts();
+    TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(a.k, cols));
+    auto* xh = static_cast<__half*>(ctx.scratch);
+    if (!(ctx.act_src == x && ctx.act_form == cuda_context::act_f16)) { // q, k, v (gate, up) share one conversion
+        f16_rows_kernel<<<unsigned(ceil_div(total, 256)), 256, 0, ctx.stream>>>(ctx.as<float>(x), sx, xh, total);
+        TS_CUDA_CHECK(cudaGetLastError());
+        ctx.act_src = x;
+        ctx.act_form = cuda_context::act_f16;
+    }
+    a.x = xh;
     const bool known = visit_format(w.t, [&]<class F>() {
         if constexpr (has_split<F>::value)
             gemm_split_kernel<cuda_format<F>><<<grid, THREADS, 0, ctx.stream>>>(a);

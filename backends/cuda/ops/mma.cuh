@@ -19,9 +19,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::); } // all but the newest
-template <int N> __device__ __forceinline__ void cp_async_wait() { // all but the N newest groups
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 // four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {

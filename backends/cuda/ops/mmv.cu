@@ -541,7 +541,7 @@ size_t mul_mat_work_size(const tensor& dst) {
     // activations of the prefill GEMM
     const int64_t cols = x.ne[1] * x.ne[2] * x.ne[3];
     return std::max(size_t(x.ne[0] / 32) * size_t(cols) * sizeof(block_q8_1) + 256,
-                    split_eligible(w) ? gemm_split_work_size(x.ne[0], w.ne[1], cols) : gemm_split_work_size(x.ne[0], cols));
+                    gemm_split_work_size(x.ne[0], cols));
 }
 
 void mul_mat(cuda_context& ctx, tensor& dst) {

@@ -77,9 +77,6 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
 // The tensor-core GEMM for split-layout weights (gemm.cu): used for more than 8 activation columns.
 bool gemm_split_wanted(int64_t cols);
 size_t gemm_split_work_size(int64_t k, int64_t cols);
-// the scratch a prefill mul_mat of an (n, k) split weight over `cols` columns needs (f16 activations, and the weights
-// in f16 where the dequantizing GEMM takes the call)
-size_t gemm_split_work_size(int64_t k, int64_t n, int64_t cols);
 void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst);
 
 } // namespace tessera::cuda
