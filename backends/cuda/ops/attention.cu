@@ -508,22 +508,23 @@ template <int HD> void attention_exact_launch(const attn_args& a, cudaStream_t s
 // One block of 4 warps per (64 queries, head); warp w owns queries 16w .. 16w+15 for the whole key range. Per tile of
 // 64 keys: which keys any of the block's queries lets through (the mask, read once per tile); a tile nobody sees is
 // skipped, and the K / V rows of keys nobody sees are zero-filled, never read (a padded, never-written cache row may
-// hold NaN, and 0 * NaN is NaN); K and V (f16, cp.async) into shared memory; S = Q K^T by mma.sync m16n8k16 (Q rounded
+// hold NaN, and 0 * NaN is NaN); K and V (f16, cp.async, two stages: the next tile loads while this one is
+// multiplied) into shared memory; S = Q K^T by mma.sync m16n8k16 (Q rounded
 // to f16 once, kept in registers as A fragments), scale and mask in f32, online softmax on the accumulator fragments
 // (a row is spread over the 4 threads of a quad), P rounded to f16 and reused in registers as the A operand of O += P V
 // (V's B fragments by ldmatrix.trans); O, m and l stay in registers.
 constexpr int FA_BQ = 64, FA_BK = 64, FA_THREADS = 128;
 
-template <int HD> constexpr size_t fa_smem_bytes() {
-    return 2 * size_t(FA_BK) * (HD + 8) * sizeof(__half) + 2 * FA_BK * sizeof(int);
+template <int HD> constexpr size_t fa_smem_bytes() { // two stages of K, V and key flags
+    return 2 * (2 * size_t(FA_BK) * (HD + 8) * sizeof(__half) + 2 * FA_BK * sizeof(int));
 }
 
 template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention_fa_kernel(attn_args a) {
     constexpr int LD = HD + 8; // halves per shared row: 8 rows of an ldmatrix land in distinct banks
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    __half* k_s = reinterpret_cast<__half*>(fa_smem); // (FA_BK, LD); Q before the first tile
-    __half* v_s = k_s + FA_BK * LD;                    // (FA_BK, LD)
-    int* live_s = reinterpret_cast<int*>(v_s + FA_BK * LD); // [2][FA_BK]: key seen by a query of the half
+    __half* k_s = reinterpret_cast<__half*>(fa_smem);     // [2 stages] (FA_BK, LD); Q before the first tile
+    __half* v_s = k_s + 2 * FA_BK * LD;                    // [2 stages] (FA_BK, LD)
+    int* live_s = reinterpret_cast<int*>(v_s + 2 * FA_BK * LD); // [2 stages][2][FA_BK]: key seen by a query of the half
 
     const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
     const int warp = tid / WARP_SIZE, lane = tid % WARP_SIZE, g = lane / 4, t = lane % 4;
@@ -557,35 +558,57 @@ template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention
     const __half* kbase = a.k + hk * a.kv_nb1;
     const __half* vbase = a.v + hk * a.kv_nb1;
 
-    for (int64_t c0 = 0; c0 < a.n_kv; c0 += FA_BK) {
-        // which keys of the tile a query of this block sees: thread t checks key t % 64 for queries 32 (t / 64) ..
+    // which keys of the tile at c0 a query of this block sees, into stage st's flags: thread t checks key t % 64 for
+    // queries 32 (t / 64) .. +32; returns this thread's share
+    auto scan = [&](int64_t c0, int st) {
         bool live = false;
-        {
-            const int kk = tid % FA_BK, q0 = (tid / FA_BK) * (FA_BQ / 2);
-            const int64_t j = c0 + kk;
-            if (j < a.n_kv) {
-                if (!a.mask) {
-                    live = t0 + q0 < a.n_tok;
-                } else {
-                    for (int r = q0; r < q0 + FA_BQ / 2 && t0 + r < a.n_tok && !live; r++)
-                        live = a.mask[int64_t(t0 + r) * a.mask_nb1 + j] != -INFINITY;
-                }
+        const int kk = tid % FA_BK, q0 = (tid / FA_BK) * (FA_BQ / 2);
+        const int64_t j = c0 + kk;
+        if (j < a.n_kv) {
+            if (!a.mask) {
+                live = t0 + q0 < a.n_tok;
+            } else {
+                for (int r = q0; r < q0 + FA_BQ / 2 && t0 + r < a.n_tok && !live; r++)
+                    live = a.mask[int64_t(t0 + r) * a.mask_nb1 + j] != -INFINITY;
             }
-            live_s[(tid / FA_BK) * FA_BK + kk] = live;
         }
-        // also: everyone is done with the previous tile's K and V (and with Q, before the first)
-        if (!__syncthreads_or(live)) continue;
+        live_s[st * 2 * FA_BK + (tid / FA_BK) * FA_BK + kk] = live;
+        return live;
+    };
+    // K and V rows of the tile into stage st (cp.async; rows nobody sees zero-filled)
+    auto issue = [&](int64_t c0, int st) {
         for (int e = tid; e < FA_BK * HD / 8; e += FA_THREADS) {
             const int kk = e / (HD / 8), piece = e % (HD / 8);
             const int64_t j = c0 + kk;
-            const bool v = j < a.n_kv && (live_s[kk] | live_s[FA_BK + kk]);
+            const bool v = j < a.n_kv && (live_s[st * 2 * FA_BK + kk] | live_s[st * 2 * FA_BK + FA_BK + kk]);
             const int64_t off = v ? j * a.kv_nb2 + piece * 8 : 0;
-            cp_async16(&k_s[kk * LD + piece * 8], kbase + off, v);
-            cp_async16(&v_s[kk * LD + piece * 8], vbase + off, v);
+            cp_async16(&k_s[(st * FA_BK + kk) * LD + piece * 8], kbase + off, v);
+            cp_async16(&v_s[(st * FA_BK + kk) * LD + piece * 8], vbase + off, v);
+        }
+    };
+    // Two stages: tile i + 1 is loading while tile i is multiplied. A tile nobody sees is neither loaded nor
+    // multiplied (one empty commit group keeps the count).
+    const int64_t n_tiles = (a.n_kv + FA_BK - 1) / FA_BK;
+    bool cur_live = __syncthreads_or(n_tiles > 0 && scan(0, 0)); // also: every warp has its Q fragments
+    if (cur_live) issue(0, 0);
+    cp_async_commit();
+    for (int64_t ti = 0; ti < n_tiles; ti++) {
+        const int st = int(ti & 1);
+        const int64_t c0 = ti * FA_BK;
+        bool next_live = false;
+        if (ti + 1 < n_tiles) {
+            // the barrier: everyone is done with tile i - 1, whose stage tile i + 1 takes
+            next_live = __syncthreads_or(scan(c0 + FA_BK, st ^ 1));
+            if (next_live) issue(c0 + FA_BK, st ^ 1);
         }
         cp_async_commit();
-        cp_async_wait_all();
-        __syncthreads();
+        const bool live = cur_live;
+        cur_live = next_live;
+        if (!live) continue;
+        cp_async_wait_one(); // tile i has landed (for this thread) ...
+        __syncthreads();     // ... for everyone
+        const __half* kt_s = k_s + st * FA_BK * LD;
+        const __half* vt_s = v_s + st * FA_BK * LD;
 
         // S = Q K^T for this warp's 16 queries x 64 keys: 8 n8 tiles
         float s[FA_BK / 8][4];
@@ -598,7 +621,7 @@ template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention
 #pragma unroll
             for (int j = 0; j < FA_BK / 16; j++) {
                 uint32_t b[4];
-                ldmatrix_x4(b, &k_s[(j * 16 + lane % 8 + 8 * (lane / 16)) * LD + kk * 16 + 8 * ((lane / 8) % 2)]);
+                ldmatrix_x4(b, &kt_s[(j * 16 + lane % 8 + 8 * (lane / 16)) * LD + kk * 16 + 8 * ((lane / 8) % 2)]);
                 mma_16816(s[2 * j], qf[kk], b[0], b[1]);
                 mma_16816(s[2 * j + 1], qf[kk], b[2], b[3]);
             }
@@ -654,7 +677,7 @@ template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention
 #pragma unroll
             for (int dt = 0; dt < HD / 16; dt++) {
                 uint32_t b[4];
-                ldmatrix_x4_trans(b, &v_s[(kk * 16 + lane % 8 + 8 * ((lane / 8) % 2)) * LD + dt * 16 + 8 * (lane / 16)]);
+                ldmatrix_x4_trans(b, &vt_s[(kk * 16 + lane % 8 + 8 * ((lane / 8) % 2)) * LD + dt * 16 + 8 * (lane / 16)]);
                 mma_16816(o[2 * dt], pa, b[0], b[1]);
                 mma_16816(o[2 * dt + 1], pa, b[2], b[3]);
             }
@@ -677,6 +700,12 @@ template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention
 }
 
 template <int HD> void fa_launch(const attn_args& a, cudaStream_t stream) {
+    static const bool smem_set = [] { // HD 128: 70 KiB
+        TS_CUDA_CHECK(cudaFuncSetAttribute(attention_fa_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(fa_smem_bytes<HD>())));
+        return true;
+    }();
+    (void)smem_set;
     const dim3 grid(unsigned(ceil_div(a.n_tok, FA_BQ)), unsigned(a.n_head));
     attention_fa_kernel<HD><<<grid, FA_THREADS, fa_smem_bytes<HD>(), stream>>>(a);
     TS_CUDA_CHECK(cudaGetLastError());
