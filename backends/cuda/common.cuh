@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -85,6 +86,18 @@ struct shape4 {
 };
 // nb[d] / elem_bytes; TS_ASSERTs that every stride is a whole number of elements.
 shape4 shape_of(const tensor& t, size_t elem_bytes);
+
+// Element offset of row r of a tensor whose rows run over dims 1..3 (r = i1 + ne1 (i2 + ne2 i3)).
+__host__ __device__ __forceinline__ int64_t row_offset(const shape4& s, int64_t r) {
+    const int64_t i1 = r % s.ne[1], i2 = (r / s.ne[1]) % s.ne[2], i3 = r / (s.ne[1] * s.ne[2]);
+    return i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
+}
+
+// A switch for side-by-side measurements: NAME=0 turns a CUDA path off; anything else (or unset) leaves it on.
+inline bool env_switch_on(const char* name) {
+    const char* e = std::getenv(name);
+    return !(e && std::string(e) == "0");
+}
 
 // What an op needs while a graph is computed. Owned by cuda_backend; ops read it, never keep it.
 struct cuda_context {

@@ -357,10 +357,7 @@ void cuda_backend::compute_impl(graph& g) {
     // mask, cache rows) at the same device addresses before this.
     // Otherwise the launches are captured again and the executable updated in place when the kernels are the same
     // (cheap), or instantiated anew. TESSERA_CUDA_GRAPHS=0: plain launches.
-    static const bool graphs = [] {
-        const char* e = std::getenv("TESSERA_CUDA_GRAPHS");
-        return !(e && std::string(e) == "0");
-    }();
+    static const bool graphs = env_switch_on("TESSERA_CUDA_GRAPHS");
     if (exact_) { // rope's angles are computed on the host at launch: no capture
         size_t table = 0;
         for (const tensor* n : g.nodes)

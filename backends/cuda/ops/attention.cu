@@ -19,9 +19,6 @@
 
 #include <cuda_fp16.h>
 
-#include <cstdlib>
-#include <string>
-
 namespace tessera::cuda {
 
 namespace {
@@ -712,10 +709,7 @@ template <int HD> void fa_launch(const attn_args& a, cudaStream_t stream) {
 }
 
 bool fa_enabled() {
-    static const bool enabled = [] {
-        const char* e = std::getenv("TESSERA_CUDA_FA");
-        return !(e && std::string(e) == "0");
-    }();
+    static const bool enabled = env_switch_on("TESSERA_CUDA_FA");
     return enabled;
 }
 

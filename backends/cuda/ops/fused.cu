@@ -11,9 +11,6 @@
 // Not fused while a per-node callback watches (compare --layers) or TESSERA_CUDA_FUSE=0.
 #include "backends/cuda/ops/ops.cuh"
 
-#include <cstdlib>
-#include <string>
-
 namespace tessera::cuda {
 
 namespace {
@@ -80,10 +77,7 @@ static __global__ void __launch_bounds__(FUSE_THREADS)
 }
 
 bool fuse_enabled() {
-    static const bool enabled = [] {
-        const char* e = std::getenv("TESSERA_CUDA_FUSE");
-        return !(e && std::string(e) == "0");
-    }();
+    static const bool enabled = env_switch_on("TESSERA_CUDA_FUSE");
     return enabled;
 }
 

@@ -17,9 +17,6 @@
 
 #include <cuda_fp16.h>
 
-#include <cstdlib>
-#include <string>
-
 namespace tessera::cuda {
 
 namespace {
@@ -31,8 +28,7 @@ static __global__ void f16_rows_kernel(const float* x, shape4 sx, __half* y, int
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= total) return;
     const int64_t k = sx.ne[0], e = i % k, r = i / k;
-    const int64_t i1 = r % sx.ne[1], i2 = (r / sx.ne[1]) % sx.ne[2], i3 = r / (sx.ne[1] * sx.ne[2]);
-    y[i] = __float2half_rn(x[i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3] + e * sx.nb[0]]);
+    y[i] = __float2half_rn(x[row_offset(sx, r) + e * sx.nb[0]]);
 }
 
 struct gemm_args {
@@ -423,10 +419,7 @@ template <class D, exact_order O> static __global__ void __launch_bounds__(EX_TH
 }
 
 bool mmq_enabled() {
-    static const bool enabled = [] {
-        const char* e = std::getenv("TESSERA_CUDA_MMQ");
-        return !(e && std::string(e) == "0");
-    }();
+    static const bool enabled = env_switch_on("TESSERA_CUDA_MMQ");
     return enabled;
 }
 

@@ -18,8 +18,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 namespace tessera::cuda {
@@ -40,8 +38,7 @@ struct q8_lane {
 };
 __device__ __forceinline__ q8_lane quantize_q8_lane(const float* x, const shape4& sx, int64_t g, int lane) {
     const int64_t kb = sx.ne[0] / 32, ib = g % kb, r = g / kb;
-    const int64_t i1 = r % sx.ne[1], i2 = (r / sx.ne[1]) % sx.ne[2], i3 = r / (sx.ne[1] * sx.ne[2]);
-    const float v = x[i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3] + (ib * 32 + lane) * sx.nb[0]];
+    const float v = x[row_offset(sx, r) + (ib * 32 + lane) * sx.nb[0]];
     const float amax = warp_max(fabsf(v));
     const float d = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -418,10 +415,7 @@ split_args gemv_args(cuda_context& ctx, const split_weight& sw, tensor& dst) {
 }
 
 bool split_enabled() {
-    static const bool enabled = [] {
-        const char* e = std::getenv("TESSERA_CUDA_SPLIT");
-        return !(e && std::string(e) == "0");
-    }();
+    static const bool enabled = env_switch_on("TESSERA_CUDA_SPLIT");
     return enabled;
 }
 

@@ -6,15 +6,13 @@ namespace tessera::cuda {
 
 namespace {
 
-
 // x rows (ne0, rows over dims 1..3) strided; one block per row, thread t takes elements t, t + blockDim, ...
 static __global__ void __launch_bounds__(1024)
     rms_norm_kernel(const float* x, shape4 sx, float* y, shape4 sy, float eps) {
     __shared__ float red[32];
     const int64_t r = blockIdx.x;
-    const int64_t i1 = r % sx.ne[1], i2 = (r / sx.ne[1]) % sx.ne[2], i3 = r / (sx.ne[1] * sx.ne[2]);
-    const float* xr = x + i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3];
-    float* yr = y + i1 * sy.nb[1] + i2 * sy.nb[2] + i3 * sy.nb[3];
+    const float* xr = x + row_offset(sx, r);
+    float* yr = y + row_offset(sy, r);
     const int64_t ne0 = sx.ne[0];
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
@@ -33,9 +31,8 @@ static __global__ void __launch_bounds__(256) rms_norm_exact_kernel(const float*
                                                                     float eps) {
     __shared__ double red[32];
     const int64_t r = blockIdx.x;
-    const int64_t i1 = r % sx.ne[1], i2 = (r / sx.ne[1]) % sx.ne[2], i3 = r / (sx.ne[1] * sx.ne[2]);
-    const float* xr = x + i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3];
-    float* yr = y + i1 * sy.nb[1] + i2 * sy.nb[2] + i3 * sy.nb[3];
+    const float* xr = x + row_offset(sx, r);
+    float* yr = y + row_offset(sy, r);
     const int64_t ne0 = sx.ne[0];
     double ss = 0.0;
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {

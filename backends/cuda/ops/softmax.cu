@@ -13,10 +13,9 @@ static __global__ void __launch_bounds__(SOFTMAX_THREADS)
     soft_max_kernel(const float* x, shape4 sx, const float* mask, int64_t mask_nb1, float* y, shape4 sy, float scale) {
     __shared__ float red[32];
     const int64_t r = blockIdx.x;
-    const int64_t i1 = r % sx.ne[1], i2 = (r / sx.ne[1]) % sx.ne[2], i3 = r / (sx.ne[1] * sx.ne[2]);
-    const float* xr = x + i1 * sx.nb[1] + i2 * sx.nb[2] + i3 * sx.nb[3];
-    const float* mr = mask ? mask + i1 * mask_nb1 : nullptr;
-    float* yr = y + i1 * sy.nb[1] + i2 * sy.nb[2] + i3 * sy.nb[3];
+    const float* xr = x + row_offset(sx, r);
+    const float* mr = mask ? mask + (r % sx.ne[1]) * mask_nb1 : nullptr;
+    float* yr = y + row_offset(sy, r);
     const int64_t ne0 = sx.ne[0];
     float mx = -INFINITY;
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
