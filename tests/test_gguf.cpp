@@ -840,6 +840,31 @@ bool wait_for_byte(int fd) {
     return ::poll(&p, 1, 60000) == 1 && ::read(fd, &c, 1) == 1;
 }
 
+// A child process that runs `body`; body calls its argument, `ready`, once it has set things up (a write under way, a
+// lock taken), and ready never returns: the child then waits for the signal that ends it, with body's objects alive.
+// ready (the result's): the parent saw the child get there within 60 s. pid -1: no pipe or no fork.
+struct paused_child {
+    pid_t pid = -1;
+    bool ready = false;
+};
+paused_child fork_paused(const std::function<void(const std::function<void()>& ready)>& body) {
+    int pipefd[2];
+    if (::pipe(pipefd) != 0) return {};
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::close(pipefd[0]);
+        body([fd = pipefd[1]] {
+            (void)!::write(fd, "r", 1);
+            for (;;) ::pause();
+        });
+        ::_exit(1); // body returned without getting ready
+    }
+    ::close(pipefd[1]);
+    const bool ready = pid > 0 && wait_for_byte(pipefd[0]);
+    ::close(pipefd[0]);
+    return {pid, ready};
+}
+
 } // namespace
 
 TEST(atomic_file, nameless_while_written_then_replaces_in_one_rename) {
@@ -1091,23 +1116,18 @@ TEST(atomic_file, sigkill_mid_write_leaves_old_file_and_no_temporary) {
         ASSERT_EQ(entries_in(dir.path), 0u);
         put_file(path, "old contents");
         temp_mode m(named);
-        int pipefd[2];
-        ASSERT_EQ(::pipe(pipefd), 0);
-        const pid_t pid = ::fork();
-        if (pid == 0) {
-            ::close(pipefd[0]);
+        const paused_child child = fork_paused([&](const std::function<void()>& ready) {
             atomic_file f(path);
             f.write(std::string(1 << 20, 'n'));
-            (void)!::write(pipefd[1], "w", 1);
-            for (;;) ::pause();
-        }
-        ::close(pipefd[1]);
-        EXPECT_TRUE(wait_for_byte(pipefd[0])) << "the child never wrote";
+            ready();
+        });
+        const pid_t pid = child.pid;
+        ASSERT_GT(pid, 0);
+        EXPECT_TRUE(child.ready) << "the child never wrote";
         const size_t temps_while_written = test::temps_of(path).size();
         ::kill(pid, SIGKILL);
         int st = 0;
         ASSERT_EQ(::waitpid(pid, &st, 0), pid);
-        ::close(pipefd[0]);
         EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "status " << st;
         EXPECT_EQ(test::read_file(path), "old contents");
         const std::vector<std::string> left = test::temps_of(path);
@@ -1153,11 +1173,7 @@ TEST(atomic_file, signal_guard_removes_named_temporaries) {
         SCOPED_TRACE(::testing::Message() << "signal " << c.sig << (c.other_thread ? ", other thread" : "")
                                           << (c.hup_ignored ? ", SIGHUP ignored" : ""));
         put_file(path, "old contents");
-        int pipefd[2];
-        ASSERT_EQ(::pipe(pipefd), 0);
-        const pid_t pid = ::fork();
-        if (pid == 0) {
-            ::close(pipefd[0]);
+        const paused_child child = fork_paused([&](const std::function<void()>& ready) {
             if (c.hup_ignored) ::signal(SIGHUP, SIG_IGN);
             temp_file_signal_guard guard;
             if (c.other_thread) {
@@ -1172,12 +1188,11 @@ TEST(atomic_file, signal_guard_removes_named_temporaries) {
             }
             atomic_file f(path);
             f.write(std::string(1 << 20, 'n'));
-            (void)!::write(pipefd[1], "w", 1);
-            for (;;) ::pause();
-        }
-        ::close(pipefd[1]);
-        EXPECT_TRUE(wait_for_byte(pipefd[0])) << "the child never wrote";
-        ::close(pipefd[0]);
+            ready();
+        });
+        const pid_t pid = child.pid;
+        ASSERT_GT(pid, 0);
+        EXPECT_TRUE(child.ready) << "the child never wrote";
         EXPECT_EQ(test::temps_of(path).size(), 1u); // named while written
         ::kill(pid, c.sig);
         if (c.hup_ignored) {
@@ -1275,19 +1290,13 @@ TEST(atomic_file, locked_temporary_is_left_alone) {
         // held by a child process (its own open + flock), until it is killed
         const std::string child_held = temp_of(path, 4242, "0123456789abcdef");
         put_file(child_held, "child data");
-        int pipefd[2];
-        ASSERT_EQ(::pipe(pipefd), 0);
-        const pid_t pid = ::fork();
-        if (pid == 0) {
-            ::close(pipefd[0]);
+        const paused_child child = fork_paused([&](const std::function<void()>& ready) {
             const int cfd = ::open(child_held.c_str(), O_RDONLY | O_CLOEXEC);
-            if (cfd < 0 || ::flock(cfd, LOCK_EX) != 0) ::_exit(1);
-            (void)!::write(pipefd[1], "l", 1);
-            for (;;) ::pause();
-        }
-        ::close(pipefd[1]);
-        ASSERT_TRUE(wait_for_byte(pipefd[0])) << "the child never locked";
-        ::close(pipefd[0]);
+            if (cfd >= 0 && ::flock(cfd, LOCK_EX) == 0) ready();
+        });
+        const pid_t pid = child.pid;
+        ASSERT_GT(pid, 0);
+        ASSERT_TRUE(child.ready) << "the child never locked";
         write_path("four");
         EXPECT_EQ(test::read_file(child_held), "child data");
         ::kill(pid, SIGKILL);
