@@ -234,9 +234,10 @@ std::vector<op_case> all_cases() {
     // after it], rms_norm -> mul, swiglu -> q8_1. The fused kernels do the unfused kernels' arithmetic; vs the CPU:
     // float vs double sums of squares (~1e-7 relative) -> 1e-12 without a mul_mat; with one, a q8 value may flip at a
     // rounding tie -> the quantized bound, 1e-6. Row lengths: 576 (not a multiple of 256: partial warps of the block),
-    // 4096; 1 and 5 rows (decode, a small batch).
+    // 4096; 1 and 5 rows (decode, a small batch) and 40 (prefill: the tensor-core GEMM reads the q8_1 the fused kernel
+    // left, on Hopper as f16 values).
     for (int64_t n : {int64_t(576), int64_t(4096)})
-        for (int64_t rows : {int64_t(1), int64_t(5)}) {
+        for (int64_t rows : {int64_t(1), int64_t(5), int64_t(40)}) {
             const std::string sh = std::to_string(n) + "x" + std::to_string(rows);
             add_case("fused_add_norm_mul_" + sh, {f32_leaf({n, rows}, 40), f32_leaf({n, rows}, 41), f32_leaf({n}, 42)},
                      [](context& c, const auto& t) { return mul(c, rms_norm(c, add(c, t[0], t[1]), 1e-5f), t[2]); },
@@ -256,6 +257,12 @@ std::vector<op_case> all_cases() {
                      {f32_leaf({n, rows}, 50, 3.0f), f32_leaf({n, rows}, 51), typed_leaf(type::q4_1, {n, 33}, 52)},
                      [](context& c, const auto& t) { return mul_mat(c, t[2], swiglu(c, t[0], t[1])); }, 1e-6);
         }
+    // Two mul_mats right after each other on the same activations (q, k, v; gate, up) convert them once; the second
+    // must read what the first left, on the GEMV (5 columns) and the GEMM (40, 200). Same bound as one mul_mat.
+    for (int64_t cols : {int64_t(5), int64_t(40), int64_t(200)})
+        add_case("shared_acts_mul_mat_pair_576x" + std::to_string(cols),
+                 {f32_leaf({576, cols}, 53), typed_leaf(type::q4_0, {576, 200}, 54), typed_leaf(type::q4_0, {576, 200}, 55)},
+                 [](context& c, const auto& t) { return add(c, mul_mat(c, t[1], t[0]), mul_mat(c, t[2], t[0])); }, 1e-6);
     // rms_norm. bound: f32 sum of squares vs the CPU's double sum, ~1e-7 relative
     for (auto ne : {std::initializer_list<int64_t>{577, 9}, {576, 1}, {4096, 5, 2}})
         add_case(

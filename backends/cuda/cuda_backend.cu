@@ -58,10 +58,10 @@ uint8_t* cuda_context::ptr(const tensor* t) const {
     return static_cast<uint8_t*>(t->data);
 }
 
-size_t work_size(const tensor& node) {
+size_t work_size(const tensor& node, bool wgmma) {
     switch (node.o) {
     case op::mul_mat:
-        return mul_mat_work_size(node);
+        return mul_mat_work_size(node, wgmma);
     default:
         return 0;
     }
@@ -151,6 +151,7 @@ cuda_backend::cuda_backend(int device, bool exact) : exact_(exact) {
     cudaStream_t s = nullptr;
     TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     stream_ = s;
+    wgmma_ = env_switch_on("TESSERA_CUDA_WGMMA") && wgmma_built(device);
 }
 
 cuda_backend::~cuda_backend() {
@@ -342,7 +343,7 @@ void cuda_backend::compute(graph& g) {
 void cuda_backend::compute_impl(graph& g) {
     TS_CUDA_CHECK(cudaSetDevice(info_.id));
     size_t need = 0;
-    for (tensor* n : g.nodes) need = std::max(need, work_size(*n));
+    for (tensor* n : g.nodes) need = std::max(need, work_size(*n, wgmma_));
     if (need > 0 && (!scratch_ || scratch_->size() < need)) {
         TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_))); // the old scratch may still be read
         scratch_.reset();
@@ -464,6 +465,7 @@ void cuda_backend::launch_nodes(graph& g) {
     ctx.scratch = scratch_ ? scratch_->base() : nullptr;
     ctx.scratch_size = scratch_ ? scratch_->size() : 0;
     ctx.exact = exact_;
+    ctx.wgmma = wgmma_;
     ctx.host_inputs = &host_inputs_;
     ctx.exact_buf = exact_buf_ ? exact_buf_->base() : nullptr;
     ctx.exact_buf_size = exact_buf_ ? exact_buf_->size() : 0;

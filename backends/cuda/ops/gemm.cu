@@ -10,6 +10,9 @@
 //   gemm_split_kernel (the ternary formats, and every format with TESSERA_CUDA_MMQ=0): weights dequantized to f16 in
 //     shared memory by the format's dequant_split, f16 activations, mma.sync m16n8k16 f16 -> f32.
 // Measured (H100, 2026-11-22, the f16 kernel): 7B q4_0 pp512 6.4k t/s end to end, ~86 TFLOP/s for the whole model.
+// On Hopper (cuda_context::wgmma) gemm_split hands both cases to gemm_wgmma.cu instead, with f16 activations: the
+// q8_1 values d q for the formats the int8 kernel takes (so still the CPU's activations, to within f16 rounding), x
+// rounded to f16 for the others. These kernels remain for the other GPUs and with TESSERA_CUDA_WGMMA=0.
 #include "backends/cuda/ops/mma.cuh"
 #include "backends/cuda/ops/ops.cuh"
 
@@ -29,6 +32,27 @@ static __global__ void f16_rows_kernel(const float* x, shape4 sx, __half* y, int
     if (i >= total) return;
     const int64_t k = sx.ne[0], e = i % k, r = i / k;
     y[i] = __float2half_rn(x[row_offset(sx, r) + e * sx.nb[0]]);
+}
+
+// q8_1 activations (split_activations: q [cols][k], (d, s) per 32) -> their values d q as f16 rows [cols][k], 8
+// elements a thread
+static __global__ void q8_f16_kernel(const int8_t* q, const __half2* ds, __half* y, int64_t n8) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    const float d = __low2float(ds[i / 4]);
+    const uint2 v = *reinterpret_cast<const uint2*>(q + i * 8);
+    const int8_t* b = reinterpret_cast<const int8_t*>(&v);
+    uint4 out;
+    __half2* o = reinterpret_cast<__half2*>(&out);
+#pragma unroll
+    for (int j = 0; j < 4; j++) o[j] = __floats2half2_rn(float(b[2 * j]) * d, float(b[2 * j + 1]) * d);
+    reinterpret_cast<uint4*>(y)[i] = out;
+}
+
+// Where q8_f16_kernel writes: after split_activations' two arrays
+size_t q8_f16_offset(int64_t k, int64_t cols) {
+    const size_t q = (size_t(cols * k) + 255) / 256 * 256, ds = (size_t(cols * k / 32) * sizeof(__half2) + 255) / 256 * 256;
+    return q + ds;
 }
 
 struct gemm_args {
@@ -56,8 +80,10 @@ __device__ __forceinline__ void store_tile(const A& a, const float (&acc)[2][4][
                 const int64_t r = row0 + wm * 32 + i * 16 + lane / 4 + (e / 2) * 8;
                 const int64_t c = col0 + wn * 32 + j * 8 + 2 * (lane % 4) + (e % 2);
                 if (r < a.n && c < cols) {
-                    const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
-                    a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + r] = acc[i][j][e] * a.out_scale;
+                    const int64_t at = a.ne2 * a.ne3 == 1 ? c * a.y_nb1 // one batch: no divisions
+                                                          : (c / (a.m * a.ne2)) * a.y_nb3 + ((c / a.m) % a.ne2) * a.y_nb2 +
+                                                                (c % a.m) * a.y_nb1;
+                    a.y[at + r] = acc[i][j][e] * a.out_scale;
                 }
             }
 }
@@ -431,8 +457,13 @@ bool gemm_uses_q8(type t) {
     return int8;
 }
 
-size_t gemm_split_work_size(int64_t k, int64_t cols) {
-    return size_t(k) * size_t(cols) * sizeof(__half);
+// the activations (the largest form: q8_1 and its f16 values), then on the wgmma path a block of f16 weights
+static size_t acts_bytes(int64_t k, int64_t cols) {
+    return (q8_f16_offset(k, cols) + size_t(k) * size_t(cols) * sizeof(__half) + 255) / 256 * 256;
+}
+
+size_t gemm_split_work_size(type t, int64_t k, int64_t n, int64_t cols, bool wgmma) {
+    return acts_bytes(k, cols) + (wgmma ? gemm_wgmma_work_size(t, k, n) : 0);
 }
 
 bool gemm_split_wanted(int64_t cols) {
@@ -479,6 +510,20 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     const shape4 sx = shape_of(*x, 4), sy = shape_of(dst, 4);
     const int64_t m = x->ne[1], ne2 = x->ne[2], ne3 = x->ne[3], cols = m * ne2 * ne3, total = cols * w.k;
     if (total == 0 || w.n == 0) return;
+    TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(w.t, w.k, w.n, cols, ctx.wgmma));
+    void* work = static_cast<uint8_t*>(ctx.scratch) + acts_bytes(w.k, cols);
+    if (ctx.wgmma && gemm_uses_q8(w.t)) { // the q8_1 values as f16: the CPU's activations to within f16 rounding
+        const split_acts acts = split_activations(ctx, *x);
+        auto* xh = reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + q8_f16_offset(w.k, cols));
+        if (ctx.act_form != cuda_context::act_split_q8_f16) {
+            const int64_t n8 = total / 8;
+            q8_f16_kernel<<<unsigned(ceil_div(n8, 256)), 256, 0, ctx.stream>>>(acts.q, acts.ds, xh, n8);
+            TS_CUDA_CHECK(cudaGetLastError());
+            ctx.act_form = cuda_context::act_split_q8_f16;
+        }
+        gemm_wgmma(ctx, w, xh, dst, work);
+        return;
+    }
     const dim3 grid(unsigned(ceil_div(w.n, BM)), unsigned(ceil_div(cols, BN)));
     TS_ASSERT(grid.y <= 65535);
     if (gemm_uses_q8(w.t)) {
@@ -504,7 +549,6 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     a.k = w.k;
     a.ne2 = ne2;
     a.ne3 = ne3;
-    TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(a.k, cols));
     auto* xh = static_cast<__half*>(ctx.scratch);
     if (!(ctx.act_src == x && ctx.act_form == cuda_context::act_f16)) { // q, k, v (gate, up) share one conversion
         f16_rows_kernel<<<unsigned(ceil_div(total, 256)), 256, 0, ctx.stream>>>(ctx.as<float>(x), sx, xh, total);
@@ -513,6 +557,10 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
         ctx.act_form = cuda_context::act_f16;
     }
     a.x = xh;
+    if (ctx.wgmma) {
+        gemm_wgmma(ctx, w, xh, dst, work);
+        return;
+    }
     const bool known = visit_format(w.t, [&]<class F>() {
         if constexpr (has_split<F>::value)
             gemm_split_kernel<cuda_format<F>><<<grid, THREADS, 0, ctx.stream>>>(a);

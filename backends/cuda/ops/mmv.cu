@@ -448,7 +448,8 @@ split_acts split_activations(cuda_context& ctx, const tensor& x) {
     const shape4 sx = shape_of(x, 4);
     const int64_t k = x.ne[0], cols = x.ne[1] * x.ne[2] * x.ne[3], n_blocks = k / 32 * cols;
     const split_acts acts = split_activation_ptrs(ctx, x);
-    if (ctx.act_src == &x && ctx.act_form == cuda_context::act_split_q8) return acts; // q, k, v (gate, up) share it
+    if (ctx.act_src == &x && (ctx.act_form == cuda_context::act_split_q8 || ctx.act_form == cuda_context::act_split_q8_f16))
+        return acts; // q, k, v (gate, up) share them
     if (n_blocks > 0) {
         constexpr int threads = 256;
         quantize_split_kernel<<<unsigned(ceil_div(n_blocks * WARP_SIZE, threads)), threads, 0, ctx.stream>>>(
@@ -482,7 +483,7 @@ size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
     if (n < 2) return 0;
     const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
     if (gemm_split_wanted(cols) || x->t != type::f32 || x->ne[0] % 32 != 0) return 0;
-    TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(*dsts[0]));
+    TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(*dsts[0], ctx.wgmma));
     split_args args[3];
     for (int j = 0; j < n; j++) args[j] = gemv_args(ctx, *ws[j], *dsts[j]);
     const split_acts acts = split_activations(ctx, *x);
@@ -527,7 +528,7 @@ bool mul_mat_supported(const tensor& dst) {
     return file_layout ? weight_type_supported(w.t) : split_eligible(w);
 }
 
-size_t mul_mat_work_size(const tensor& dst) {
+size_t mul_mat_work_size(const tensor& dst, bool wgmma) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
     if (is_float_weight(w.t)) return 0;
@@ -535,7 +536,7 @@ size_t mul_mat_work_size(const tensor& dst) {
     // activations of the prefill GEMM
     const int64_t cols = x.ne[1] * x.ne[2] * x.ne[3];
     return std::max(size_t(x.ne[0] / 32) * size_t(cols) * sizeof(block_q8_1) + 256,
-                    gemm_split_work_size(x.ne[0], cols));
+                    gemm_split_work_size(w.t, x.ne[0], w.ne[1], cols, wgmma));
 }
 
 void mul_mat(cuda_context& ctx, tensor& dst) {
@@ -545,7 +546,7 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
         if (auto it = ctx.split->find(w); it != ctx.split->end()) {
             const split_weight& sw = it->second;
             TS_ASSERT(sw.k == w->ne[0] && sw.n == w->ne[1] && w->ne[2] == 1 && w->ne[3] == 1);
-            TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst));
+            TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst, ctx.wgmma));
             if (ctx.exact && gemm_exact_available(w->t)) {
                 gemm_exact(ctx, sw, *w, dst);
                 return;
@@ -603,7 +604,7 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
     default:
         break;
     }
-    TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst));
+    TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst, ctx.wgmma));
     const bool known = visit_format(w->t, [&]<class F>() {
         if constexpr (cuda_format<F>::available)
             mmv_q_launch<F>(a, ctx.as<float>(x), sx, ctx.scratch, ctx.stream);

@@ -33,8 +33,9 @@ bool attention_supported(const tensor& dst);
 bool set_rows_supported(const tensor& dst);
 // Weight types mul_mat and get_rows accept: f32, f16, bf16 and the formats with a cuda_format (quant/formats.cuh).
 bool weight_type_supported(type t);
-// Scratch bytes mul_mat needs for its quantized activations (0 for float weights).
-size_t mul_mat_work_size(const tensor& dst);
+// Scratch bytes mul_mat needs for its quantized activations (0 for float weights), and on the wgmma path
+// (ctx.wgmma) for a block of its weights dequantized to f16.
+size_t mul_mat_work_size(const tensor& dst, bool wgmma);
 // Whether the upload repacks weight w into the split layout (quant/format.cuh): a format with one, a 2-D contiguous
 // weight of whole blocks; TESSERA_CUDA_SPLIT=0 turns the layout off (the file's blocks, where a format has a kernel).
 bool split_eligible(const tensor& w);
@@ -74,9 +75,18 @@ constexpr int norm_threads(int64_t ne0) {
 size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             const std::unordered_map<const tensor*, int>& uses);
 
-// The tensor-core GEMM for split-layout weights (gemm.cu): used for more than 8 activation columns.
+// The tensor-core GEMM for split-layout weights (gemm.cu): used for more than 8 activation columns. On a GPU with
+// wgmma (ctx.wgmma) it runs gemm_wgmma, else the mma.sync kernels.
 bool gemm_split_wanted(int64_t cols);
-size_t gemm_split_work_size(int64_t k, int64_t cols);
+size_t gemm_split_work_size(type t, int64_t k, int64_t n, int64_t cols, bool wgmma);
 void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst);
+
+// Hopper's wgmma GEMM (gemm_wgmma.cu): whether the running binary has its sm_90a code for `device` (asks the device
+// once; also raises the kernels' shared-memory limit), and the GEMM itself on f16 activations x [cols][k].
+// gemm_wgmma dequantizes the weights inside the GEMM, or for the formats that ask for it (wgmma_dequant_first) to
+// f16 first, into `work` (gemm_wgmma_work_size bytes), a block of rows at a time.
+bool wgmma_built(int device);
+size_t gemm_wgmma_work_size(type t, int64_t k, int64_t n);
+void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tensor& dst, void* work);
 
 } // namespace tessera::cuda

@@ -1,0 +1,409 @@
+// gemm_wgmma.cu: prefill mul_mat on Hopper's warpgroup tensor-core MMA (wgmma.mma_async, sm_90a only), for every
+// format with the split layout: y (n, cols) = W^T x with x given as f16 rows [cols][k] (gemm.cu prepares them: the
+// q8_1 values d q rounded to f16 for the formats whose CPU dot takes q8_1 activations, so both backends multiply the
+// same activations to within f16 rounding; x itself rounded to f16 for the others).
+//
+// A 128 (weight rows) x TN (columns) tile per CTA of two warpgroups, each warpgroup 64 rows x TN columns with its
+// accumulators in registers. TN = 128 (six stages, one CTA an SM), or 64 (four stages, two CTAs an SM) when 128-column
+// tiles would leave SMs idle (1B's 2048-row matrices at 512 tokens). k advances 64 elements (two 32-element chunks,
+// one 128-byte swizzle row of f16) a step:
+//   activations  cp.async straight into the 128-byte-swizzled layout wgmma reads (16-byte piece c of row r at
+//                r * 128 + (c ^ r % 8) * 16), ST - 2 steps ahead;
+//   weights      fused (the default): each thread loads one chunk (and its scale group) of one row into registers
+//                three steps ahead (two register sets), dequantizes it with the format's dequant_split
+//                (quant/<format>.cuh) one step ahead and stores the 32 halves into the same swizzled layout; thread t
+//                writes row t / 2, so each warpgroup writes exactly the 64 rows its own wgmma reads.
+//                dequantized first (formats with wgmma_dequant_first: nvfp4, whose decode is too slow to repeat per
+//                column tile): dequant_rows_kernel writes f16 rows (at most 256 MiB at a time) that arrive by cp.async
+//                like the activations.
+// Each step issues 4 x wgmma m64nTNk16 per warpgroup and leaves them running while the loads and the dequantization
+// of the next steps go on; wgmma.wait_group 1 keeps one step in flight, so a stage is rewritten only two steps after
+// the wgmma that read it (and after a barrier). fence.proxy.async makes the generic-proxy writes (st.shared and
+// cp.async) visible to the tensor cores' async proxy. The epilogue writes each output once (no 64-bit divisions for
+// a single batch: they had cost more than the GEMM).
+// The kernel body exists only in the sm_90a build; wgmma_built() asks the device whether the running binary has it.
+// Measured (H100, 2026-11-22, m = 512, TFLOP/s at 4096x4096 / 14336x4096 / 4096x14336; cuBLAS f16 621-830): q4_0
+// 246 / 286 / 252, q8_0 232 / 258 / 235, awq4 228 / 274 / 233, tq2_0 247 / 294 / 251, nvfp4 (first) 275 / 258 / 266;
+// the mma.sync kernels (TESSERA_CUDA_WGMMA=0) 151 / 136 / 166 for q4_0. A plain f16 GEMM with this pipeline reaches
+// 485 / 349 / 472 (tests/bench/wgmma_proto.cu is where that was measured).
+#include "backends/cuda/ops/mma.cuh"
+#include "backends/cuda/ops/ops.cuh"
+
+#include "backends/cuda/quant/formats.cuh"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int TM = 128, TK = 64, THREADS = 256;
+constexpr int TILE_BYTES = 128 * TK * 2; // one operand's stage: 128 rows of 128 bytes, 16 KiB
+
+template <int TN, int ST> constexpr size_t smem_bytes() {
+    return size_t(ST) * (TILE_BYTES + TN * TK * 2) + 1024; // + the 1024-byte alignment of the swizzle atoms
+}
+
+struct wgmma_args {
+    const uint8_t* qs; // split weights (quantized A), or f16 [n][k] (D = f16_weights)
+    const uint8_t* sc;
+    const __half* x; // [cols][k]
+    float* y;
+    int64_t y_nb1, y_nb2, y_nb3;
+    int64_t n, row_base, m, k, ne2, ne3; // n rows of this call, written at output rows row_base ..
+    float out_scale;
+};
+
+// The D of gemm_wgmma_kernel for weights already dequantized to f16 rows (dequant_rows_kernel): they arrive by
+// cp.async like the activations.
+struct f16_weights {
+    using chunk_t = uint4;
+    static constexpr int scale_bytes = 0, chunks_per_scale = 1;
+    __device__ static void dequant_split(const uint4&, const uint8_t*, int, int, __half2 (&)[8]) {}
+};
+
+// rows r0 .. r0 + rows of a split weight -> f16 [rows][k], a thread per half chunk (memory-bound)
+template <class D>
+static __global__ void dequant_rows_kernel(const uint8_t* qs, const uint8_t* sc, int64_t r0, int64_t rows, int64_t k,
+                                           __half* out) {
+    using chunk_t = typename D::chunk_t;
+    constexpr int CPS = D::chunks_per_scale;
+    const int64_t nc = k / 32, ng = nc / CPS;
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= rows * nc * 2) return;
+    const int h = int(i % 2);
+    const int64_t c = (i / 2) % nc, r = i / (2 * nc), row = r0 + r;
+    const chunk_t q = ldg_chunk<chunk_t>(qs + (row * nc + c) * int64_t(sizeof(chunk_t)));
+    __half2 o[8];
+    D::dequant_split(q, sc + (row * ng + c / CPS) * D::scale_bytes, int(c % CPS), h, o);
+    uint4* dst = reinterpret_cast<uint4*>(out + r * k + c * 32 + h * 16);
+    dst[0] = *reinterpret_cast<const uint4*>(&o[0]);
+    dst[1] = *reinterpret_cast<const uint4*>(&o[4]);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle: start address >> 4, leading byte
+// offset (unused by this swizzle) 1, stride byte offset 1024 >> 4 (the next group of 8 rows), swizzle mode 1 (128 B).
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+    return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// d (64 x N f32, the warpgroup's fragment: N / 2 floats a thread) += a (64 x 16 f16) b (N x 16 f16), both K-major
+#define TS_R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+template <int N> __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t da, uint64_t db) {
+    if constexpr (N == 128) {
+        asm volatile("{\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+                     "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+                     "%59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, 0, 0;\n"
+                     "}\n"
+                     : TS_R8(0), TS_R8(8), TS_R8(16), TS_R8(24), TS_R8(32), TS_R8(40), TS_R8(48), TS_R8(56)
+                     : "l"(da), "l"(db));
+    } else {
+        static_assert(N == 64, "tiles of 64 or 128 columns");
+        asm volatile("{\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1, 0, 0;\n"
+                     "}\n"
+                     : TS_R8(0), TS_R8(8), TS_R8(16), TS_R8(24)
+                     : "l"(da), "l"(db));
+    }
+}
+#undef TS_R8
+
+// Offset of output column c (i1 + m (i2 + ne2 i3)) in a batched result
+__device__ __noinline__ int64_t out_column(int64_t c, int64_t m, int64_t ne2, int64_t nb1, int64_t nb2, int64_t nb3) {
+    return (c / (m * ne2)) * nb3 + ((c / m) % ne2) * nb2 + (c % m) * nb1;
+}
+#endif
+
+// TN columns a CTA (128 or 64; 64 fits two CTAs on an SM), ST stages
+template <class D, int TN, int ST>
+static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_kernel(wgmma_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using chunk_t = typename D::chunk_t;
+    constexpr bool W16 = std::is_same_v<D, f16_weights>;
+    constexpr int AHEAD = ST - 2;           // activation stages in flight
+    constexpr int B_BYTES = TN * TK * 2;    // one activation stage
+    static_assert(AHEAD >= 1, "at least 3 stages");
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
+    uint8_t* const sm = smem_raw + (base - raw); // generic pointer to the aligned start
+    const uint32_t sA = base, sB = base + ST * TILE_BYTES;
+
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int64_t row0 = int64_t(blockIdx.x) * TM, col0 = int64_t(blockIdx.y) * TN;
+    const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32, ng = nb / D::chunks_per_scale;
+    const int steps = int((nb + 1) / 2); // k % 64 == 32: the last step's second chunk is zeros
+
+    // weights: chunk a_ci of each step for row a_row (rows past n read row n - 1 and are never stored)
+    const int a_row = tid / 2, a_ci = tid % 2;
+    const int64_t w_row = row0 + a_row < a.n ? row0 + a_row : a.n - 1;
+    const uint8_t* q_row = a.qs + w_row * nb * int64_t(sizeof(chunk_t));
+    const uint8_t* s_row = a.sc + w_row * ng * D::scale_bytes;
+    auto load_w = [&](int step, chunk_t& q, uint32_t& s) {
+        if (step >= steps) return;
+        const int64_t ib = min(2 * int64_t(step) + a_ci, nb - 1);
+        q = ldg_chunk<chunk_t>(q_row + ib * int64_t(sizeof(chunk_t)));
+        s = load_scale_word<D::scale_bytes>(s_row + (ib / D::chunks_per_scale) * D::scale_bytes);
+    };
+    auto store_w = [&](int step, const chunk_t& q, uint32_t s) {
+        if (step >= steps) return;
+        const int64_t ib = 2 * int64_t(step) + a_ci;
+        uint4 v[4] = {};
+        if (ib < nb) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                __half2 o[8];
+                D::dequant_split(q, reinterpret_cast<const uint8_t*>(&s), int(ib % D::chunks_per_scale), h, o);
+                v[2 * h] = *reinterpret_cast<const uint4*>(&o[0]);
+                v[2 * h + 1] = *reinterpret_cast<const uint4*>(&o[4]);
+            }
+        }
+        uint8_t* row = sm + (step % ST) * TILE_BYTES + a_row * 128;
+#pragma unroll
+        for (int j = 0; j < 4; j++) *reinterpret_cast<uint4*>(row + (((a_ci * 4 + j) ^ (a_row & 7)) << 4)) = v[j];
+    };
+    // activations: TN rows x 8 pieces of 16 bytes a step; columns past the batch and k past the end are zero-filled;
+    // f16 weights the same way (rows past n zero-filled)
+    // Thread tid moves pieces tid + i THREADS: row p / 8, piece c = tid % 8 (the same for every i), so the swizzled
+    // offset, the source row and whether it exists are fixed per i; only the k offset moves.
+    constexpr int XI = TN * 8 / THREADS, WI = W16 ? TM * 8 / THREADS : 0;
+    const int pc = tid % 8;
+    const __half* x_src[XI];
+    uint32_t x_dst[XI];
+    bool x_ok[XI];
+#pragma unroll
+    for (int i = 0; i < XI; i++) {
+        const int r = (tid + i * THREADS) / 8;
+        x_ok[i] = col0 + r < cols;
+        x_src[i] = a.x + (x_ok[i] ? (col0 + r) * a.k + pc * 8 : 0);
+        x_dst[i] = uint32_t(ST * TILE_BYTES + r * 128 + ((pc ^ (r & 7)) << 4));
+    }
+    const __half* w_src[WI > 0 ? WI : 1];
+    uint32_t w_dst[WI > 0 ? WI : 1];
+    bool w_ok[WI > 0 ? WI : 1];
+#pragma unroll
+    for (int i = 0; i < WI; i++) {
+        const int r = (tid + i * THREADS) / 8;
+        w_ok[i] = row0 + r < a.n;
+        w_src[i] = reinterpret_cast<const __half*>(a.qs) + (w_ok[i] ? (row0 + r) * a.k + pc * 8 : 0);
+        w_dst[i] = uint32_t(r * 128 + ((pc ^ (r & 7)) << 4));
+    }
+    auto load_x = [&](int step) {
+        if (step < steps) {
+            const int64_t e = int64_t(step) * TK;
+            const bool k_ok = e + pc * 8 < a.k; // k % 64 == 32: the last step's upper half is zeros
+#pragma unroll
+            for (int i = 0; i < WI; i++) {
+                const bool ok = w_ok[i] && k_ok;
+                cp_async16(sm + (step % ST) * TILE_BYTES + w_dst[i], ok ? w_src[i] + e : w_src[i], ok);
+            }
+#pragma unroll
+            for (int i = 0; i < XI; i++) {
+                const bool ok = x_ok[i] && k_ok;
+                cp_async16(sm + (step % ST) * B_BYTES + x_dst[i], ok ? x_src[i] + e : x_src[i], ok);
+            }
+        }
+        cp_async_commit(); // an empty group past the end keeps the count per step
+    };
+
+    float d[TN / 2];
+#pragma unroll
+    for (int i = 0; i < TN / 2; i++) d[i] = 0.0f;
+
+    // One step: wait for its stage, issue its wgmma and, while they run, start the activations AHEAD steps ahead,
+    // dequantize the next step's weights (held in q, s since three steps back) into their stage and refill q, s with
+    // the weights three steps ahead. Two register sets take turns, so a chunk's load has two steps to arrive.
+    auto body = [&](int step, chunk_t& q, uint32_t& s) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(AHEAD - 1));
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); // this step's stage complete for everyone; the wgmma two steps back done in both warpgroups
+        const int stage = step % ST;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < TK / 16; kk++)
+            wgmma_m64k16<TN>(d, smem_desc(sA + stage * TILE_BYTES + wg * 64 * 128 + kk * 32),
+                             smem_desc(sB + stage * B_BYTES + kk * 32));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        load_x(step + AHEAD);
+        if constexpr (!W16) {
+            store_w(step + 1, q, s);
+            load_w(step + 3, q, s);
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    };
+
+    for (int i = 0; i < AHEAD; i++) load_x(i);
+    chunk_t q0{}, q1{};
+    uint32_t s0 = 0, s1 = 0;
+    if constexpr (!W16) {
+        load_w(0, q0, s0);
+        load_w(1, q1, s1);
+        store_w(0, q0, s0);
+        load_w(2, q0, s0);
+    }
+    for (int step = 0; step < steps; step += 2) { // step + 1 is stored from set (step + 1) % 2
+        body(step, q1, s1);
+        if (step + 1 < steps) body(step + 1, q0, s0);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+
+    // accumulator fragment: warp w of the warpgroup holds rows 16 w .. 16 w + 15; register 4 j + e is row
+    // lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2
+    const int w = (tid % 128) / 32, lane = tid % 32;
+    const bool flat = a.ne2 * a.ne3 == 1; // one batch: column c at c * y_nb1, no divisions
+#pragma unroll
+    for (int i = 0; i < TN / 2; i++) {
+        const int j = i / 4, e = i % 4;
+        const int64_t r = row0 + wg * 64 + w * 16 + lane / 4 + 8 * (e / 2);
+        const int64_t c = col0 + j * 8 + 2 * (lane % 4) + (e % 2);
+        if (r < a.n && c < cols) {
+            const int64_t at = flat ? c * a.y_nb1 : out_column(c, a.m, a.ne2, a.y_nb1, a.y_nb2, a.y_nb3);
+            a.y[at + a.row_base + r] = d[i] * a.out_scale;
+        }
+    }
+#else
+    (void)a;
+    (void)D::scale_bytes, (void)D::chunks_per_scale, (void)&D::dequant_split; // referenced on sm_90a only
+    __trap(); // never launched: wgmma_built() is false without the sm_90a code
+#endif
+}
+
+static __global__ void wgmma_probe_kernel(int* out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
+// stages: 6 for 128-column tiles (193 KiB, one CTA an SM), 4 for 64-column ones (97 KiB, two an SM)
+template <int TN> constexpr int stages() {
+    return TN == 128 ? 6 : 4;
+}
+
+template <class D, int TN> void allow_smem() {
+    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<D, TN, stages<TN>()>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(smem_bytes<TN, stages<TN>()>())));
+}
+template <class F> void allow_smem() {
+    if constexpr (has_split<F>::value) {
+        allow_smem<cuda_format<F>, 64>();
+        allow_smem<cuda_format<F>, 128>();
+    }
+}
+
+template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cudaStream_t stream) {
+    // 128-column tiles unless they would leave SMs idle: 64-column ones then (two CTAs an SM)
+    const bool narrow = ceil_div(a.n, TM) * ceil_div(cols, 128) < n_sm;
+    const dim3 grid(unsigned(ceil_div(a.n, TM)), unsigned(ceil_div(cols, narrow ? 64 : 128)));
+    TS_ASSERT(grid.y <= 65535);
+    if (narrow)
+        gemm_wgmma_kernel<D, 64, stages<64>()><<<grid, THREADS, smem_bytes<64, stages<64>()>(), stream>>>(a);
+    else
+        gemm_wgmma_kernel<D, 128, stages<128>()><<<grid, THREADS, smem_bytes<128, stages<128>()>(), stream>>>(a);
+    TS_CUDA_CHECK(cudaGetLastError());
+}
+
+// Whether weights of format F are dequantized inside the GEMM (each 128-row tile once per column tile) or to f16
+// rows first: the format's choice (wgmma_dequant_first), or TESSERA_CUDA_WGMMA=fused / =first for every format.
+template <class F> bool fused_dequant() {
+    static const int forced = [] {
+        const char* e = std::getenv("TESSERA_CUDA_WGMMA");
+        return !e ? 0 : std::string(e) == "fused" ? 1 : std::string(e) == "first" ? 2 : 0;
+    }();
+    return forced ? forced == 1 : !wgmma_dequant_first<F>::value;
+}
+
+// Bytes of f16 weight rows dequantized per GEMM (TESSERA_CUDA_DQ_MIB, default 256; the tests use 1 to get several
+// row blocks): a vocabulary-sized output matrix goes in blocks rather than needing a gigabyte.
+size_t dq_bytes() {
+    static const size_t v = [] {
+        const char* e = std::getenv("TESSERA_CUDA_DQ_MIB");
+        const long long mib = e ? std::atoll(e) : 0;
+        return size_t(mib > 0 ? mib : 256) << 20;
+    }();
+    return v;
+}
+int64_t dq_rows(int64_t k, int64_t n) {
+    const int64_t fit = int64_t(dq_bytes() / (size_t(k) * sizeof(__half))) / TM * TM;
+    return std::min(n, std::max<int64_t>(TM, fit));
+}
+
+} // namespace
+
+bool wgmma_built(int device) {
+    cudaDeviceProp prop{};
+    TS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    if (prop.major != 9 || prop.minor != 0) return false; // the sm_90a instructions exist on compute capability 9.0 only
+    int* flag = nullptr;
+    int got = 0;
+    TS_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+    wgmma_probe_kernel<<<1, 1>>>(flag);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaMemcpy(&got, flag, sizeof(int), cudaMemcpyDeviceToHost);
+    TS_CUDA_CHECK(cudaFree(flag));
+    TS_CUDA_CHECK(e);
+    if (got != 1) return false;
+    // the kernels' shared memory is past the default 48 KiB: allowed once here, outside any stream capture
+#define TS_ALLOW_SMEM(F) allow_smem<F>();
+    TS_BLOCK_FORMATS(TS_ALLOW_SMEM)
+#undef TS_ALLOW_SMEM
+    allow_smem<f16_weights, 64>();
+    allow_smem<f16_weights, 128>();
+    return true;
+}
+
+size_t gemm_wgmma_work_size(type t, int64_t k, int64_t n) {
+    bool fused = true;
+    visit_format(t, [&]<class F>() { fused = fused_dequant<F>(); });
+    return fused ? 0 : size_t(dq_rows(k, n)) * size_t(k) * sizeof(__half);
+}
+
+void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tensor& dst, void* work) {
+    const tensor* xt = dst.src[1];
+    const shape4 sy = shape_of(dst, 4);
+    const int64_t m = xt->ne[1], ne2 = xt->ne[2], ne3 = xt->ne[3], cols = m * ne2 * ne3;
+    if (cols == 0 || w.n == 0) return;
+    TS_ASSERT(w.k % 32 == 0);
+    wgmma_args a{w.qs, w.sc, x, ctx.as<float>(&dst), sy.nb[1], sy.nb[2], sy.nb[3], w.n, 0, m, w.k, ne2, ne3,
+                 w.out_scale};
+    const bool known = visit_format(w.t, [&]<class F>() {
+        using D = cuda_format<F>;
+        if constexpr (has_split<F>::value) {
+            if (fused_dequant<F>()) {
+                launch<D>(a, cols, ctx.n_sm, ctx.stream);
+                return;
+            }
+            // the weights to f16 a block of rows at a time, then the plain f16 GEMM on each block
+            auto* wh = static_cast<__half*>(work);
+            const int64_t block = dq_rows(w.k, w.n);
+            for (int64_t r0 = 0; r0 < w.n; r0 += block) {
+                const int64_t rows = std::min(block, w.n - r0);
+                dequant_rows_kernel<D><<<unsigned(ceil_div(rows * (w.k / 32) * 2, 256)), 256, 0, ctx.stream>>>(
+                    w.qs, w.sc, r0, rows, w.k, wh);
+                TS_CUDA_CHECK(cudaGetLastError());
+                wgmma_args b = a;
+                b.qs = reinterpret_cast<const uint8_t*>(wh);
+                b.n = rows;
+                b.row_base = r0;
+                launch<f16_weights>(b, cols, ctx.n_sm, ctx.stream);
+            }
+        } else {
+            TS_ASSERT(!"gemm_wgmma: a format without the split layout");
+        }
+    });
+    TS_ASSERT(known);
+}
+
+} // namespace tessera::cuda
