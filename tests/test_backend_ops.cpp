@@ -484,6 +484,39 @@ std::vector<op_case> all_cases() {
                      : n_kv > 256  ? 1e-4
                                    : 5e-6));
     }
+
+    // A layer's attention input as the model builds it: rope(Q), rope(K), the rotated K and V written into f16 caches
+    // at rows n_past.. (set_rows), attention over views of the written caches. CUDA runs the ropes and both writes as
+    // one kernel (fused.cu, rope_kv); a wrong row, head or rounding there shows in the attention output. Normal and
+    // neox rope, GQA, decode (1 token) and prefill sizes. bound: the attention cases'.
+    struct rope_kv_shape {
+        int64_t hd, n_head, n_head_kv, n_tok, n_past;
+        bool neox;
+    };
+    for (rope_kv_shape s : {rope_kv_shape{64, 6, 2, 1, 9, false}, rope_kv_shape{128, 8, 2, 5, 20, true},
+                            rope_kv_shape{64, 4, 4, 40, 3, false}, rope_kv_shape{128, 4, 1, 70, 30, true}}) {
+        const int64_t n_kv = s.n_past + s.n_tok;
+        std::vector<int32_t> rows;
+        for (int64_t t = 0; t < s.n_tok; t++) rows.push_back(int32_t(s.n_past + t));
+        const float sc = 1.0f / std::sqrt(float(s.hd));
+        add_case(
+            "rope_kv_attention_hd" + std::to_string(s.hd) + "_h" + std::to_string(s.n_head) + "_kv" +
+                std::to_string(s.n_head_kv) + "_tok" + std::to_string(s.n_tok) + (s.neox ? "_neox" : ""),
+            {f32_leaf({s.hd, s.n_head, s.n_tok}, 60), f32_leaf({s.hd, s.n_head_kv, s.n_tok}, 61),
+             f32_leaf({s.hd * s.n_head_kv, s.n_tok}, 62), typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 63, false),
+             typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 64, false), i32_leaf(rows), causal_mask(n_kv, s.n_tok)},
+            [=](context& c, const auto& t) {
+                const rope_mode mode = s.neox ? rope_mode::neox : rope_mode::normal;
+                tensor* q = rope(c, t[0], t[5], nullptr, int(s.hd), mode, 10000.0f, 1.0f);
+                tensor* k = rope(c, t[1], t[5], nullptr, int(s.hd), mode, 10000.0f, 1.0f);
+                tensor* kw = set_rows(c, t[3], reshape_2d(c, k, s.hd * s.n_head_kv, s.n_tok), t[5]);
+                tensor* vw = set_rows(c, t[4], t[2], t[5]);
+                tensor* kv = view_3d(c, kw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, kw->nb[1], 0);
+                tensor* vv = view_3d(c, vw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, vw->nb[1], 0);
+                return attention(c, q, kv, vv, t[6], sc);
+            },
+            std::max(s.n_tok > 8 ? 2e-6 : 0.0, s.n_tok >= 64 ? 1e-10 : 5e-6));
+    }
     return cs;
 }
 
