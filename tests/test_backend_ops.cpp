@@ -486,9 +486,9 @@ std::vector<op_case> all_cases() {
     }
 
     // A layer's attention input as the model builds it: rope(Q), rope(K), the rotated K and V written into f16 caches
-    // at rows n_past.. (set_rows), attention over views of the written caches. CUDA runs the ropes and both writes as
-    // one kernel (fused.cu, rope_kv); a wrong row, head or rounding there shows in the attention output. Normal and
-    // neox rope, GQA, decode (1 token) and prefill sizes. bound: the attention cases'.
+    // at rows n_past.. (set_rows), attention over views of the written caches; a wrong row, head or rounding in any of
+    // them shows in the attention output. Normal and neox rope, GQA, decode (1 token) and prefill sizes. bound: the
+    // attention cases'.
     struct rope_kv_shape {
         int64_t hd, n_head, n_head_kv, n_tok, n_past;
         bool neox;

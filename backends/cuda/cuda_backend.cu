@@ -505,9 +505,7 @@ void cuda_backend::launch_nodes(graph& g) {
                     float ms = 0.0f;
                     TS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
                     std::string key = "fused";
-                    for (size_t j = 0, k = 0; j < covered; j++)
-                        if (g.nodes[ni + j]->o != op::view && g.nodes[ni + j]->o != op::none)
-                            key += std::string(k++ ? "+" : " ") + op_name(g.nodes[ni + j]->o);
+                    for (size_t j = 0; j < covered; j++) key += std::string(j ? "+" : " ") + op_name(g.nodes[ni + j]->o);
                     auto& [t, count] = profile_->by_op[key];
                     t += double(ms);
                     count++;

@@ -4,8 +4,6 @@
 //   rms_norm -> mul [-> q8_1]                                                          (the first layer's norm)
 //   swiglu [-> q8_1]                                                                   (the down projection's input)
 //   2-3 mul_mats of one activation on the decode GEMV as one launch (mmv.cu, mul_mat_group: q, k, v; gate, up)
-//   rope(Q), rope(K), set_rows(K cache, rotated K), set_rows(V cache, V), in any order, views between them skipped
-//   (rope.cu, rope_kv: the rotated K is written to the cache and to its own tensor)
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
 // reads are skipped (the bare rms_norm). The arithmetic is the unfused kernels' (same operations, same order), so the
 // results are bit-identical to running the nodes one by one (test_backend_ops checks it). The q8_1 activations go
@@ -101,57 +99,6 @@ split_acts q8_target(cuda_context& ctx, const tensor* out, const tensor* next) {
     return split_activation_ptrs(ctx, *out);
 }
 
-// The four nodes of rope_kv starting at nodes[i] (views between them skipped): two ropes, the set_rows of one of
-// them (K) and a set_rows of something none of the four computes (V), with the same row indices. None of the four
-// reads another's result except the K write, so running them as one kernel at nodes[i] keeps every dependency.
-size_t fuse_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
-    const tensor* got[4];
-    size_t j = i;
-    for (int c = 0; c < 4; j++) {
-        if (j >= nodes.size()) return 0;
-        const tensor* t = nodes[j];
-        if (t->o == op::view || t->o == op::none) {
-            if (c == 0) return 0;
-            continue;
-        }
-        if (t->o != op::rope && t->o != op::set_rows) return 0;
-        got[c++] = t;
-    }
-    const tensor *ropes[2] = {}, *sets[2] = {};
-    int nr = 0, ns = 0;
-    for (const tensor* t : got) {
-        if (t->o == op::rope) {
-            if (nr == 2) return 0;
-            ropes[nr++] = t;
-        } else {
-            if (ns == 2) return 0;
-            sets[ns++] = t;
-        }
-    }
-    if (nr != 2 || ns != 2) return 0;
-    auto base = [](const tensor* t) { return t->view_src && t->view_offs == 0 ? t->view_src : t; };
-    auto is_one_of = [&](const tensor* t) {
-        for (const tensor* g : got)
-            if (base(t) == g || t == g) return true;
-        return false;
-    };
-    // which set_rows writes which rope (K); the other (V) must read none of the four
-    const tensor *sk = nullptr, *sv = nullptr, *rk = nullptr, *rq = nullptr;
-    for (int s = 0; s < 2 && !sk; s++)
-        for (int r = 0; r < 2; r++)
-            if (base(sets[s]->src[0]) == ropes[r]) {
-                sk = sets[s];
-                sv = sets[1 - s];
-                rk = ropes[r];
-                rq = ropes[1 - r];
-                break;
-            }
-    if (!sk || is_one_of(sv->src[0]) || is_one_of(rq->src[0]) || is_one_of(rk->src[0])) return 0;
-    if (sk->src[0] != rk && !(sk->src[0]->view_src == rk && sk->src[0]->is_contiguous())) return 0;
-    if (sk->src[1] == sv->src[1]) return 0; // the two writes go to different caches
-    return rope_kv(ctx, *rq, *rk, *sk, *sv) ? j - i : 0;
-}
-
 } // namespace
 
 size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
@@ -164,7 +111,6 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
         return it != uses.end() && it->second == 1 && !(t->flags & flag_output);
     };
     tensor* n0 = at(i);
-    if (const size_t n = fuse_rope_kv(ctx, nodes, i)) return n;
     // [add ->] rms_norm -> mul by a weight row
     const bool with_add = n0->o == op::add;
     tensor* norm = with_add ? at(i + 1) : n0;
