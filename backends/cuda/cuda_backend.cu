@@ -431,8 +431,8 @@ void cuda_backend::compute_impl(graph& g) {
 // activations the one before converted (ctx.act_src). A session runs the same graph object again while the batch
 // shape stays (session::decode_batch), so these repeat too. Every source is a node or a leaf of g (graph::expand
 // follows every source), so each tensor is described once, leaves first, and a source only named: ~20 words a node.
-// Describing every source at every use took ~140 us a decode step on 8B (H100 host, 2026-11-22); this takes 31 us,
-// 8B q4_0 tg128 313 -> 322 t/s.
+// Describing every source at every use took ~140 us a decode step on 8B (H100 host, 2026-11-22); this takes 31 us
+// (TESSERA_CUDA_PROFILE=host prints it).
 void cuda_backend::graph_signature(const graph& g, std::vector<uint64_t>& sig) const {
     sig.clear();
     sig.push_back(uint64_t(reinterpret_cast<uintptr_t>(scratch_ ? scratch_->base() : nullptr)));
