@@ -79,41 +79,30 @@ template <int ST, int V> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmm
     float d[64];
 #pragma unroll
     for (int i = 0; i < 64; i++) d[i] = 0.0f;
-    if constexpr (V == 0) {
-#pragma unroll
-    for (int s = 0; s < ST - 1; s++) load(s, s);
-    for (int kt = 0; kt < kt_n; kt++) {
-        cp_async_wait<ST - 2>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        load((kt + ST - 1) % ST, kt + ST - 1);
-        const int st = kt % ST;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++)
-            wgmma_m64n128k16(d, desc(sA + st * TILE_BYTES + wg * 64 * 128 + kk * 32), desc(sB + st * TILE_BYTES + kk * 32));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    }
-    } else {
-    constexpr int AH = ST - 2;
+    // V 0: the loads of the step ST - 1 ahead go out before the wgmma, which is waited for at once; V 1: ST - 2
+    // ahead, issued while the wgmma runs, one step of wgmma left in flight
+    constexpr int AH = V == 0 ? ST - 1 : ST - 2;
 #pragma unroll
     for (int s = 0; s < AH; s++) load(s, s);
     for (int kt = 0; kt < kt_n; kt++) {
         cp_async_wait<AH - 1>();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
+        if constexpr (V == 0) load((kt + AH) % ST, kt + AH);
         const int st = kt % ST;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++)
             wgmma_m64n128k16(d, desc(sA + st * TILE_BYTES + wg * 64 * 128 + kk * 32), desc(sB + st * TILE_BYTES + kk * 32));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        load((kt + AH) % ST, kt + AH);
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        if constexpr (V == 0) {
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        } else {
+            load((kt + AH) % ST, kt + AH);
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        }
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    }
 
     // accumulator fragment: warp w of the warpgroup holds rows 16 w .. 16 w + 15; register 4 j + e: row lane / 4 + 8 (e / 2),
     // column 8 j + 2 (lane % 4) + e % 2
