@@ -391,6 +391,7 @@ void cuda_backend::compute_impl(graph& g) {
     }
     exec_sig_.clear(); // valid again once this capture has become graph_exec_
     graphs_captured_++;
+    const auto cap_t0 = std::chrono::steady_clock::now();
     TS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     cudaGraph_t captured = nullptr;
     try {
@@ -421,6 +422,8 @@ void cuda_backend::compute_impl(graph& g) {
     TS_CUDA_CHECK(cudaGraphDestroy(captured));
     TS_CUDA_CHECK(cudaGraphLaunch(exec, st));
     exec_sig_.swap(next_sig_);
+    if (host_prof_)
+        host_prof_->capture_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - cap_t0).count();
 }
 
 // Everything launch_nodes' launches depend on, as words. Per node, views included: the host tensor, op, type, flags,
@@ -585,11 +588,11 @@ void cuda_backend::print_profile() const {
         std::fprintf(stderr,
                      "cuda host profile (TESSERA_CUDA_PROFILE=host): %lld computes; per compute %.1f us launching "
                      "(%.1f us of it building and comparing the graph's signature, %.1f us in cudaGraphLaunch of an "
-                     "unchanged graph; capture, update), %.1f us "
+                     "unchanged graph, %.1f us capturing, updating or instantiating a graph: %.2f ms over all), %.1f us "
                      "from its end to the next compute (graph building, logits: %.1f us of that waiting in get()); "
                      "CUDA graphs: %lld captured, %lld launched again unchanged\n",
                      (long long)host_prof_->calls, 1e6 * host_prof_->compute_s / n, 1e6 * host_prof_->sig_s / n,
-                     1e6 * host_prof_->launch_s / n,
+                     1e6 * host_prof_->launch_s / n, 1e6 * host_prof_->capture_s / n, 1e3 * host_prof_->capture_s,
                      1e6 * host_prof_->between_s / n, 1e6 * host_prof_->get_s / n, (long long)graphs_captured_,
                      (long long)graphs_reused_);
     }

@@ -93,7 +93,7 @@ class cuda_backend final : public backend {
     std::unique_ptr<profile_data> profile_;
     // TESSERA_CUDA_PROFILE=host: where the host's time goes per compute (launching vs the rest vs waiting)
     struct host_profile {
-        double compute_s = 0, between_s = 0, get_s = 0, sig_s = 0, launch_s = 0;
+        double compute_s = 0, between_s = 0, get_s = 0, sig_s = 0, launch_s = 0, capture_s = 0;
         int64_t calls = 0;
         std::chrono::steady_clock::time_point last_end;
     };

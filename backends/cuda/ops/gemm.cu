@@ -463,7 +463,8 @@ static size_t acts_bytes(int64_t k, int64_t cols) {
 }
 
 size_t gemm_split_work_size(type t, int64_t k, int64_t n, int64_t cols, bool wgmma) {
-    return acts_bytes(k, cols) + (wgmma ? gemm_wgmma_work_size(t, k, n) : 0);
+    // the f16 weights only where the GEMM runs (a decode step's GEMV needs none)
+    return acts_bytes(k, cols) + (wgmma && gemm_split_wanted(cols) ? gemm_wgmma_work_size(t, k, n) : 0);
 }
 
 bool gemm_split_wanted(int64_t cols) {
