@@ -52,6 +52,14 @@ if has ops; then
     grep -E '^\[  FAILED  \]|Failure|NMSE' "$LOG/test_backend_ops.log" | head -60
     note "test_backend_ops (ops): rc $rc, $(grep -E '^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ test' \
         "$LOG/test_backend_ops.log" | tr '\n' ' ')"
+    # the prefill GEMM's other paths on a Hopper GPU: every format dequantized inside the wgmma GEMM / to f16 first,
+    # f16 weights in several row blocks, and the mma.sync kernels (wgmma off)
+    for sw in TESSERA_CUDA_WGMMA=fused TESSERA_CUDA_WGMMA=first TESSERA_CUDA_DQ_MIB=1 TESSERA_CUDA_WGMMA=0; do
+        env "$sw" "$BUILD/tests/test_backend_ops" --gtest_filter='cuda/*mul_mat*:cuda/*fused*:cuda/*shared*' \
+            > "$LOG/test_backend_ops_$sw.log" 2>&1
+        note "test_backend_ops (GEMM paths, $sw): rc $?, $(grep -E '^\[ +(PASSED|FAILED) +\] [0-9]+ test' \
+            "$LOG/test_backend_ops_$sw.log" | tr '\n' ' ')"
+    done
 
     "$BUILD/tests/bench_mmv" 20 2>&1 | tee "$LOG/bench_mmv.txt"
 
