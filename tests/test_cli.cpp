@@ -528,6 +528,13 @@ std::string join(const std::vector<std::string>& v) {
     return s;
 }
 
+// At the stop the directory held OUT and OUT's named temporary ("out.gguf.tmp.<pid>.<hex>"), nothing else (use
+// inside ASSERT_NO_FATAL_FAILURE: a wrong count ends the test).
+void expect_named_temp_at_stop(const traced_run& r) {
+    ASSERT_EQ(r.at_stop.size(), 2u) << join(r.at_stop);
+    EXPECT_EQ(r.at_stop[1].rfind("out.gguf.tmp.", 0), 0u) << join(r.at_stop);
+}
+
 } // namespace
 
 // SIGINT while quantize writes OUT (after its metadata and a few tensors): the process dies of SIGINT, the old OUT is
@@ -544,8 +551,7 @@ TEST(cli_quantize, sigint_while_writing_leaves_old_output_and_no_temp) {
         if (!r.ptrace_ok) GTEST_SKIP() << "ptrace is not available here";
         ASSERT_TRUE(r.stopped) << "quantize never wrote its output: " << r.err;
         if (named) {
-            ASSERT_EQ(r.at_stop.size(), 2u) << join(r.at_stop);
-            EXPECT_EQ(r.at_stop[1].rfind("out.gguf.tmp.", 0), 0u) << join(r.at_stop);
+            ASSERT_NO_FATAL_FAILURE(expect_named_temp_at_stop(r));
         } else {
             EXPECT_EQ(join(r.at_stop), "out.gguf"); // written, but without a name
         }
@@ -565,8 +571,7 @@ TEST(cli_quantize, sigterm_between_link_and_rename_removes_the_named_temp) {
     const traced_run r = quantize_interrupted(tiny_model(), dir, out, stop_at::link, SIGTERM, false);
     if (!r.ptrace_ok) GTEST_SKIP() << "ptrace is not available here";
     ASSERT_TRUE(r.stopped) << "quantize never linked its output: " << r.err;
-    ASSERT_EQ(r.at_stop.size(), 2u) << join(r.at_stop);
-    EXPECT_EQ(r.at_stop[1].rfind("out.gguf.tmp.", 0), 0u) << join(r.at_stop);
+    ASSERT_NO_FATAL_FAILURE(expect_named_temp_at_stop(r));
     EXPECT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGTERM) << "status " << r.status << r.err;
     EXPECT_EQ(tessera::test::read_file(out), "old contents");
     EXPECT_EQ(join(dir.names()), "out.gguf");
@@ -592,8 +597,7 @@ TEST(cli_quantize, sigkill_while_writing_leaves_old_output_and_no_temp) {
         EXPECT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL) << "status " << r.status;
         EXPECT_EQ(tessera::test::read_file(out), "old contents");
         if (named) {
-            ASSERT_EQ(r.at_stop.size(), 2u) << join(r.at_stop);
-            EXPECT_EQ(r.at_stop[1].rfind("out.gguf.tmp.", 0), 0u) << join(r.at_stop);
+            ASSERT_NO_FATAL_FAILURE(expect_named_temp_at_stop(r));
             EXPECT_EQ(dir.names(), r.at_stop); // the dead writer's temporary stays
         } else {
             EXPECT_EQ(join(r.at_stop), "out.gguf");

@@ -813,6 +813,15 @@ size_t entries_in(const fs::path& dir) {
     return size_t(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}));
 }
 
+// After a round: PATH holds `contents`, no temporary of it is left and nothing else is in DIR; PATH is then removed
+// for the next round.
+void expect_only_committed(const fs::path& dir, const std::string& path, const std::string& contents) {
+    EXPECT_EQ(tessera::test::read_file(path), contents);
+    EXPECT_TRUE(tessera::test::temps_of(path).empty());
+    EXPECT_EQ(entries_in(dir), 1u);
+    fs::remove(path);
+}
+
 // TESSERA_O_TMPFILE=0 while alive (or unset, for the O_TMPFILE pass).
 struct temp_mode {
     explicit temp_mode(bool named) {
@@ -1149,10 +1158,7 @@ TEST(atomic_file, sigkill_mid_write_leaves_old_file_and_no_temporary) {
             f.write("new contents");
             f.commit();
         }
-        EXPECT_EQ(test::read_file(path), "new contents");
-        EXPECT_TRUE(test::temps_of(path).empty());
-        EXPECT_EQ(entries_in(dir.path), 1u);
-        fs::remove(path);
+        expect_only_committed(dir.path, path, "new contents");
     }
 }
 
@@ -1316,10 +1322,7 @@ TEST(atomic_file, locked_temporary_is_left_alone) {
             for (const std::string& n : before) EXPECT_TRUE(fs::exists(dir.path / n)) << n;
             a.commit();
         }
-        EXPECT_EQ(test::read_file(path), "first");
-        EXPECT_TRUE(test::temps_of(path).empty());
-        EXPECT_EQ(entries_in(dir.path), 1u);
-        fs::remove(path);
+        expect_only_committed(dir.path, path, "first");
     }
 }
 
