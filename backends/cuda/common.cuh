@@ -50,6 +50,15 @@ __device__ __forceinline__ int warp_sum(int x) {
     for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
+// Offset in elements of result column c = i1 + m (i2 + ne2 i3), rows at strides nb1, nb2, nb3 (elements). One batch
+// (ne2 ne3 == 1, always in a model) takes no division: the three 64-bit divisions, per output, had cost the prefill
+// GEMMs more than their MMAs.
+__device__ __forceinline__ int64_t column_offset(int64_t c, int64_t m, int64_t ne2, int64_t ne3, int64_t nb1,
+                                                 int64_t nb2, int64_t nb3) {
+    if (ne2 * ne3 == 1) return c * nb1;
+    return (c / (m * ne2)) * nb3 + ((c / m) % ne2) * nb2 + (c % m) * nb1;
+}
+
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
     for (int o = WARP_SIZE / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));

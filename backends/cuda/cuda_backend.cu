@@ -151,7 +151,7 @@ cuda_backend::cuda_backend(int device, bool exact) : exact_(exact) {
     cudaStream_t s = nullptr;
     TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     stream_ = s;
-    wgmma_ = env_switch_on("TESSERA_CUDA_WGMMA") && wgmma_built(device);
+    wgmma_ = env_switch_on("TESSERA_CUDA_WGMMA") && wgmma_built(info_.cc_major, info_.cc_minor);
 }
 
 cuda_backend::~cuda_backend() {

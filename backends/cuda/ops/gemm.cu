@@ -35,7 +35,7 @@ static __global__ void f16_rows_kernel(const float* x, shape4 sx, __half* y, int
 }
 
 // q8_1 activations (split_activations: q [cols][k], (d, s) per 32) -> their values d q as f16 rows [cols][k], 8
-// elements a thread
+// elements a thread; written right after split_activations' arrays (split_acts_bytes)
 static __global__ void q8_f16_kernel(const int8_t* q, const __half2* ds, __half* y, int64_t n8) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n8) return;
@@ -47,12 +47,6 @@ static __global__ void q8_f16_kernel(const int8_t* q, const __half2* ds, __half*
 #pragma unroll
     for (int j = 0; j < 4; j++) o[j] = __floats2half2_rn(float(b[2 * j]) * d, float(b[2 * j + 1]) * d);
     reinterpret_cast<uint4*>(y)[i] = out;
-}
-
-// Where q8_f16_kernel writes: after split_activations' two arrays
-size_t q8_f16_offset(int64_t k, int64_t cols) {
-    const size_t q = (size_t(cols * k) + 255) / 256 * 256, ds = (size_t(cols * k / 32) * sizeof(__half2) + 255) / 256 * 256;
-    return q + ds;
 }
 
 struct gemm_args {
@@ -79,12 +73,8 @@ __device__ __forceinline__ void store_tile(const A& a, const float (&acc)[2][4][
             for (int e = 0; e < 4; e++) {
                 const int64_t r = row0 + wm * 32 + i * 16 + lane / 4 + (e / 2) * 8;
                 const int64_t c = col0 + wn * 32 + j * 8 + 2 * (lane % 4) + (e % 2);
-                if (r < a.n && c < cols) {
-                    const int64_t at = a.ne2 * a.ne3 == 1 ? c * a.y_nb1 // one batch: no divisions
-                                                          : (c / (a.m * a.ne2)) * a.y_nb3 + ((c / a.m) % a.ne2) * a.y_nb2 +
-                                                                (c % a.m) * a.y_nb1;
-                    a.y[at + r] = acc[i][j][e] * a.out_scale;
-                }
+                if (r < a.n && c < cols)
+                    a.y[column_offset(c, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + r] = acc[i][j][e] * a.out_scale;
             }
 }
 
@@ -439,8 +429,8 @@ template <class D, exact_order O> static __global__ void __launch_bounds__(EX_TH
         } else {
             r = acc[j][0];
         }
-        const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
-        a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + row] = a.out_scale == 1.0f ? r : __fmul_rn(r, a.out_scale);
+        a.y[column_offset(c, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + row] =
+            a.out_scale == 1.0f ? r : __fmul_rn(r, a.out_scale);
     }
 }
 
@@ -459,7 +449,7 @@ bool gemm_uses_q8(type t) {
 
 // the activations (the largest form: q8_1 and its f16 values), then on the wgmma path a block of f16 weights
 static size_t acts_bytes(int64_t k, int64_t cols) {
-    return (q8_f16_offset(k, cols) + size_t(k) * size_t(cols) * sizeof(__half) + 255) / 256 * 256;
+    return (split_acts_bytes(k, cols) + size_t(k) * size_t(cols) * sizeof(__half) + 255) / 256 * 256;
 }
 
 size_t gemm_split_work_size(type t, int64_t k, int64_t n, int64_t cols, bool wgmma) {
@@ -515,7 +505,7 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     void* work = static_cast<uint8_t*>(ctx.scratch) + acts_bytes(w.k, cols);
     if (ctx.wgmma && gemm_uses_q8(w.t)) { // the q8_1 values as f16: the CPU's activations to within f16 rounding
         const split_acts acts = split_activations(ctx, *x);
-        auto* xh = reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + q8_f16_offset(w.k, cols));
+        auto* xh = reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + split_acts_bytes(w.k, cols));
         if (ctx.act_form != cuda_context::act_split_q8_f16) {
             const int64_t n8 = total / 8;
             q8_f16_kernel<<<unsigned(ceil_div(n8, 256)), 256, 0, ctx.stream>>>(acts.q, acts.ds, xh, n8);

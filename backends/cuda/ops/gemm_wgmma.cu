@@ -119,11 +119,6 @@ template <int N> __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2],
     }
 }
 #undef TS_R8
-
-// Offset of output column c (i1 + m (i2 + ne2 i3)) in a batched result
-__device__ __noinline__ int64_t out_column(int64_t c, int64_t m, int64_t ne2, int64_t nb1, int64_t nb2, int64_t nb3) {
-    return (c / (m * ne2)) * nb3 + ((c / m) % ne2) * nb2 + (c % m) * nb1;
-}
 #endif
 
 // TN columns a CTA (128 or 64; 64 fits two CTAs on an SM), ST stages
@@ -261,15 +256,13 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
     // accumulator fragment: warp w of the warpgroup holds rows 16 w .. 16 w + 15; register 4 j + e is row
     // lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2
     const int w = (tid % 128) / 32, lane = tid % 32;
-    const bool flat = a.ne2 * a.ne3 == 1; // one batch: column c at c * y_nb1, no divisions
 #pragma unroll
     for (int i = 0; i < TN / 2; i++) {
         const int j = i / 4, e = i % 4;
         const int64_t r = row0 + wg * 64 + w * 16 + lane / 4 + 8 * (e / 2);
         const int64_t c = col0 + j * 8 + 2 * (lane % 4) + (e % 2);
         if (r < a.n && c < cols) {
-            const int64_t at = flat ? c * a.y_nb1 : out_column(c, a.m, a.ne2, a.y_nb1, a.y_nb2, a.y_nb3);
-            a.y[at + a.row_base + r] = d[i] * a.out_scale;
+            a.y[column_offset(c, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + a.row_base + r] = d[i] * a.out_scale;
         }
     }
 #else
@@ -342,10 +335,8 @@ int64_t dq_rows(int64_t k, int64_t n) {
 
 } // namespace
 
-bool wgmma_built(int device) {
-    cudaDeviceProp prop{};
-    TS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    if (prop.major != 9 || prop.minor != 0) return false; // the sm_90a instructions exist on compute capability 9.0 only
+bool wgmma_built(int cc_major, int cc_minor) {
+    if (cc_major != 9 || cc_minor != 0) return false; // the sm_90a instructions exist on compute capability 9.0 only
     int* flag = nullptr;
     int got = 0;
     TS_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));

@@ -353,10 +353,8 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
         for (int j = 0; j < NC; j++) {
             const float s = warp_sum(sum[r][j]);
             const int64_t c = col0 + j;
-            if (lane == 0 && row0 + r < a.n && c < cols) {
-                const int64_t i1 = c % a.m, i2 = (c / a.m) % a.ne2, i3 = c / (a.m * a.ne2);
-                a.y[i3 * a.y_nb3 + i2 * a.y_nb2 + i1 * a.y_nb1 + row0 + r] = s * a.out_scale;
-            }
+            if (lane == 0 && row0 + r < a.n && c < cols)
+                a.y[column_offset(c, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + row0 + r] = s * a.out_scale;
         }
 }
 
@@ -427,12 +425,17 @@ bool has_split_type(type t) {
 
 } // namespace
 
+size_t split_acts_bytes(int64_t k, int64_t cols) {
+    const size_t q = (size_t(cols * k) + 255) / 256 * 256, ds = size_t(cols * (k / 32)) * sizeof(__half2);
+    return q + (ds + 255) / 256 * 256;
+}
+
 split_acts split_activation_ptrs(const cuda_context& ctx, const tensor& x) {
-    const int64_t k = x.ne[0], cols = x.ne[1] * x.ne[2] * x.ne[3], n_blocks = k / 32 * cols;
+    const int64_t k = x.ne[0], cols = x.ne[1] * x.ne[2] * x.ne[3];
     split_acts acts;
     acts.q = static_cast<int8_t*>(ctx.scratch);
     acts.ds = reinterpret_cast<__half2*>(static_cast<uint8_t*>(ctx.scratch) + (size_t(cols * k) + 255) / 256 * 256);
-    TS_ASSERT(k % 32 == 0 && ctx.scratch_size >= size_t(cols * k) + 256 + size_t(n_blocks) * sizeof(__half2));
+    TS_ASSERT(k % 32 == 0 && ctx.scratch_size >= split_acts_bytes(k, cols));
     return acts;
 }
 

@@ -47,6 +47,8 @@ struct split_acts {
     const __half2* ds = nullptr;
 };
 split_acts split_activations(cuda_context& ctx, const tensor& x);
+// Bytes of those two arrays for k x cols activations, the second aligned to 256 (what follows them starts there).
+size_t split_acts_bytes(int64_t k, int64_t cols);
 // Where split_activations puts them (nothing is computed).
 split_acts split_activation_ptrs(const cuda_context& ctx, const tensor& x);
 // Whether mul_mat node `node` quantizes its activations through split_activations (a split weight on the GEMV or the
@@ -81,11 +83,12 @@ bool gemm_split_wanted(int64_t cols);
 size_t gemm_split_work_size(type t, int64_t k, int64_t n, int64_t cols, bool wgmma);
 void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst);
 
-// Hopper's wgmma GEMM (gemm_wgmma.cu): whether the running binary has its sm_90a code for `device` (asks the device
-// once; also raises the kernels' shared-memory limit), and the GEMM itself on f16 activations x [cols][k].
+// Hopper's wgmma GEMM (gemm_wgmma.cu): whether the running binary has its sm_90a code for the current device, of
+// compute capability cc_major.cc_minor (asks the device once; also raises the kernels' shared-memory limit), and the
+// GEMM itself on f16 activations x [cols][k].
 // gemm_wgmma dequantizes the weights inside the GEMM, or for the formats that ask for it (wgmma_dequant_first) to
 // f16 first, into `work` (gemm_wgmma_work_size bytes), a block of rows at a time.
-bool wgmma_built(int device);
+bool wgmma_built(int cc_major, int cc_minor);
 size_t gemm_wgmma_work_size(type t, int64_t k, int64_t n);
 void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tensor& dst, void* work);
 
