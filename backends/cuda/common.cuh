@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace tessera::cuda {
@@ -88,6 +89,28 @@ __device__ __forceinline__ float block_max(float x, float* red) {
     return x;
 }
 
+// Programmatic dependent launch (Hopper, sm_90+). A kernel launched by `launch` below with ctx.pdl set may start while
+// the kernel before it on the stream still runs: it must call pdl_wait() before it reads anything an earlier kernel
+// wrote or writes anything at all (before that it may only read weights, which no kernel writes). pdl_wait returns once
+// every earlier kernel has finished and its writes are visible; in a kernel launched normally it returns at once.
+// pdl_trigger() lets the next kernel start launching (once every block of this one has called it or exited); each
+// kernel calls it right after its wait, so at most two kernels are resident: one running, the next one waiting (a GEMV
+// meanwhile pulls its weights into L2). Below sm_90 both are no-ops.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Asks L2 for the 32-byte sector holding p (a hint; nothing waits for it).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // Element strides and sizes of a tensor, in elements of `elem_bytes` (kernels index with these).
 struct shape4 {
     int64_t ne[4];
@@ -134,12 +157,32 @@ struct cuda_context {
     size_t exact_buf_size = 0;
     const tensor* act_src = nullptr;
     act_form_t act_form = act_none;
+    // kernels launched through launch() may start before the one ahead of them ends (pdl_wait above): compute
+    // capability 9.0+, not in exact mode; TESSERA_CUDA_PDL=0: off
+    bool pdl = false;
 
     // Device address of t's first element: a weight's copy, a view into a weight's copy, or t.data (device memory
     // bound by the graph runner or allocated by this backend).
     uint8_t* ptr(const tensor* t) const;
     template <class T> T* as(const tensor* t) const { return reinterpret_cast<T*>(ptr(t)); }
 };
+
+// Launches kernel<<<grid, block, smem, ctx.stream>>>(args...), as a programmatic dependent launch when ctx.pdl: only
+// for kernels that call pdl_wait() as described above. Checks the launch.
+template <class... P, class... A>
+void launch(const cuda_context& ctx, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx.stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = ctx.pdl ? 1 : 0;
+    TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+}
 
 // Scratch bytes a node needs (mul_mat: its activations quantized to q8_1; on the wgmma path also a block of its
 // weights as f16).

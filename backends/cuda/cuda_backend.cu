@@ -152,6 +152,9 @@ cuda_backend::cuda_backend(int device, bool exact) : exact_(exact) {
     TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     stream_ = s;
     wgmma_ = env_switch_on("TESSERA_CUDA_WGMMA") && wgmma_built(info_.cc_major, info_.cc_minor);
+    // programmatic dependent launches (common.cuh: pdl_wait): Hopper and later; not in exact mode (its kernels are
+    // launched plainly anyway) nor while the per-op profile times each node alone
+    pdl_ = info_.cc_major >= 9 && env_switch_on("TESSERA_CUDA_PDL") && !exact_ && !profile_;
 }
 
 cuda_backend::~cuda_backend() {
@@ -481,6 +484,7 @@ void cuda_backend::launch_nodes(graph& g) {
     ctx.scratch_size = scratch_ ? scratch_->size() : 0;
     ctx.exact = exact_;
     ctx.wgmma = wgmma_;
+    ctx.pdl = pdl_;
     ctx.host_inputs = &host_inputs_;
     ctx.exact_buf = exact_buf_ ? exact_buf_->base() : nullptr;
     ctx.exact_buf_size = exact_buf_ ? exact_buf_->size() : 0;
@@ -508,7 +512,9 @@ void cuda_backend::launch_nodes(graph& g) {
                     float ms = 0.0f;
                     TS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
                     std::string key = "fused";
-                    for (size_t j = 0; j < covered; j++) key += std::string(j ? "+" : " ") + op_name(g.nodes[ni + j]->o);
+                    for (size_t j = 0, k = 0; j < covered; j++)
+                        if (g.nodes[ni + j]->o != op::view && g.nodes[ni + j]->o != op::none)
+                            key += std::string(k++ ? "+" : " ") + op_name(g.nodes[ni + j]->o);
                     auto& [t, count] = profile_->by_op[key];
                     t += double(ms);
                     count++;

@@ -82,6 +82,7 @@ class cuda_backend final : public backend {
     // TESSERA_CUDA_EXACT=1: the CPU's results bit for bit where the ops can (common.cuh, cuda_context::exact)
     bool exact_ = false;
     bool wgmma_ = false; // prefill GEMMs on wgmma (cuda_context::wgmma)
+    bool pdl_ = false;   // programmatic dependent launches (cuda_context::pdl)
     std::unordered_map<const tensor*, std::vector<uint8_t>> host_inputs_; // exact mode: i32 inputs as set()
     std::unique_ptr<buffer> exact_buf_;                                   // exact mode: rope's angle tables
     void graph_signature(const graph& g, std::vector<uint64_t>& sig) const;

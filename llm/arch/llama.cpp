@@ -179,6 +179,9 @@ tensor* llama_build(const model& m, context& ctx, graph& g, const batch_inputs& 
         k = named(rope(ctx, reshape_3d(ctx, k, D, hp.n_head_kv, n), in.pos, m.rope_freqs, int(hp.n_rot), mode,
                        hp.rope_freq_base, hp.rope_freq_scale),
                   "Krope", il);
+        // rotated Q first: its result is then placed while K and V still live, so a backend can run both ropes and
+        // the cache writes below as one kernel without Q's result landing where K or V are still to be read
+        g.expand(q);
         // append this batch's K, V to the cache (rows kv_idx = n_past .. n_past + n), before attention reads them;
         // the row numbers are a graph input, so the graph itself does not change from token to token
         tensor* kc = kv.k[size_t(il)];

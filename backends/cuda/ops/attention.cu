@@ -61,6 +61,8 @@ static __global__ void __launch_bounds__(DECODE_THREADS) attention_decode_kernel
     __shared__ float q_s[HD_MAX];
     __shared__ float p_s[DECODE_THREADS];
     __shared__ float red[32];
+    pdl_wait();
+    pdl_trigger();
     const int h = blockIdx.x, t = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
     const float* qr = a.q + h * a.q_nb1 + t * a.q_nb2;
     for (int d = tid; d < a.hd; d += blockDim.x) q_s[d] = qr[d];
@@ -274,6 +276,8 @@ constexpr int DW_WARPS = 4;
 template <int D> static __global__ void __launch_bounds__(DW_WARPS * WARP_SIZE) attention_decode_warp_kernel(attn_args a) {
     __shared__ float m_s[DW_WARPS], l_s[DW_WARPS];
     __shared__ float acc_s[DW_WARPS][D * WARP_SIZE];
+    pdl_wait();
+    pdl_trigger();
     const int h = blockIdx.x, t = blockIdx.y, hk = h / a.group;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     float q[D];
@@ -713,7 +717,8 @@ bool fa_enabled() {
     return enabled;
 }
 
-void attention_launch(const attn_args& a, cudaStream_t stream) {
+void attention_launch(const cuda_context& ctx, const attn_args& a) {
+    cudaStream_t stream = ctx.stream;
     if (a.n_tok == 0) return;
     // the warp kernel's vector loads need rows (and the base) aligned to D halves
     const int D = a.hd / WARP_SIZE;
@@ -722,13 +727,13 @@ void attention_launch(const attn_args& a, cudaStream_t stream) {
                          reinterpret_cast<uintptr_t>(a.v) % (2 * D) == 0;
     if (a.n_tok <= 8 && warp_ok) {
         const dim3 grid(unsigned(a.n_head), unsigned(a.n_tok));
-        if (D == 2) attention_decode_warp_kernel<2><<<grid, DW_WARPS * WARP_SIZE, 0, stream>>>(a);
-        else if (D == 4) attention_decode_warp_kernel<4><<<grid, DW_WARPS * WARP_SIZE, 0, stream>>>(a);
-        else attention_decode_warp_kernel<8><<<grid, DW_WARPS * WARP_SIZE, 0, stream>>>(a);
-        TS_CUDA_CHECK(cudaGetLastError());
+        launch(ctx,
+               D == 2   ? attention_decode_warp_kernel<2>
+               : D == 4 ? attention_decode_warp_kernel<4>
+                        : attention_decode_warp_kernel<8>,
+               grid, DW_WARPS * WARP_SIZE, 0, a);
     } else if (a.n_tok <= 8) {
-        attention_decode_kernel<<<dim3(unsigned(a.n_head), unsigned(a.n_tok)), DECODE_THREADS, 0, stream>>>(a);
-        TS_CUDA_CHECK(cudaGetLastError());
+        launch(ctx, attention_decode_kernel, dim3(unsigned(a.n_head), unsigned(a.n_tok)), DECODE_THREADS, 0, a);
     } else if ((a.hd == 64 || a.hd == 128) && fa_enabled() && a.kv_nb1 % 8 == 0 && a.kv_nb2 % 8 == 0 &&
                reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0) {
         if (a.hd == 64) fa_launch<64>(a, stream); // cp.async: 16-byte aligned rows
@@ -792,7 +797,7 @@ void attention(cuda_context& ctx, tensor& dst) {
         TS_CUDA_CHECK(cudaGetLastError());
         return;
     }
-    attention_launch(a, ctx.stream);
+    attention_launch(ctx, a);
 }
 
 } // namespace tessera::cuda

@@ -43,6 +43,8 @@ __device__ __forceinline__ float silu_f(float x) {
 template <binary_op OP>
 static __global__ void binary_kernel(const float* a, shape4 sa, const float* b, shape4 sb, float* y, shape4 sy,
                                      int64_t n) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const index4 x = unflatten(i, sy.ne);
@@ -61,6 +63,8 @@ static __global__ void binary_kernel(const float* a, shape4 sa, const float* b, 
 
 template <unary_op OP>
 static __global__ void unary_kernel(const float* a, shape4 sa, float* y, shape4 sy, float s, int64_t n) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const index4 x = unflatten(i, sy.ne);
@@ -81,6 +85,8 @@ template <> __device__ __forceinline__ bf16 from_f32<bf16>(float x) {
 
 // Element i in row-major order of src goes to element i in row-major order of dst (shapes may differ, counts agree).
 template <class T> static __global__ void cpy_kernel(const float* x, shape4 sx, T* y, shape4 sy, int64_t n) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     y[offset(unflatten(i, sy.ne), sy.nb)] = from_f32<T>(x[offset(unflatten(i, sx.ne), sx.nb)]);
@@ -90,6 +96,8 @@ template <class T> static __global__ void cpy_kernel(const float* x, shape4 sx, 
 template <class T, class I>
 static __global__ void set_rows_kernel(const float* x, int64_t x_nb1, T* y, int64_t y_nb1, int64_t n_dst,
                                        const I* idx, int64_t ne0, int64_t n_rows) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (c >= ne0) return;
     for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y) {
@@ -113,43 +121,30 @@ unsigned n_blocks(int64_t n) {
     return unsigned(ceil_div(n, EW_THREADS));
 }
 
-template <binary_op OP>
-void binary_launch(const float* a, shape4 sa, const float* b, shape4 sb, float* y, shape4 sy, cudaStream_t stream) {
-    const int64_t n = sy.ne[0] * sy.ne[1] * sy.ne[2] * sy.ne[3];
-    if (n == 0) return;
-    binary_kernel<OP><<<n_blocks(n), EW_THREADS, 0, stream>>>(a, sa, b, sb, y, sy, n);
-    TS_CUDA_CHECK(cudaGetLastError());
-}
-
-template <unary_op OP> void unary_launch(const float* a, shape4 sa, float* y, shape4 sy, float s, cudaStream_t stream) {
-    const int64_t n = sy.ne[0] * sy.ne[1] * sy.ne[2] * sy.ne[3];
-    if (n == 0) return;
-    unary_kernel<OP><<<n_blocks(n), EW_THREADS, 0, stream>>>(a, sa, y, sy, s, n);
-    TS_CUDA_CHECK(cudaGetLastError());
-}
-
-template <class T> void cpy_launch(const float* x, shape4 sx, T* y, shape4 sy, cudaStream_t stream) {
-    const int64_t n = sy.ne[0] * sy.ne[1] * sy.ne[2] * sy.ne[3];
-    if (n == 0) return;
-    cpy_kernel<T><<<n_blocks(n), EW_THREADS, 0, stream>>>(x, sx, y, sy, n);
-    TS_CUDA_CHECK(cudaGetLastError());
-}
-
 template <binary_op OP> void binary(cuda_context& ctx, tensor& dst) {
     const tensor* a = dst.src[0];
     const tensor* b = dst.src[1];
-    binary_launch<OP>(ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(b), shape_of(*b, 4), ctx.as<float>(&dst),
-                      shape_of(dst, 4), ctx.stream);
+    const shape4 sy = shape_of(dst, 4);
+    const int64_t n = dst.n_elements();
+    if (n == 0) return;
+    launch(ctx, binary_kernel<OP>, n_blocks(n), EW_THREADS, 0, ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(b),
+           shape_of(*b, 4), ctx.as<float>(&dst), sy, n);
 }
 
 template <unary_op OP> void unary(cuda_context& ctx, tensor& dst, float s) {
     const tensor* a = dst.src[0];
-    unary_launch<OP>(ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(&dst), shape_of(dst, 4), s, ctx.stream);
+    const int64_t n = dst.n_elements();
+    if (n == 0) return;
+    launch(ctx, unary_kernel<OP>, n_blocks(n), EW_THREADS, 0, ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(&dst),
+           shape_of(dst, 4), s, n);
 }
 
 template <class T> void cpy_as(cuda_context& ctx, tensor& dst) {
     const tensor* src = dst.src[0];
-    cpy_launch<T>(ctx.as<float>(src), shape_of(*src, 4), ctx.as<T>(&dst), shape_of(dst, sizeof(T)), ctx.stream);
+    const int64_t n = dst.n_elements();
+    if (n == 0) return;
+    launch(ctx, cpy_kernel<T>, n_blocks(n), EW_THREADS, 0, ctx.as<float>(src), shape_of(*src, 4), ctx.as<T>(&dst),
+           shape_of(dst, sizeof(T)), n);
 }
 
 template <class T> void set_rows_as(cuda_context& ctx, tensor& dst) {
@@ -160,12 +155,11 @@ template <class T> void set_rows_as(cuda_context& ctx, tensor& dst) {
     const dim3 grid(n_blocks(ne0), unsigned(n_rows < 65535 ? n_rows : 65535));
     const int64_t x_nb1 = int64_t(src->nb[1] / 4), y_nb1 = int64_t(dst.nb[1] / sizeof(T));
     if (idx->t == type::i32)
-        set_rows_kernel<T, int32_t><<<grid, EW_THREADS, 0, ctx.stream>>>(
-            ctx.as<float>(src), x_nb1, ctx.as<T>(&dst), y_nb1, dst.ne[1], ctx.as<int32_t>(idx), ne0, n_rows);
+        launch(ctx, set_rows_kernel<T, int32_t>, grid, EW_THREADS, 0, ctx.as<float>(src), x_nb1, ctx.as<T>(&dst), y_nb1,
+               dst.ne[1], ctx.as<int32_t>(idx), ne0, n_rows);
     else
-        set_rows_kernel<T, int64_t><<<grid, EW_THREADS, 0, ctx.stream>>>(
-            ctx.as<float>(src), x_nb1, ctx.as<T>(&dst), y_nb1, dst.ne[1], ctx.as<int64_t>(idx), ne0, n_rows);
-    TS_CUDA_CHECK(cudaGetLastError());
+        launch(ctx, set_rows_kernel<T, int64_t>, grid, EW_THREADS, 0, ctx.as<float>(src), x_nb1, ctx.as<T>(&dst), y_nb1,
+               dst.ne[1], ctx.as<int64_t>(idx), ne0, n_rows);
 }
 
 } // namespace

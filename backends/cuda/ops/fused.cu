@@ -4,11 +4,14 @@
 //   rms_norm -> mul [-> q8_1]                                                          (the first layer's norm)
 //   swiglu [-> q8_1]                                                                   (the down projection's input)
 //   2-3 mul_mats of one activation on the decode GEMV as one launch (mmv.cu, mul_mat_group: q, k, v; gate, up)
+//   rope(Q), rope(K), set_rows(K cache, rotated K), set_rows(V cache, V), in any order, views between them skipped
+//   (rope.cu, rope_kv), when no result the kernel writes lies where one of its inputs is (see fuse_rope_kv)
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
 // reads are skipped (the bare rms_norm). The arithmetic is the unfused kernels' (same operations, same order), so the
 // results are bit-identical to running the nodes one by one (test_backend_ops checks it). The q8_1 activations go
 // where split_activations (mmv.cu) puts them, which the mul_mat right after then finds already done.
-// Not fused while a per-node callback watches (compare --layers) or TESSERA_CUDA_FUSE=0.
+// Not fused while a per-node callback watches (compare --layers) or TESSERA_CUDA_FUSE=0 (TESSERA_CUDA_ROPE_KV=0: the
+// rope / cache-write group alone).
 #include "backends/cuda/ops/ops.cuh"
 
 namespace tessera::cuda {
@@ -36,6 +39,8 @@ static __global__ void __launch_bounds__(1024)
     add_norm_mul_kernel(const float* a, const float* b, float* sum, const float* w, float* y, int64_t ne0, float eps,
                         int8_t* q, __half2* ds) {
     __shared__ float red[32];
+    pdl_wait();
+    pdl_trigger();
     const int64_t r = blockIdx.x;
     const float* x = ADD ? sum + r * ne0 : a + r * ne0;
     float ss = 0.0f;
@@ -68,6 +73,8 @@ static __global__ void __launch_bounds__(1024)
 // y = silu(g) u over n contiguous elements (rows of ne0 % 32 == 0 when quantizing), as the swiglu kernel; then q8_1
 static __global__ void __launch_bounds__(FUSE_THREADS)
     swiglu_q8_kernel(const float* g, const float* u, float* y, int64_t n, int8_t* q, __half2* ds) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i - threadIdx.x % WARP_SIZE >= n) return; // whole warps only (n % 32 == 0)
     const float x = g[i];
@@ -99,6 +106,92 @@ split_acts q8_target(cuda_context& ctx, const tensor* out, const tensor* next) {
     return split_activation_ptrs(ctx, *out);
 }
 
+// Bytes [lo, hi) of device memory tensor t spans (f32 / f16 / i32 / i64 elements, any strides).
+struct span {
+    uintptr_t lo, hi;
+};
+span span_of(const cuda_context& ctx, const tensor* t) {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(ctx.ptr(t));
+    uintptr_t n = type_size(t->t);
+    for (int d = 0; d < TS_MAX_DIMS; d++) {
+        if (t->ne[d] == 0) return {lo, lo};
+        n += uintptr_t(t->ne[d] - 1) * t->nb[d];
+    }
+    return {lo, lo + n};
+}
+bool overlap(span a, span b) {
+    return a.lo < b.hi && b.lo < a.hi;
+}
+
+// The four nodes of rope_kv starting at nodes[i] (views between them skipped): two ropes, the set_rows of one of
+// them (K) and a set_rows of something none of the four computes (V), with the same row indices. None of the four
+// reads another's result except the K write, so one kernel at nodes[i] keeps every dependency of the graph; but it
+// also runs nodes before their turn, and the memory plan may have placed a result where an input of a later node of
+// the four was (that input's last reader having run by then in graph order): checked here, and then not fused. The
+// llama graph puts rope(Q) first (llm/arch/llama.cpp), so its result is placed while K and V live, and the rotated K,
+// read by its cache write alone, is not written at all.
+size_t fuse_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                    const std::unordered_map<const tensor*, int>& uses) {
+    const tensor* got[4];
+    size_t j = i;
+    for (int c = 0; c < 4; j++) {
+        if (j >= nodes.size()) return 0;
+        const tensor* t = nodes[j];
+        if (t->o == op::view || t->o == op::none) {
+            if (c == 0) return 0;
+            continue;
+        }
+        if (t->o != op::rope && t->o != op::set_rows) return 0;
+        got[c++] = t;
+    }
+    const tensor *ropes[2] = {}, *sets[2] = {};
+    int nr = 0, ns = 0;
+    for (const tensor* t : got) {
+        if (t->o == op::rope) {
+            if (nr == 2) return 0;
+            ropes[nr++] = t;
+        } else {
+            if (ns == 2) return 0;
+            sets[ns++] = t;
+        }
+    }
+    if (nr != 2 || ns != 2) return 0;
+    auto base = [](const tensor* t) { return t->view_src && t->view_offs == 0 ? t->view_src : t; };
+    auto is_one_of = [&](const tensor* t) {
+        for (const tensor* g : got)
+            if (base(t) == g || t == g) return true;
+        return false;
+    };
+    // which set_rows writes which rope (K); the other (V) must read none of the four
+    const tensor *sk = nullptr, *sv = nullptr, *rk = nullptr, *rq = nullptr;
+    for (int s = 0; s < 2 && !sk; s++)
+        for (int r = 0; r < 2; r++)
+            if (base(sets[s]->src[0]) == ropes[r]) {
+                sk = sets[s];
+                sv = sets[1 - s];
+                rk = ropes[r];
+                rq = ropes[1 - r];
+                break;
+            }
+    if (!sk || is_one_of(sv->src[0]) || is_one_of(rq->src[0]) || is_one_of(rk->src[0])) return 0;
+    if (sk->src[0] != rk && !(sk->src[0]->view_src == rk && sk->src[0]->is_contiguous())) return 0;
+    if (sk->src[1] == sv->src[1]) return 0; // the two writes go to different caches
+    auto used = [&](const tensor* t) {
+        const auto it = uses.find(t);
+        return it == uses.end() ? 0 : it->second;
+    };
+    // the rotated K is needed only when something besides its cache write reads it
+    const bool write_k = (rk->flags & flag_output) || used(rk) != 1 ||
+                         (sk->src[0] != rk && ((sk->src[0]->flags & flag_output) || used(sk->src[0]) != 1));
+    const tensor* inputs[] = {rq->src[0], rk->src[0], sv->src[0], rq->src[1], rq->src[2], sk->src[2]};
+    std::vector<const tensor*> outputs = {rq, sk, sv};
+    if (write_k) outputs.push_back(rk);
+    for (const tensor* o : outputs)
+        for (const tensor* in : inputs)
+            if (in && overlap(span_of(ctx, o), span_of(ctx, in))) return 0;
+    return rope_kv(ctx, *rq, *rk, *sk, *sv, write_k) ? j - i : 0;
+}
+
 } // namespace
 
 size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
@@ -111,6 +204,9 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
         return it != uses.end() && it->second == 1 && !(t->flags & flag_output);
     };
     tensor* n0 = at(i);
+    static const bool rope_kv_on = env_switch_on("TESSERA_CUDA_ROPE_KV");
+    if (rope_kv_on)
+        if (const size_t n = fuse_rope_kv(ctx, nodes, i, uses)) return n;
     // [add ->] rms_norm -> mul by a weight row
     const bool with_add = n0->o == op::add;
     tensor* norm = with_add ? at(i + 1) : n0;
@@ -128,15 +224,14 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             const split_acts qa = q8_target(ctx, mul, at(i + (with_add ? 3 : 2)));
             auto* q = const_cast<int8_t*>(qa.q);
             auto* ds = const_cast<__half2*>(qa.ds);
+            const float eps = norm->op_params.f[0];
             if (with_add)
-                add_norm_mul_kernel<true><<<unsigned(rows), norm_threads(ne0), 0, ctx.stream>>>(
-                    ctx.as<float>(n0->src[0]), ctx.as<float>(n0->src[1]), ctx.as<float>(n0), ctx.as<float>(w),
-                    ctx.as<float>(mul), ne0, norm->op_params.f[0], q, ds);
+                launch(ctx, add_norm_mul_kernel<true>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(n0->src[0]),
+                       ctx.as<float>(n0->src[1]), ctx.as<float>(n0), ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q,
+                       ds);
             else
-                add_norm_mul_kernel<false><<<unsigned(rows), norm_threads(ne0), 0, ctx.stream>>>(
-                    ctx.as<float>(x), nullptr, nullptr, ctx.as<float>(w), ctx.as<float>(mul), ne0,
-                    norm->op_params.f[0], q, ds);
-            TS_CUDA_CHECK(cudaGetLastError());
+                launch(ctx, add_norm_mul_kernel<false>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(x),
+                       nullptr, nullptr, ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q, ds);
             if (q) {
                 ctx.act_src = mul;
                 ctx.act_form = cuda_context::act_split_q8;
@@ -150,10 +245,9 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
         const split_acts qa = q8_target(ctx, n0, at(i + 1));
         const int64_t n = n0->n_elements();
         if (qa.q && n > 0) {
-            swiglu_q8_kernel<<<unsigned(ceil_div(n, FUSE_THREADS)), FUSE_THREADS, 0, ctx.stream>>>(
-                ctx.as<float>(n0->src[0]), ctx.as<float>(n0->src[1]), ctx.as<float>(n0), n, const_cast<int8_t*>(qa.q),
-                const_cast<__half2*>(qa.ds));
-            TS_CUDA_CHECK(cudaGetLastError());
+            launch(ctx, swiglu_q8_kernel, unsigned(ceil_div(n, FUSE_THREADS)), FUSE_THREADS, 0,
+                   ctx.as<float>(n0->src[0]), ctx.as<float>(n0->src[1]), ctx.as<float>(n0), n,
+                   const_cast<int8_t*>(qa.q), const_cast<__half2*>(qa.ds));
             ctx.act_src = n0;
             ctx.act_form = cuda_context::act_split_q8;
             return 1;

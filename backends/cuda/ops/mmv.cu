@@ -170,6 +170,8 @@ template <int V> __device__ __forceinline__ void load_x(const float* p, float (&
 
 // Float W: thread lt of a row takes elements [V lt, V lt + V), then V tpr further on.
 template <class T, int NC, int V> static __global__ void __launch_bounds__(MMV_THREADS) mmv_f_kernel(mmv_args a) {
+    pdl_wait();
+    pdl_trigger();
     const int tpr = MMV_THREADS / a.rows_per_block;
     const int64_t row = int64_t(blockIdx.x) * a.rows_per_block + threadIdx.x / tpr;
     const int lt = threadIdx.x % tpr;
@@ -242,7 +244,7 @@ template <class F> void mmv_q_launch(mmv_args a, const float* x, shape4 sx, void
     });
 }
 
-template <class T> void mmv_f_launch(mmv_args a, cudaStream_t stream) {
+template <class T> void mmv_f_launch(const cuda_context& ctx, mmv_args a) {
     // 16-byte activation loads and 8/16-byte weight loads need k % 4 == 0 and aligned rows; else one element a time
     const auto aligned = [](const void* p, int64_t stride_bytes, int64_t to) {
         return reinterpret_cast<uintptr_t>(p) % uintptr_t(to) == 0 && stride_bytes % to == 0;
@@ -253,7 +255,7 @@ template <class T> void mmv_f_launch(mmv_args a, cudaStream_t stream) {
                      aligned(a.x, a.x_nb3 * 4, 16);
     if (vec) {
         mmv_grid_launch(a, a.k / 4, [&]<int NC>(dim3 grid, const mmv_args& args) {
-            mmv_f_kernel<T, NC, 4><<<grid, MMV_THREADS, 0, stream>>>(args);
+            launch(ctx, mmv_f_kernel<T, NC, 4>, grid, MMV_THREADS, 0, args);
         });
     } else {
         // the odd-shape fallback: one element per load, always 8 columns per block
@@ -262,8 +264,7 @@ template <class T> void mmv_f_launch(mmv_args a, cudaStream_t stream) {
         const dim3 grid(unsigned(ceil_div(a.n, a.rows_per_block)), unsigned(ceil_div(a.m, MMV_MAX_COLS)),
                         unsigned(a.ne2 * a.ne3));
         TS_ASSERT(grid.y <= 65535 && grid.z <= 65535);
-        mmv_f_kernel<T, MMV_MAX_COLS, 1><<<grid, MMV_THREADS, 0, stream>>>(a);
-        TS_CUDA_CHECK(cudaGetLastError());
+        launch(ctx, mmv_f_kernel<T, MMV_MAX_COLS, 1>, grid, MMV_THREADS, 0, a);
     }
 }
 
@@ -272,6 +273,8 @@ template <class T> void mmv_f_launch(mmv_args a, cudaStream_t stream) {
 // Activations for the split kernels: qs [rows][k] int8 (16-byte loads), ds [rows][k / 32] (d, s) as half2; the same
 // quantizer (quantize_q8_lane: the CPU's integers).
 static __global__ void quantize_split_kernel(const float* x, shape4 sx, int8_t* qs, __half2* ds, int64_t n_blocks) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     if (g >= n_blocks) return;
@@ -299,6 +302,7 @@ struct split_group {
     split_args m[3];
     unsigned first_block[3];
     int n_mat;
+    bool prefetch; // each lane's first weight chunks to L2 before pdl_wait (ctx.pdl; TESSERA_CUDA_PREFETCH=0: not)
 };
 
 // Grid (rows / (4 R), columns / NC). Lane l of a warp takes chunks l, l + 32, ... of its R rows: a warp reads 32
@@ -324,6 +328,24 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
         qrow[r] = a.qs + row * nc * int64_t(sizeof(chunk_t));
         srow[r] = a.sc + row * ng * D::scale_bytes;
     }
+    // Launched early (ctx.pdl): while the kernel before still runs, each lane asks L2 for the weight chunks (and
+    // their scales) of its first U steps, which no kernel writes; then it waits for the activations. Measured (H100,
+    // 8B q4_0 tg128): 346 -> 351-353 t/s; the block's whole rows by cp.async.bulk.prefetch instead: 324-328 (slower
+    // than none: 14336-row matrices ask for more than L2 keeps); to L1 instead of L2: 349-353.
+    if (grp.prefetch) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = lane + int64_t(u) * WARP_SIZE;
+            if (c >= nc) break;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                prefetch_l2(qrow[r] + c * int64_t(sizeof(chunk_t)));
+                prefetch_l2(srow[r] + (c / D::chunks_per_scale) * D::scale_bytes);
+            }
+        }
+    }
+    pdl_wait();
+    pdl_trigger();
     float sum[R][NC];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -358,9 +380,16 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
         }
 }
 
+// TESSERA_CUDA_PREFETCH=0: the GEMV launched early does not ask L2 for its first weights (a side-by-side switch)
+bool prefetch_enabled() {
+    static const bool enabled = env_switch_on("TESSERA_CUDA_PREFETCH");
+    return enabled;
+}
+
 // y_i = W_i^T x for 1 to 3 split weights of format F with the same x (quantized: acts), in one launch.
 template <class F>
-void mmv_split_launch(const split_weight* const* w, split_args* args, int n_mat, split_acts acts, cudaStream_t stream) {
+void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, split_args* args, int n_mat,
+                      split_acts acts) {
     using D = cuda_format<F>;
     constexpr int R = 2;
     split_group grp{};
@@ -377,6 +406,7 @@ void mmv_split_launch(const split_weight* const* w, split_args* args, int n_mat,
         blocks += unsigned(ceil_div(a.n, SPLIT_WARPS * R));
     }
     grp.n_mat = n_mat;
+    grp.prefetch = ctx.pdl && prefetch_enabled();
     const int64_t cols = args[0].m * args[0].ne2 * args[0].ne3;
     if (cols == 0 || blocks == 0) return;
     const int nc = cols == 1 ? 1 : cols == 2 ? 2 : cols <= 4 ? 4 : MMV_MAX_COLS;
@@ -386,13 +416,12 @@ void mmv_split_launch(const split_weight* const* w, split_args* args, int n_mat,
     // U = 2: a lane's chunk loads unrolled 2 deep. 4 deep (all of a 4096-wide row's chunks of a lane in flight at
     // once) measured slower (H100, 2026-11-22: q4_0 4096x4096 40% vs 44% of the copy bandwidth, 7B tg128 276 vs 282).
     constexpr int U = 2;
-    switch (nc) {
-    case 1: mmv_split_kernel<D, 1, R, U><<<grid, block, 0, stream>>>(grp); break;
-    case 2: mmv_split_kernel<D, 2, R, U><<<grid, block, 0, stream>>>(grp); break;
-    case 4: mmv_split_kernel<D, 4, R, U><<<grid, block, 0, stream>>>(grp); break;
-    default: mmv_split_kernel<D, MMV_MAX_COLS, R, U><<<grid, block, 0, stream>>>(grp); break;
-    }
-    TS_CUDA_CHECK(cudaGetLastError());
+    launch(ctx,
+           nc == 1   ? mmv_split_kernel<D, 1, R, U>
+           : nc == 2 ? mmv_split_kernel<D, 2, R, U>
+           : nc == 4 ? mmv_split_kernel<D, 4, R, U>
+                     : mmv_split_kernel<D, MMV_MAX_COLS, R, U>,
+           grid, block, 0, grp);
 }
 
 // The decode GEMV's arguments for node `dst` (a mul_mat of split weight sw)
@@ -455,9 +484,8 @@ split_acts split_activations(cuda_context& ctx, const tensor& x) {
         return acts; // q, k, v (gate, up) share them
     if (n_blocks > 0) {
         constexpr int threads = 256;
-        quantize_split_kernel<<<unsigned(ceil_div(n_blocks * WARP_SIZE, threads)), threads, 0, ctx.stream>>>(
-            ctx.as<float>(&x), sx, const_cast<int8_t*>(acts.q), const_cast<__half2*>(acts.ds), n_blocks);
-        TS_CUDA_CHECK(cudaGetLastError());
+        launch(ctx, quantize_split_kernel, unsigned(ceil_div(n_blocks * WARP_SIZE, threads)), threads, 0,
+               ctx.as<float>(&x), sx, const_cast<int8_t*>(acts.q), const_cast<__half2*>(acts.ds), n_blocks);
     }
     ctx.act_src = &x;
     ctx.act_form = cuda_context::act_split_q8;
@@ -493,7 +521,7 @@ size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
     bool launched = false;
     visit_format(ws[0]->t, [&]<class F>() {
         if constexpr (has_split<F>::value) {
-            mmv_split_launch<F>(ws, args, n, acts, ctx.stream);
+            mmv_split_launch<F>(ctx, ws, args, n, acts);
             launched = true;
         }
     });
@@ -563,7 +591,7 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
             const split_acts acts = split_activations(ctx, *x);
             const bool known = visit_format(w->t, [&]<class F>() {
                 if constexpr (has_split<F>::value)
-                    mmv_split_launch<F>(ws, &a, 1, acts, ctx.stream);
+                    mmv_split_launch<F>(ctx, ws, &a, 1, acts);
                 else
                     TS_ASSERT(!"mul_mat: a split weight of a format without a split kernel");
             });
@@ -596,13 +624,13 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
     a.r3 = x->ne[3] / w->ne[3];
     switch (w->t) {
     case type::f32:
-        mmv_f_launch<float>(a, ctx.stream);
+        mmv_f_launch<float>(ctx, a);
         return;
     case type::f16:
-        mmv_f_launch<__half>(a, ctx.stream);
+        mmv_f_launch<__half>(ctx, a);
         return;
     case type::bf16:
-        mmv_f_launch<__nv_bfloat16>(a, ctx.stream);
+        mmv_f_launch<__nv_bfloat16>(ctx, a);
         return;
     default:
         break;

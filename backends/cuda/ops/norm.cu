@@ -10,6 +10,8 @@ namespace {
 static __global__ void __launch_bounds__(1024)
     rms_norm_kernel(const float* x, shape4 sx, float* y, shape4 sy, float eps) {
     __shared__ float red[32];
+    pdl_wait();
+    pdl_trigger();
     const int64_t r = blockIdx.x;
     const float* xr = x + row_offset(sx, r);
     float* yr = y + row_offset(sy, r);
@@ -50,11 +52,10 @@ static __global__ void __launch_bounds__(256) rms_norm_exact_kernel(const float*
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) yr[i * sy.nb[0]] = __fmul_rn(xr[i * sx.nb[0]], s);
 }
 
-void rms_norm_launch(const float* x, shape4 sx, float* y, shape4 sy, float eps, cudaStream_t stream) {
+void rms_norm_launch(const cuda_context& ctx, const float* x, shape4 sx, float* y, shape4 sy, float eps) {
     const int64_t n_rows = sx.ne[1] * sx.ne[2] * sx.ne[3];
     if (n_rows == 0) return;
-    rms_norm_kernel<<<unsigned(n_rows), norm_threads(sx.ne[0]), 0, stream>>>(x, sx, y, sy, eps);
-    TS_CUDA_CHECK(cudaGetLastError());
+    launch(ctx, rms_norm_kernel, unsigned(n_rows), norm_threads(sx.ne[0]), 0, x, sx, y, sy, eps);
 }
 
 } // namespace
@@ -70,8 +71,7 @@ void rms_norm(cuda_context& ctx, tensor& dst) {
         TS_CUDA_CHECK(cudaGetLastError());
         return;
     }
-    rms_norm_launch(ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(&dst), shape_of(dst, 4), dst.op_params.f[0],
-                    ctx.stream);
+    rms_norm_launch(ctx, ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(&dst), shape_of(dst, 4), dst.op_params.f[0]);
 }
 
 } // namespace tessera::cuda

@@ -77,6 +77,11 @@ constexpr int norm_threads(int64_t ne0) {
 size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             const std::unordered_map<const tensor*, int>& uses);
 
+// rope.cu: rope of Q (rq) and of K (rk), set_rows of the rotated K (sk) and of V (sv) into f16 caches as one launch,
+// rk's own result written only when write_k; false (nothing launched) when the nodes do not have the shapes and types
+// it handles. The caller checks that no result it writes overlaps an input (fused.cu).
+bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv, bool write_k);
+
 // The tensor-core GEMM for split-layout weights (gemm.cu): used for more than 8 activation columns. On a GPU with
 // wgmma (ctx.wgmma) it runs gemm_wgmma, else the mma.sync kernels.
 bool gemm_split_wanted(int64_t cols);

@@ -18,13 +18,13 @@ constexpr int ROPE_THREADS = 256;
 constexpr int ROPE_HEADS = 4;
 
 // One block per (token, group of ROPE_HEADS heads): a decode step has one token, and 32 heads in one block left the
-// GPU nearly idle. Threads first fill (cos, sin) of every pair in shared memory, then take (head, pair) items.
+// GPU nearly idle. Threads first fill (cos, sin) of every pair in shared memory, then take (head, pair) items. With
+// `cache` (rope_kv_kernel) each result is also written as f16 to cache[h * head_dim + j], the K-cache row of token t;
+// y == nullptr: the result only goes there.
 template <bool NEOX>
-static __global__ void __launch_bounds__(ROPE_THREADS)
-    rope_kernel(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y, shape4 sy, int n_rot,
-                float theta_scale, float freq_scale, const float* table) {
-    extern __shared__ float cs[]; // (cos, sin) per pair: 2 * (n_rot / 2) floats
-    const int64_t t = blockIdx.x;
+__device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y,
+                                           shape4 sy, int n_rot, float theta_scale, float freq_scale,
+                                           const float* table, int64_t t, int64_t h0, float* cs, __half* cache) {
     const int half = n_rot / 2;
     for (int i = threadIdx.x; i < half && table; i += blockDim.x) { // exact mode: the host's (cos, sin)
         cs[2 * i] = table[t * n_rot + 2 * i];
@@ -40,28 +40,91 @@ static __global__ void __launch_bounds__(ROPE_THREADS)
         cs[2 * i + 1] = s;
     }
     __syncthreads();
-    const int64_t hd = sx.ne[0], h0 = int64_t(blockIdx.y) * ROPE_HEADS;
+    const int64_t hd = sx.ne[0];
     const int64_t n_head = sx.ne[1] - h0 < ROPE_HEADS ? sx.ne[1] - h0 : ROPE_HEADS;
     const int64_t n_items = n_head * (hd - half); // per head: n_rot/2 pairs, then hd - n_rot pass-through values
     for (int64_t it = threadIdx.x; it < n_items; it += blockDim.x) {
         const int64_t h = h0 + it / (hd - half), i = it % (hd - half);
         const float* xr = x + h * sx.nb[1] + t * sx.nb[2];
-        float* yr = y + h * sy.nb[1] + t * sy.nb[2];
+        float* yr = y ? y + h * sy.nb[1] + t * sy.nb[2] : nullptr;
+        __half* cr = cache ? cache + h * hd : nullptr;
         if (i < half) {
             const int64_t j0 = NEOX ? i : 2 * i, j1 = NEOX ? i + half : 2 * i + 1;
             const float c = cs[2 * i], s = cs[2 * i + 1];
             const float x0 = xr[j0 * sx.nb[0]], x1 = xr[j1 * sx.nb[0]];
-            yr[j0 * sy.nb[0]] = fmaf(x0, c, -__fmul_rn(x1, s));
-            yr[j1 * sy.nb[0]] = fmaf(x0, s, __fmul_rn(x1, c));
+            const float y0 = fmaf(x0, c, -__fmul_rn(x1, s)), y1 = fmaf(x0, s, __fmul_rn(x1, c));
+            if (yr) {
+                yr[j0 * sy.nb[0]] = y0;
+                yr[j1 * sy.nb[0]] = y1;
+            }
+            if (cr) {
+                cr[j0] = __float2half_rn(y0); // set_rows' conversion (round to nearest even)
+                cr[j1] = __float2half_rn(y1);
+            }
         } else {
             const int64_t j = i + half; // n_rot .. hd - 1
-            yr[j * sy.nb[0]] = xr[j * sx.nb[0]];
+            const float v = xr[j * sx.nb[0]];
+            if (yr) yr[j * sy.nb[0]] = v;
+            if (cr) cr[j] = __float2half_rn(v);
         }
     }
 }
 
-void rope_launch(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y, shape4 sy, int n_rot,
-                 bool neox, float freq_base, float freq_scale, cudaStream_t stream, const float* table) {
+template <bool NEOX>
+static __global__ void __launch_bounds__(ROPE_THREADS)
+    rope_kernel(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y, shape4 sy, int n_rot,
+                float theta_scale, float freq_scale, const float* table) {
+    extern __shared__ float cs[]; // (cos, sin) per pair: 2 * (n_rot / 2) floats
+    pdl_wait();
+    pdl_trigger();
+    rope_block<NEOX>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale, table, blockIdx.x,
+                     int64_t(blockIdx.y) * ROPE_HEADS, cs, nullptr);
+}
+
+// rope of Q and K and this batch's KV-cache writes (set_rows of the rotated K and of V into f16 caches) as one launch
+// (fused.cu finds the four nodes): blocks y < gq rotate Q's heads, the next gk blocks K's (into K-cache row idx[t],
+// and into K's own tensor when yk is given), the rest copy V's row t into V-cache row idx[t], ROPE_THREADS x 4 values
+// each. Rows whose index is outside the cache are skipped, as set_rows skips them.
+struct rope_kv_args {
+    const float *q, *k, *v;
+    shape4 sq, sk;
+    float *yq, *yk;
+    shape4 syq, syk;
+    const int32_t* pos;
+    const float* ff;
+    const void* idx;
+    bool idx64;
+    __half *kc, *vc;
+    int64_t kc_nb1, vc_nb1, kc_rows, vc_rows; // row strides in halves, rows
+    int64_t v_nb1, v_ne0;                     // V rows: stride in floats, length
+    int gq, gk;
+    int n_rot;
+    float theta_scale, freq_scale;
+};
+template <bool NEOX> static __global__ void __launch_bounds__(ROPE_THREADS) rope_kv_kernel(rope_kv_args a) {
+    extern __shared__ float cs[];
+    pdl_wait();
+    pdl_trigger();
+    const int64_t t = blockIdx.x;
+    const int64_t row = a.idx64 ? static_cast<const int64_t*>(a.idx)[t] : static_cast<const int32_t*>(a.idx)[t];
+    const int g = int(blockIdx.y);
+    if (g < a.gq) {
+        rope_block<NEOX>(a.q, a.sq, a.pos, a.ff, a.yq, a.syq, a.n_rot, a.theta_scale, a.freq_scale, nullptr, t,
+                         int64_t(g) * ROPE_HEADS, cs, nullptr);
+    } else if (g < a.gq + a.gk) {
+        __half* cache = row >= 0 && row < a.kc_rows ? a.kc + row * a.kc_nb1 : nullptr;
+        if (cache || a.yk)
+            rope_block<NEOX>(a.k, a.sk, a.pos, a.ff, a.yk, a.syk, a.n_rot, a.theta_scale, a.freq_scale, nullptr, t,
+                             int64_t(g - a.gq) * ROPE_HEADS, cs, cache);
+    } else if (row >= 0 && row < a.vc_rows) {
+        const int64_t base = int64_t(g - a.gq - a.gk) * ROPE_THREADS * 4;
+        for (int64_t i = base + threadIdx.x; i < a.v_ne0 && i < base + ROPE_THREADS * 4; i += ROPE_THREADS)
+            a.vc[row * a.vc_nb1 + i] = __float2half_rn(a.v[t * a.v_nb1 + i]);
+    }
+}
+
+void rope_launch(const cuda_context& ctx, const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y,
+                 shape4 sy, int n_rot, bool neox, float freq_base, float freq_scale, const float* table) {
     const int64_t n_tok = sx.ne[2];
     if (n_tok == 0) return;
     const float theta_scale = std::pow(freq_base, -2.0f / float(n_rot)); // the CPU's value, computed the same way
@@ -69,14 +132,69 @@ void rope_launch(const float* x, shape4 sx, const int32_t* pos, const float* ff,
     const dim3 grid(unsigned(n_tok), unsigned(ceil_div(sx.ne[1], ROPE_HEADS)));
     if (grid.y == 0) return;
     TS_ASSERT(grid.y <= 65535);
-    if (neox)
-        rope_kernel<true><<<grid, ROPE_THREADS, smem, stream>>>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale, table);
-    else
-        rope_kernel<false><<<grid, ROPE_THREADS, smem, stream>>>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale, table);
-    TS_CUDA_CHECK(cudaGetLastError());
+    launch(ctx, neox ? rope_kernel<true> : rope_kernel<false>, grid, ROPE_THREADS, smem, x, sx, pos, ff, y, sy, n_rot,
+           theta_scale, freq_scale, table);
 }
 
 } // namespace
+
+bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv, bool write_k) {
+    const tensor* pos = rq.src[1];
+    const tensor* v = sv.src[0];
+    const tensor* idx = sk.src[2];
+    const int n_rot = rq.op_params.i[0];
+    if (rk.src[1] != pos || rk.src[2] != rq.src[2] || sv.src[2] != idx) return false;
+    for (int i = 0; i < 4; i++)
+        if (rq.op_params.i[i] != rk.op_params.i[i]) return false;
+    if (sk.t != type::f16 || sv.t != type::f16 || v->t != type::f32 || v->nb[0] != 4 || v->nb[1] % 4 != 0 ||
+        v->ne[2] != 1 || v->ne[3] != 1 || rq.src[0]->t != type::f32 || rk.src[0]->t != type::f32 ||
+        pos->t != type::i32 || rq.ne[3] != 1 || rk.ne[3] != 1 || rk.ne[2] != rq.ne[2] || v->ne[1] != rq.ne[2] ||
+        idx->ne[0] != rq.ne[2] || (idx->t != type::i32 && idx->t != type::i64) || n_rot <= 0 || n_rot % 2 != 0 ||
+        n_rot > rq.ne[0] || n_rot > rk.ne[0])
+        return false;
+    // K goes to the cache as set_rows would put it: the rotated K's row t (head_dim x heads, contiguous) is cache row
+    // idx[t]
+    if (!rk.is_contiguous() || sk.src[0]->ne[0] != rk.ne[0] * rk.ne[1] || sk.ne[0] != sk.src[0]->ne[0] ||
+        sv.ne[0] != v->ne[0] || sk.nb[0] != 2 || sv.nb[0] != 2 || sk.nb[1] % 2 != 0 || sv.nb[1] % 2 != 0)
+        return false;
+    const int64_t n_tok = rq.ne[2];
+    if (n_tok > 65535) return false;
+    if (n_tok == 0) return true;
+    rope_kv_args a{};
+    a.q = ctx.as<float>(rq.src[0]);
+    a.k = ctx.as<float>(rk.src[0]);
+    a.v = ctx.as<float>(v);
+    a.sq = shape_of(*rq.src[0], 4);
+    a.sk = shape_of(*rk.src[0], 4);
+    a.yq = ctx.as<float>(&rq);
+    a.yk = write_k ? ctx.as<float>(&rk) : nullptr;
+    a.syq = shape_of(rq, 4);
+    a.syk = shape_of(rk, 4);
+    a.pos = ctx.as<int32_t>(pos);
+    a.ff = rq.src[2] ? ctx.as<float>(rq.src[2]) : nullptr;
+    a.idx = ctx.ptr(idx);
+    a.idx64 = idx->t == type::i64;
+    a.kc = ctx.as<__half>(&sk);
+    a.vc = ctx.as<__half>(&sv);
+    a.kc_nb1 = int64_t(sk.nb[1] / 2);
+    a.vc_nb1 = int64_t(sv.nb[1] / 2);
+    a.kc_rows = sk.ne[1];
+    a.vc_rows = sv.ne[1];
+    a.v_nb1 = int64_t(v->nb[1] / 4);
+    a.v_ne0 = v->ne[0];
+    a.gq = int(ceil_div(rq.ne[1], ROPE_HEADS));
+    a.gk = int(ceil_div(rk.ne[1], ROPE_HEADS));
+    a.n_rot = n_rot;
+    a.theta_scale = std::pow(rq.op_params.f[2], -2.0f / float(n_rot)); // as rope_launch
+    a.freq_scale = rq.op_params.f[3];
+    const int gv = int(ceil_div(v->ne[0], int64_t(ROPE_THREADS) * 4));
+    const dim3 grid(unsigned(n_tok), unsigned(a.gq + a.gk + gv));
+    TS_ASSERT(grid.y <= 65535);
+    const size_t smem = size_t(n_rot) * sizeof(float);
+    const bool neox = rope_mode(rq.op_params.i[1]) == rope_mode::neox;
+    launch(ctx, neox ? rope_kv_kernel<true> : rope_kv_kernel<false>, grid, ROPE_THREADS, smem, a);
+    return true;
+}
 
 void rope(cuda_context& ctx, tensor& dst) {
     const tensor* a = dst.src[0];
@@ -116,9 +234,9 @@ void rope(cuda_context& ctx, tensor& dst) {
             table = static_cast<const float*>(ctx.exact_buf);
         }
     }
-    rope_launch(ctx.as<float>(a), shape_of(*a, 4), ctx.as<int32_t>(pos), ff ? ctx.as<float>(ff) : nullptr,
+    rope_launch(ctx, ctx.as<float>(a), shape_of(*a, 4), ctx.as<int32_t>(pos), ff ? ctx.as<float>(ff) : nullptr,
                 ctx.as<float>(&dst), shape_of(dst, 4), n_rot, mode == rope_mode::neox, dst.op_params.f[2],
-                dst.op_params.f[3], ctx.stream, table);
+                dst.op_params.f[3], table);
 }
 
 } // namespace tessera::cuda
