@@ -36,6 +36,10 @@ struct attn_args {
     int hd, n_head, n_tok, group; // group = n_head / n_head_kv
     int64_t n_kv;
     float scale;
+    // decode warp kernel only: the output also as q8_1 for the mul_mat after it (split_acts' layout: token t's row of
+    // n_head * hd values; o contiguous), or null
+    int8_t* q8;
+    __half2* q8_ds;
 };
 
 // One past the last key the mask row lets through (0 when none does): the keys after it, such as the padded rows past
@@ -328,7 +332,18 @@ template <int D> static __global__ void __launch_bounds__(DW_WARPS * WARP_SIZE) 
                 l += l_s[w] * f;
                 o += acc_s[w][i] * f;
             }
-        orow[i] = l == 0.0f ? 0.0f : o / l;
+        const float val = l == 0.0f ? 0.0f : o / l;
+        orow[i] = val;
+        if (a.q8) { // whole warps: D * 32 values, i = threadIdx.x + 128 k, so lane = i % 32 (quantize_q8_lane's steps)
+            const float amax = warp_max(fabsf(val));
+            const float d = amax / 127.0f;
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            const int qi = __float2int_rn(val * id);
+            const int qs = warp_sum(qi);
+            const int64_t e = (int64_t(t) * a.n_head + h) * (D * WARP_SIZE) + i;
+            a.q8[e] = int8_t(qi);
+            if (lane == 0) a.q8_ds[e / 32] = __halves2half2(__float2half_rn(d), __float2half_rn(float(qs) * d));
+        }
     }
 }
 
@@ -717,15 +732,20 @@ bool fa_enabled() {
     return enabled;
 }
 
+// Whether the decode warp kernel takes these arguments (its vector loads need rows and bases aligned to D halves).
+bool decode_warp_ok(const attn_args& a) {
+    const int D = a.hd / WARP_SIZE;
+    return a.n_tok <= 8 && a.hd % WARP_SIZE == 0 && (D == 2 || D == 4 || D == 8) && a.kv_nb1 % D == 0 &&
+           a.kv_nb2 % D == 0 && reinterpret_cast<uintptr_t>(a.k) % (2 * D) == 0 &&
+           reinterpret_cast<uintptr_t>(a.v) % (2 * D) == 0;
+}
+
 void attention_launch(const cuda_context& ctx, const attn_args& a) {
     cudaStream_t stream = ctx.stream;
     if (a.n_tok == 0) return;
-    // the warp kernel's vector loads need rows (and the base) aligned to D halves
     const int D = a.hd / WARP_SIZE;
-    const bool warp_ok = a.hd % WARP_SIZE == 0 && (D == 2 || D == 4 || D == 8) && a.kv_nb1 % D == 0 &&
-                         a.kv_nb2 % D == 0 && reinterpret_cast<uintptr_t>(a.k) % (2 * D) == 0 &&
-                         reinterpret_cast<uintptr_t>(a.v) % (2 * D) == 0;
-    if (a.n_tok <= 8 && warp_ok) {
+    TS_ASSERT(!a.q8 || decode_warp_ok(a));
+    if (decode_warp_ok(a)) {
         const dim3 grid(unsigned(a.n_head), unsigned(a.n_tok));
         launch(ctx,
                D == 2   ? attention_decode_warp_kernel<2>
@@ -760,7 +780,10 @@ bool attention_supported(const tensor& dst) {
            hd <= HD_MAX && q.ne[3] == 1 && k.ne[3] == 1 && (!mask || mask->nb[0] == 4) && dst.nb[0] == 4;
 }
 
-void attention(cuda_context& ctx, tensor& dst) {
+namespace {
+
+// The kernels' arguments for attention node dst (no q8_1 output).
+attn_args attention_args(cuda_context& ctx, tensor& dst) {
     const tensor* q = dst.src[0];
     const tensor* k = dst.src[1];
     const tensor* v = dst.src[2];
@@ -784,6 +807,22 @@ void attention(cuda_context& ctx, tensor& dst) {
     a.group = int(q->ne[1] / k->ne[1]);
     a.n_kv = k->ne[2];
     a.scale = dst.op_params.f[0];
+    return a;
+}
+
+} // namespace
+
+bool attention_q8(cuda_context& ctx, tensor& dst, int8_t* q, __half2* ds) {
+    attn_args a = attention_args(ctx, dst);
+    if (ctx.exact || !decode_warp_ok(a) || !dst.is_contiguous() || a.o_nb1 != a.hd) return false;
+    a.q8 = q;
+    a.q8_ds = ds;
+    attention_launch(ctx, a);
+    return true;
+}
+
+void attention(cuda_context& ctx, tensor& dst) {
+    const attn_args a = attention_args(ctx, dst);
     if (ctx.exact && a.n_tok >= 64 && (a.hd == 64 || a.hd == 128)) {
         if (a.hd == 64) attention_exact_launch<64>(a, ctx.stream);
         else attention_exact_launch<128>(a, ctx.stream);

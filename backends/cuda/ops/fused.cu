@@ -4,6 +4,7 @@
 //   rms_norm -> mul [-> q8_1]                                                          (the first layer's norm)
 //   swiglu [-> q8_1]                                                                   (the down projection's input)
 //   2-3 mul_mats of one activation on the decode GEMV as one launch (mmv.cu, mul_mat_group: q, k, v; gate, up)
+//   attention -> [its rows as a view ->] q8_1 for the mul_mat after it                (the output projection's input)
 //   rope(Q), rope(K), set_rows(K cache, rotated K), set_rows(V cache, V), in any order, views between them skipped
 //   (rope.cu, rope_kv), when no result the kernel writes lies where one of its inputs is (see fuse_rope_kv)
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
@@ -225,11 +226,17 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             auto* q = const_cast<int8_t*>(qa.q);
             auto* ds = const_cast<__half2*>(qa.ds);
             const float eps = norm->op_params.f[0];
-            if (with_add)
+            const bool w_early = (w->flags & flag_param) || (w->o == op::none && !w->view_src);
+            // the vector kernel (norm.cu) where the row allows, else the strided one here
+            const bool vec = add_rms_norm_mul_rows(ctx, ctx.as<float>(with_add ? n0->src[0] : x),
+                                                   with_add ? ctx.as<float>(n0->src[1]) : nullptr,
+                                                   with_add ? ctx.as<float>(n0) : nullptr, ctx.as<float>(w), w_early,
+                                                   ctx.as<float>(mul), ne0, rows, eps, q, ds);
+            if (!vec && with_add)
                 launch(ctx, add_norm_mul_kernel<true>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(n0->src[0]),
                        ctx.as<float>(n0->src[1]), ctx.as<float>(n0), ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q,
                        ds);
-            else
+            else if (!vec)
                 launch(ctx, add_norm_mul_kernel<false>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(x),
                        nullptr, nullptr, ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q, ds);
             if (q) {
@@ -237,6 +244,21 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                 ctx.act_form = cuda_context::act_split_q8;
             }
             return with_add ? 3 : 2;
+        }
+    }
+    // attention -> (its output as one row per token: a view) -> q8_1 for the mul_mat after it (the output projection)
+    if (n0->o == op::attention && !(n0->flags & flag_output)) {
+        tensor* view = at(i + 1);
+        tensor* mm = at(i + 2);
+        if (view && view->o == op::view && view->view_src == n0 && view->view_offs == 0 && view->is_contiguous() &&
+            view->n_elements() == n0->n_elements() && view->ne[1] * view->ne[2] * view->ne[3] == n0->ne[2] &&
+            dense(n0) && used_once(view) && !(view->flags & flag_output)) {
+            const split_acts qa = q8_target(ctx, view, mm);
+            if (qa.q && attention_q8(ctx, *n0, const_cast<int8_t*>(qa.q), const_cast<__half2*>(qa.ds))) {
+                ctx.act_src = view;
+                ctx.act_form = cuda_context::act_split_q8;
+                return 2;
+            }
         }
     }
     // swiglu -> q8_1 for the mul_mat after it

@@ -25,6 +25,10 @@ void swiglu(cuda_context& ctx, tensor& dst);
 void cpy(cuda_context& ctx, tensor& dst);
 void set_rows(cuda_context& ctx, tensor& dst);
 void attention(cuda_context& ctx, tensor& dst);
+// attention of a decode step (<= 8 tokens) that also writes its output as q8_1 into q / ds (split_acts' layout, a row
+// of n_head * head_dim values per token) for the mul_mat after it; false (nothing launched) where the decode kernel
+// does not take the node (exact mode, longer batches, unaligned caches, a strided output).
+bool attention_q8(cuda_context& ctx, tensor& dst, int8_t* q, __half2* ds);
 
 // What each op accepts (types, strides, sizes), for cuda_backend::supports().
 bool mul_mat_supported(const tensor& dst);
@@ -70,6 +74,13 @@ size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
 constexpr int norm_threads(int64_t ne0) {
     return ne0 >= 2048 ? 1024 : 256;
 }
+
+// norm.cu: for `rows` contiguous rows of ne0 floats: sum = a + b (when b is given), x = b ? sum : a, y = (x * s) * w
+// (w == nullptr: x * s) with s = 1 / sqrt(mean(x^2) + eps), then y to q8_1 into q / ds (split_acts' layout) when q is
+// given. w_early: w is a weight or graph input, read before the kernel waits for the one ahead. One launch; false
+// (nothing launched) unless ne0 % 32 == 0, ne0 <= 16384 and every pointer is 16-byte aligned.
+bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float* b, float* sum, const float* w,
+                           bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds);
 
 // fused.cu: when nodes[i] starts a chain launch_nodes can run as one kernel (add -> rms_norm -> mul [-> q8_1],
 // rms_norm -> mul, swiglu -> q8_1), launches it and returns how many nodes it covered; else 0. `uses` counts the
