@@ -340,7 +340,8 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 prefetch_l2(qrow[r] + c * int64_t(sizeof(chunk_t)));
-                prefetch_l2(srow[r] + (c / D::chunks_per_scale) * D::scale_bytes);
+                if constexpr (D::scale_bytes > 0) // i2_s has none (sc may be null: never ask for an unmapped address)
+                    prefetch_l2(srow[r] + (c / D::chunks_per_scale) * D::scale_bytes);
             }
         }
     }
