@@ -132,13 +132,16 @@ TEST(chat_session_tiny, reuses_the_cached_prefix_and_drops_old_turns) {
     fs::remove(path);
 }
 
-// Scripted use: one message per line, every line answered, exit at end of input, status 0.
+// Scripted use: one message per line, every line answered, exit at end of input, status 0. On the CPU: the greedy
+// reply is the test's anchor ("Paris"), and CUDA's fast path agrees with the CPU on ~96% of next tokens, not all (on
+// the H100 its first token here goes another way: "La femme de France..."; with --exact it is the CPU's reply).
 TEST(chat_cli, piped_stdin_answers_each_line_and_exits) {
     TS_REQUIRE_MODEL();
     int rc = -1;
     const std::string out = sh("printf 'What is the capital of France?\\n/clear\\nWhat is 2+2?\\n/regen\\n' | " +
                                    quote(TESSERA_BINARY) + " chat -m " + quote(test::model_path()) +
-                                   " --temp 0 -n 24 --no-history -sys 'You are a helpful assistant.' 2>/dev/null",
+                                   " --device cpu --temp 0 -n 24 --no-history -sys 'You are a helpful assistant.' "
+                                   "2>/dev/null",
                                &rc);
     EXPECT_EQ(rc, 0) << out;
     EXPECT_NE(out.find("Paris"), std::string::npos) << out;
