@@ -7,9 +7,11 @@
 //   file layout (TESSERA_CUDA_SPLIT=0, q4_0/q4_1/q8_0): x to q8_1 blocks, mmv_q_kernel over the file's 18/20/34-byte
 //                blocks with 2- and 4-byte loads (groups of 8 columns for larger m).
 //   f32/f16/bf16 W: mmv_f_kernel<T, NC, V> reads x in f32 and dots in f32, V elements per load.
-// Measured (tests/bench/bench_mmv, one column, H100, 2026-11-22), share of the 2.98 TB/s copy bandwidth at
-// (n, k) = (4096, 4096), (14336, 4096), (4096, 14336): split q4_0 30/56/54%, q4_1 33/54/54%, q8_0 40/67/65% (file
-// layout 24/40/38, 28/44/43, 30/52/54); f16 60/77/78%. 4096-row matrices are the weak case (NOTES.md).
+// Measured (tests/bench/bench_mmv, one column, H100, 2026-11-22, session 6), share of the 3.0 TB/s copy bandwidth at
+// (n, k) = (4096, 4096), (14336, 4096), (4096, 14336): split q4_0 61/80/69%, q4_1 71/78/78%, q8_0 71/85/80%, nvfp4
+// 54/66/59%, awq4 65/79/77%, tq2_0 47/66/59%, i2_s 48/67/60%; f16 64/79/82%. 4096-row matrices are the weak case: a
+// warp's whole share of the row is two rounds of loads (NOTES.md). In a decode step the kernel is launched early
+// (programmatic dependent launch, common.cuh) and asks L2 for its first chunks while the kernel before it runs.
 #include "backends/cuda/ops/ops.cuh"
 
 #include "backends/cuda/quant/formats.cuh"
