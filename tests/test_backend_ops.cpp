@@ -502,48 +502,44 @@ std::vector<op_case> all_cases() {
         std::vector<int32_t> rows;
         for (int64_t t = 0; t < s.n_tok; t++) rows.push_back(int32_t(s.n_past + t));
         const float sc = 1.0f / std::sqrt(float(s.hd));
-        add_case(
-            "rope_kv_attention_hd" + std::to_string(s.hd) + "_h" + std::to_string(s.n_head) + "_kv" +
-                std::to_string(s.n_head_kv) + "_tok" + std::to_string(s.n_tok) + (s.neox ? "_neox" : ""),
-            {f32_leaf({s.hd, s.n_head, s.n_tok}, 60), f32_leaf({s.hd, s.n_head_kv, s.n_tok}, 61),
-             f32_leaf({s.hd * s.n_head_kv, s.n_tok}, 62), typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 63, false),
-             typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 64, false), i32_leaf(rows), causal_mask(n_kv, s.n_tok)},
-            [=](context& c, const auto& t) {
-                const rope_mode mode = s.neox ? rope_mode::neox : rope_mode::normal;
-                tensor* q = rope(c, t[0], t[5], nullptr, int(s.hd), mode, 10000.0f, 1.0f);
-                tensor* k = rope(c, t[1], t[5], nullptr, int(s.hd), mode, 10000.0f, 1.0f);
-                tensor* kw = set_rows(c, t[3], reshape_2d(c, k, s.hd * s.n_head_kv, s.n_tok), t[5]);
-                tensor* vw = set_rows(c, t[4], t[2], t[5]);
-                tensor* kv = view_3d(c, kw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, kw->nb[1], 0);
-                tensor* vv = view_3d(c, vw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, vw->nb[1], 0);
-                return attention(c, q, kv, vv, t[6], sc);
-            },
-            std::max(s.n_tok > 8 ? 2e-6 : 0.0, s.n_tok >= 64 ? 1e-10 : 5e-6));
+        // leaves: Q, K, V, the two caches, the rows, the mask
+        const auto layer_attention = [=](context& c, const auto& t) {
+            const rope_mode mode = s.neox ? rope_mode::neox : rope_mode::normal;
+            tensor* q = rope(c, t[0], t[5], nullptr, int(s.hd), mode, 10000.0f, 1.0f);
+            tensor* k = rope(c, t[1], t[5], nullptr, int(s.hd), mode, 10000.0f, 1.0f);
+            tensor* kw = set_rows(c, t[3], reshape_2d(c, k, s.hd * s.n_head_kv, s.n_tok), t[5]);
+            tensor* vw = set_rows(c, t[4], t[2], t[5]);
+            tensor* kv = view_3d(c, kw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, kw->nb[1], 0);
+            tensor* vv = view_3d(c, vw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, vw->nb[1], 0);
+            return attention(c, q, kv, vv, t[6], sc);
+        };
+        const auto layer_leaves = [&](uint32_t seed) {
+            return std::vector<leaf>{f32_leaf({s.hd, s.n_head, s.n_tok}, seed),
+                                     f32_leaf({s.hd, s.n_head_kv, s.n_tok}, seed + 1),
+                                     f32_leaf({s.hd * s.n_head_kv, s.n_tok}, seed + 2),
+                                     typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, seed + 3, false),
+                                     typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, seed + 4, false),
+                                     i32_leaf(rows),
+                                     causal_mask(n_kv, s.n_tok)};
+        };
+        add_case("rope_kv_attention_hd" + std::to_string(s.hd) + "_h" + std::to_string(s.n_head) + "_kv" +
+                     std::to_string(s.n_head_kv) + "_tok" + std::to_string(s.n_tok) + (s.neox ? "_neox" : ""),
+                 layer_leaves(60), layer_attention, std::max(s.n_tok > 8 ? 2e-6 : 0.0, s.n_tok >= 64 ? 1e-10 : 5e-6));
         if (s.n_tok > 8) continue;
         // ... and on into the output projection, as the model goes on: on a decode step CUDA's attention kernel also
         // writes its output as the q8_1 activations of the mul_mat after it (fused.cu). bound: the two backends'
         // attention outputs differ by ~1e-3 relative (the attention bound, 5e-6 NMSE); quantized again to q8_1, a
         // value near a step (1/127 of its group's largest) rounds to different integers on the two, so the product's
         // NMSE grows to ~1e-5 (1.3e-5 measured on the H100 for 5 tokens, hd 128): 5e-5
-        add_case(
-            "rope_kv_attention_wo_hd" + std::to_string(s.hd) + "_h" + std::to_string(s.n_head) + "_tok" +
-                std::to_string(s.n_tok),
-            {f32_leaf({s.hd, s.n_head, s.n_tok}, 65), f32_leaf({s.hd, s.n_head_kv, s.n_tok}, 66),
-             f32_leaf({s.hd * s.n_head_kv, s.n_tok}, 67), typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 68, false),
-             typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 69, false), i32_leaf(rows), causal_mask(n_kv, s.n_tok),
-             typed_leaf(type::q4_0, {s.hd * s.n_head, 48}, 70)},
-            [=](context& c, const auto& t) {
-                const rope_mode mode = s.neox ? rope_mode::neox : rope_mode::normal;
-                tensor* q = rope(c, t[0], t[5], nullptr, int(s.hd), mode, 10000.0f, 1.0f);
-                tensor* k = rope(c, t[1], t[5], nullptr, int(s.hd), mode, 10000.0f, 1.0f);
-                tensor* kw = set_rows(c, t[3], reshape_2d(c, k, s.hd * s.n_head_kv, s.n_tok), t[5]);
-                tensor* vw = set_rows(c, t[4], t[2], t[5]);
-                tensor* kv = view_3d(c, kw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, kw->nb[1], 0);
-                tensor* vv = view_3d(c, vw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, vw->nb[1], 0);
-                tensor* o = attention(c, q, kv, vv, t[6], sc);
-                return mul_mat(c, t[7], reshape_2d(c, o, s.hd * s.n_head, s.n_tok));
-            },
-            5e-5);
+        std::vector<leaf> leaves = layer_leaves(65);
+        leaves.push_back(typed_leaf(type::q4_0, {s.hd * s.n_head, 48}, 70));
+        add_case("rope_kv_attention_wo_hd" + std::to_string(s.hd) + "_h" + std::to_string(s.n_head) + "_tok" +
+                     std::to_string(s.n_tok),
+                 leaves,
+                 [=](context& c, const auto& t) {
+                     return mul_mat(c, t[7], reshape_2d(c, layer_attention(c, t), s.hd * s.n_head, s.n_tok));
+                 },
+                 5e-5);
     }
     return cs;
 }
