@@ -334,15 +334,9 @@ template <int D> static __global__ void __launch_bounds__(DW_WARPS * WARP_SIZE) 
             }
         const float val = l == 0.0f ? 0.0f : o / l;
         orow[i] = val;
-        if (a.q8) { // whole warps: D * 32 values, i = threadIdx.x + 128 k, so lane = i % 32 (quantize_q8_lane's steps)
-            const float amax = warp_max(fabsf(val));
-            const float d = amax / 127.0f;
-            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            const int qi = __float2int_rn(val * id);
-            const int qs = warp_sum(qi);
+        if (a.q8) { // whole warps: D * 32 values, i = threadIdx.x + 128 k, so lane = i % 32
             const int64_t e = (int64_t(t) * a.n_head + h) * (D * WARP_SIZE) + i;
-            a.q8[e] = int8_t(qi);
-            if (lane == 0) a.q8_ds[e / 32] = __halves2half2(__float2half_rn(d), __float2half_rn(float(qs) * d));
+            q8_store_warp(val, lane, a.q8 + e - lane, a.q8_ds + e / 32);
         }
     }
 }

@@ -21,18 +21,6 @@ namespace {
 
 constexpr int FUSE_THREADS = 256;
 
-// q8_1 of the 32 values of a warp (one per lane), as quantize_q8_lane in mmv.cu: d = amax / 127, q = round half to
-// even (v * 127 / amax), s = d sum q
-__device__ __forceinline__ void q8_store(float v, int lane, int8_t* q, __half2* ds) {
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const int qi = __float2int_rn(v * id);
-    const float s = float(warp_sum(qi)) * d;
-    q[lane] = int8_t(qi);
-    if (lane == 0) *ds = __halves2half2(__float2half_rn(d), __float2half_rn(s));
-}
-
 // One block of norm_threads(ne0) per row of ne0 contiguous floats. sum = a + b (when a residual is given), y = (x * s) * w with
 // s = 1 / sqrt(mean(x^2) + eps) as rms_norm_kernel computes it, then y to q8_1 when q is given (ne0 % 32 == 0).
 template <bool ADD>
@@ -67,7 +55,7 @@ static __global__ void __launch_bounds__(1024)
             v = n * w[i];
             y[r * ne0 + i] = v;
         }
-        if (q) q8_store(v, lane, q + r * ne0 + i - lane, ds + (r * ne0 + i) / 32);
+        if (q) q8_store_warp(v, lane, q + r * ne0 + i - lane, ds + (r * ne0 + i) / 32);
     }
 }
 
@@ -81,7 +69,7 @@ static __global__ void __launch_bounds__(FUSE_THREADS)
     const float x = g[i];
     const float v = x / (1.0f + expf(-x)) * u[i];
     y[i] = v;
-    q8_store(v, threadIdx.x % WARP_SIZE, q + i - threadIdx.x % WARP_SIZE, ds + i / 32);
+    q8_store_warp(v, threadIdx.x % WARP_SIZE, q + i - threadIdx.x % WARP_SIZE, ds + i / 32);
 }
 
 bool fuse_enabled() {
@@ -185,11 +173,10 @@ size_t fuse_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     const bool write_k = (rk->flags & flag_output) || used(rk) != 1 ||
                          (sk->src[0] != rk && ((sk->src[0]->flags & flag_output) || used(sk->src[0]) != 1));
     const tensor* inputs[] = {rq->src[0], rk->src[0], sv->src[0], rq->src[1], rq->src[2], sk->src[2]};
-    std::vector<const tensor*> outputs = {rq, sk, sv};
-    if (write_k) outputs.push_back(rk);
+    const tensor* outputs[] = {rq, sk, sv, write_k ? rk : nullptr};
     for (const tensor* o : outputs)
         for (const tensor* in : inputs)
-            if (in && overlap(span_of(ctx, o), span_of(ctx, in))) return 0;
+            if (o && in && overlap(span_of(ctx, o), span_of(ctx, in))) return 0;
     return rope_kv(ctx, *rq, *rk, *sk, *sv, write_k) ? j - i : 0;
 }
 

@@ -31,21 +31,11 @@ constexpr int MMV_MAX_COLS = 8;
 
 // ---- activations -> q8_1 ----
 
-// One warp per q8_1 block g of x (rows (k, m, ne2, ne3), strides in floats; row r = (i3 ne2 + i2) m + i1, k / 32
-// blocks each): lane l quantizes element l: d = amax / 127, q = round_half_even(x * (127 / amax)), s = d sum(q)
-// (quant/q8_1.h), exactly as the CPU's AVX2 quantizer (ggml's), so both backends dot the same integers.
-struct q8_lane {
-    int q;      // this lane's value
-    float d, s; // the block's scale and d * sum(q), in every lane
-};
-__device__ __forceinline__ q8_lane quantize_q8_lane(const float* x, const shape4& sx, int64_t g, int lane) {
+// Element `lane` of q8_1 block g of x (rows (k, m, ne2, ne3), strides in floats; row r = (i3 ne2 + i2) m + i1, k / 32
+// blocks each), one warp per block, quantized by quantize_q8_lane (ops.cuh: the CPU's integers).
+__device__ __forceinline__ float q8_block_value(const float* x, const shape4& sx, int64_t g, int lane) {
     const int64_t kb = sx.ne[0] / 32, ib = g % kb, r = g / kb;
-    const float v = x[row_offset(sx, r) + (ib * 32 + lane) * sx.nb[0]];
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const int q = __float2int_rn(v * id);
-    return {q, d, float(warp_sum(q)) * d};
+    return x[row_offset(sx, r) + (ib * 32 + lane) * sx.nb[0]];
 }
 
 // x -> q8_1 blocks (the file-layout GEMV)
@@ -53,7 +43,7 @@ static __global__ void quantize_q8_1_kernel(const float* x, shape4 sx, block_q8_
     const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     if (g >= n_blocks_total) return;
-    const q8_lane ql = quantize_q8_lane(x, sx, g, lane);
+    const q8_lane ql = quantize_q8_lane(q8_block_value(x, sx, g, lane));
     block_q8_1& b = y[g];
     b.qs[lane] = int8_t(ql.q);
     if (lane == 0) {
@@ -273,16 +263,14 @@ template <class T> void mmv_f_launch(const cuda_context& ctx, mmv_args a) {
 // ---- the split layout (weights repacked at upload; quant/format.cuh): 16-byte loads of values, scales apart ----
 
 // Activations for the split kernels: qs [rows][k] int8 (16-byte loads), ds [rows][k / 32] (d, s) as half2; the same
-// quantizer (quantize_q8_lane: the CPU's integers).
+// quantizer (quantize_q8_lane, ops.cuh: the CPU's integers).
 static __global__ void quantize_split_kernel(const float* x, shape4 sx, int8_t* qs, __half2* ds, int64_t n_blocks) {
     pdl_wait();
     pdl_trigger();
     const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     if (g >= n_blocks) return;
-    const q8_lane ql = quantize_q8_lane(x, sx, g, lane);
-    qs[g * 32 + lane] = int8_t(ql.q);
-    if (lane == 0) ds[g] = __halves2half2(__float2half_rn(ql.d), __float2half_rn(ql.s));
+    q8_store_warp(q8_block_value(x, sx, g, lane), lane, qs + g * 32, ds + g);
 }
 
 struct split_args {

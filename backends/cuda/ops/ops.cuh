@@ -69,6 +69,27 @@ bool gemm_uses_q8(type t);
 // on the decode GEMV (q, k, v; gate, up), launched as one kernel; returns how many (0: not such a run).
 size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i);
 
+// q8_1 of 32 values held one per lane of a warp (lane order = element order), as the CPU's quantizer (quant/q8_1.h,
+// ggml's AVX2 one): d = amax / 127, q = round half to even (v * 127 / amax), s = d sum q. Every lane gets its q and
+// the block's (d, s); every lane of the warp must call it.
+struct q8_lane {
+    int q;
+    float d, s;
+};
+__device__ __forceinline__ q8_lane quantize_q8_lane(float v) {
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int q = __float2int_rn(v * id);
+    return {q, d, float(warp_sum(q)) * d};
+}
+// ... stored in split_acts' layout: q[lane] and, from lane 0, ds = (d, s) as half2
+__device__ __forceinline__ void q8_store_warp(float v, int lane, int8_t* q, __half2* ds) {
+    const q8_lane ql = quantize_q8_lane(v);
+    q[lane] = int8_t(ql.q);
+    if (lane == 0) *ds = __halves2half2(__float2half_rn(ql.d), __float2half_rn(ql.s));
+}
+
 // Threads of the one block that normalizes a row of ne0 (norm.cu, fused.cu: the same, so both sum alike): a decode
 // step has one row, and 1024 threads take a 4096-wide row in 4 steps rather than 16.
 constexpr int norm_threads(int64_t ne0) {
@@ -83,7 +104,7 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
                            bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds);
 
 // fused.cu: when nodes[i] starts a chain launch_nodes can run as one kernel (add -> rms_norm -> mul [-> q8_1],
-// rms_norm -> mul, swiglu -> q8_1), launches it and returns how many nodes it covered; else 0. `uses` counts the
+// rms_norm -> mul, swiglu -> q8_1, attention -> q8_1, rope(Q) + rope(K) + the K/V cache writes), launches it and returns how many nodes it covered; else 0. `uses` counts the
 // nodes reading each tensor.
 size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             const std::unordered_map<const tensor*, int>& uses);
