@@ -65,8 +65,9 @@ if has ops; then
 
     if command -v compute-sanitizer > /dev/null; then
         t0=$(date +%s)
-        timeout 180 compute-sanitizer --tool memcheck --error-exitcode 1 "$BUILD/tests/test_backend_ops" \
-            --gtest_filter='cuda/*:backend_ops_cuda*' > "$LOG/memcheck.log" 2>&1
+        # not the out-of-memory test: the failing cudaMalloc it provokes is an API error to the sanitizer
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 "$BUILD/tests/test_backend_ops" \
+            --gtest_filter='cuda/*:backend_ops_cuda*:-*out_of_memory*' > "$LOG/memcheck.log" 2>&1
         rc=$?
         note "compute-sanitizer memcheck, test_backend_ops ops: rc $rc in $(($(date +%s) - t0)) s, \
 $(grep -m1 'ERROR SUMMARY' "$LOG/memcheck.log")"

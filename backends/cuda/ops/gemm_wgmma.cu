@@ -57,6 +57,7 @@ struct wgmma_args {
     int64_t y_nb1, y_nb2, y_nb3;
     int64_t n, row_base, m, k, ne2, ne3; // n rows of this call, written at output rows row_base ..
     float out_scale;
+    bool cols_fastest; // grid (column tiles, row tiles): the CTAs of one row tile run together, its weights read once
 };
 
 // The D of gemm_wgmma_kernel for weights already dequantized to f16 rows (dequant_rows_kernel): they arrive by
@@ -136,7 +137,8 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
     const uint32_t sA = base, sB = base + ST * TILE_BYTES;
 
     const int tid = threadIdx.x, wg = tid / 128;
-    const int64_t row0 = int64_t(blockIdx.x) * TM, col0 = int64_t(blockIdx.y) * TN;
+    const int64_t row0 = int64_t(a.cols_fastest ? blockIdx.y : blockIdx.x) * TM;
+    const int64_t col0 = int64_t(a.cols_fastest ? blockIdx.x : blockIdx.y) * TN;
     const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32, ng = nb / D::chunks_per_scale;
     const int steps = int((nb + 1) / 2); // k % 64 == 32: the last step's second chunk is zeros
 
@@ -297,9 +299,15 @@ template <class F> void allow_smem() {
 }
 
 template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cudaStream_t stream) {
-    // 128-column tiles unless they would leave SMs idle: 64-column ones then (two CTAs an SM)
-    const bool narrow = ceil_div(a.n, TM) * ceil_div(cols, 128) < n_sm;
-    const dim3 grid(unsigned(ceil_div(a.n, TM)), unsigned(ceil_div(cols, narrow ? 64 : 128)));
+    // 128-column tiles unless they would leave SMs idle: 64-column ones then (two CTAs an SM);
+    // TESSERA_CUDA_WGMMA_TN=64 / =128 forces one (benchmarks)
+    static const int forced_tn = [] {
+        const char* e = std::getenv("TESSERA_CUDA_WGMMA_TN");
+        return e ? std::atoi(e) : 0;
+    }();
+    const bool narrow = forced_tn ? forced_tn == 64 : ceil_div(a.n, TM) * ceil_div(cols, 128) < n_sm;
+    const unsigned row_tiles = unsigned(ceil_div(a.n, TM)), col_tiles = unsigned(ceil_div(cols, narrow ? 64 : 128));
+    const dim3 grid = a.cols_fastest ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
     TS_ASSERT(grid.y <= 65535);
     if (narrow)
         gemm_wgmma_kernel<D, 64, stages<64>()><<<grid, THREADS, smem_bytes<64, stages<64>()>(), stream>>>(a);
@@ -367,8 +375,10 @@ void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tenso
     const int64_t m = xt->ne[1], ne2 = xt->ne[2], ne3 = xt->ne[3], cols = m * ne2 * ne3;
     if (cols == 0 || w.n == 0) return;
     TS_ASSERT(w.k % 32 == 0);
+    // TESSERA_CUDA_WGMMA_ORDER=0: row tiles fastest (the previous order, for benchmarks)
+    static const bool cols_fastest = env_switch_on("TESSERA_CUDA_WGMMA_ORDER");
     wgmma_args a{w.qs, w.sc, x, ctx.as<float>(&dst), sy.nb[1], sy.nb[2], sy.nb[3], w.n, 0, m, w.k, ne2, ne3,
-                 w.out_scale};
+                 w.out_scale, cols_fastest};
     const bool known = visit_format(w.t, [&]<class F>() {
         using D = cuda_format<F>;
         if constexpr (has_split<F>::value) {
