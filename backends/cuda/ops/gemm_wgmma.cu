@@ -305,14 +305,21 @@ template <class F> void allow_smem() {
     }
 }
 
-template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cudaStream_t stream) {
-    // 128-column tiles unless they would leave SMs idle: 64-column ones then (two CTAs an SM);
-    // TESSERA_CUDA_WGMMA_TN=64 / =128 forces one (benchmarks)
-    static const int forced_tn = [] {
+// TESSERA_CUDA_WGMMA_TN=64 / =128: every GEMM with tiles of that many columns (benchmarks); 0 (unset, or any other
+// value): chosen per shape
+int forced_tile_cols() {
+    static const int v = [] {
         const char* e = std::getenv("TESSERA_CUDA_WGMMA_TN");
-        return e ? std::atoi(e) : 0;
+        const int n = e ? std::atoi(e) : 0;
+        return n == 64 || n == 128 ? n : 0;
     }();
-    const bool narrow = forced_tn ? forced_tn == 64 : ceil_div(a.n, TM) * ceil_div(cols, 128) < n_sm;
+    return v;
+}
+
+template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cudaStream_t stream) {
+    // 128-column tiles unless they would leave SMs idle: 64-column ones then (two CTAs an SM)
+    const int forced = forced_tile_cols();
+    const bool narrow = forced ? forced == 64 : ceil_div(a.n, TM) * ceil_div(cols, 128) < n_sm;
     const unsigned row_tiles = unsigned(ceil_div(a.n, TM)), col_tiles = unsigned(ceil_div(cols, narrow ? 64 : 128));
     const dim3 grid = a.cols_fastest ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
     TS_ASSERT(grid.y <= 65535);
