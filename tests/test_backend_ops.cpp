@@ -126,6 +126,29 @@ leaf causal_mask(int64_t n_kv, int64_t n_rows) {
     return l;
 }
 
+// (n_kv, n_rows) additive mask that is not causal, in key ranges of 64 (the tensor-core prefill's tiles): keys
+// 0..63 a mix (-inf, 0 and random biases in [-2, 2]), 64..127 -inf for every row, 128..191 zero for every row,
+// 192..255 a constant bias of 0.5, the rest a mix again; row 5 sees no key at all (its output is 0)
+leaf pattern_mask(int64_t n_kv, int64_t n_rows, uint64_t seed) {
+    std::vector<float> m(size_t(n_kv * n_rows));
+    const std::vector<float> u = random_normal(m.size(), seed);
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t j = 0; j < n_kv; j++) {
+            const float x = u[size_t(r * n_kv + j)];
+            float v = x < -0.8f ? -INFINITY : x < 0.3f ? 0.0f : std::clamp(x - 1.0f, -2.0f, 2.0f);
+            if (j >= 64 && j < 128) v = -INFINITY;
+            else if (j >= 128 && j < 192) v = 0.0f;
+            else if (j >= 192 && j < 256) v = 0.5f;
+            if (r == 5) v = -INFINITY;
+            m[size_t(r * n_kv + j)] = v;
+        }
+    leaf l;
+    l.ne[0] = n_kv;
+    l.ne[1] = n_rows;
+    l.bytes = to_bytes(m);
+    return l;
+}
+
 struct run_result {
     std::vector<float> out;       // the output, in row-major order of its shape
     std::vector<uint8_t> checked; // check_leaf's bytes
@@ -486,6 +509,24 @@ std::vector<op_case> all_cases() {
                      s.n_tok >= 64 ? 1e-10
                      : n_kv > 256  ? 1e-4
                                    : 5e-6));
+    }
+    // the same with a mask that is not causal (pattern_mask: tiles nobody sees, tiles all zero, biases, a row that
+    // sees nothing); bounds as above
+    for (attn_shape s : {attn_shape{64, 6, 2, 100, 200, true}, attn_shape{128, 4, 2, 70, 230, true},
+                         attn_shape{64, 4, 2, 20, 280, true}, attn_shape{128, 4, 4, 9, 300, true}}) {
+        const int64_t n_kv = s.n_past + s.n_tok;
+        const float sc = 1.0f / std::sqrt(float(s.hd));
+        add_case(
+            "attention_pattern_mask_hd" + std::to_string(s.hd) + "_h" + std::to_string(s.n_head) + "_kv" +
+                std::to_string(s.n_head_kv) + "_tok" + std::to_string(s.n_tok) + "_keys" + std::to_string(n_kv),
+            {f32_leaf({s.hd, s.n_head, s.n_tok}, 36), typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 37, false),
+             typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 38, false), pattern_mask(n_kv, s.n_tok, 39)},
+            [=](context& c, const auto& t) {
+                tensor* k = view_3d(c, t[1], s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, t[1]->nb[1], 0);
+                tensor* v = view_3d(c, t[2], s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, t[2]->nb[1], 0);
+                return attention(c, t[0], k, v, t[3], sc);
+            },
+            std::max(2e-6, s.n_tok >= 64 ? 1e-10 : n_kv > 256 ? 1e-4 : 5e-6));
     }
 
     // A layer's attention input as the model builds it: rope(Q), rope(K), the rotated K and V written into f16 caches

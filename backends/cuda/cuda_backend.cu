@@ -62,6 +62,8 @@ size_t work_size(const tensor& node, bool wgmma) {
     switch (node.o) {
     case op::mul_mat:
         return mul_mat_work_size(node, wgmma);
+    case op::attention:
+        return attention_work_size(node);
     default:
         return 0;
     }

@@ -40,6 +40,11 @@ struct attn_args {
     // n_head * hd values; o contiguous), or null
     int8_t* q8;
     __half2* q8_ds;
+    // tensor-core prefill only: what the mask holds in each (64 queries, 64 keys) tile (fa_tiles_kernel), or null
+    // (no mask): x, y = which keys of the tile a query of the block sees (bits 0-31, 32-63), z = fa_dead / fa_plain /
+    // fa_mixed
+    const int4* tiles;
+    int64_t n_kt; // key tiles per query tile in `tiles`
 };
 
 // One past the last key the mask row lets through (0 when none does): the keys after it, such as the padded rows past
@@ -515,30 +520,64 @@ template <int HD> void attention_exact_launch(const attn_args& a, cudaStream_t s
 }
 
 // ---- prefill on tensor cores (head sizes 64, 128) ----
-// One block of 4 warps per (64 queries, head); warp w owns queries 16w .. 16w+15 for the whole key range. Per tile of
-// 64 keys: which keys any of the block's queries lets through (the mask, read once per tile); a tile nobody sees is
-// skipped, and the K / V rows of keys nobody sees are zero-filled, never read (a padded, never-written cache row may
-// hold NaN, and 0 * NaN is NaN); K and V (f16, cp.async, two stages: the next tile loads while this one is
-// multiplied) into shared memory; S = Q K^T by mma.sync m16n8k16 (Q rounded
-// to f16 once, kept in registers as A fragments), scale and mask in f32, online softmax on the accumulator fragments
-// (a row is spread over the 4 threads of a quad), P rounded to f16 and reused in registers as the A operand of O += P V
-// (V's B fragments by ldmatrix.trans); O, m and l stay in registers.
+// One block of 4 warps per (64 queries, head); warp w owns queries 16w .. 16w+15 for the whole key range. The mask is
+// read once per call, before the heads (fa_tiles_kernel: every head reads the same mask), into one summary per
+// (query tile, key tile): which keys any query of the tile sees, and whether the tile is dead (nobody sees anything:
+// skipped, neither loaded nor multiplied), plain (every value 0 and every key inside the cache: no mask read, no
+// bounds check) or mixed (the diagonal of a causal mask: the mask added value by value). K / V rows of keys nobody sees
+// are zero-filled, never read (a padded, never-written cache row may hold NaN, and 0 * NaN is NaN). K and V (f16,
+// cp.async, two stages: the next tile loads while this one is multiplied) into shared memory; S = Q K^T by mma.sync
+// m16n8k16 (Q rounded to f16 once, kept in registers as A fragments), scale and mask in f32, online softmax on the
+// accumulator fragments (a row is spread over the 4 threads of a quad), P rounded to f16 and reused in registers as
+// the A operand of O += P V (V's B fragments by ldmatrix.trans); O, m and l stay in registers. The query tiles run
+// last first (under a causal mask the last one walks the most key tiles).
 constexpr int FA_BQ = 64, FA_BK = 64, FA_THREADS = 128;
+enum : int { fa_dead = 0, fa_plain = 1, fa_mixed = 2 };
 
-template <int HD> constexpr size_t fa_smem_bytes() { // two stages of K, V and key flags
-    return 2 * (2 * size_t(FA_BK) * (HD + 8) * sizeof(__half) + 2 * FA_BK * sizeof(int));
+template <int HD> constexpr size_t fa_smem_bytes() { // two stages of K and V
+    return 2 * (2 * size_t(FA_BK) * (HD + 8) * sizeof(__half));
+}
+
+// The tile summary of the mask (see above): one block per (key tile, query tile); thread t reads key t % 64 of rows
+// 16 (t / 64) .. +16. Rows past n_tok do not count (their queries are zero and never written).
+static __global__ void __launch_bounds__(256) fa_tiles_kernel(const float* mask, int64_t mask_nb1, int n_tok,
+                                                              int64_t n_kv, int64_t n_kt, int4* tiles) {
+    __shared__ unsigned seen_w[4][2];
+    const int tid = threadIdx.x, kk = tid % FA_BK, grp = tid / FA_BK;
+    const int64_t kt = blockIdx.x, qt = blockIdx.y;
+    const int64_t j = kt * FA_BK + kk;
+    bool seen = false, plain = j < n_kv;
+    if (j < n_kv) {
+        const int r0 = int(qt) * FA_BQ + grp * (FA_BQ / 4);
+        float v[FA_BQ / 4];
+#pragma unroll
+        for (int u = 0; u < FA_BQ / 4; u++) v[u] = r0 + u < n_tok ? mask[int64_t(r0 + u) * mask_nb1 + j] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < FA_BQ / 4; u++) {
+            seen |= r0 + u < n_tok && v[u] != -INFINITY;
+            plain &= v[u] == 0.0f;
+        }
+    }
+    const unsigned bits = __ballot_sync(0xffffffffu, seen);
+    if (tid % WARP_SIZE == 0) seen_w[grp][(tid / WARP_SIZE) % 2] = bits;
+    const bool all_plain = __syncthreads_and(plain);
+    if (tid == 0) {
+        const unsigned lo = seen_w[0][0] | seen_w[1][0] | seen_w[2][0] | seen_w[3][0];
+        const unsigned hi = seen_w[0][1] | seen_w[1][1] | seen_w[2][1] | seen_w[3][1];
+        tiles[qt * n_kt + kt] = make_int4(int(lo), int(hi), (lo | hi) == 0 ? fa_dead : all_plain ? fa_plain : fa_mixed, 0);
+    }
 }
 
 template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention_fa_kernel(attn_args a) {
     constexpr int LD = HD + 8; // halves per shared row: 8 rows of an ldmatrix land in distinct banks
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    __half* k_s = reinterpret_cast<__half*>(fa_smem);     // [2 stages] (FA_BK, LD); Q before the first tile
-    __half* v_s = k_s + 2 * FA_BK * LD;                    // [2 stages] (FA_BK, LD)
-    int* live_s = reinterpret_cast<int*>(v_s + 2 * FA_BK * LD); // [2 stages][2][FA_BK]: key seen by a query of the half
+    __half* k_s = reinterpret_cast<__half*>(fa_smem); // [2 stages] (FA_BK, LD); Q before the first tile
+    __half* v_s = k_s + 2 * FA_BK * LD;               // [2 stages] (FA_BK, LD)
 
     const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
     const int warp = tid / WARP_SIZE, lane = tid % WARP_SIZE, g = lane / 4, t = lane % 4;
-    const int t0 = blockIdx.x * FA_BQ;
+    const int qt = int(gridDim.x - 1 - blockIdx.x);
+    const int t0 = qt * FA_BQ;
 
     // Q -> f16 in shared memory -> A fragments in registers
     for (int e = tid; e < FA_BQ * HD / 2; e += FA_THREADS) {
@@ -568,60 +607,47 @@ template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention
     const __half* kbase = a.k + hk * a.kv_nb1;
     const __half* vbase = a.v + hk * a.kv_nb1;
 
-    // which keys of the tile at c0 a query of this block sees, into stage st's flags: thread t checks key t % 64 for
-    // queries 32 (t / 64) .. +32, 16 mask values at a time, loaded together (one at a time, stopping at the first
-    // seen, a tile past the causal diagonal cost 32 dependent loads a thread: 8B prefill attention 119 us a layer,
-    // most of it here); returns this thread's share
-    auto scan = [&](int64_t c0, int st) {
-        bool live = false;
-        const int kk = tid % FA_BK, q0 = (tid / FA_BK) * (FA_BQ / 2);
-        const int64_t j = c0 + kk;
-        if (j < a.n_kv) {
-            if (!a.mask) {
-                live = t0 + q0 < a.n_tok;
-            } else {
-                for (int r = q0; r < q0 + FA_BQ / 2 && !live; r += 16) {
-                    bool any = false;
-#pragma unroll
-                    for (int u = 0; u < 16; u++)
-                        if (t0 + r + u < a.n_tok) any |= a.mask[int64_t(t0 + r + u) * a.mask_nb1 + j] != -INFINITY;
-                    live = any;
-                }
-            }
-        }
-        live_s[st * 2 * FA_BK + (tid / FA_BK) * FA_BK + kk] = live;
-        return live;
+    // the summary of key tile ti (uniform over the block); without a mask every key inside the cache is seen
+    const int64_t n_tiles = (a.n_kv + FA_BK - 1) / FA_BK;
+    auto tile_info = [&](int64_t ti) {
+        if (a.tiles) return a.tiles[int64_t(qt) * a.n_kt + ti];
+        const int64_t nv = min(int64_t(FA_BK), a.n_kv - ti * FA_BK);
+        const unsigned lo = nv >= 32 ? 0xffffffffu : (1u << nv) - 1u;
+        const unsigned hi = nv >= 64 ? 0xffffffffu : nv > 32 ? (1u << (nv - 32)) - 1u : 0u;
+        return make_int4(int(lo), int(hi), nv == FA_BK ? fa_plain : fa_mixed, 0);
     };
     // K and V rows of the tile into stage st (cp.async; rows nobody sees zero-filled)
-    auto issue = [&](int64_t c0, int st) {
+    auto issue = [&](int64_t c0, int st, int4 info) {
         for (int e = tid; e < FA_BK * HD / 8; e += FA_THREADS) {
             const int kk = e / (HD / 8), piece = e % (HD / 8);
             const int64_t j = c0 + kk;
-            const bool v = j < a.n_kv && (live_s[st * 2 * FA_BK + kk] | live_s[st * 2 * FA_BK + FA_BK + kk]);
+            const bool v = ((unsigned(kk < 32 ? info.x : info.y) >> (kk % 32)) & 1u) != 0;
             const int64_t off = v ? j * a.kv_nb2 + piece * 8 : 0;
             cp_async16(&k_s[(st * FA_BK + kk) * LD + piece * 8], kbase + off, v);
             cp_async16(&v_s[(st * FA_BK + kk) * LD + piece * 8], vbase + off, v);
         }
     };
-    // Two stages: tile i + 1 is loading while tile i is multiplied. A tile nobody sees is neither loaded nor
-    // multiplied (one empty commit group keeps the count).
-    const int64_t n_tiles = (a.n_kv + FA_BK - 1) / FA_BK;
-    bool cur_live = __syncthreads_or(n_tiles > 0 && scan(0, 0)); // also: every warp has its Q fragments
-    if (cur_live) issue(0, 0);
+    // Two stages: tile i + 1 is loading while tile i is multiplied. A dead tile is neither loaded nor multiplied (one
+    // empty commit group keeps the count).
+    int4 cur = n_tiles > 0 ? tile_info(0) : make_int4(0, 0, fa_dead, 0);
+    __syncthreads(); // every warp has its Q fragments (stage 0 overwrites them)
+    if (cur.z != fa_dead) issue(0, 0, cur);
     cp_async_commit();
     for (int64_t ti = 0; ti < n_tiles; ti++) {
         const int st = int(ti & 1);
         const int64_t c0 = ti * FA_BK;
-        bool next_live = false;
+        int4 next = make_int4(0, 0, fa_dead, 0);
         if (ti + 1 < n_tiles) {
-            // the barrier: everyone is done with tile i - 1, whose stage tile i + 1 takes
-            next_live = __syncthreads_or(scan(c0 + FA_BK, st ^ 1));
-            if (next_live) issue(c0 + FA_BK, st ^ 1);
+            next = tile_info(ti + 1);
+            if (next.z != fa_dead) {
+                __syncthreads(); // everyone is done with tile i - 1, whose stage tile i + 1 takes
+                issue(c0 + FA_BK, st ^ 1, next);
+            }
         }
         cp_async_commit();
-        const bool live = cur_live;
-        cur_live = next_live;
-        if (!live) continue;
+        const int cls = cur.z;
+        cur = next;
+        if (cls == fa_dead) continue;
         cp_async_wait_one(); // tile i has landed (for this thread) ...
         __syncthreads();     // ... for everyone
         const __half* kt_s = k_s + st * FA_BK * LD;
@@ -644,16 +670,26 @@ template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention
             }
         // scale, mask, row maxima (fragment: rows g / g + 8 by e / 2, keys 8 i + 2 t + e % 2)
         float mx[2] = {-INFINITY, -INFINITY};
+        if (cls == fa_plain) {
 #pragma unroll
-        for (int i = 0; i < FA_BK / 8; i++)
+            for (int i = 0; i < FA_BK / 8; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int hh = e / 2;
-                const int64_t j = c0 + i * 8 + 2 * t + e % 2;
-                const float mv = j < a.n_kv && row_ok[hh] ? (mrow[hh] ? mrow[hh][j] : 0.0f) : -INFINITY;
-                s[i][e] = mv == -INFINITY ? -INFINITY : fmaf(s[i][e], a.scale, mv);
-                mx[hh] = fmaxf(mx[hh], s[i][e]);
-            }
+                for (int e = 0; e < 4; e++) {
+                    s[i][e] *= a.scale;
+                    mx[e / 2] = fmaxf(mx[e / 2], s[i][e]);
+                }
+        } else {
+#pragma unroll
+            for (int i = 0; i < FA_BK / 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int hh = e / 2;
+                    const int64_t j = c0 + i * 8 + 2 * t + e % 2;
+                    const float mv = j < a.n_kv && row_ok[hh] ? (mrow[hh] ? mrow[hh][j] : 0.0f) : -INFINITY;
+                    s[i][e] = mv == -INFINITY ? -INFINITY : fmaf(s[i][e], a.scale, mv);
+                    mx[hh] = fmaxf(mx[hh], s[i][e]);
+                }
+        }
         float alpha[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
@@ -733,6 +769,12 @@ bool fa_enabled() {
     return enabled;
 }
 
+// Whether prefill takes the tensor-core kernel (cp.async: 16-byte aligned rows).
+bool fa_wanted(const attn_args& a) {
+    return a.n_tok > 8 && (a.hd == 64 || a.hd == 128) && fa_enabled() && a.kv_nb1 % 8 == 0 && a.kv_nb2 % 8 == 0 &&
+           reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
+}
+
 // Whether the decode warp kernel takes these arguments (its vector loads need rows and bases aligned to D halves).
 bool decode_warp_ok(const attn_args& a) {
     const int D = a.hd / WARP_SIZE;
@@ -755,8 +797,8 @@ void attention_launch(const cuda_context& ctx, const attn_args& a) {
                grid, DW_WARPS * WARP_SIZE, 0, a);
     } else if (a.n_tok <= 8) {
         launch(ctx, attention_decode_kernel, dim3(unsigned(a.n_head), unsigned(a.n_tok)), DECODE_THREADS, 0, a);
-    } else if ((a.hd == 64 || a.hd == 128) && fa_enabled() && a.kv_nb1 % 8 == 0 && a.kv_nb2 % 8 == 0 &&
-               reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0) {
+    } else if (fa_wanted(a)) {
+        TS_ASSERT(!a.mask || a.tiles);
         if (a.hd == 64) fa_launch<64>(a, stream); // cp.async: 16-byte aligned rows
         else fa_launch<128>(a, stream);
     } else if (a.hd <= 64) {
@@ -822,8 +864,15 @@ bool attention_q8(cuda_context& ctx, tensor& dst, int8_t* q, __half2* ds) {
     return true;
 }
 
+size_t attention_work_size(const tensor& dst) {
+    const tensor& q = *dst.src[0];
+    const tensor& k = *dst.src[1];
+    if (!dst.src[3] || q.ne[2] <= 8) return 0;
+    return size_t(ceil_div(q.ne[2], FA_BQ) * ceil_div(k.ne[2], FA_BK)) * sizeof(int4);
+}
+
 void attention(cuda_context& ctx, tensor& dst) {
-    const attn_args a = attention_args(ctx, dst);
+    attn_args a = attention_args(ctx, dst);
     if (ctx.exact && a.n_tok >= 64 && (a.hd == 64 || a.hd == 128)) {
         if (a.hd == 64) attention_exact_launch<64>(a, ctx.stream);
         else attention_exact_launch<128>(a, ctx.stream);
@@ -836,6 +885,19 @@ void attention(cuda_context& ctx, tensor& dst) {
         else attention_exact_small_kernel<128><<<blocks, 32, 0, ctx.stream>>>(a);
         TS_CUDA_CHECK(cudaGetLastError());
         return;
+    }
+    if (!ctx.exact && a.mask && fa_wanted(a)) { // the mask's tile summary into the scratch
+        const int64_t n_qt = ceil_div(a.n_tok, FA_BQ);
+        a.n_kt = ceil_div(a.n_kv, FA_BK);
+        TS_ASSERT(ctx.scratch_size >= size_t(n_qt * a.n_kt) * sizeof(int4) && n_qt <= 65535 && a.n_kt <= INT32_MAX);
+        auto* tiles = static_cast<int4*>(ctx.scratch);
+        ctx.act_src = nullptr; // the activations a mul_mat left there are gone
+        if (n_qt > 0 && a.n_kt > 0) {
+            fa_tiles_kernel<<<dim3(unsigned(a.n_kt), unsigned(n_qt)), 256, 0, ctx.stream>>>(
+                a.mask, a.mask_nb1, a.n_tok, a.n_kv, a.n_kt, tiles);
+            TS_CUDA_CHECK(cudaGetLastError());
+        }
+        a.tiles = tiles;
     }
     attention_launch(ctx, a);
 }

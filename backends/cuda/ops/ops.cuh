@@ -29,6 +29,8 @@ void attention(cuda_context& ctx, tensor& dst);
 // of n_head * head_dim values per token) for the mul_mat after it; false (nothing launched) where the decode kernel
 // does not take the node (exact mode, longer batches, unaligned caches, a strided output).
 bool attention_q8(cuda_context& ctx, tensor& dst, int8_t* q, __half2* ds);
+// Scratch bytes prefill attention needs: the mask's summary per (64 queries, 64 keys) tile (attention.cu).
+size_t attention_work_size(const tensor& dst);
 
 // What each op accepts (types, strides, sizes), for cuda_backend::supports().
 bool mul_mat_supported(const tensor& dst);
