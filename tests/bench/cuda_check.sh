@@ -53,12 +53,17 @@ if has ops; then
     note "test_backend_ops (ops): rc $rc, $(grep -E '^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ test' \
         "$LOG/test_backend_ops.log" | tr '\n' ' ')"
     # the prefill GEMM's other paths on a Hopper GPU: every format dequantized inside the wgmma GEMM / to f16 first,
-    # f16 weights in several row blocks, and the mma.sync kernels (wgmma off)
-    for sw in TESSERA_CUDA_WGMMA=fused TESSERA_CUDA_WGMMA=first TESSERA_CUDA_DQ_MIB=1 TESSERA_CUDA_WGMMA=0; do
-        env "$sw" "$BUILD/tests/test_backend_ops" --gtest_filter='cuda/*mul_mat*:cuda/*fused*:cuda/*shared*' \
-            > "$LOG/test_backend_ops_$sw.log" 2>&1
+    # f16 weights in several row blocks, the warp-specialized kernel for every shape (the tests' matrices are too
+    # small to get it by default), with f16 rows too, the other kernel's 128-column tiles, and the mma.sync kernels
+    # (wgmma off)
+    for sw in TESSERA_CUDA_WGMMA=fused TESSERA_CUDA_WGMMA=first TESSERA_CUDA_DQ_MIB=1 TESSERA_CUDA_WGMMA_TN=128 \
+        "TESSERA_CUDA_WGMMA_TN=128 TESSERA_CUDA_WGMMA=first" "TESSERA_CUDA_WGMMA_TN=128 TESSERA_CUDA_WGMMA_WS=0" \
+        TESSERA_CUDA_WGMMA=0; do
+        # shellcheck disable=SC2086 # one or two assignments
+        env $sw "$BUILD/tests/test_backend_ops" --gtest_filter='cuda/*mul_mat*:cuda/*fused*:cuda/*shared*' \
+            > "$LOG/test_backend_ops_${sw// /_}.log" 2>&1
         note "test_backend_ops (GEMM paths, $sw): rc $?, $(grep -E '^\[ +(PASSED|FAILED) +\] [0-9]+ test' \
-            "$LOG/test_backend_ops_$sw.log" | tr '\n' ' ')"
+            "$LOG/test_backend_ops_${sw// /_}.log" | tr '\n' ' ')"
     done
 
     "$BUILD/tests/bench_mmv" 20 2>&1 | tee "$LOG/bench_mmv.txt"

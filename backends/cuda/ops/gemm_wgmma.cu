@@ -281,6 +281,200 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
 #endif
 }
 
+// ---- warp-specialized variant (the default; TESSERA_CUDA_WGMMA_WS=0: the kernel above) ----
+// Four warpgroups: 0 and 1 produce, 2 and 3 multiply (rows 0-63 and 64-127 of the 128 x TN tile). Producer thread p
+// owns chunk p % 2 of weight row p / 2 in every step (as the kernel above): it holds that chunk and its scale group in
+// registers PF steps ahead (PF register sets, the loop unrolled by PF so each set has fixed registers), dequantizes a
+// step into the stage's 128-byte swizzle row p / 2, and issues its share of the step's activations by cp.async. (One
+// producer warpgroup, a row a thread: 10-30% slower, a warp a scheduler cannot hide its own latencies.) A stage is
+// handed over through two mbarriers: `full` (256 producer arrivals; the producer arrives for step s at step s + LAG, once its cp.async group for s has landed and
+// after fence.proxy.async, so the tensor cores' async proxy sees both the stores and the copies) and `empty` (256
+// consumer arrivals, after wgmma.wait_group shows the wgmma that read the stage done). The producer runs up to ST
+// steps ahead of the multiplying warps, so neither waits on the other's latency, and the warps that issue the wgmma
+// do nothing else (in the kernel above, the same warps dequantize between a step's wgmma and its wait).
+constexpr int WS_THREADS = 512, WS_PF = 4, WS_LAG = 2;
+
+template <int TN> constexpr int ws_stages() {
+    return TN == 128 ? 6 : 8;
+}
+template <int TN, int ST> constexpr size_t ws_smem_bytes() {
+    return size_t(ST) * (TILE_BYTES + TN * TK * 2) + size_t(2 * ST) * 8 + 1024;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// until the phase of parity `parity` of the barrier has completed
+__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n"
+                 "}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+#endif
+
+template <class D, int TN, int ST>
+static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_kernel(wgmma_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using chunk_t = typename D::chunk_t;
+    constexpr bool W16 = std::is_same_v<D, f16_weights>;
+    constexpr int B_BYTES = TN * TK * 2;
+    static_assert(WS_LAG + 2 < ST, "the producer must be able to complete a stage before it waits for a free one");
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
+    uint8_t* const sm = smem_raw + (base - raw);
+    const uint32_t sA = base, sB = base + ST * TILE_BYTES, bars = sB + ST * B_BYTES;
+    auto full = [&](int st) { return bars + 8 * st; };
+    auto empty = [&](int st) { return bars + 8 * (ST + st); };
+
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int64_t row0 = int64_t(a.cols_fastest ? blockIdx.y : blockIdx.x) * TM;
+    const int64_t col0 = int64_t(a.cols_fastest ? blockIdx.x : blockIdx.y) * TN;
+    const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32, ng = nb / D::chunks_per_scale;
+    const int steps = int((nb + 1) / 2); // k % 64 == 32: the last step's second chunk is zeros
+
+    if (tid == 0) {
+        for (int st = 0; st < ST; st++) {
+            mbar_init(full(st), 256);
+            mbar_init(empty(st), 256);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg < 2) {
+        // ---- producers: thread p owns chunk ci = p % 2 of weight row wr = p / 2 in every step ----
+        const int p = tid, wr = p / 2, ci = p % 2;
+        const int64_t w_row = row0 + wr < a.n ? row0 + wr : a.n - 1; // rows past n: row n - 1, never stored
+        const uint8_t* q_row = a.qs + w_row * nb * int64_t(sizeof(chunk_t));
+        const uint8_t* s_row = a.sc + w_row * ng * D::scale_bytes;
+        struct wset {
+            chunk_t q;
+            uint32_t s;
+        };
+        wset ws[WS_PF];
+        auto load_w = [&](int step, wset& w) {
+            if constexpr (!W16) {
+                if (step >= steps) return;
+                const int64_t ib = min(2 * int64_t(step) + ci, nb - 1);
+                w.q = ldg_chunk<chunk_t>(q_row + ib * int64_t(sizeof(chunk_t)));
+                w.s = load_scale_word<D::scale_bytes>(s_row + (ib / D::chunks_per_scale) * D::scale_bytes);
+            }
+        };
+        auto store_w = [&](int step, const wset& w) {
+            if constexpr (!W16) {
+                uint8_t* row = sm + (step % ST) * TILE_BYTES + wr * 128;
+                const int64_t ib = 2 * int64_t(step) + ci;
+                uint4 v[4] = {};
+                if (ib < nb) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        __half2 o[8];
+                        D::dequant_split(w.q, reinterpret_cast<const uint8_t*>(&w.s), int(ib % D::chunks_per_scale), h,
+                                         o);
+                        v[2 * h] = *reinterpret_cast<const uint4*>(&o[0]);
+                        v[2 * h + 1] = *reinterpret_cast<const uint4*>(&o[4]);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < 4; j++) *reinterpret_cast<uint4*>(row + (((ci * 4 + j) ^ (wr & 7)) << 4)) = v[j];
+            }
+        };
+        // activations (and f16 weight rows): piece pc = p % 8 of rows p / 8 + 32 i
+        const int pc = p % 8;
+        auto load_x = [&](int step) {
+            const int64_t e = int64_t(step) * TK + pc * 8;
+            const bool k_ok = e < a.k;
+            uint8_t* stage = sm + (step % ST) * B_BYTES + ST * TILE_BYTES;
+#pragma unroll
+            for (int i = 0; i < TN / 32; i++) {
+                const int r = p / 8 + 32 * i;
+                const bool ok = k_ok && col0 + r < cols;
+                cp_async16(stage + r * 128 + ((pc ^ (r & 7)) << 4), ok ? a.x + (col0 + r) * a.k + e : a.x, ok);
+            }
+            if constexpr (W16) {
+                uint8_t* wst = sm + (step % ST) * TILE_BYTES;
+                const __half* wx = reinterpret_cast<const __half*>(a.qs);
+#pragma unroll
+                for (int i = 0; i < TM / 32; i++) {
+                    const int r = p / 8 + 32 * i;
+                    const bool ok = k_ok && row0 + r < a.n;
+                    cp_async16(wst + r * 128 + ((pc ^ (r & 7)) << 4), ok ? wx + (row0 + r) * a.k + e : wx, ok);
+                }
+            }
+            cp_async_commit();
+        };
+        auto complete = [&](int step) { // this thread's part of `step` is in shared memory: hand it over
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            mbar_arrive(full(step % ST));
+        };
+#pragma unroll
+        for (int i = 0; i < WS_PF; i++) load_w(i, ws[i]);
+        for (int s0 = 0; s0 < steps; s0 += WS_PF) {
+#pragma unroll
+            for (int u = 0; u < WS_PF; u++) {
+                const int step = s0 + u;
+                if (step < steps) {
+                    if (step >= ST) mbar_wait(empty(step % ST), unsigned((step / ST + 1) & 1));
+                    load_x(step);
+                    store_w(step, ws[u]);
+                    load_w(step + WS_PF, ws[u]);
+                    if (step >= WS_LAG) {
+                        asm volatile("cp.async.wait_group %0;\n" ::"n"(WS_LAG));
+                        complete(step - WS_LAG);
+                    }
+                }
+            }
+        }
+        cp_async_wait_all();
+        for (int step = max(0, steps - WS_LAG); step < steps; step++) complete(step);
+        return;
+    }
+
+    // ---- consumers: warpgroup c = wg - 2 multiplies rows 64 c .. 64 c + 63 ----
+    const int c = wg - 2;
+    float d[TN / 2];
+#pragma unroll
+    for (int i = 0; i < TN / 2; i++) d[i] = 0.0f;
+    for (int step = 0; step < steps; step++) {
+        const int stage = step % ST;
+        mbar_wait(full(stage), unsigned((step / ST) & 1));
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < TK / 16; kk++)
+            wgmma_m64k16<TN>(d, smem_desc(sA + stage * TILE_BYTES + c * 64 * 128 + kk * 32),
+                             smem_desc(sB + stage * B_BYTES + kk * 32));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        if (step > 0) mbar_arrive(empty((step - 1) % ST));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+
+    const int w = (tid % 128) / 32, lane = tid % 32;
+#pragma unroll
+    for (int i = 0; i < TN / 2; i++) {
+        const int j = i / 4, e = i % 4;
+        const int64_t r = row0 + c * 64 + w * 16 + lane / 4 + 8 * (e / 2);
+        const int64_t col = col0 + j * 8 + 2 * (lane % 4) + (e % 2);
+        if (r < a.n && col < cols) {
+            a.y[column_offset(col, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + a.row_base + r] = d[i] * a.out_scale;
+        }
+    }
+#else
+    (void)a;
+    (void)D::scale_bytes, (void)D::chunks_per_scale, (void)&D::dequant_split;
+    __trap();
+#endif
+}
+
 static __global__ void wgmma_probe_kernel(int* out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     *out = 1;
@@ -297,6 +491,10 @@ template <int TN> constexpr int stages() {
 template <class D, int TN> void allow_smem() {
     TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<D, TN, stages<TN>()>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(smem_bytes<TN, stages<TN>()>())));
+    if constexpr (TN == 128)
+        TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_ws_kernel<D, TN, ws_stages<TN>()>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(ws_smem_bytes<TN, ws_stages<TN>()>())));
 }
 template <class F> void allow_smem() {
     if constexpr (has_split<F>::value) {
@@ -316,10 +514,26 @@ int forced_tile_cols() {
     return v;
 }
 
+// TESSERA_CUDA_WGMMA_WS=0: the kernel whose warps both dequantize and multiply (gemm_wgmma_kernel), for benchmarks
+bool ws_enabled() {
+    static const bool on = env_switch_on("TESSERA_CUDA_WGMMA_WS");
+    return on;
+}
+
 template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cudaStream_t stream) {
-    // 128-column tiles unless they would leave SMs idle: 64-column ones then (two CTAs an SM)
     const int forced = forced_tile_cols();
-    const bool narrow = forced ? forced == 64 : ceil_div(a.n, TM) * ceil_div(cols, 128) < n_sm;
+    const int64_t wide_tiles = ceil_div(a.n, TM) * ceil_div(cols, 128);
+    // warp-specialized 128-column tiles (one CTA an SM) where they give at least 3/4 of the SMs a tile
+    if (ws_enabled() && (forced ? forced == 128 : 4 * wide_tiles >= 3 * int64_t(n_sm))) {
+        const unsigned row_tiles = unsigned(ceil_div(a.n, TM)), col_tiles = unsigned(ceil_div(cols, 128));
+        const dim3 grid = a.cols_fastest ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
+        TS_ASSERT(grid.y <= 65535);
+        gemm_ws_kernel<D, 128, ws_stages<128>()><<<grid, WS_THREADS, ws_smem_bytes<128, ws_stages<128>()>(), stream>>>(a);
+        TS_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
+    // 128-column tiles unless they would leave SMs idle: 64-column ones then (two CTAs an SM)
+    const bool narrow = forced ? forced == 64 : wide_tiles < n_sm;
     const unsigned row_tiles = unsigned(ceil_div(a.n, TM)), col_tiles = unsigned(ceil_div(cols, narrow ? 64 : 128));
     const dim3 grid = a.cols_fastest ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
     TS_ASSERT(grid.y <= 65535);
