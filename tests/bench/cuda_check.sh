@@ -53,9 +53,9 @@ if has ops; then
     note "test_backend_ops (ops): rc $rc, $(grep -E '^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ test' \
         "$LOG/test_backend_ops.log" | tr '\n' ' ')"
     # the prefill GEMM's other paths on a Hopper GPU: every format dequantized inside the wgmma GEMM / to f16 first,
-    # f16 weights in several row blocks, the warp-specialized kernel for every shape (the tests' matrices are too
-    # small to get it by default), with f16 rows too, the other kernel's 128-column tiles, and the mma.sync kernels
-    # (wgmma off)
+    # f16 weights in several row blocks, 128-column tiles for every shape (the tests' matrices are too small to get
+    # them by default), with f16 rows (the warp-specialized kernel) and without it, and the mma.sync kernels (wgmma
+    # off)
     for sw in TESSERA_CUDA_WGMMA=fused TESSERA_CUDA_WGMMA=first TESSERA_CUDA_DQ_MIB=1 TESSERA_CUDA_WGMMA_TN=128 \
         "TESSERA_CUDA_WGMMA_TN=128 TESSERA_CUDA_WGMMA=first" "TESSERA_CUDA_WGMMA_TN=128 TESSERA_CUDA_WGMMA_WS=0" \
         TESSERA_CUDA_WGMMA=0; do

@@ -5,7 +5,9 @@
 //
 // A 128 (weight rows) x TN (columns) tile per CTA of two warpgroups, each warpgroup 64 rows x TN columns with its
 // accumulators in registers. TN = 128 (six stages, one CTA an SM), or 64 (four stages, two CTAs an SM) when 128-column
-// tiles would leave SMs idle (1B's 2048-row matrices at 512 tokens). k advances 64 elements (two 32-element chunks,
+// tiles would leave more than a quarter of the SMs idle (1B's 2048-row matrices at 512 tokens; 8B's 4096-row ones,
+// 128 tiles on 132 SMs, are 29% faster in 128-column tiles). f16 rows in 128-column tiles go to a warp-specialized
+// kernel (gemm_ws_f16_kernel, below). k advances 64 elements (two 32-element chunks,
 // one 128-byte swizzle row of f16) a step:
 //   activations  cp.async straight into the 128-byte-swizzled layout wgmma reads (16-byte piece c of row r at
 //                r * 128 + (c ^ r % 8) * 16), ST - 2 steps ahead;
@@ -281,25 +283,19 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
 #endif
 }
 
-// ---- warp-specialized variant (the default; TESSERA_CUDA_WGMMA_WS=0: the kernel above) ----
-// Four warpgroups: 0 and 1 produce, 2 and 3 multiply (rows 0-63 and 64-127 of the 128 x TN tile). Producer thread p
-// owns chunk p % 2 of weight row p / 2 in every step (as the kernel above): it holds that chunk and its scale group in
-// registers PF steps ahead (PF register sets, the loop unrolled by PF so each set has fixed registers), dequantizes a
-// step into the stage's 128-byte swizzle row p / 2, and issues its share of the step's activations by cp.async. (One
-// producer warpgroup, a row a thread: 10-30% slower, a warp a scheduler cannot hide its own latencies.) A stage is
-// handed over through two mbarriers: `full` (256 producer arrivals; the producer arrives for step s at step s + LAG, once its cp.async group for s has landed and
-// after fence.proxy.async, so the tensor cores' async proxy sees both the stores and the copies) and `empty` (256
-// consumer arrivals, after wgmma.wait_group shows the wgmma that read the stage done). The producer runs up to ST
-// steps ahead of the multiplying warps, so neither waits on the other's latency, and the warps that issue the wgmma
-// do nothing else (in the kernel above, the same warps dequantize between a step's wgmma and its wait).
-constexpr int WS_THREADS = 512, WS_PF = 4, WS_LAG = 2;
-
-template <int TN> constexpr int ws_stages() {
-    return TN == 128 ? 6 : 8;
-}
-template <int TN, int ST> constexpr size_t ws_smem_bytes() {
-    return size_t(ST) * (TILE_BYTES + TN * TK * 2) + size_t(2 * ST) * 8 + 1024;
-}
+// ---- warp-specialized kernel for f16 weight rows (the dequantize-first path; TESSERA_CUDA_WGMMA_WS=0: the kernel
+// above) ----
+// Four warpgroups: 0 and 1 copy (cp.async) both operands of each step into its stage, 2 and 3 multiply (rows 0-63
+// and 64-127 of the 128 x 128 tile). A stage is handed over through two mbarriers: `full` (256 producer arrivals; a
+// producer thread arrives for step s at step s + LAG, once its cp.async group for s has landed and after
+// fence.proxy.async, so the tensor cores' async proxy sees the copies) and `empty` (256 consumer arrivals, after
+// wgmma.wait_group shows the wgmma that read the stage done). The producers run up to ST steps ahead of the
+// multiplying warps, which do nothing else. Measured against the kernel above on f16 rows (nvfp4, TFLOP/s at 4096^2 /
+// 14336x4096 / 4096x14336, both with 128-column tiles): 341 / 317 / 343 vs 327 / 308 / 332. For block formats the
+// same split (the producers dequantizing) is no faster than the kernel above: the dequantization is the limit, and
+// it has as many warps in both (measured 308 / 280 / 314 vs 317 / 289 / 321 for q4_0).
+constexpr int WS_THREADS = 512, WS_TN = 128, WS_ST = 6, WS_LAG = 2;
+constexpr size_t WS_SMEM = size_t(WS_ST) * (TILE_BYTES + WS_TN * TK * 2) + size_t(2 * WS_ST) * 8 + 1024;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
@@ -321,12 +317,9 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
 }
 #endif
 
-template <class D, int TN, int ST>
-static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_kernel(wgmma_args a) {
+static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_f16_kernel(wgmma_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using chunk_t = typename D::chunk_t;
-    constexpr bool W16 = std::is_same_v<D, f16_weights>;
-    constexpr int B_BYTES = TN * TK * 2;
+    constexpr int TN = WS_TN, ST = WS_ST, B_BYTES = TN * TK * 2;
     static_assert(WS_LAG + 2 < ST, "the producer must be able to complete a stage before it waits for a free one");
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
@@ -338,8 +331,8 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_kernel(wgmma_arg
     const int tid = threadIdx.x, wg = tid / 128;
     const int64_t row0 = int64_t(a.cols_fastest ? blockIdx.y : blockIdx.x) * TM;
     const int64_t col0 = int64_t(a.cols_fastest ? blockIdx.x : blockIdx.y) * TN;
-    const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32, ng = nb / D::chunks_per_scale;
-    const int steps = int((nb + 1) / 2); // k % 64 == 32: the last step's second chunk is zeros
+    const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32;
+    const int steps = int((nb + 1) / 2); // k % 64 == 32: the last step's upper half is zeros
 
     if (tid == 0) {
         for (int st = 0; st < ST; st++) {
@@ -351,64 +344,25 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_kernel(wgmma_arg
     __syncthreads();
 
     if (wg < 2) {
-        // ---- producers: thread p owns chunk ci = p % 2 of weight row wr = p / 2 in every step ----
-        const int p = tid, wr = p / 2, ci = p % 2;
-        const int64_t w_row = row0 + wr < a.n ? row0 + wr : a.n - 1; // rows past n: row n - 1, never stored
-        const uint8_t* q_row = a.qs + w_row * nb * int64_t(sizeof(chunk_t));
-        const uint8_t* s_row = a.sc + w_row * ng * D::scale_bytes;
-        struct wset {
-            chunk_t q;
-            uint32_t s;
-        };
-        wset ws[WS_PF];
-        auto load_w = [&](int step, wset& w) {
-            if constexpr (!W16) {
-                if (step >= steps) return;
-                const int64_t ib = min(2 * int64_t(step) + ci, nb - 1);
-                w.q = ldg_chunk<chunk_t>(q_row + ib * int64_t(sizeof(chunk_t)));
-                w.s = load_scale_word<D::scale_bytes>(s_row + (ib / D::chunks_per_scale) * D::scale_bytes);
-            }
-        };
-        auto store_w = [&](int step, const wset& w) {
-            if constexpr (!W16) {
-                uint8_t* row = sm + (step % ST) * TILE_BYTES + wr * 128;
-                const int64_t ib = 2 * int64_t(step) + ci;
-                uint4 v[4] = {};
-                if (ib < nb) {
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        __half2 o[8];
-                        D::dequant_split(w.q, reinterpret_cast<const uint8_t*>(&w.s), int(ib % D::chunks_per_scale), h,
-                                         o);
-                        v[2 * h] = *reinterpret_cast<const uint4*>(&o[0]);
-                        v[2 * h + 1] = *reinterpret_cast<const uint4*>(&o[4]);
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < 4; j++) *reinterpret_cast<uint4*>(row + (((ci * 4 + j) ^ (wr & 7)) << 4)) = v[j];
-            }
-        };
-        // activations (and f16 weight rows): piece pc = p % 8 of rows p / 8 + 32 i
-        const int pc = p % 8;
-        auto load_x = [&](int step) {
+        // ---- producers: thread p copies piece p % 8 of weight rows and activation rows p / 8 + 32 i ----
+        const int p = tid, pc = p % 8;
+        const __half* wx = reinterpret_cast<const __half*>(a.qs);
+        auto load = [&](int step) {
             const int64_t e = int64_t(step) * TK + pc * 8;
             const bool k_ok = e < a.k;
-            uint8_t* stage = sm + (step % ST) * B_BYTES + ST * TILE_BYTES;
+            uint8_t* wst = sm + (step % ST) * TILE_BYTES;
+            uint8_t* xst = sm + ST * TILE_BYTES + (step % ST) * B_BYTES;
+#pragma unroll
+            for (int i = 0; i < TM / 32; i++) {
+                const int r = p / 8 + 32 * i;
+                const bool ok = k_ok && row0 + r < a.n; // rows past n zero-filled
+                cp_async16(wst + r * 128 + ((pc ^ (r & 7)) << 4), ok ? wx + (row0 + r) * a.k + e : wx, ok);
+            }
 #pragma unroll
             for (int i = 0; i < TN / 32; i++) {
                 const int r = p / 8 + 32 * i;
-                const bool ok = k_ok && col0 + r < cols;
-                cp_async16(stage + r * 128 + ((pc ^ (r & 7)) << 4), ok ? a.x + (col0 + r) * a.k + e : a.x, ok);
-            }
-            if constexpr (W16) {
-                uint8_t* wst = sm + (step % ST) * TILE_BYTES;
-                const __half* wx = reinterpret_cast<const __half*>(a.qs);
-#pragma unroll
-                for (int i = 0; i < TM / 32; i++) {
-                    const int r = p / 8 + 32 * i;
-                    const bool ok = k_ok && row0 + r < a.n;
-                    cp_async16(wst + r * 128 + ((pc ^ (r & 7)) << 4), ok ? wx + (row0 + r) * a.k + e : wx, ok);
-                }
+                const bool ok = k_ok && col0 + r < cols; // columns past the batch zero-filled
+                cp_async16(xst + r * 128 + ((pc ^ (r & 7)) << 4), ok ? a.x + (col0 + r) * a.k + e : a.x, ok);
             }
             cp_async_commit();
         };
@@ -416,22 +370,12 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_kernel(wgmma_arg
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             mbar_arrive(full(step % ST));
         };
-#pragma unroll
-        for (int i = 0; i < WS_PF; i++) load_w(i, ws[i]);
-        for (int s0 = 0; s0 < steps; s0 += WS_PF) {
-#pragma unroll
-            for (int u = 0; u < WS_PF; u++) {
-                const int step = s0 + u;
-                if (step < steps) {
-                    if (step >= ST) mbar_wait(empty(step % ST), unsigned((step / ST + 1) & 1));
-                    load_x(step);
-                    store_w(step, ws[u]);
-                    load_w(step + WS_PF, ws[u]);
-                    if (step >= WS_LAG) {
-                        asm volatile("cp.async.wait_group %0;\n" ::"n"(WS_LAG));
-                        complete(step - WS_LAG);
-                    }
-                }
+        for (int step = 0; step < steps; step++) {
+            if (step >= ST) mbar_wait(empty(step % ST), unsigned((step / ST + 1) & 1));
+            load(step);
+            if (step >= WS_LAG) {
+                asm volatile("cp.async.wait_group %0;\n" ::"n"(WS_LAG));
+                complete(step - WS_LAG);
             }
         }
         cp_async_wait_all();
@@ -470,7 +414,6 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_kernel(wgmma_arg
     }
 #else
     (void)a;
-    (void)D::scale_bytes, (void)D::chunks_per_scale, (void)&D::dequant_split;
     __trap();
 #endif
 }
@@ -491,10 +434,6 @@ template <int TN> constexpr int stages() {
 template <class D, int TN> void allow_smem() {
     TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<D, TN, stages<TN>()>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(smem_bytes<TN, stages<TN>()>())));
-    if constexpr (TN == 128)
-        TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_ws_kernel<D, TN, ws_stages<TN>()>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(ws_smem_bytes<TN, ws_stages<TN>()>())));
 }
 template <class F> void allow_smem() {
     if constexpr (has_split<F>::value) {
@@ -514,33 +453,27 @@ int forced_tile_cols() {
     return v;
 }
 
-// TESSERA_CUDA_WGMMA_WS=0: the kernel whose warps both dequantize and multiply (gemm_wgmma_kernel), for benchmarks
+// TESSERA_CUDA_WGMMA_WS=0: f16 rows by gemm_wgmma_kernel too, for benchmarks
 bool ws_enabled() {
     static const bool on = env_switch_on("TESSERA_CUDA_WGMMA_WS");
     return on;
 }
 
 template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cudaStream_t stream) {
+    // 128-column tiles (one CTA an SM) where they give at least 3/4 of the SMs a tile, else 64-column ones (two CTAs
+    // an SM). Measured (H100, m = 512, q4_0, TFLOP/s): 4096 x 4096, 128 tiles on 132 SMs, 317 in 128-column tiles vs
+    // 246 in 64-column ones; 1B's 2048-row matrices (64 tiles) the other way (end to end 71k vs 66.5k t/s)
     const int forced = forced_tile_cols();
-    const int64_t wide_tiles = ceil_div(a.n, TM) * ceil_div(cols, 128);
-    // warp-specialized 128-column tiles (one CTA an SM) where they give at least 3/4 of the SMs a tile
-    if (ws_enabled() && (forced ? forced == 128 : 4 * wide_tiles >= 3 * int64_t(n_sm))) {
-        const unsigned row_tiles = unsigned(ceil_div(a.n, TM)), col_tiles = unsigned(ceil_div(cols, 128));
-        const dim3 grid = a.cols_fastest ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
-        TS_ASSERT(grid.y <= 65535);
-        gemm_ws_kernel<D, 128, ws_stages<128>()><<<grid, WS_THREADS, ws_smem_bytes<128, ws_stages<128>()>(), stream>>>(a);
-        TS_CUDA_CHECK(cudaGetLastError());
-        return;
-    }
-    // 128-column tiles unless they would leave SMs idle: 64-column ones then (two CTAs an SM)
-    const bool narrow = forced ? forced == 64 : wide_tiles < n_sm;
-    const unsigned row_tiles = unsigned(ceil_div(a.n, TM)), col_tiles = unsigned(ceil_div(cols, narrow ? 64 : 128));
+    const bool wide = forced ? forced == 128 : 4 * ceil_div(a.n, TM) * ceil_div(cols, 128) >= 3 * int64_t(n_sm);
+    const unsigned row_tiles = unsigned(ceil_div(a.n, TM)), col_tiles = unsigned(ceil_div(cols, wide ? 128 : 64));
     const dim3 grid = a.cols_fastest ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
     TS_ASSERT(grid.y <= 65535);
-    if (narrow)
-        gemm_wgmma_kernel<D, 64, stages<64>()><<<grid, THREADS, smem_bytes<64, stages<64>()>(), stream>>>(a);
-    else
+    if (wide && std::is_same_v<D, f16_weights> && ws_enabled())
+        gemm_ws_f16_kernel<<<grid, WS_THREADS, WS_SMEM, stream>>>(a);
+    else if (wide)
         gemm_wgmma_kernel<D, 128, stages<128>()><<<grid, THREADS, smem_bytes<128, stages<128>()>(), stream>>>(a);
+    else
+        gemm_wgmma_kernel<D, 64, stages<64>()><<<grid, THREADS, smem_bytes<64, stages<64>()>(), stream>>>(a);
     TS_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -588,6 +521,7 @@ bool wgmma_built(int cc_major, int cc_minor) {
 #undef TS_ALLOW_SMEM
     allow_smem<f16_weights, 64>();
     allow_smem<f16_weights, 128>();
+    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_ws_f16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WS_SMEM)));
     return true;
 }
 
