@@ -71,6 +71,41 @@ size_t work_size(const tensor& node, bool wgmma) {
 
 namespace {
 
+// What cudaGraphExecUpdate needs to match: each node's type, and each kernel node's function, in the graph's order.
+// A query the runtime refuses leaves a 0 in its place (and no error behind: the update decides then).
+std::vector<uintptr_t> graph_shape(cudaGraph_t g) {
+    size_t n = 0;
+    std::vector<uintptr_t> shape;
+    if (cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return shape;
+    }
+    std::vector<cudaGraphNode_t> nodes(n);
+    if (n > 0 && cudaGraphGetNodes(g, nodes.data(), &n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return shape;
+    }
+    shape.reserve(2 * n);
+    for (cudaGraphNode_t node : nodes) {
+        cudaGraphNodeType t{};
+        if (cudaGraphNodeGetType(node, &t) != cudaSuccess) {
+            (void)cudaGetLastError();
+            shape.push_back(0);
+            continue;
+        }
+        shape.push_back(uintptr_t(t) + 1);
+        if (t == cudaGraphNodeTypeKernel) {
+            cudaKernelNodeParams kp{};
+            if (cudaGraphKernelNodeGetParams(node, &kp) != cudaSuccess) {
+                (void)cudaGetLastError();
+                kp.func = nullptr;
+            }
+            shape.push_back(reinterpret_cast<uintptr_t>(kp.func));
+        }
+    }
+    return shape;
+}
+
 std::string mib(size_t bytes) {
     return strf("%.1f MiB", double(bytes) / (1024.0 * 1024.0));
 }
@@ -409,6 +444,14 @@ void cuda_backend::compute_impl(graph& g) {
     }
     TS_CUDA_CHECK(cudaStreamEndCapture(st, &captured));
     auto exec = reinterpret_cast<cudaGraphExec_t>(graph_exec_);
+    // an update can only succeed between graphs of the same nodes (kernels, copies) in the same order: other graphs
+    // are instantiated afresh without asking (a refused update is an API error to compute-sanitizer)
+    std::vector<uintptr_t> shape = graph_shape(captured);
+    if (exec && shape != exec_shape_) {
+        (void)cudaGraphExecDestroy(exec);
+        exec = nullptr;
+        graph_exec_ = nullptr;
+    }
     if (exec) {
         cudaGraphExecUpdateResultInfo info{};
         if (cudaGraphExecUpdate(exec, captured, &info) != cudaSuccess) { // another shape of graph: start over
@@ -424,6 +467,7 @@ void cuda_backend::compute_impl(graph& g) {
         TS_CUDA_CHECK(e);
     }
     graph_exec_ = reinterpret_cast<CUgraphExec_st*>(exec);
+    exec_shape_ = std::move(shape);
     TS_CUDA_CHECK(cudaGraphDestroy(captured));
     TS_CUDA_CHECK(cudaGraphLaunch(exec, st));
     exec_sig_.swap(next_sig_);

@@ -75,6 +75,7 @@ class cuda_backend final : public backend {
     std::unordered_map<const tensor*, split_weight> split_; // host tensor -> its split copy in weights_buf_
     std::unique_ptr<buffer> scratch_;                     // per-node scratch (quantized activations)
     CUgraphExec_st* graph_exec_ = nullptr;                // the last graph's launches, captured (compute())
+    std::vector<uintptr_t> exec_shape_;                   // graph_shape() of the graph graph_exec_ holds
     // graph_signature() of the graph graph_exec_ was captured from (empty: none); a graph with the same signature
     // launches graph_exec_ as it is, without capturing (a decode step, token after token)
     std::vector<uint64_t> exec_sig_, next_sig_;
