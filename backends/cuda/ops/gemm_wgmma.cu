@@ -26,10 +26,10 @@
 // The grid runs column tiles fastest: the CTAs of one row tile run side by side, so its weights come from HBM once and
 // from L2 for the other column tiles (at 14336 x 4096 the weights outgrow L2 otherwise).
 // The kernel body exists only in the sm_90a build; wgmma_built() asks the device whether the running binary has it.
-// Measured (H100, 2026-11-22, m = 512, TFLOP/s at 4096x4096 / 14336x4096 / 4096x14336; cuBLAS f16 615-827), session 7
-// with the grid order above: q4_0 244 / 289 / 245, q8_0 233 / 278 / 234, awq4 224 / 282 / 225, i2_s 258 / 301 / 264,
-// nvfp4 (first) 271 / 305 / 274 (rows fastest, same call: 248 / 280 / 249, 233 / 256 / 235, 228 / 274 / 230,
-// 262 / 304 / 268, 271 / 258 / 268). The mma.sync kernels (TESSERA_CUDA_WGMMA=0): 151 / 136 / 166 for q4_0. A plain
+// Measured (H100, 2026-11-22, m = 512, TFLOP/s at 4096x4096 / 14336x4096 / 4096x14336; cuBLAS f16 615-827), session 8
+// with the tile rule above: q4_0 317 / 289 / 321, q8_0 297 / 277 / 302, awq4 311 / 282 / 318, nvfp4 (first, the
+// warp-specialized kernel) 341 / 317 / 343 (session 7, 64-column tiles at 4096 rows: q4_0 244 / 289 / 245; rows
+// fastest: 248 / 280 / 249). The mma.sync kernels (TESSERA_CUDA_WGMMA=0): 151 / 136 / 166 for q4_0. A plain
 // f16 GEMM with this pipeline reaches 485 / 349 / 472 (tests/bench/wgmma_proto.cu is where that was measured).
 // Tried and set aside (branch wip/wgmma-rs): the weights dequantized straight into wgmma's A register fragments (no
 // shared memory for A; activations written in the fragments' k order): 259 / 218 / 255 for q4_0 in one call against
