@@ -283,6 +283,18 @@ std::vector<op_case> all_cases() {
                      {f32_leaf({n, rows}, 50, 3.0f), f32_leaf({n, rows}, 51), typed_leaf(type::q4_1, {n, 33}, 52)},
                      [](context& c, const auto& t) { return mul_mat(c, t[2], swiglu(c, t[0], t[1])); }, 1e-6);
         }
+    // swiglu -> mul_mat where something else reads swiglu's f32 result too (the fused kernel writes it only then).
+    // bound: two quantized mul_mats, the second on s * s (a wider spread than one mul_mat's cases: 1.05e-6 measured on
+    // the H100's GEMM path, f16 activations) -> 3e-6; an unwritten f32 result would give NMSE ~1
+    for (int64_t rows : {int64_t(5), int64_t(40)})
+        add_case("fused_swiglu_q8_mul_mat_f32_read_too_576x" + std::to_string(rows),
+                 {f32_leaf({576, rows}, 56, 3.0f), f32_leaf({576, rows}, 57), typed_leaf(type::q4_1, {576, 33}, 58)},
+                 [](context& c, const auto& t) {
+                     tensor* s = swiglu(c, t[0], t[1]);
+                     tensor* m = mul_mat(c, t[2], s);
+                     return add(c, m, mul_mat(c, t[2], mul(c, s, s)));
+                 },
+                 3e-6);
     // Two mul_mats right after each other on the same activations (q, k, v; gate, up) convert them once; the second
     // must read what the first left, on the GEMV (5 columns) and the GEMM (40, 200). Same bound as one mul_mat.
     for (int64_t cols : {int64_t(5), int64_t(40), int64_t(200)})

@@ -72,6 +72,54 @@ static __global__ void __launch_bounds__(FUSE_THREADS)
     q8_store_warp(v, threadIdx.x % WARP_SIZE, q + i - threadIdx.x % WARP_SIZE, ds + i / 32);
 }
 
+// The same four values a thread (float4; eight threads a 32-value q8_1 block): y only when given (null: nothing reads
+// the f32 result), and the q8_1 values d q as f16 into xh when given (the wgmma GEMM's activations: gemm_f16_target).
+// n4 = n / 4, n % 32 == 0, every pointer 16-byte aligned.
+static __global__ void __launch_bounds__(FUSE_THREADS) swiglu_q8x4_kernel(const float4* g, const float4* u, float4* y,
+                                                                         int64_t n4, char4* q, __half2* ds, uint2* xh) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const bool ok = i < n4; // whole groups of 8 (n4 % 8 == 0): every lane of a group takes part in its shuffles
+    const float4 gv = ok ? g[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 uv = ok ? u[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float gx[4] = {gv.x, gv.y, gv.z, gv.w}, ux[4] = {uv.x, uv.y, uv.z, uv.w};
+    float v[4], amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        v[j] = gx[j] / (1.0f + expf(-gx[j])) * ux[j];
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    if (y && ok) y[i] = make_float4(v[0], v[1], v[2], v[3]);
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f; // as quantize_q8_lane (ops.cuh)
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int qi[4], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        qi[j] = __float2int_rn(v[j] * id);
+        sum += qi[j];
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (!ok) return;
+    q[i] = make_char4(int8_t(qi[0]), int8_t(qi[1]), int8_t(qi[2]), int8_t(qi[3]));
+    const __half dh = __float2half_rn(d);
+    if (i % 8 == 0) ds[i / 8] = __halves2half2(dh, __float2half_rn(float(sum) * d));
+    if (xh) {
+        const float df = __half2float(dh);
+        uint2 o;
+        *reinterpret_cast<__half2*>(&o.x) = __floats2half2_rn(float(qi[0]) * df, float(qi[1]) * df);
+        *reinterpret_cast<__half2*>(&o.y) = __floats2half2_rn(float(qi[2]) * df, float(qi[3]) * df);
+        xh[i] = o;
+    }
+}
+
+bool aligned16(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 bool fuse_enabled() {
     static const bool enabled = env_switch_on("TESSERA_CUDA_FUSE");
     return enabled;
@@ -254,8 +302,23 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
         const split_acts qa = q8_target(ctx, n0, at(i + 1));
         const int64_t n = n0->n_elements();
         if (qa.q && n > 0) {
-            launch(ctx, swiglu_q8_kernel, unsigned(ceil_div(n, FUSE_THREADS)), FUSE_THREADS, 0,
-                   ctx.as<float>(n0->src[0]), ctx.as<float>(n0->src[1]), ctx.as<float>(n0), n,
+            const float* g = ctx.as<float>(n0->src[0]);
+            const float* u = ctx.as<float>(n0->src[1]);
+            float* y = ctx.as<float>(n0);
+            // the f32 result only where something besides the mul_mat (which takes the q8_1 / f16 values) reads it
+            __half* xh = gemm_f16_target(ctx, *at(i + 1));
+            if (aligned16(g) && aligned16(u) && aligned16(y) && aligned16(qa.q) && aligned16(xh)) {
+                const int64_t n4 = n / 4;
+                launch(ctx, swiglu_q8x4_kernel, unsigned(ceil_div(n4, FUSE_THREADS)), FUSE_THREADS, 0,
+                       reinterpret_cast<const float4*>(g), reinterpret_cast<const float4*>(u),
+                       used_once(n0) ? nullptr : reinterpret_cast<float4*>(y), n4,
+                       reinterpret_cast<char4*>(const_cast<int8_t*>(qa.q)), const_cast<__half2*>(qa.ds),
+                       reinterpret_cast<uint2*>(xh));
+                ctx.act_src = n0;
+                ctx.act_form = xh ? cuda_context::act_split_q8_f16 : cuda_context::act_split_q8;
+                return 1;
+            }
+            launch(ctx, swiglu_q8_kernel, unsigned(ceil_div(n, FUSE_THREADS)), FUSE_THREADS, 0, g, u, y, n,
                    const_cast<int8_t*>(qa.q), const_cast<__half2*>(qa.ds));
             ctx.act_src = n0;
             ctx.act_form = cuda_context::act_split_q8;

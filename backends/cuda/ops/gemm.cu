@@ -496,6 +496,16 @@ void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, 
     TS_CUDA_CHECK(cudaGetLastError());
 }
 
+__half* gemm_f16_target(const cuda_context& ctx, const tensor& node) {
+    const tensor* w = node.src[0];
+    const tensor* x = node.src[1];
+    const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
+    if (!ctx.wgmma || ctx.exact || !mul_mat_quantizes_split(ctx, node) || !gemm_split_wanted(cols) ||
+        !gemm_uses_q8(w->t))
+        return nullptr;
+    return reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + split_acts_bytes(x->ne[0], cols));
+}
+
 void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     const tensor* x = dst.src[1];
     const shape4 sx = shape_of(*x, 4), sy = shape_of(dst, 4);

@@ -60,6 +60,10 @@ split_acts split_activation_ptrs(const cuda_context& ctx, const tensor& x);
 // Whether mul_mat node `node` quantizes its activations through split_activations (a split weight on the GEMV or the
 // int8 GEMM), so that a kernel before it can leave them there (fused.cu).
 bool mul_mat_quantizes_split(const cuda_context& ctx, const tensor& node);
+// Where mul_mat node `node` would convert those q8_1 values to f16 for the wgmma GEMM (their values d q, d rounded to
+// f16 first, as q8_f16_kernel in gemm.cu), or null when it takes another path: a kernel before it that quantizes may
+// write them there itself and set ctx.act_form to act_split_q8_f16 (gemm.cu).
+__half* gemm_f16_target(const cuda_context& ctx, const tensor& node);
 // Exact mode (TESSERA_CUDA_EXACT=1, gemm.cu): mul_mat in the CPU's float order, bit for bit, for the formats with
 // mmq_unpack; any number of columns.
 bool gemm_exact_available(type t);
