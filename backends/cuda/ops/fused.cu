@@ -305,9 +305,11 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             const float* g = ctx.as<float>(n0->src[0]);
             const float* u = ctx.as<float>(n0->src[1]);
             float* y = ctx.as<float>(n0);
-            // the f32 result only where something besides the mul_mat (which takes the q8_1 / f16 values) reads it
+            // Prefill (the wgmma GEMM next): the f32 result only where something besides the mul_mat (which takes the
+            // f16 values) reads it. A decode step keeps the one-value-a-thread kernel below: whether the four-value one
+            // slows decode was not measured (the one call that ran it read 961 for the 1B's tg128, others 1005-1044).
             __half* xh = gemm_f16_target(ctx, *at(i + 1));
-            if (aligned16(g) && aligned16(u) && aligned16(y) && aligned16(qa.q) && aligned16(xh)) {
+            if (xh && aligned16(g) && aligned16(u) && aligned16(y) && aligned16(qa.q) && aligned16(xh)) {
                 const int64_t n4 = n / 4;
                 launch(ctx, swiglu_q8x4_kernel, unsigned(ceil_div(n4, FUSE_THREADS)), FUSE_THREADS, 0,
                        reinterpret_cast<const float4*>(g), reinterpret_cast<const float4*>(u),
@@ -315,7 +317,7 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                        reinterpret_cast<char4*>(const_cast<int8_t*>(qa.q)), const_cast<__half2*>(qa.ds),
                        reinterpret_cast<uint2*>(xh));
                 ctx.act_src = n0;
-                ctx.act_form = xh ? cuda_context::act_split_q8_f16 : cuda_context::act_split_q8;
+                ctx.act_form = cuda_context::act_split_q8_f16;
                 return 1;
             }
             launch(ctx, swiglu_q8_kernel, unsigned(ceil_div(n, FUSE_THREADS)), FUSE_THREADS, 0, g, u, y, n,
