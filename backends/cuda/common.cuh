@@ -106,6 +106,10 @@ __device__ __forceinline__ void pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// Whether p may be read or written with 16-byte vector accesses (float4, uint4, cp.async 16).
+inline bool aligned16(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 // Asks L2 for the 32-byte sector holding p (a hint; nothing waits for it).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));

@@ -772,7 +772,7 @@ bool fa_enabled() {
 // Whether prefill takes the tensor-core kernel (cp.async: 16-byte aligned rows).
 bool fa_wanted(const attn_args& a) {
     return a.n_tok > 8 && (a.hd == 64 || a.hd == 128) && fa_enabled() && a.kv_nb1 % 8 == 0 && a.kv_nb2 % 8 == 0 &&
-           reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
+           aligned16(a.k) && aligned16(a.v);
 }
 
 // Whether the decode warp kernel takes these arguments (its vector loads need rows and bases aligned to D halves).

@@ -116,10 +116,6 @@ static __global__ void __launch_bounds__(FUSE_THREADS) swiglu_q8x4_kernel(const 
     }
 }
 
-bool aligned16(const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 bool fuse_enabled() {
     static const bool enabled = env_switch_on("TESSERA_CUDA_FUSE");
     return enabled;

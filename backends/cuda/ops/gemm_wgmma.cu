@@ -131,6 +131,23 @@ template <int N> __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2],
 #undef TS_R8
 #endif
 
+// A warpgroup's accumulators (64 rows from r0 x TN columns from col0) into y, each output once. Fragment: warp w of
+// the warpgroup holds rows 16 w .. 16 w + 15; register 4 j + e is row lane / 4 + 8 (e / 2), column
+// 8 j + 2 (lane % 4) + e % 2.
+template <int TN>
+__device__ __forceinline__ void store_tile(const wgmma_args& a, const float (&d)[TN / 2], int64_t r0, int64_t col0,
+                                           int64_t cols) {
+    const int w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < TN / 2; i++) {
+        const int j = i / 4, e = i % 4;
+        const int64_t r = r0 + w * 16 + lane / 4 + 8 * (e / 2);
+        const int64_t c = col0 + j * 8 + 2 * (lane % 4) + (e % 2);
+        if (r < a.n && c < cols)
+            a.y[column_offset(c, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + a.row_base + r] = d[i] * a.out_scale;
+    }
+}
+
 // TN columns a CTA (128 or 64; 64 fits two CTAs on an SM), ST stages
 template <class D, int TN, int ST>
 static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_kernel(wgmma_args a) {
@@ -264,18 +281,7 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 
-    // accumulator fragment: warp w of the warpgroup holds rows 16 w .. 16 w + 15; register 4 j + e is row
-    // lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2
-    const int w = (tid % 128) / 32, lane = tid % 32;
-#pragma unroll
-    for (int i = 0; i < TN / 2; i++) {
-        const int j = i / 4, e = i % 4;
-        const int64_t r = row0 + wg * 64 + w * 16 + lane / 4 + 8 * (e / 2);
-        const int64_t c = col0 + j * 8 + 2 * (lane % 4) + (e % 2);
-        if (r < a.n && c < cols) {
-            a.y[column_offset(c, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + a.row_base + r] = d[i] * a.out_scale;
-        }
-    }
+    store_tile<TN>(a, d, row0 + wg * 64, col0, cols);
 #else
     (void)a;
     (void)D::scale_bytes, (void)D::chunks_per_scale, (void)&D::dequant_split; // referenced on sm_90a only
@@ -402,16 +408,7 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_f16_kernel(wgmma
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 
-    const int w = (tid % 128) / 32, lane = tid % 32;
-#pragma unroll
-    for (int i = 0; i < TN / 2; i++) {
-        const int j = i / 4, e = i % 4;
-        const int64_t r = row0 + c * 64 + w * 16 + lane / 4 + 8 * (e / 2);
-        const int64_t col = col0 + j * 8 + 2 * (lane % 4) + (e % 2);
-        if (r < a.n && col < cols) {
-            a.y[column_offset(col, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + a.row_base + r] = d[i] * a.out_scale;
-        }
-    }
+    store_tile<TN>(a, d, row0 + c * 64, col0, cols);
 #else
     (void)a;
     __trap();

@@ -155,9 +155,8 @@ void rms_norm_launch(const cuda_context& ctx, const float* x, shape4 sx, float* 
 
 bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float* b, float* sum, const float* w,
                            bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds) {
-    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (ne0 % 32 != 0 || ne0 / 4 > int64_t(NORM_VEC) * 1024 || rows <= 0 || rows > 65535 || !aligned(a) ||
-        !aligned(y) || (b && (!aligned(b) || !sum || !aligned(sum))) || (w && !aligned(w)))
+    if (ne0 % 32 != 0 || ne0 / 4 > int64_t(NORM_VEC) * 1024 || rows <= 0 || rows > 65535 || !aligned16(a) ||
+        !aligned16(y) || (b && (!aligned16(b) || !sum || !aligned16(sum))) || (w && !aligned16(w)))
         return false;
     const int threads = norm_vec_threads(ne0);
     if (b)
