@@ -164,6 +164,10 @@ struct cuda_context {
     // kernels launched through launch() may start before the one ahead of them ends (pdl_wait above): compute
     // capability 9.0+, not in exact mode; TESSERA_CUDA_PDL=0: off
     bool pdl = false;
+    // zeroed counters (n_counters ints) a kernel may count blocks in, as long as it sets them back to 0 before it
+    // ends (attention.cu's split decode kernel: which block finishes last)
+    int* counters = nullptr;
+    size_t n_counters = 0;
 
     // Device address of t's first element: a weight's copy, a view into a weight's copy, or t.data (device memory
     // bound by the graph runner or allocated by this backend).

@@ -71,6 +71,8 @@ size_t work_size(const tensor& node, bool wgmma) {
 
 namespace {
 
+constexpr size_t n_counters = 4096; // cuda_context::counters
+
 // What cudaGraphExecUpdate needs to match: each node's type, and each kernel node's function, in the graph's order.
 // A query the runtime refuses leaves a 0 in its place (and no error behind: the update decides then).
 std::vector<uintptr_t> graph_shape(cudaGraph_t g) {
@@ -389,6 +391,10 @@ void cuda_backend::compute_impl(graph& g) {
         scratch_.reset();
         scratch_ = std::make_unique<device_buffer>(need + need / 8, info_, "the quantized activations");
     }
+    if (!counters_) { // kernels set every counter back to 0 when they end
+        counters_ = std::make_unique<device_buffer>(n_counters * sizeof(int), info_, "block counters");
+        TS_CUDA_CHECK(cudaMemsetAsync(counters_->base(), 0, counters_->size(), as_stream(stream_)));
+    }
     // Without a per-node callback the launches are captured into a CUDA graph and run as one: the GPU then goes from
     // kernel to kernel without waiting for the CPU (a decode step is ~15 kernels a layer, most a few microseconds).
     // A graph whose signature (its structure, every launch's pointers, shapes and parameters) equals the one captured
@@ -534,6 +540,8 @@ void cuda_backend::launch_nodes(graph& g) {
     ctx.host_inputs = &host_inputs_;
     ctx.exact_buf = exact_buf_ ? exact_buf_->base() : nullptr;
     ctx.exact_buf_size = exact_buf_ ? exact_buf_->size() : 0;
+    ctx.counters = counters_ ? static_cast<int*>(counters_->base()) : nullptr;
+    ctx.n_counters = counters_ ? n_counters : 0;
     cudaEvent_t ev[2] = {nullptr, nullptr};
     if (profile_) {
         TS_CUDA_CHECK(cudaEventCreate(&ev[0]));

@@ -3,13 +3,13 @@
 //   l
 // q (hd, n_head, n_tok) f32; k, v (hd, n_head_kv, n_kv) f16 views of the cache; mask (n_kv, >= n_tok) additive;
 // query head h reads KV head h / (n_head / n_head_kv). Two kernels:
-//   decode  (n_tok <= 8): one block of 4 warps per (head, token), lanes splitting the head dimensions, warps the keys
-//           (attention_decode_warp_kernel); other head sizes: a chunk of 128 keys per step, one key per thread;
+//   decode  (n_tok <= 8): head sizes 64 / 128 / 256: split over the keys (flash-decoding), a block per (KV head, split,
+//           token) serving every query head of the KV head (attention_decode_split_kernel); other head sizes: a chunk of
+//           128 keys per step, one key per thread;
 //   prefill (n_tok > 8):  head sizes 64 / 128: flash attention on tensor cores (attention_fa_kernel; TESSERA_CUDA_FA=0:
 //           off); others: one block per (head, 32 queries), tiles of 32 keys staged in shared memory, f32.
 // Scores and sums are f32 (the CPU rounds Q and its V accumulator to f16 below 64 queries, as ggml: the two differ by
-// that rounding; the tensor-core prefill also rounds Q and P to f16). Not yet: splitting long contexts over blocks
-// (decode).
+// that rounding; the tensor-core prefill also rounds Q and P to f16).
 // Masked keys (-inf) are never multiplied in: every kernel skips them (the decode kernels stop after the last key the
 // mask lets through, the prefill kernel skips whole masked tiles), so cache rows no batch has written yet, which a
 // padded KV length (backend::kv_pad) covers, cannot turn the output NaN, and cost next to nothing.
@@ -45,6 +45,11 @@ struct attn_args {
     // fa_mixed
     const int4* tiles;
     int64_t n_kt; // key tiles per query tile in `tiles`
+    // split decode kernel only: the mask is a graph input (no kernel writes it: read before pdl_wait); where the
+    // splits' partials go (decode_split_plan's count of them) and their counters (ctx.counters)
+    bool mask_early;
+    float* part;
+    int* counters;
 };
 
 // One past the last key the mask row lets through (0 when none does): the keys after it, such as the padded rows past
@@ -254,95 +259,235 @@ template <int D_MAX> void prefill_launch(const attn_args& a, cudaStream_t stream
     TS_CUDA_CHECK(cudaGetLastError());
 }
 
-// Decode, head sizes 64 / 128 / 256: one block of 4 warps per (head, token). Warp w takes keys w, w + 4, ...; lane l
-// holds dimensions [D l, D l + D) of q, of each K and V row (one 4-, 8- or 16-byte load: a warp reads a whole row)
-// and of its accumulator. Per key: partial dot, warp reduction, online softmax in registers; at the end the 4 warps'
-// (max, sum, accumulator) are merged through shared memory. Compared with a key per thread (attention_decode_kernel)
-// every load is coalesced and no thread walks a whole row.
-template <int D> __device__ __forceinline__ void load_halves(const __half* p, float (&x)[D]) {
-    if constexpr (D == 2) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(p));
-        x[0] = f.x, x[1] = f.y;
-    } else if constexpr (D == 4) {
-        const uint2 u = *reinterpret_cast<const uint2*>(p);
-        const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-        const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-        x[0] = f0.x, x[1] = f0.y, x[2] = f1.x, x[3] = f1.y;
-    } else {
-        static_assert(D == 8, "head size 64, 128 or 256");
-        const uint4 u = *reinterpret_cast<const uint4*>(p);
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+// Decode, head sizes 64 / 128 / 256 (D = hd / 32 values a lane), split over the keys (flash-decoding). Grid (KV
+// heads x head blocks, splits, tokens): a block takes up to GM query heads that share one KV head (GQA: each K and V
+// row is read once for all of them) and `kc` consecutive keys; its 8 warps (4 for the largest head blocks) take 32
+// keys at a time.
+//   scores: lane i is key j0 + i: it reads the key's whole K row (16-byte loads, all issued before the first is used)
+//           and dots it with the GM queries (f32, shared memory); masked keys' scores are dropped (-inf), never
+//           multiplied, so a never-written row's NaN goes nowhere;
+//   softmax: the warp's running max per head, one reduction per 32 keys; each lane keeps its own running sum;
+//   P V:     lanes split the dimensions again (D each, one load per V row, issued with the K loads), each key's p
+//            broadcast by a shuffle; a masked key's row is loaded but only ever passed over by a select.
+// The warps merge through shared memory. With several splits each block writes its (max, sum, accumulator) per head
+// to the scratch, and the block of a (head block, token) that finishes last (a counter in ctx.counters, set back to 0
+// by that block) merges the splits and writes the output (and the q8_1 of the output projection's input). A round's
+// loads do not wait on each other, nor on the mask, so it costs about one memory latency; up to 256 keys (a decode
+// step's padded cache, kv_pad) are one split, so a short context pays no merge. kc does not depend on the padded
+// cache length below 16384 keys (decode_split_plan): a key sits in the same warp, lane and split however far the
+// cache is padded, so the output does not change with kv_pad.
+// Before (session 8): one block of 4 warps per query head, a key at a time per warp (loads, reduction and exp in one
+// chain per key), 32 blocks busy however long the context: H100, 8B q4_0 tg128 at a 4096-token depth 42 t/s (now
+// 260), 1B 61 (now 933).
+constexpr int DS_MAX_SPLITS = 64;
+constexpr int DS_MIN_KEYS = 256; // keys per split: a multiple of every block's round (8 or 4 warps of 32 keys)
+
+// Warps of a block for GM heads of HD dimensions: their accumulators meet in 48 KB of shared memory.
+__host__ __device__ constexpr int ds_warps(int gm, int hd) {
+    return gm * hd > 1024 ? 4 : 8;
+}
+
+struct split_plan {
+    int64_t kc;  // keys per split
+    int n_split; // ceil(n_kv / kc)
+};
+split_plan decode_split_plan(int64_t n_kv) {
+    int64_t kc = DS_MIN_KEYS;
+    while (ceil_div(n_kv, kc) > DS_MAX_SPLITS) kc *= 2;
+    return {kc, int(std::max<int64_t>(1, ceil_div(n_kv, kc)))};
+}
+
+// D halves as stored (one 4-, 8- or 16-byte load) and as floats
+template <int D> struct halves_raw;
+template <> struct halves_raw<2> { using type = uint32_t; };
+template <> struct halves_raw<4> { using type = uint2; };
+template <> struct halves_raw<8> { using type = uint4; };
+template <int D> __device__ __forceinline__ void unpack_halves(const typename halves_raw<D>::type& r, float (&x)[D]) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&r);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-            x[2 * i] = f.x, x[2 * i + 1] = f.y;
-        }
+    for (int i = 0; i < D / 2; i++) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+        x[2 * i] = f.x, x[2 * i + 1] = f.y;
     }
 }
 
-constexpr int DW_WARPS = 4;
+// Value d of query head h, token t: to o, and as q8_1 when asked (every lane of the warp calls it: lane = d % 32).
+__device__ __forceinline__ void decode_store(const attn_args& a, int t, int h, int d, float val, int lane, int hd) {
+    a.o[h * a.o_nb1 + t * a.o_nb2 + d] = val;
+    if (a.q8) {
+        const int64_t e = (int64_t(t) * a.n_head + h) * hd + d;
+        q8_store_warp(val, lane, a.q8 + e - lane, a.q8_ds + e / 32);
+    }
+}
 
-template <int D> static __global__ void __launch_bounds__(DW_WARPS * WARP_SIZE) attention_decode_warp_kernel(attn_args a) {
-    __shared__ float m_s[DW_WARPS], l_s[DW_WARPS];
-    __shared__ float acc_s[DW_WARPS][D * WARP_SIZE];
+template <int D, int GM>
+static __global__ void __launch_bounds__(ds_warps(GM, D * WARP_SIZE) * WARP_SIZE)
+    attention_decode_split_kernel(attn_args a, int64_t kc, int n_split) {
+    constexpr int HD = D * WARP_SIZE, W = ds_warps(GM, HD);
+    constexpr int KB = HD / 8 < 16 ? HD / 8 : 16; // K row pieces (16 bytes) loaded at once: 64 registers at most
+    constexpr int VB = D == 8 ? 8 : 32;             // V rows loaded at once
+    using vraw = typename halves_raw<D>::type;
+    __shared__ __align__(16) float q_s[GM][HD];
+    __shared__ float m_s[W][GM], l_s[W][GM];
+    __shared__ float acc_s[W][GM][HD];
+    __shared__ int last_s;
+    const int hblocks = (a.group + GM - 1) / GM;
+    const int hk = blockIdx.x / hblocks, g0 = blockIdx.x % hblocks * GM;
+    const int G = min(GM, a.group - g0), h0 = hk * a.group + g0;
+    const int s = blockIdx.y, t = blockIdx.z;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int64_t k0 = int64_t(s) * kc, k1 = min(a.n_kv, k0 + kc);
+    const float* mr = a.mask ? a.mask + t * a.mask_nb1 : nullptr;
+    const __half* kh = a.k + hk * a.kv_nb1;
+    const __half* vh = a.v + hk * a.kv_nb1 + lane * D;
+    // the first round's mask values: a graph input nothing computes (mask_early) is read before the wait
+    const int64_t jf = k0 + warp * WARP_SIZE + lane;
+    float mv_first = -INFINITY;
+    if (mr && a.mask_early && jf < k1) mv_first = mr[jf];
     pdl_wait();
     pdl_trigger();
-    const int h = blockIdx.x, t = blockIdx.y, hk = h / a.group;
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    float q[D];
-    const float* qr = a.q + h * a.q_nb1 + t * a.q_nb2 + lane * D;
-#pragma unroll
-    for (int d = 0; d < D; d++) q[d] = qr[d];
-    const float* mr = a.mask ? a.mask + t * a.mask_nb1 : nullptr;
-    const __half* kh = a.k + hk * a.kv_nb1 + lane * D;
-    const __half* vh = a.v + hk * a.kv_nb1 + lane * D;
-    float M = -INFINITY, L = 0.0f, acc[D];
-#pragma unroll
-    for (int d = 0; d < D; d++) acc[d] = 0.0f;
-    const int64_t n_kv = live_keys(mr, a.n_kv);
-    for (int64_t j = warp; j < n_kv; j += DW_WARPS) {
-        const float mv = mr ? mr[j] : 0.0f;
-        if (mv == -INFINITY) continue; // the same for every lane
-        float k[D], v[D];
-        load_halves<D>(kh + j * a.kv_nb2, k);
-        load_halves<D>(vh + j * a.kv_nb2, v);
-        float dot = 0.0f;
-#pragma unroll
-        for (int d = 0; d < D; d++) dot = fmaf(q[d], k[d], dot);
-        const float s = warp_sum(dot) * a.scale + mv;
-        const float m_new = fmaxf(M, s);
-        const float corr = expf(M - m_new), p = expf(s - m_new); // corr = 0 while M = -inf
-        L = L * corr + p;
-#pragma unroll
-        for (int d = 0; d < D; d++) acc[d] = fmaf(p, v[d], acc[d] * corr);
-        M = m_new;
+    for (int i = threadIdx.x; i < GM * HD; i += blockDim.x) {
+        const int g = i / HD, d = i % HD;
+        q_s[g][d] = g < G ? a.q[(h0 + g) * a.q_nb1 + t * a.q_nb2 + d] : 0.0f;
     }
-    if (lane == 0) {
-        m_s[warp] = M;
-        l_s[warp] = L;
-    }
-#pragma unroll
-    for (int d = 0; d < D; d++) acc_s[warp][lane * D + d] = acc[d];
     __syncthreads();
-    float mx = -INFINITY;
+
+    float M[GM], L[GM], acc[GM][D];
 #pragma unroll
-    for (int w = 0; w < DW_WARPS; w++) mx = fmaxf(mx, m_s[w]);
-    float* orow = a.o + h * a.o_nb1 + t * a.o_nb2;
-    for (int i = threadIdx.x; i < D * WARP_SIZE; i += blockDim.x) {
-        float o = 0.0f, l = 0.0f;
+    for (int g = 0; g < GM; g++) {
+        M[g] = -INFINITY, L[g] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < D; d++) acc[g][d] = 0.0f;
+    }
+    for (int64_t j0 = k0 + warp * WARP_SIZE; j0 < k1; j0 += W * WARP_SIZE) {
+        const int64_t j = j0 + lane;
+        const bool in = j < k1;
+        float mv = -INFINITY;
+        if (in) mv = !mr ? 0.0f : a.mask_early && j0 == k0 + warp * WARP_SIZE ? mv_first : mr[j];
+        // key j's K row (any row in range for the lanes past the end: their scores are dropped) and the first V rows
+        const uint4* kr = reinterpret_cast<const uint4*>(kh + (in ? j : j0) * a.kv_nb2);
+        uint4 kq[KB];
+#pragma unroll
+        for (int c = 0; c < KB; c++) kq[c] = kr[c];
+        vraw vq[VB];
+#pragma unroll
+        for (int i = 0; i < VB; i++)
+            vq[i] = *reinterpret_cast<const vraw*>(vh + (j0 + i < k1 ? j0 + i : j0) * a.kv_nb2);
+        float sc[GM];
+#pragma unroll
+        for (int g = 0; g < GM; g++) sc[g] = 0.0f;
+#pragma unroll
+        for (int c0 = 0; c0 < HD / 8; c0 += KB) {
+            if (c0 > 0) // head size 256: the second half of the row
+#pragma unroll
+                for (int c = 0; c < KB; c++) kq[c] = kr[c0 + c];
+#pragma unroll
+            for (int c = 0; c < KB; c++) {
+                float kf[8];
+                unpack_halves<8>(kq[c], kf);
+#pragma unroll
+                for (int g = 0; g < GM; g++) {
+                    const float4 qa = *reinterpret_cast<const float4*>(&q_s[g][8 * (c0 + c)]);
+                    const float4 qb = *reinterpret_cast<const float4*>(&q_s[g][8 * (c0 + c) + 4]);
+                    float x = sc[g];
+                    x = fmaf(qa.x, kf[0], x), x = fmaf(qa.y, kf[1], x), x = fmaf(qa.z, kf[2], x);
+                    x = fmaf(qa.w, kf[3], x), x = fmaf(qb.x, kf[4], x), x = fmaf(qb.y, kf[5], x);
+                    x = fmaf(qb.z, kf[6], x), x = fmaf(qb.w, kf[7], x);
+                    sc[g] = x;
+                }
+            }
+        }
+        const unsigned live = __ballot_sync(0xffffffffu, mv != -INFINITY);
+        if (!live) continue; // the same for every lane
+        float p[GM];
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            const float sg = mv != -INFINITY ? sc[g] * a.scale + mv : -INFINITY;
+            const float m_new = fmaxf(M[g], warp_max(sg)); // finite: some key of the round is live
+            const float corr = M[g] == -INFINITY ? 0.0f : __expf(M[g] - m_new);
+            p[g] = sg == -INFINITY ? 0.0f : __expf(sg - m_new);
+            L[g] = L[g] * corr + p[g];
+#pragma unroll
+            for (int d = 0; d < D; d++) acc[g][d] *= corr;
+            M[g] = m_new;
+        }
+        // P V, VB keys at a time (all 32 for head sizes 64 / 128)
+#pragma unroll
+        for (int i0 = 0; i0 < WARP_SIZE; i0 += VB) {
+            if (i0 > 0)
+#pragma unroll
+                for (int i = 0; i < VB; i++)
+                    vq[i] = *reinterpret_cast<const vraw*>(vh + (j0 + i0 + i < k1 ? j0 + i0 + i : j0) * a.kv_nb2);
+#pragma unroll
+            for (int i = 0; i < VB; i++) {
+                const bool li = live >> (i0 + i) & 1u;
+                float v[D];
+                unpack_halves<D>(vq[i], v);
+#pragma unroll
+                for (int g = 0; g < GM; g++) {
+                    const float pg = __shfl_sync(0xffffffffu, p[g], i0 + i);
+#pragma unroll
+                    for (int d = 0; d < D; d++) acc[g][d] = li ? fmaf(pg, v[d], acc[g][d]) : acc[g][d];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        L[g] = warp_sum(L[g]);
+        if (lane == 0) m_s[warp][g] = M[g], l_s[warp][g] = L[g];
+#pragma unroll
+        for (int d = 0; d < D; d++) acc_s[warp][g][lane * D + d] = acc[g][d];
+    }
+    __syncthreads();
+    // the block's result per (head, dimension): G HD values, whole warps (HD % 32 == 0)
+    float* part_acc = a.part; // [t][h][split][HD], then (max, sum) as float2 [t][h][split]
+    float2* part_ml = reinterpret_cast<float2*>(a.part + size_t(a.n_tok) * a.n_head * n_split * HD);
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const int g = i / HD, d = i % HD;
+        float mx = -INFINITY, o = 0.0f, l = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; w++) mx = fmaxf(mx, m_s[w][g]);
         if (mx != -INFINITY)
 #pragma unroll
-            for (int w = 0; w < DW_WARPS; w++) {
-                const float f = m_s[w] == -INFINITY ? 0.0f : expf(m_s[w] - mx);
-                l += l_s[w] * f;
-                o += acc_s[w][i] * f;
+            for (int w = 0; w < W; w++) {
+                const float f = m_s[w][g] == -INFINITY ? 0.0f : __expf(m_s[w][g] - mx);
+                l += l_s[w][g] * f;
+                o += acc_s[w][g][d] * f;
             }
-        const float val = l == 0.0f ? 0.0f : o / l;
-        orow[i] = val;
-        if (a.q8) { // whole warps: D * 32 values, i = threadIdx.x + 128 k, so lane = i % 32
-            const int64_t e = (int64_t(t) * a.n_head + h) * (D * WARP_SIZE) + i;
-            q8_store_warp(val, lane, a.q8 + e - lane, a.q8_ds + e / 32);
+        if (n_split == 1) {
+            decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o / l, lane, HD);
+        } else {
+            const size_t pi = (size_t(t) * a.n_head + h0 + g) * n_split + s;
+            part_acc[pi * HD + d] = o;
+            if (d == 0) part_ml[pi] = make_float2(mx, l);
         }
+    }
+    if (n_split == 1) return;
+    __threadfence(); // the partials are visible before the count says so
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* cnt = a.counters + size_t(t) * gridDim.x + blockIdx.x;
+        last_s = atomicAdd(cnt, 1) == n_split - 1;
+        if (last_s) *cnt = 0; // every block of this (head block, token) has counted: ready for the next call
+    }
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const int g = i / HD, d = i % HD;
+        const size_t p0 = (size_t(t) * a.n_head + h0 + g) * n_split;
+        float mx = -INFINITY, o = 0.0f, l = 0.0f;
+        for (int k = 0; k < n_split; k++) mx = fmaxf(mx, __ldcg(&part_ml[p0 + k]).x);
+        if (mx != -INFINITY)
+            for (int k = 0; k < n_split; k++) {
+                const float2 ml = __ldcg(&part_ml[p0 + k]);
+                if (ml.x == -INFINITY) continue; // a split whose keys are all masked
+                const float f = __expf(ml.x - mx);
+                l += ml.y * f;
+                o += __ldcg(&part_acc[(p0 + k) * HD + d]) * f;
+            }
+        decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o / l, lane, HD);
     }
 }
 
@@ -775,26 +920,47 @@ bool fa_wanted(const attn_args& a) {
            aligned16(a.k) && aligned16(a.v);
 }
 
-// Whether the decode warp kernel takes these arguments (its vector loads need rows and bases aligned to D halves).
-bool decode_warp_ok(const attn_args& a) {
-    const int D = a.hd / WARP_SIZE;
-    return a.n_tok <= 8 && a.hd % WARP_SIZE == 0 && (D == 2 || D == 4 || D == 8) && a.kv_nb1 % D == 0 &&
-           a.kv_nb2 % D == 0 && reinterpret_cast<uintptr_t>(a.k) % (2 * D) == 0 &&
-           reinterpret_cast<uintptr_t>(a.v) % (2 * D) == 0;
+// Whether the split decode kernel takes these arguments (16-byte loads of K rows, D halves of V rows).
+bool decode_split_ok(const attn_args& a) {
+    return a.n_tok <= 8 && (a.hd == 64 || a.hd == 128 || a.hd == 256) && a.group >= 1 && a.n_head % a.group == 0 &&
+           a.kv_nb1 % 8 == 0 && a.kv_nb2 % 8 == 0 && aligned16(a.k) && aligned16(a.v);
+}
+
+// The split decode kernel's partials in the scratch: after the q8_1 output at its start (the output projection's
+// activations, split_acts' layout), (hd + 2) floats per (token, head, split); none with one split.
+size_t decode_part_offset(int64_t hd, int64_t n_head, int64_t n_tok) {
+    return (split_acts_bytes(hd * n_head, n_tok) + 255) / 256 * 256;
+}
+size_t decode_part_bytes(int64_t hd, int64_t n_head, int64_t n_tok, int64_t n_kv) {
+    const split_plan sp = decode_split_plan(n_kv);
+    return sp.n_split == 1 ? 0 : size_t(n_tok * n_head * sp.n_split) * size_t(hd + 2) * sizeof(float);
+}
+
+template <int D> void decode_split_launch(const cuda_context& ctx, const attn_args& a) {
+    const int gm = a.group <= 1 ? 1 : a.group <= 2 ? 2 : a.group <= 4 ? 4 : 8;
+    const int64_t blocks_x = int64_t(a.n_head / a.group) * ceil_div(a.group, gm);
+    split_plan sp = decode_split_plan(a.n_kv);
+    // one split (a block walks all keys) where the partials or counters are missing; never in the model's graphs
+    if (sp.n_split > 1 && (!a.part || !a.counters || size_t(blocks_x * a.n_tok) > ctx.n_counters)) sp = {a.n_kv, 1};
+    TS_ASSERT(blocks_x <= INT32_MAX);
+    const dim3 grid(unsigned(blocks_x), unsigned(sp.n_split), unsigned(a.n_tok));
+    const int warps = ds_warps(gm, 32 * D);
+    launch(ctx,
+           gm == 1   ? attention_decode_split_kernel<D, 1>
+           : gm == 2 ? attention_decode_split_kernel<D, 2>
+           : gm == 4 ? attention_decode_split_kernel<D, 4>
+                     : attention_decode_split_kernel<D, 8>,
+           grid, warps * WARP_SIZE, 0, a, sp.kc, sp.n_split);
 }
 
 void attention_launch(const cuda_context& ctx, const attn_args& a) {
     cudaStream_t stream = ctx.stream;
     if (a.n_tok == 0) return;
-    const int D = a.hd / WARP_SIZE;
-    TS_ASSERT(!a.q8 || decode_warp_ok(a));
-    if (decode_warp_ok(a)) {
-        const dim3 grid(unsigned(a.n_head), unsigned(a.n_tok));
-        launch(ctx,
-               D == 2   ? attention_decode_warp_kernel<2>
-               : D == 4 ? attention_decode_warp_kernel<4>
-                        : attention_decode_warp_kernel<8>,
-               grid, DW_WARPS * WARP_SIZE, 0, a);
+    TS_ASSERT(!a.q8 || decode_split_ok(a));
+    if (decode_split_ok(a)) {
+        if (a.hd == 64) decode_split_launch<2>(ctx, a);
+        else if (a.hd == 128) decode_split_launch<4>(ctx, a);
+        else decode_split_launch<8>(ctx, a);
     } else if (a.n_tok <= 8) {
         launch(ctx, attention_decode_kernel, dim3(unsigned(a.n_head), unsigned(a.n_tok)), DECODE_THREADS, 0, a);
     } else if (fa_wanted(a)) {
@@ -841,6 +1007,7 @@ attn_args attention_args(cuda_context& ctx, tensor& dst) {
     a.kv_nb2 = int64_t(k->nb[2] / 2);
     a.mask = mask ? ctx.as<float>(mask) : nullptr;
     a.mask_nb1 = mask ? int64_t(mask->nb[1] / 4) : 0;
+    a.mask_early = mask && !mask->view_src && mask->o == op::none; // a graph input: uploaded before any kernel runs
     a.o = ctx.as<float>(&dst);
     a.o_nb1 = int64_t(dst.nb[1] / 4);
     a.o_nb2 = int64_t(dst.nb[2] / 4);
@@ -853,13 +1020,25 @@ attn_args attention_args(cuda_context& ctx, tensor& dst) {
     return a;
 }
 
+// The split decode kernel's partials and counters (the partials only where it splits the keys).
+void decode_scratch(cuda_context& ctx, attn_args& a) {
+    const size_t bytes = decode_part_bytes(a.hd, a.n_head, a.n_tok, a.n_kv);
+    a.counters = ctx.counters;
+    if (bytes == 0) return;
+    const size_t off = decode_part_offset(a.hd, a.n_head, a.n_tok);
+    TS_ASSERT(ctx.scratch && ctx.scratch_size >= off + bytes);
+    a.part = reinterpret_cast<float*>(static_cast<uint8_t*>(ctx.scratch) + off);
+    if (!a.q8) ctx.act_src = nullptr; // activations a mul_mat left in the scratch may be overwritten
+}
+
 } // namespace
 
 bool attention_q8(cuda_context& ctx, tensor& dst, int8_t* q, __half2* ds) {
     attn_args a = attention_args(ctx, dst);
-    if (ctx.exact || !decode_warp_ok(a) || !dst.is_contiguous() || a.o_nb1 != a.hd) return false;
+    if (ctx.exact || !decode_split_ok(a) || !dst.is_contiguous() || a.o_nb1 != a.hd) return false;
     a.q8 = q;
     a.q8_ds = ds;
+    decode_scratch(ctx, a); // after the q8_1 output
     attention_launch(ctx, a);
     return true;
 }
@@ -867,7 +1046,11 @@ bool attention_q8(cuda_context& ctx, tensor& dst, int8_t* q, __half2* ds) {
 size_t attention_work_size(const tensor& dst) {
     const tensor& q = *dst.src[0];
     const tensor& k = *dst.src[1];
-    if (!dst.src[3] || q.ne[2] <= 8) return 0;
+    if (q.ne[2] <= 8) {
+        const size_t part = decode_part_bytes(q.ne[0], q.ne[1], q.ne[2], k.ne[2]);
+        return part == 0 ? 0 : decode_part_offset(q.ne[0], q.ne[1], q.ne[2]) + part;
+    }
+    if (!dst.src[3]) return 0;
     return size_t(ceil_div(q.ne[2], FA_BQ) * ceil_div(k.ne[2], FA_BK)) * sizeof(int4);
 }
 
@@ -899,6 +1082,7 @@ void attention(cuda_context& ctx, tensor& dst) {
         }
         a.tiles = tiles;
     }
+    if (!ctx.exact && decode_split_ok(a)) decode_scratch(ctx, a);
     attention_launch(ctx, a);
 }
 
