@@ -683,10 +683,10 @@ TEST(backend_ops_cuda, out_of_memory_is_a_clear_error) {
 }
 
 // Attention over a KV length padded past the filled cache rows (backend::kv_pad: CUDA reads the cache in multiples
-// of 256 rows), the rows past them never written: here NaN bytes (0xff), the mask -inf there. Every kernel (decode
-// warp kernel: head sizes 64/128/256; the key-per-thread decode kernel: 96; prefill: > 8 queries) must give those keys
-// no weight at all, not 0 * NaN: the output is the unpadded one, bit for bit (the keys each warp / tile sees are the
-// same, masked ones skipped).
+// of 256 rows), the rows past them never written: here NaN bytes (0xff), the mask -inf there. Every kernel (split
+// decode kernel: head sizes 64/128/256, with several splits from 257 keys on; the key-per-thread decode kernel: 96;
+// prefill: > 8 queries) must give those keys no weight at all, not 0 * NaN: the output is the unpadded one, bit for bit
+// (the keys each warp / split / tile sees are the same, masked ones skipped).
 TEST(backend_ops_cuda, attention_ignores_never_written_padded_rows) {
     TS_REQUIRE_CUDA();
     std::unique_ptr<backend> be = make_backend(device_type::cuda, 0);

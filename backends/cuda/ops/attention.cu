@@ -36,7 +36,7 @@ struct attn_args {
     int hd, n_head, n_tok, group; // group = n_head / n_head_kv
     int64_t n_kv;
     float scale;
-    // decode warp kernel only: the output also as q8_1 for the mul_mat after it (split_acts' layout: token t's row of
+    // split decode kernel only: the output also as q8_1 for the mul_mat after it (split_acts' layout: token t's row of
     // n_head * hd values; o contiguous), or null
     int8_t* q8;
     __half2* q8_ds;
