@@ -5,7 +5,26 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cstdint>
+
 namespace tessera {
+
+namespace {
+
+struct heap_buffer final : buffer {
+    std::unique_ptr<uint8_t[]> p;
+    size_t n = 0;
+    explicit heap_buffer(size_t bytes) : p(new uint8_t[std::max<size_t>(bytes, 1)]), n(bytes) {}
+    void* base() override { return p.get(); }
+    size_t size() const override { return n; }
+};
+
+} // namespace
+
+std::unique_ptr<buffer> backend::alloc_host(size_t bytes) {
+    return std::make_unique<heap_buffer>(bytes);
+}
 
 void graph_runner::prepare(graph& g) {
     for (tensor* n : g.nodes)

@@ -166,7 +166,11 @@ std::span<const float> session::decode_from(std::span<const token> tokens, int64
         if (t < 0 || t >= m_.hp.n_vocab)
             throw error(fmt::format("token id {} is out of range (vocabulary has {} tokens)", t, m_.hp.n_vocab));
     const int64_t n_vocab = m_.hp.n_vocab;
-    logits_.resize(size_t((n_tok - first_output) * n_vocab));
+    n_logits_ = size_t((n_tok - first_output) * n_vocab);
+    if (!logits_ || logits_->size() < n_logits_ * sizeof(float)) {
+        logits_.reset();
+        logits_ = be_->alloc_host(n_logits_ * sizeof(float));
+    }
     for (int64_t i = 0; i < n_tok; i += p_.n_batch) {
         const int64_t n = std::min(n_tok - i, p_.n_batch);
         // rows of this batch that are outputs: [max(first_output - i, 0), n)
@@ -174,7 +178,7 @@ std::span<const float> session::decode_from(std::span<const token> tokens, int64
         const size_t offset = first < n ? size_t((i + first - first_output) * n_vocab) : SIZE_MAX;
         decode_batch(tokens.subspan(size_t(i), size_t(n)), std::min(first, n), offset);
     }
-    return logits_;
+    return {static_cast<const float*>(logits_->base()), n_logits_};
 }
 
 void session::decode_batch(std::span<const token> tokens, int64_t first_output, size_t logits_offset) {
@@ -189,7 +193,9 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
     // The graph depends on (n, n_kv, first_output) only: n_past reaches it through the inputs (positions, mask, cache
     // rows). The last graph is still planned into the runner's buffer (no other was prepared since), so a batch of
     // the same shape reuses it as it is.
-    if (!last_ || last_->in.n_tok != n || last_->in.n_kv != n_kv || last_->in.first_output != first_output) {
+    const bool same_graph =
+        last_ && last_->in.n_tok == n && last_->in.n_kv == n_kv && last_->in.first_output == first_output;
+    if (!same_graph) {
         last_.reset(); // its tensors point into the runner's buffer, which prepare() may replace
         auto bg = std::make_unique<batch_graph>();
         arch::batch_inputs& in = bg->in;
@@ -222,10 +228,14 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
     be_->set(*in.mask, mask.data(), 0, mask.size() * 4);
     be_->set(*in.kv_idx, pos.data(), 0, pos.size() * 4); // cache row = position (no ring buffer)
 
-    runner_->compute(g);
+    if (same_graph)
+        runner_->compute_again(g); // nothing in g changed since it last ran: only its inputs, set above
+    else
+        runner_->compute(g);
     kv_.n_used = n_past + n;
     if (logits_offset != SIZE_MAX)
-        be_->get(*logits, logits_.data() + logits_offset, 0, size_t(logits->n_elements()) * sizeof(float));
+        be_->get(*logits, static_cast<float*>(logits_->base()) + logits_offset, 0,
+                 size_t(logits->n_elements()) * sizeof(float));
 }
 
 } // namespace tessera

@@ -134,7 +134,9 @@ class session {
     std::unique_ptr<backend> be_;
     std::unique_ptr<graph_runner> runner_;
     kv_cache kv_;
-    std::vector<float> logits_;
+    // logits of the last decode, n_logits_ floats, in memory the backend copies into directly (backend::alloc_host)
+    std::unique_ptr<buffer> logits_;
+    size_t n_logits_ = 0;
     // The last batch's graph, planned and bound: a batch of the same shape (tokens, KV length, first output: a decode
     // step, token after token, while the padded KV length stays) runs it again with new inputs, without building.
     struct batch_graph;

@@ -295,6 +295,30 @@ std::vector<op_case> all_cases() {
                      return add(c, m, mul_mat(c, t[2], mul(c, s, s)));
                  },
                  3e-6);
+    // The llama feed-forward block as the model builds it: gate and up mul_mats (one GEMV launch on <= 8 columns),
+    // swiglu with the q8_1 of its result, the down mul_mat reading that. vs the CPU: gate and up summed in another
+    // float order move a q8 value of swiglu's result at a rounding tie -> as the two chained mul_mats above, 3e-6 (the
+    // GEMV: < 1e-6 measured); the GEMM's f16 activations on top, 2e-5 (6e-6 measured at 40 columns, H100); tq2_0: q8_1
+    // against the CPU's q8_k, twice -> 1e-3 (3e-4 measured). Shapes: 512 -> 1536 on 1, 3 and 8 columns (the GEMV split
+    // over k), 2048 -> 8192 and 40 columns (the GEMM).
+    {
+        struct ffn_shape {
+            int64_t k, n, cols;
+        };
+        for (type t : {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::tq2_0})
+            for (ffn_shape f : {ffn_shape{512, 1536, 1}, ffn_shape{512, 1536, 3}, ffn_shape{512, 1536, 8},
+                                ffn_shape{2048, 8192, 1}, ffn_shape{512, 1536, 40}}) {
+                if (t != type::q4_0 && (f.k == 2048 || f.cols == 40)) continue;
+                add_case(std::string("ffn_gate_up_swiglu_down_") + type_name(t) + "_" + std::to_string(f.k) + "x" +
+                             std::to_string(f.n) + "x" + std::to_string(f.cols),
+                         {f32_leaf({f.k, f.cols}, 60), typed_leaf(t, {f.k, f.n}, 61), typed_leaf(t, {f.k, f.n}, 62),
+                          typed_leaf(t, {f.n, f.k}, 63)},
+                         [](context& c, const auto& l) {
+                             return mul_mat(c, l[3], swiglu(c, mul_mat(c, l[1], l[0]), mul_mat(c, l[2], l[0])));
+                         },
+                         t == type::tq2_0 ? 1e-3 : f.cols > 8 ? 2e-5 : 3e-6);
+            }
+    }
     // Two mul_mats right after each other on the same activations (q, k, v; gate, up) convert them once; the second
     // must read what the first left, on the GEMV (5 columns) and the GEMM (40, 200). Same bound as one mul_mat.
     for (int64_t cols : {int64_t(5), int64_t(40), int64_t(200)})

@@ -53,12 +53,14 @@ class cuda_backend final : public backend {
     std::string name() const override { return "cuda"; }
     std::unique_ptr<buffer> alloc(size_t bytes) override;
     std::unique_ptr<buffer> alloc_zeroed(size_t bytes) override;
+    std::unique_ptr<buffer> alloc_host(size_t bytes) override;
     int64_t kv_pad() const override { return 256; }
     void set(tensor& t, const void* src, size_t offset, size_t size) override;
     void get(const tensor& t, void* dst, size_t offset, size_t size) override;
     bool supports(const tensor& node) const override;
     void load_weights(std::span<tensor* const> weights) override;
     void compute(graph& g) override;
+    void compute_again(graph& g) override;
     void synchronize() override;
 
     const device_info& info() const { return info_; }
@@ -79,6 +81,11 @@ class cuda_backend final : public backend {
     // graph_signature() of the graph graph_exec_ was captured from (empty: none); a graph with the same signature
     // launches graph_exec_ as it is, without capturing (a decode step, token after token)
     std::vector<uint64_t> exec_sig_, next_sig_;
+    // the graph exec_sig_ was last taken or checked from, and the scratch then: compute_again() of that graph, with
+    // the scratch in place, launches graph_exec_ without taking the signature (TESSERA_CUDA_REPLAY=0: it always does)
+    const graph* exec_graph_ = nullptr;
+    const void* exec_scratch_ = nullptr;
+    void launch_exec();
     int64_t graphs_captured_ = 0, graphs_reused_ = 0;
     // TESSERA_CUDA_EXACT=1: the CPU's results bit for bit where the ops can (common.cuh, cuda_context::exact)
     bool exact_ = false;
@@ -98,6 +105,11 @@ class cuda_backend final : public backend {
     struct host_profile {
         double compute_s = 0, between_s = 0, get_s = 0, sig_s = 0, launch_s = 0, capture_s = 0;
         int64_t calls = 0;
+        // GPU time of the unchanged graphs launched again: events recorded around cudaGraphLaunch, read in get()
+        double graph_gpu_s = 0;
+        int64_t graph_gpu_n = 0;
+        void* ev[2] = {nullptr, nullptr}; // cudaEvent_t
+        bool ev_pending = false;
         std::chrono::steady_clock::time_point last_end;
     };
     std::unique_ptr<host_profile> host_prof_;

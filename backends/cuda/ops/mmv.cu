@@ -292,24 +292,30 @@ struct split_group {
     split_args m[3];
     unsigned first_block[3];
     int n_mat;
-    bool prefetch; // each lane's first weight chunks to L2 before pdl_wait (ctx.pdl; TESSERA_CUDA_PREFETCH=0: not)
+    int prefetch; // steps of a lane's chunks asked of L2 before pdl_wait (ctx.pdl; TESSERA_CUDA_PREFETCH=0: none)
 };
 
-// Grid (rows / (4 R), columns / NC). Lane l of a warp takes chunks l, l + 32, ... of its R rows: a warp reads 32
-// consecutive chunks (256 to 1024 bytes) per step, each lane with one 8/16/32-byte load, and each activation chunk it
-// loads serves R rows.
-template <class D, int NC, int R, int U>
+// Grid (row groups / (4 / S), columns / NC). A row group is R rows, taken by S warps of the block: warp part p of a
+// group takes chunks 32 p + l, 32 (S + p) + l, ... (lane l), so each step the group's warps read 32 S consecutive
+// chunks (256 to 1024 bytes a warp), each lane with one 8/16/32-byte load, and each activation chunk a lane loads
+// serves R rows. S > 1 (split over k) where the rows alone give too few warps to keep HBM busy (mmv_split_parts):
+// the S partial sums of a row are added in shared memory, in part order.
+template <class D, int NC, int R, int U, int S>
 static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_group grp) {
+    static_assert(S == 1 || S == 2 || S == 4, "a block's 4 warps take 4 / S row groups");
     using chunk_t = typename D::chunk_t;
     const int mi = grp.n_mat > 2 && blockIdx.x >= grp.first_block[2]   ? 2
                    : grp.n_mat > 1 && blockIdx.x >= grp.first_block[1] ? 1
                                                                        : 0;
     const split_args& a = mi == 0 ? grp.m[0] : mi == 1 ? grp.m[1] : grp.m[2];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int64_t row0 = (int64_t(blockIdx.x - grp.first_block[mi]) * SPLIT_WARPS + warp) * R;
+    const int part = warp % S;
+    const int64_t row0 = (int64_t(blockIdx.x - grp.first_block[mi]) * (SPLIT_WARPS / S) + warp / S) * R;
     const int64_t cols = a.m * a.ne2 * a.ne3;
     const int64_t col0 = int64_t(blockIdx.y) * NC;
     const int64_t nc = a.k / 32, ng = nc / D::chunks_per_scale;
+    const int64_t first = lane + int64_t(part) * WARP_SIZE;
+    constexpr int64_t stride = int64_t(WARP_SIZE) * S;
     const uint8_t* qrow[R];
     const uint8_t* srow[R];
 #pragma unroll
@@ -319,13 +325,12 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
         srow[r] = a.sc + row * ng * D::scale_bytes;
     }
     // Launched early (ctx.pdl): while the kernel before still runs, each lane asks L2 for the weight chunks (and
-    // their scales) of its first U steps, which no kernel writes; then it waits for the activations. Measured (H100,
+    // their scales) of its first steps (prefetch_steps), which no kernel writes; then it waits for the activations. Measured (H100,
     // 8B q4_0 tg128): 346 -> 351-353 t/s; the block's whole rows by cp.async.bulk.prefetch instead: 324-328 (slower
     // than none: 14336-row matrices ask for more than L2 keeps); to L1 instead of L2: 349-353.
-    if (grp.prefetch) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t c = lane + int64_t(u) * WARP_SIZE;
+    if (grp.prefetch > 0) {
+        for (int u = 0; u < grp.prefetch; u++) {
+            const int64_t c = first + u * stride;
             if (c >= nc) break;
 #pragma unroll
             for (int r = 0; r < R; r++) {
@@ -344,7 +349,7 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
         for (int j = 0; j < NC; j++) sum[r][j] = 0.0f;
 
 #pragma unroll U
-    for (int64_t c = lane; c < nc; c += WARP_SIZE) {
+    for (int64_t c = first; c < nc; c += stride) {
         chunk_t q[R];
 #pragma unroll
         for (int r = 0; r < R; r++) q[r] = ldg_chunk<chunk_t>(qrow[r] + c * int64_t(sizeof(chunk_t)));
@@ -363,18 +368,72 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
+        for (int j = 0; j < NC; j++) sum[r][j] = warp_sum(sum[r][j]);
+    if constexpr (S > 1) {
+        __shared__ float part_sum[SPLIT_WARPS][R][NC];
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int j = 0; j < NC; j++) part_sum[warp][r][j] = sum[r][j];
+        }
+        __syncthreads();
+        if (part != 0) return;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int j = 0; j < NC; j++)
+#pragma unroll
+                for (int p = 1; p < S; p++) sum[r][j] += part_sum[warp + p][r][j];
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
         for (int j = 0; j < NC; j++) {
-            const float s = warp_sum(sum[r][j]);
             const int64_t c = col0 + j;
             if (lane == 0 && row0 + r < a.n && c < cols)
-                a.y[column_offset(c, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + row0 + r] = s * a.out_scale;
+                a.y[column_offset(c, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + row0 + r] =
+                    sum[r][j] * a.out_scale;
         }
 }
 
-// TESSERA_CUDA_PREFETCH=0: the GEMV launched early does not ask L2 for its first weights (a side-by-side switch)
-bool prefetch_enabled() {
-    static const bool enabled = env_switch_on("TESSERA_CUDA_PREFETCH");
-    return enabled;
+// How many steps of its chunks each lane of a GEMV launched early asks L2 for while it waits: TESSERA_CUDA_PREFETCH=N
+// (0: none, a side-by-side switch); 2 by default.
+int prefetch_steps() {
+    static const int steps = [] {
+        const char* e = std::getenv("TESSERA_CUDA_PREFETCH");
+        return e && *e ? std::max(std::atoi(e), 0) : 2;
+    }();
+    return steps;
+}
+
+// TESSERA_CUDA_MMV_PARTS=1, 2 or 4: every split GEMV with that many warps per row group (benchmarks); unset or any
+// other value: chosen per launch by mmv_split_parts
+int forced_split_parts() {
+    static const int v = [] {
+        const char* e = std::getenv("TESSERA_CUDA_MMV_PARTS");
+        const int n = e ? std::atoi(e) : 0;
+        return n == 1 || n == 2 || n == 4 ? n : 0;
+    }();
+    return v;
+}
+
+// Warps per row group (S of mmv_split_kernel) for `groups` row groups of nc chunks each. One warp a group while that
+// gives at least 48 warps for each SM; else the k-split that gets there (at most 4), as long as every lane keeps at
+// least one chunk of a row. A warp has only ~2 loads of a row in flight, so HBM needs many warps: 4096 rows of 2 are
+// 2048 warps, 15 an SM on an H100, where a 14336-row matrix had 54 (and ran at 80% of the copy bandwidth against
+// 61-69%: bench_mmv, session 6). Measured (H100, 2026-11-23, tg128 against S = 1 in one call): 1B q4_0 1520-1537 vs
+// 1335-1391, 8B 407-415 vs 378-382; 4096 x 14336 q4_0 78% of the copy bandwidth (was 68%). The 48 is not sharp: 24
+// to 96 (TESSERA_CUDA_MMV_WARPS=N) read within noise of each other on 8B and 1B, 24 a little lower.
+int mmv_split_parts(int64_t groups, int64_t nc, int n_sm) {
+    if (const int f = forced_split_parts()) return f;
+    static const int64_t warps_per_sm = [] {
+        const char* e = std::getenv("TESSERA_CUDA_MMV_WARPS");
+        return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(48);
+    }();
+    int s = 1;
+    while (s < 4 && groups * s < warps_per_sm * std::max(n_sm, 1) && nc >= int64_t(WARP_SIZE) * 2 * s) s *= 2;
+    return s;
 }
 
 // y_i = W_i^T x for 1 to 3 split weights of format F with the same x (quantized: acts), in one launch.
@@ -383,6 +442,9 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
                       split_acts acts) {
     using D = cuda_format<F>;
     constexpr int R = 2;
+    int64_t groups = 0;
+    for (int i = 0; i < n_mat; i++) groups += ceil_div(args[i].n, R);
+    const int S = mmv_split_parts(groups, args[0].k / 32, ctx.n_sm);
     split_group grp{};
     unsigned blocks = 0;
     for (int i = 0; i < n_mat; i++) {
@@ -394,10 +456,10 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
         a.out_scale = w[i]->out_scale;
         grp.m[i] = a;
         grp.first_block[i] = blocks;
-        blocks += unsigned(ceil_div(a.n, SPLIT_WARPS * R));
+        blocks += unsigned(ceil_div(a.n, SPLIT_WARPS / S * R));
     }
     grp.n_mat = n_mat;
-    grp.prefetch = ctx.pdl && prefetch_enabled();
+    grp.prefetch = ctx.pdl ? prefetch_steps() : 0;
     const int64_t cols = args[0].m * args[0].ne2 * args[0].ne3;
     if (cols == 0 || blocks == 0) return;
     const int nc = cols == 1 ? 1 : cols == 2 ? 2 : cols <= 4 ? 4 : MMV_MAX_COLS;
@@ -407,11 +469,15 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
     // U = 2: a lane's chunk loads unrolled 2 deep. 4 deep (all of a 4096-wide row's chunks of a lane in flight at
     // once) measured slower (H100, 2026-11-22: q4_0 4096x4096 40% vs 44% of the copy bandwidth, 7B tg128 276 vs 282).
     constexpr int U = 2;
+    const auto pick = [&]<int NC>() {
+        return S == 1 ? mmv_split_kernel<D, NC, R, U, 1> : S == 2 ? mmv_split_kernel<D, NC, R, U, 2>
+                                                                  : mmv_split_kernel<D, NC, R, U, 4>;
+    };
     launch(ctx,
-           nc == 1   ? mmv_split_kernel<D, 1, R, U>
-           : nc == 2 ? mmv_split_kernel<D, 2, R, U>
-           : nc == 4 ? mmv_split_kernel<D, 4, R, U>
-                     : mmv_split_kernel<D, MMV_MAX_COLS, R, U>,
+           nc == 1   ? pick.template operator()<1>()
+           : nc == 2 ? pick.template operator()<2>()
+           : nc == 4 ? pick.template operator()<4>()
+                     : pick.template operator()<MMV_MAX_COLS>(),
            grid, block, 0, grp);
 }
 
