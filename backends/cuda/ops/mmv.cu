@@ -2,16 +2,18 @@
 // chunk from registers for every column. Three paths:
 //   split layout (every block format, weights repacked at upload; quant/format.cuh): x is quantized once to q8_1 as
 //                int8 rows + (d, s) (quantize_split_kernel; q, k, v and gate, up share one), then
-//                mmv_split_kernel<cuda_format<F>, NC, R>: a warp per R rows, lane l taking chunks l, l + 32, ... with
-//                one 8/16/32-byte load each. More than 8 columns go to the tensor-core GEMM (gemm.cu).
+//                mmv_split_kernel<cuda_format<F>, NC, R, U, S>: S warps (1, 2 or 4: split over k where rows are few)
+//                per R rows, lane l of part p taking chunks 32 p + l, 32 (S + p) + l, ... with one 8/16/32-byte load
+//                each. More than 8 columns go to the tensor-core GEMM (gemm.cu).
 //   file layout (TESSERA_CUDA_SPLIT=0, q4_0/q4_1/q8_0): x to q8_1 blocks, mmv_q_kernel over the file's 18/20/34-byte
 //                blocks with 2- and 4-byte loads (groups of 8 columns for larger m).
 //   f32/f16/bf16 W: mmv_f_kernel<T, NC, V> reads x in f32 and dots in f32, V elements per load.
-// Measured (tests/bench/bench_mmv, one column, H100, 2026-11-22, session 6), share of the 3.0 TB/s copy bandwidth at
-// (n, k) = (4096, 4096), (14336, 4096), (4096, 14336): split q4_0 61/80/69%, q4_1 71/78/78%, q8_0 71/85/80%, nvfp4
-// 54/66/59%, awq4 65/79/77%, tq2_0 47/66/59%, i2_s 48/67/60%; f16 64/79/82%. 4096-row matrices are the weak case: a
-// warp's whole share of the row is two rounds of loads (NOTES.md). In a decode step the kernel is launched early
-// (programmatic dependent launch, common.cuh) and asks L2 for its first chunks while the kernel before it runs.
+// Measured (tests/bench/bench_mmv, one column, H100, 2026-11-23, session 10), share of the 3.0 TB/s copy bandwidth at
+// (n, k) = (4096, 4096), (14336, 4096), (4096, 14336), three matrices a launch (as q/k/v, gate/up run): split q4_0
+// 66/80/77%, q4_1 70/80/81%, q8_0 70/83/83%, nvfp4 57/67/67%, awq4 65/79/81%, tq2_0 49/66/65%, i2_s 54/68/67%; f16
+// 65/79/82%. One matrix a launch: 5-15 points lower (the launch boundary, ~3 us; NOTES.md). In a decode step the
+// kernel is launched early (programmatic dependent launch, common.cuh) and asks L2 for its first chunks while the
+// kernel before it runs.
 #include "backends/cuda/ops/ops.cuh"
 
 #include "backends/cuda/quant/formats.cuh"
