@@ -52,6 +52,10 @@ struct leaf {
     uint32_t flags = 0;  // more tensor flags (flag_embedding: a token table, which the CUDA upload keeps as in the file)
 };
 
+// Tensors a case's build adds here are expanded into the graph before its output, in this order (a graph built as
+// the model builds it: q, k and v next to each other, then rope(Q) first; run_case sets it around build).
+thread_local std::vector<tensor*>* expand_first = nullptr;
+
 struct op_case {
     std::string name;
     std::vector<leaf> leaves;
@@ -175,9 +179,13 @@ run_result run_on(backend& be, const op_case& c) {
         ts.push_back(t);
     }
     be.load_weights(weights);
+    std::vector<tensor*> first;
+    expand_first = &first;
     tensor* out = c.build(ctx, ts);
+    expand_first = nullptr;
     out->flags |= flag_output;
     graph g;
+    for (tensor* t : first) g.expand(t);
     g.expand(out);
     graph_runner runner(be);
     runner.prepare(g);
@@ -627,6 +635,70 @@ std::vector<op_case> all_cases() {
                      return mul_mat(c, t[7], reshape_2d(c, layer_attention(c, t), s.hd * s.n_head, s.n_tok));
                  },
                  n_kv > 256 ? 2e-4 : 5e-5);
+    }
+    // The whole attention input of a layer as the model builds it, from the normalized activations: the q, k and v
+    // mul_mats (in that order), rope(Q), rope(K), the cache writes, attention over the caches. On the decode GEMV
+    // (<= 8 tokens, "normal" rope) CUDA runs the first seven as one kernel (the GEMV's epilogue rotates and writes the
+    // caches: fused.cu fuse_qkv_rope); neox rope and 40 tokens take the separate kernels. Also: rope over 96 of 128
+    // dimensions, rope_freqs factors. bound: q and k here are 256-wide products of N(0, 1) data, so the logits are
+    // large (~100) and the softmax sharp, so the attention output's differences grow with it: < 1e-6 measured at 1
+    // and 3 tokens, 2.1e-5 - 3.7e-5 at 5, 8 and 40 tokens, the same with the fusion off (H100) -> 5e-6 for one token
+    // (the attention cases' bound), else 1e-4, as past 256 keys.
+    struct qkv_shape {
+        type t;
+        int64_t hd, n_head, n_head_kv, n_tok, n_past;
+        bool neox;
+        int n_rot;
+        bool ff;
+    };
+    for (qkv_shape s : {qkv_shape{type::q4_0, 64, 6, 2, 1, 9, false, 64, false},
+                        qkv_shape{type::q8_0, 128, 8, 2, 3, 20, false, 128, true},
+                        qkv_shape{type::awq4, 128, 8, 2, 1, 256, false, 96, false}, // 2 key splits, 32 dims unrotated
+                        qkv_shape{type::q4_1, 64, 4, 4, 8, 30, false, 64, true},
+                        qkv_shape{type::q4_0, 128, 8, 2, 5, 20, true, 128, false},
+                        qkv_shape{type::q4_0, 64, 4, 1, 40, 3, false, 64, false}}) {
+        const int64_t E = 256, n_kv = s.n_past + s.n_tok;
+        std::vector<int32_t> rows;
+        for (int64_t t = 0; t < s.n_tok; t++) rows.push_back(int32_t(s.n_past + t));
+        std::vector<leaf> leaves = {f32_leaf({E, s.n_tok}, 80),
+                                    typed_leaf(s.t, {E, s.hd * s.n_head}, 81),
+                                    typed_leaf(s.t, {E, s.hd * s.n_head_kv}, 82),
+                                    typed_leaf(s.t, {E, s.hd * s.n_head_kv}, 83),
+                                    typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 84, false),
+                                    typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 85, false),
+                                    i32_leaf(rows),
+                                    causal_mask(n_kv, s.n_tok)};
+        if (s.ff) {
+            std::vector<float> f(size_t(s.n_rot / 2));
+            for (size_t i = 0; i < f.size(); i++) f[i] = 1.0f + 0.1f * float(i % 5);
+            leaf fl;
+            fl.ne[0] = s.n_rot / 2;
+            fl.bytes = to_bytes(f);
+            fl.weight = true;
+            leaves.push_back(fl);
+        }
+        add_case(std::string("qkv_rope_kv_attention_") + type_name(s.t) + "_hd" + std::to_string(s.hd) + "_h" +
+                     std::to_string(s.n_head) + "_kv" + std::to_string(s.n_head_kv) + "_rot" + std::to_string(s.n_rot) +
+                     "_tok" + std::to_string(s.n_tok) + (s.neox ? "_neox" : "") + (s.ff ? "_ff" : ""),
+                 leaves,
+                 [=](context& c, const auto& t) {
+                     const rope_mode mode = s.neox ? rope_mode::neox : rope_mode::normal;
+                     tensor* ff = s.ff ? t[8] : nullptr;
+                     tensor* q = mul_mat(c, t[1], t[0]);
+                     tensor* k = mul_mat(c, t[2], t[0]);
+                     tensor* v = mul_mat(c, t[3], t[0]);
+                     tensor* qr = rope(c, reshape_3d(c, q, s.hd, s.n_head, s.n_tok), t[6], ff, s.n_rot, mode,
+                                       10000.0f, 1.0f);
+                     tensor* kr = rope(c, reshape_3d(c, k, s.hd, s.n_head_kv, s.n_tok), t[6], ff, s.n_rot, mode,
+                                       10000.0f, 1.0f);
+                     tensor* kw = set_rows(c, t[4], reshape_2d(c, kr, s.hd * s.n_head_kv, s.n_tok), t[6]);
+                     tensor* vw = set_rows(c, t[5], v, t[6]);
+                     for (tensor* e : {q, k, v, qr, kw, vw}) expand_first->push_back(e);
+                     tensor* kv = view_3d(c, kw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, kw->nb[1], 0);
+                     tensor* vv = view_3d(c, vw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, vw->nb[1], 0);
+                     return attention(c, qr, kv, vv, t[7], 1.0f / std::sqrt(float(s.hd)));
+                 },
+                 s.n_tok > 1 || n_kv > 256 ? 1e-4 : 5e-6);
     }
     return cs;
 }

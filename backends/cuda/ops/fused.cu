@@ -7,12 +7,14 @@
 //   attention -> [its rows as a view ->] q8_1 for the mul_mat after it                (the output projection's input)
 //   rope(Q), rope(K), set_rows(K cache, rotated K), set_rows(V cache, V), in any order, views between them skipped
 //   (rope.cu, rope_kv), when no result the kernel writes lies where one of its inputs is (see fuse_rope_kv)
+//   the q, k, v mul_mats on the decode GEMV followed by that rope / cache-write group, reading only their results:
+//   the GEMV's epilogue does the group's work ("normal" rope; fuse_qkv_rope, mmv.cu)
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
 // reads are skipped (the bare rms_norm). The arithmetic is the unfused kernels' (same operations, same order), so the
 // results are bit-identical to running the nodes one by one (test_backend_ops checks it). The q8_1 activations go
 // where split_activations (mmv.cu) puts them, which the mul_mat right after then finds already done.
 // Not fused while a per-node callback watches (compare --layers) or TESSERA_CUDA_FUSE=0 (TESSERA_CUDA_ROPE_KV=0: the
-// rope / cache-write group alone).
+// rope / cache-write group alone, with or without the GEMV; TESSERA_CUDA_QKV_ROPE=0: not with the GEMV).
 #include "backends/cuda/ops/ops.cuh"
 
 namespace tessera::cuda {
@@ -163,8 +165,12 @@ bool overlap(span a, span b) {
 // the four was (that input's last reader having run by then in graph order): checked here, and then not fused. The
 // llama graph puts rope(Q) first (llm/arch/llama.cpp), so its result is placed while K and V live, and the rotated K,
 // read by its cache write alone, is not written at all.
-size_t fuse_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
-                    const std::unordered_map<const tensor*, int>& uses) {
+struct rope_kv_nodes {
+    const tensor *rq, *rk, *sk, *sv;
+    bool write_k; // the rotated K is read by more than its cache write
+};
+size_t match_rope_kv(const cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                     const std::unordered_map<const tensor*, int>& uses, rope_kv_nodes& m) {
     const tensor* got[4];
     size_t j = i;
     for (int c = 0; c < 4; j++) {
@@ -221,7 +227,58 @@ size_t fuse_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     for (const tensor* o : outputs)
         for (const tensor* in : inputs)
             if (o && in && overlap(span_of(ctx, o), span_of(ctx, in))) return 0;
-    return rope_kv(ctx, *rq, *rk, *sk, *sv, write_k) ? j - i : 0;
+    m = {rq, rk, sk, sv, write_k};
+    return j - i;
+}
+
+size_t fuse_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                    const std::unordered_map<const tensor*, int>& uses) {
+    rope_kv_nodes m;
+    const size_t n = match_rope_kv(ctx, nodes, i, uses, m);
+    return n > 0 && rope_kv(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k) ? n : 0;
+}
+
+// The q, k, v mul_mats at nodes[i..i + 2] (decode: one GEMV launch, mul_mat_group) and rope_kv's four nodes after
+// them, where the ropes and V's cache write read those three results and nothing else does: one kernel, the GEMV
+// rotating Q and K and writing K and V to their caches in its epilogue (mmv.cu), "normal" rope mode only (a warp's
+// row pair is a rotation pair). TESSERA_CUDA_QKV_ROPE=0: off (the GEMV, then rope_kv's kernel).
+size_t fuse_qkv_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                     const std::unordered_map<const tensor*, int>& uses) {
+    static const bool on = env_switch_on("TESSERA_CUDA_QKV_ROPE");
+    if (!on || ctx.exact || i + 3 >= nodes.size()) return 0;
+    const tensor* mm[3] = {nodes[i], nodes[i + 1], nodes[i + 2]};
+    for (const tensor* t : mm)
+        if (t->o != op::mul_mat || (t->flags & flag_output)) return 0;
+    size_t j = i + 3; // the views reshaping q and k come first
+    while (j < nodes.size() && (nodes[j]->o == op::view || nodes[j]->o == op::none)) j++;
+    rope_kv_nodes m;
+    const size_t n = match_rope_kv(ctx, nodes, j, uses, m);
+    if (n == 0) return 0;
+    auto used = [&](const tensor* t) {
+        const auto it = uses.find(t);
+        return it == uses.end() ? 0 : it->second;
+    };
+    // the rope (the cache write for V) reads mul_mat result r, directly or through a contiguous view at offset 0 that
+    // nothing else reads; and nothing else reads r
+    auto reads_only = [&](const tensor* src, const tensor* r) {
+        if (used(r) != 1) return false;
+        if (src == r) return true;
+        return src->view_src == r && src->view_offs == 0 && src->is_contiguous() && used(src) == 1 &&
+               !(src->flags & flag_output);
+    };
+    if (!reads_only(m.rq->src[0], mm[0]) || !reads_only(m.rk->src[0], mm[1]) || !reads_only(m.sv->src[0], mm[2]))
+        return 0;
+    rope_kv_params p;
+    if (!rope_kv_params_of(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k, p) || p.neox) return 0;
+    if (m.rq->ne[0] != m.rk->ne[0] || m.rq->ne[0] % 2 != 0) return 0; // one head size; rotation pairs in a head
+    // the rows of q (k) are the rope input's (dimension, head) in order, the columns its tokens; v's rows V's row
+    const int64_t n_tok = m.rq->ne[2];
+    for (const tensor* t : mm)
+        if (t->ne[1] != n_tok || t->ne[2] != 1 || t->ne[3] != 1 || !t->is_contiguous()) return 0;
+    if (mm[0]->ne[0] != m.rq->ne[0] * m.rq->ne[1] || mm[1]->ne[0] != m.rk->ne[0] * m.rk->ne[1] ||
+        mm[2]->ne[0] != m.sv->src[0]->ne[0])
+        return 0;
+    return mul_mat_group_rope(ctx, nodes, i, p, m.rq->ne[0]) ? j - i + n : 0;
 }
 
 } // namespace
@@ -229,6 +286,9 @@ size_t fuse_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
 size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             const std::unordered_map<const tensor*, int>& uses) {
     if (!fuse_enabled()) return 0;
+    static const bool rope_kv_on = env_switch_on("TESSERA_CUDA_ROPE_KV");
+    if (rope_kv_on)
+        if (const size_t n = fuse_qkv_rope(ctx, nodes, i, uses)) return n; // q, k, v, ropes, cache writes
     if (const size_t n = mul_mat_group(ctx, nodes, i)) return n; // q, k, v / gate, up: one GEMV launch
     auto at = [&](size_t j) { return j < nodes.size() ? nodes[j] : nullptr; };
     auto used_once = [&](const tensor* t) {
@@ -236,7 +296,6 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
         return it != uses.end() && it->second == 1 && !(t->flags & flag_output);
     };
     tensor* n0 = at(i);
-    static const bool rope_kv_on = env_switch_on("TESSERA_CUDA_ROPE_KV");
     if (rope_kv_on)
         if (const size_t n = fuse_rope_kv(ctx, nodes, i, uses)) return n;
     // [add ->] rms_norm -> mul by a weight row

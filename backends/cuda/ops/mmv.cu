@@ -295,6 +295,9 @@ struct split_group {
     unsigned first_block[3];
     int n_mat;
     int prefetch; // steps of a lane's chunks asked of L2 before pdl_wait (ctx.pdl; TESSERA_CUDA_PREFETCH=0: none)
+    // mmv_split_kernel's ROPE epilogue (m[0] = Q, m[1] = K, m[2] = V; heads of rope_hd values)
+    rope_kv_params rope;
+    int64_t rope_hd;
 };
 
 // Grid (row groups / (4 / S), columns / NC). A row group is R rows, taken by S warps of the block: warp part p of a
@@ -302,9 +305,14 @@ struct split_group {
 // chunks (256 to 1024 bytes a warp), each lane with one 8/16/32-byte load, and each activation chunk a lane loads
 // serves R rows. S > 1 (split over k) where the rows alone give too few warps to keep HBM busy (mmv_split_parts):
 // the S partial sums of a row are added in shared memory, in part order.
-template <class D, int NC, int R, int U, int S>
+//
+// ROPE (q, k, v: rope_kv's work in the epilogue): a row group's two rows are a rotation pair of a head ("normal"
+// mode), so the warp that has both sums rotates them (Q, K) and writes Q's result and K's and V's f16 cache rows
+// itself, with rope_kv_kernel's arithmetic (rope.cu): the same bits as the GEMV followed by that kernel.
+template <class D, int NC, int R, int U, int S, bool ROPE = false>
 static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_group grp) {
     static_assert(S == 1 || S == 2 || S == 4, "a block's 4 warps take 4 / S row groups");
+    static_assert(!ROPE || R == 2, "a rotation pair is a row group");
     using chunk_t = typename D::chunk_t;
     const int mi = grp.n_mat > 2 && blockIdx.x >= grp.first_block[2]   ? 2
                    : grp.n_mat > 1 && blockIdx.x >= grp.first_block[1] ? 1
@@ -388,15 +396,55 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
 #pragma unroll
                 for (int p = 1; p < S; p++) sum[r][j] += part_sum[warp + p][r][j];
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
+    if constexpr (ROPE) {
+        if (lane != 0 || row0 >= a.n) return; // n is even: a pair is in or out whole
+        const rope_kv_params& p = grp.rope;
+        const int64_t h = row0 / grp.rope_hd, jj = row0 % grp.rope_hd; // head, first dimension of the pair
 #pragma unroll
         for (int j = 0; j < NC; j++) {
-            const int64_t c = col0 + j;
-            if (lane == 0 && row0 + r < a.n && c < cols)
-                a.y[column_offset(c, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + row0 + r] =
-                    sum[r][j] * a.out_scale;
+            const int64_t t = col0 + j; // token
+            if (t >= cols) break;
+            float y0 = sum[0][j] * a.out_scale, y1 = sum[1][j] * a.out_scale;
+            if (mi < 2 && jj < p.n_rot) { // as rope_block (rope.cu)
+                float theta = float(p.pos[t]);
+                for (int64_t q = 0; q < jj / 2; q++) theta *= p.theta_scale;
+                const float f = p.ff ? p.ff[jj / 2] : 1.0f;
+                float sn, cs;
+                sincosf(p.freq_scale * (theta / f), &sn, &cs);
+                const float r0 = fmaf(y0, cs, -__fmul_rn(y1, sn)), r1 = fmaf(y0, sn, __fmul_rn(y1, cs));
+                y0 = r0;
+                y1 = r1;
+            }
+            if (mi == 0) {
+                float* yr = p.yq + t * p.syq.nb[2] + h * p.syq.nb[1];
+                yr[jj * p.syq.nb[0]] = y0;
+                yr[(jj + 1) * p.syq.nb[0]] = y1;
+                continue;
+            }
+            if (mi == 1 && p.yk) {
+                float* yr = p.yk + t * p.syk.nb[2] + h * p.syk.nb[1];
+                yr[jj * p.syk.nb[0]] = y0;
+                yr[(jj + 1) * p.syk.nb[0]] = y1;
+            }
+            const int64_t row = p.idx64 ? static_cast<const int64_t*>(p.idx)[t] : static_cast<const int32_t*>(p.idx)[t];
+            __half* cache = mi == 1 ? p.kc : p.vc;
+            if (row >= 0 && row < (mi == 1 ? p.kc_rows : p.vc_rows)) { // set_rows' conversion, round to nearest even
+                __half* cr = cache + row * (mi == 1 ? p.kc_nb1 : p.vc_nb1) + row0;
+                cr[0] = __float2half_rn(y0);
+                cr[1] = __float2half_rn(y1);
+            }
         }
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int j = 0; j < NC; j++) {
+                const int64_t c = col0 + j;
+                if (lane == 0 && row0 + r < a.n && c < cols)
+                    a.y[column_offset(c, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + row0 + r] =
+                        sum[r][j] * a.out_scale;
+            }
+    }
 }
 
 // How many steps of its chunks each lane of a GEMV launched early asks L2 for while it waits: TESSERA_CUDA_PREFETCH=N
@@ -438,10 +486,11 @@ int mmv_split_parts(int64_t groups, int64_t nc, int n_sm) {
     return s;
 }
 
-// y_i = W_i^T x for 1 to 3 split weights of format F with the same x (quantized: acts), in one launch.
+// y_i = W_i^T x for 1 to 3 split weights of format F with the same x (quantized: acts), in one launch; with rope
+// (three: q, k, v), rope_kv's work in the epilogue instead of writing y.
 template <class F>
 void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, split_args* args, int n_mat,
-                      split_acts acts) {
+                      split_acts acts, const rope_kv_params* rope = nullptr, int64_t rope_hd = 0) {
     using D = cuda_format<F>;
     constexpr int R = 2;
     int64_t groups = 0;
@@ -462,6 +511,12 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
     }
     grp.n_mat = n_mat;
     grp.prefetch = ctx.pdl ? prefetch_steps() : 0;
+    if (rope) {
+        TS_ASSERT(n_mat == 3 && rope_hd > 0 && rope_hd % 2 == 0 && args[0].n % 2 == 0 && args[1].n % 2 == 0 &&
+                  args[2].n % 2 == 0);
+        grp.rope = *rope;
+        grp.rope_hd = rope_hd;
+    }
     const int64_t cols = args[0].m * args[0].ne2 * args[0].ne3;
     if (cols == 0 || blocks == 0) return;
     const int nc = cols == 1 ? 1 : cols == 2 ? 2 : cols <= 4 ? 4 : MMV_MAX_COLS;
@@ -471,16 +526,18 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
     // U = 2: a lane's chunk loads unrolled 2 deep. 4 deep (all of a 4096-wide row's chunks of a lane in flight at
     // once) measured slower (H100, 2026-11-22: q4_0 4096x4096 40% vs 44% of the copy bandwidth, 7B tg128 276 vs 282).
     constexpr int U = 2;
-    const auto pick = [&]<int NC>() {
-        return S == 1 ? mmv_split_kernel<D, NC, R, U, 1> : S == 2 ? mmv_split_kernel<D, NC, R, U, 2>
-                                                                  : mmv_split_kernel<D, NC, R, U, 4>;
+    const auto pick = [&]<int NC, bool RP>() {
+        return S == 1 ? mmv_split_kernel<D, NC, R, U, 1, RP> : S == 2 ? mmv_split_kernel<D, NC, R, U, 2, RP>
+                                                                      : mmv_split_kernel<D, NC, R, U, 4, RP>;
     };
-    launch(ctx,
-           nc == 1   ? pick.template operator()<1>()
-           : nc == 2 ? pick.template operator()<2>()
-           : nc == 4 ? pick.template operator()<4>()
-                     : pick.template operator()<MMV_MAX_COLS>(),
-           grid, block, 0, grp);
+    const auto pick_nc = [&]<bool RP>() {
+        return nc == 1   ? pick.template operator()<1, RP>()
+               : nc == 2 ? pick.template operator()<2, RP>()
+               : nc == 4 ? pick.template operator()<4, RP>()
+                         : pick.template operator()<MMV_MAX_COLS, RP>();
+    };
+    launch(ctx, rope ? pick_nc.template operator()<true>() : pick_nc.template operator()<false>(), grid, block, 0,
+           grp);
 }
 
 // The decode GEMV's arguments for node `dst` (a mul_mat of split weight sw)
@@ -551,7 +608,11 @@ split_acts split_activations(cuda_context& ctx, const tensor& x) {
     return acts;
 }
 
-size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
+namespace {
+
+// mul_mat_group, and with rope mul_mat_group_rope (exactly three matrices, or nothing launched)
+size_t group_launch(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i, const rope_kv_params* rope,
+                    int64_t rope_hd) {
     if (ctx.exact || !ctx.split) return 0;
     const split_weight* ws[3];
     tensor* dsts[3];
@@ -570,8 +631,10 @@ size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
         dsts[n] = d;
         n++;
     }
-    if (n < 2) return 0;
+    if (n < 2 || (rope && n != 3)) return 0;
     const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
+    if (rope && (x->ne[2] != 1 || x->ne[3] != 1 || ws[0]->n % 2 != 0 || ws[1]->n % 2 != 0 || ws[2]->n % 2 != 0))
+        return 0;
     if (gemm_split_wanted(cols) || x->t != type::f32 || x->ne[0] % 32 != 0) return 0;
     TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(*dsts[0], ctx.wgmma));
     split_args args[3];
@@ -580,12 +643,23 @@ size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
     bool launched = false;
     visit_format(ws[0]->t, [&]<class F>() {
         if constexpr (has_split<F>::value) {
-            mmv_split_launch<F>(ctx, ws, args, n, acts);
+            mmv_split_launch<F>(ctx, ws, args, n, acts, rope, rope_hd);
             launched = true;
         }
     });
     TS_ASSERT(launched);
     return size_t(n);
+}
+
+} // namespace
+
+size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
+    return group_launch(ctx, nodes, i, nullptr, 0);
+}
+
+bool mul_mat_group_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i, const rope_kv_params& p,
+                        int64_t hd) {
+    return group_launch(ctx, nodes, i, &p, hd) == 3;
 }
 
 bool split_eligible(const tensor& w) {

@@ -74,6 +74,11 @@ bool gemm_uses_q8(type t);
 // Consecutive mul_mat nodes nodes[i..] (2 or 3) reading the same activations with split weights of one format and k,
 // on the decode GEMV (q, k, v; gate, up), launched as one kernel; returns how many (0: not such a run).
 size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i);
+struct rope_kv_params;
+// The same for exactly three (q, k, v; true when launched), the epilogue rotating Q and K (heads of hd values,
+// "normal" mode: rows 2i, 2i + 1 of a head are a pair) and writing K and V to their caches as p says (rope.cu).
+bool mul_mat_group_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i, const rope_kv_params& p,
+                        int64_t hd);
 
 // q8_1 of 32 values held one per lane of a warp (lane order = element order), as the CPU's quantizer (quant/q8_1.h,
 // ggml's AVX2 one): d = amax / 127, q = round half to even (v * 127 / amax), s = d sum q. Every lane gets its q and
@@ -119,6 +124,27 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
 // rk's own result written only when write_k; false (nothing launched) when the nodes do not have the shapes and types
 // it handles. The caller checks that no result it writes overlaps an input (fused.cu).
 bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv, bool write_k);
+// Where those results go and how the angles are made, for a kernel that writes them itself (rope_kv's kernel, the q/k/v
+// GEMV's epilogue in mmv.cu): rotated Q into yq (element (j, head, token) at j + head nb1 + token nb2, in floats; yk
+// the same for K, null unless write_k), K and V as f16 into cache rows idx[token] (rows outside [0, rows) skipped, as
+// set_rows skips them). Angle of pair i of token t: pos[t] theta_scale^i (repeated f32 products, the CPU's), times
+// freq_scale, over ff[i] when ff is given.
+struct rope_kv_params {
+    float *yq, *yk;
+    shape4 syq, syk;
+    const int32_t* pos;
+    const float* ff;
+    const void* idx;
+    bool idx64;
+    __half *kc, *vc;
+    int64_t kc_nb1, vc_nb1, kc_rows, vc_rows; // row strides in halves, rows
+    int n_rot;
+    float theta_scale, freq_scale;
+    bool neox;
+};
+// rope_kv's checks (shapes, types, strides) and its parameters; false when it would not take the nodes.
+bool rope_kv_params_of(const cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv,
+                       bool write_k, rope_kv_params& p);
 
 // The tensor-core GEMM for split-layout weights (gemm.cu): used for more than 8 activation columns. On a GPU with
 // wgmma (ctx.wgmma) it runs gemm_wgmma, else the mma.sync kernels.

@@ -138,7 +138,8 @@ void rope_launch(const cuda_context& ctx, const float* x, shape4 sx, const int32
 
 } // namespace
 
-bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv, bool write_k) {
+bool rope_kv_params_of(const cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv,
+                       bool write_k, rope_kv_params& p) {
     const tensor* pos = rq.src[1];
     const tensor* v = sv.src[0];
     const tensor* idx = sk.src[2];
@@ -157,8 +158,34 @@ bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor
     if (!rk.is_contiguous() || sk.src[0]->ne[0] != rk.ne[0] * rk.ne[1] || sk.ne[0] != sk.src[0]->ne[0] ||
         sv.ne[0] != v->ne[0] || sk.nb[0] != 2 || sv.nb[0] != 2 || sk.nb[1] % 2 != 0 || sv.nb[1] % 2 != 0)
         return false;
+    if (rq.ne[2] > 65535) return false;
+    p = {};
+    p.yq = ctx.as<float>(&rq);
+    p.yk = write_k ? ctx.as<float>(&rk) : nullptr;
+    p.syq = shape_of(rq, 4);
+    p.syk = shape_of(rk, 4);
+    p.pos = ctx.as<int32_t>(pos);
+    p.ff = rq.src[2] ? ctx.as<float>(rq.src[2]) : nullptr;
+    p.idx = ctx.ptr(idx);
+    p.idx64 = idx->t == type::i64;
+    p.kc = ctx.as<__half>(&sk);
+    p.vc = ctx.as<__half>(&sv);
+    p.kc_nb1 = int64_t(sk.nb[1] / 2);
+    p.vc_nb1 = int64_t(sv.nb[1] / 2);
+    p.kc_rows = sk.ne[1];
+    p.vc_rows = sv.ne[1];
+    p.n_rot = n_rot;
+    p.theta_scale = std::pow(rq.op_params.f[2], -2.0f / float(n_rot)); // as rope_launch
+    p.freq_scale = rq.op_params.f[3];
+    p.neox = rope_mode(rq.op_params.i[1]) == rope_mode::neox;
+    return true;
+}
+
+bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv, bool write_k) {
+    rope_kv_params p;
+    if (!rope_kv_params_of(ctx, rq, rk, sk, sv, write_k, p)) return false;
+    const tensor* v = sv.src[0];
     const int64_t n_tok = rq.ne[2];
-    if (n_tok > 65535) return false;
     if (n_tok == 0) return true;
     rope_kv_args a{};
     a.q = ctx.as<float>(rq.src[0]);
@@ -166,33 +193,32 @@ bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor
     a.v = ctx.as<float>(v);
     a.sq = shape_of(*rq.src[0], 4);
     a.sk = shape_of(*rk.src[0], 4);
-    a.yq = ctx.as<float>(&rq);
-    a.yk = write_k ? ctx.as<float>(&rk) : nullptr;
-    a.syq = shape_of(rq, 4);
-    a.syk = shape_of(rk, 4);
-    a.pos = ctx.as<int32_t>(pos);
-    a.ff = rq.src[2] ? ctx.as<float>(rq.src[2]) : nullptr;
-    a.idx = ctx.ptr(idx);
-    a.idx64 = idx->t == type::i64;
-    a.kc = ctx.as<__half>(&sk);
-    a.vc = ctx.as<__half>(&sv);
-    a.kc_nb1 = int64_t(sk.nb[1] / 2);
-    a.vc_nb1 = int64_t(sv.nb[1] / 2);
-    a.kc_rows = sk.ne[1];
-    a.vc_rows = sv.ne[1];
+    a.yq = p.yq;
+    a.yk = p.yk;
+    a.syq = p.syq;
+    a.syk = p.syk;
+    a.pos = p.pos;
+    a.ff = p.ff;
+    a.idx = p.idx;
+    a.idx64 = p.idx64;
+    a.kc = p.kc;
+    a.vc = p.vc;
+    a.kc_nb1 = p.kc_nb1;
+    a.vc_nb1 = p.vc_nb1;
+    a.kc_rows = p.kc_rows;
+    a.vc_rows = p.vc_rows;
     a.v_nb1 = int64_t(v->nb[1] / 4);
     a.v_ne0 = v->ne[0];
     a.gq = int(ceil_div(rq.ne[1], ROPE_HEADS));
     a.gk = int(ceil_div(rk.ne[1], ROPE_HEADS));
-    a.n_rot = n_rot;
-    a.theta_scale = std::pow(rq.op_params.f[2], -2.0f / float(n_rot)); // as rope_launch
-    a.freq_scale = rq.op_params.f[3];
+    a.n_rot = p.n_rot;
+    a.theta_scale = p.theta_scale;
+    a.freq_scale = p.freq_scale;
     const int gv = int(ceil_div(v->ne[0], int64_t(ROPE_THREADS) * 4));
     const dim3 grid(unsigned(n_tok), unsigned(a.gq + a.gk + gv));
     TS_ASSERT(grid.y <= 65535);
-    const size_t smem = size_t(n_rot) * sizeof(float);
-    const bool neox = rope_mode(rq.op_params.i[1]) == rope_mode::neox;
-    launch(ctx, neox ? rope_kv_kernel<true> : rope_kv_kernel<false>, grid, ROPE_THREADS, smem, a);
+    const size_t smem = size_t(p.n_rot) * sizeof(float);
+    launch(ctx, p.neox ? rope_kv_kernel<true> : rope_kv_kernel<false>, grid, ROPE_THREADS, smem, a);
     return true;
 }
 
