@@ -47,7 +47,15 @@ bool have_cuda(std::string* why) {
 struct leaf {
     type t = type::f32;
     int64_t ne[4] = {1, 1, 1, 1};
-    std::vector<uint8_t> bytes;
+    // The data. Random leaves make theirs when a test first reads it (data()): every test process instantiates the
+    // whole case list for its names, and quantizing every case's weights up front cost each process ~3 s (~7 s under
+    // AddressSanitizer), ctest running each case as its own process.
+    mutable std::vector<uint8_t> bytes;
+    std::function<std::vector<uint8_t>()> make;
+    const std::vector<uint8_t>& data() const {
+        if (bytes.empty() && make) bytes = make();
+        return bytes;
+    }
     bool weight = false; // flag_param with host data, loaded through backend::load_weights
     uint32_t flags = 0;  // more tensor flags (flag_embedding: a token table, which the CUDA upload keeps as in the file)
 };
@@ -74,7 +82,8 @@ leaf f32_leaf(std::initializer_list<int64_t> ne, uint32_t seed, float sigma = 1.
     leaf l;
     int i = 0;
     for (int64_t d : ne) l.ne[i++] = d;
-    l.bytes = to_bytes(random_normal(size_t(l.ne[0] * l.ne[1] * l.ne[2] * l.ne[3]), seed, sigma));
+    const size_t n = size_t(l.ne[0] * l.ne[1] * l.ne[2] * l.ne[3]);
+    l.make = [n, seed, sigma] { return to_bytes(random_normal(n, seed, sigma)); };
     return l;
 }
 
@@ -101,19 +110,22 @@ leaf typed_leaf(type t, std::initializer_list<int64_t> ne, uint32_t seed, bool w
     l.weight = weight;
     int i = 0;
     for (int64_t d : ne) l.ne[i++] = d;
-    const int64_t n_rows = l.ne[1] * l.ne[2] * l.ne[3];
-    const auto v = random_normal(size_t(l.ne[0] * n_rows), seed);
-    const size_t row = row_size(t, l.ne[0]);
-    // the whole tensor through the reference quantizer where the type has a tail (i2_s: the scale after the rows)
-    if (type_info(t).tail_bytes) {
-        l.bytes.resize(tensor_bytes(t, l.ne[0] * n_rows));
-        TS_ASSERT(quantize_tensor_ref(t, v.data(), l.bytes.data(), l.ne[0], n_rows));
-        return l;
-    }
-    l.bytes.resize(row * size_t(n_rows));
-    const row_ops* ops = find_row_ops(t);
-    for (int64_t r = 0; r < n_rows; r++)
-        ops->from_float(v.data() + r * l.ne[0], l.bytes.data() + size_t(r) * row, l.ne[0]);
+    const int64_t k = l.ne[0], n_rows = l.ne[1] * l.ne[2] * l.ne[3];
+    l.make = [t, k, n_rows, seed] {
+        const auto v = random_normal(size_t(k * n_rows), seed);
+        std::vector<uint8_t> b;
+        // the whole tensor through the reference quantizer where the type has a tail (i2_s: the scale after the rows)
+        if (type_info(t).tail_bytes) {
+            b.resize(tensor_bytes(t, k * n_rows));
+            TS_ASSERT(quantize_tensor_ref(t, v.data(), b.data(), k, n_rows));
+            return b;
+        }
+        const size_t row = row_size(t, k);
+        b.resize(row * size_t(n_rows));
+        const row_ops* ops = find_row_ops(t);
+        for (int64_t r = 0; r < n_rows; r++) ops->from_float(v.data() + r * k, b.data() + size_t(r) * row, k);
+        return b;
+    };
     return l;
 }
 
@@ -165,16 +177,17 @@ run_result run_on(backend& be, const op_case& c) {
     std::vector<std::unique_ptr<buffer>> bufs;
     for (const leaf& l : c.leaves) {
         tensor* t = ctx.new_tensor(l.t, l.ne, 4);
-        TS_ASSERT(t->n_bytes() + type_info(l.t).tail_bytes == l.bytes.size());
+        const std::vector<uint8_t>& bytes = l.data();
+        TS_ASSERT(t->n_bytes() + type_info(l.t).tail_bytes == bytes.size());
         t->flags |= l.flags;
         if (l.weight) {
             t->flags |= flag_param;
-            t->data = const_cast<uint8_t*>(l.bytes.data());
+            t->data = const_cast<uint8_t*>(bytes.data());
             weights.push_back(t);
         } else {
-            bufs.push_back(be.alloc(l.bytes.size()));
+            bufs.push_back(be.alloc(bytes.size()));
             t->data = bufs.back()->base();
-            be.set(*t, l.bytes.data(), 0, l.bytes.size());
+            be.set(*t, bytes.data(), 0, bytes.size());
         }
         ts.push_back(t);
     }
@@ -739,7 +752,7 @@ TEST(backend_ops_cuda, unloaded_weight_is_an_error) {
     leaf w = typed_leaf(type::q8_0, {64, 4}, 40);
     tensor* wt = ctx.new_tensor(type::q8_0, w.ne, 4);
     wt->flags |= flag_param;
-    wt->data = w.bytes.data();
+    wt->data = const_cast<uint8_t*>(w.data().data());
     tensor* x = ctx.new_tensor(type::f32, {64, 1});
     tensor* y = mul_mat(ctx, wt, x);
     y->flags |= flag_output;
@@ -800,6 +813,8 @@ TEST(backend_ops_cuda, attention_ignores_never_written_padded_rows) {
         auto padded = [&](const leaf& c) {
             leaf p = c;
             p.ne[1] = n_pad;
+            p.bytes = c.data();
+            p.make = nullptr;
             p.bytes.resize(size_t(s.hd * s.n_head_kv * n_pad) * 2, 0xff); // NaN halves
             return p;
         };
