@@ -408,16 +408,21 @@ void cuda_backend::load_weights(std::span<tensor* const> weights) {
 }
 
 void cuda_backend::compute(graph& g) {
-    if (host_prof_) {
-        const auto t0 = std::chrono::steady_clock::now();
-        if (host_prof_->calls) host_prof_->between_s += std::chrono::duration<double>(t0 - host_prof_->last_end).count();
-        compute_impl(g);
-        host_prof_->last_end = std::chrono::steady_clock::now();
-        host_prof_->compute_s += std::chrono::duration<double>(host_prof_->last_end - t0).count();
-        host_prof_->calls++;
+    timed(&cuda_backend::compute_impl, g);
+}
+
+// Runs (this->*f)(g), timed for the host profile when one is kept (TESSERA_CUDA_PROFILE=host).
+void cuda_backend::timed(void (cuda_backend::*f)(graph&), graph& g) {
+    if (!host_prof_) {
+        (this->*f)(g);
         return;
     }
-    compute_impl(g);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (host_prof_->calls) host_prof_->between_s += std::chrono::duration<double>(t0 - host_prof_->last_end).count();
+    (this->*f)(g);
+    host_prof_->last_end = std::chrono::steady_clock::now();
+    host_prof_->compute_s += std::chrono::duration<double>(host_prof_->last_end - t0).count();
+    host_prof_->calls++;
 }
 
 void cuda_backend::compute_impl(graph& g) {
@@ -549,16 +554,10 @@ void cuda_backend::compute_again(graph& g) {
         compute(g);
         return;
     }
-    if (host_prof_) {
-        const auto t0 = std::chrono::steady_clock::now();
-        if (host_prof_->calls) host_prof_->between_s += std::chrono::duration<double>(t0 - host_prof_->last_end).count();
-        TS_CUDA_CHECK(cudaSetDevice(info_.id));
-        launch_exec();
-        host_prof_->last_end = std::chrono::steady_clock::now();
-        host_prof_->compute_s += std::chrono::duration<double>(host_prof_->last_end - t0).count();
-        host_prof_->calls++;
-        return;
-    }
+    timed(&cuda_backend::replay, g);
+}
+
+void cuda_backend::replay(graph&) {
     TS_CUDA_CHECK(cudaSetDevice(info_.id));
     launch_exec();
 }

@@ -86,6 +86,8 @@ class cuda_backend final : public backend {
     const graph* exec_graph_ = nullptr;
     const void* exec_scratch_ = nullptr;
     void launch_exec();
+    void replay(graph& g); // compute_again's fast path: graph_exec_ launched as it is
+    void timed(void (cuda_backend::*f)(graph&), graph& g);
     int64_t graphs_captured_ = 0, graphs_reused_ = 0;
     // TESSERA_CUDA_EXACT=1: the CPU's results bit for bit where the ops can (common.cuh, cuda_context::exact)
     bool exact_ = false;

@@ -88,38 +88,30 @@ static __global__ void __launch_bounds__(ROPE_THREADS)
 struct rope_kv_args {
     const float *q, *k, *v;
     shape4 sq, sk;
-    float *yq, *yk;
-    shape4 syq, syk;
-    const int32_t* pos;
-    const float* ff;
-    const void* idx;
-    bool idx64;
-    __half *kc, *vc;
-    int64_t kc_nb1, vc_nb1, kc_rows, vc_rows; // row strides in halves, rows
-    int64_t v_nb1, v_ne0;                     // V rows: stride in floats, length
+    rope_kv_params p;     // where the results go, the angles (ops.cuh)
+    int64_t v_nb1, v_ne0; // V rows: stride in floats, length
     int gq, gk;
-    int n_rot;
-    float theta_scale, freq_scale;
 };
 template <bool NEOX> static __global__ void __launch_bounds__(ROPE_THREADS) rope_kv_kernel(rope_kv_args a) {
     extern __shared__ float cs[];
     pdl_wait();
     pdl_trigger();
+    const rope_kv_params& p = a.p;
     const int64_t t = blockIdx.x;
-    const int64_t row = a.idx64 ? static_cast<const int64_t*>(a.idx)[t] : static_cast<const int32_t*>(a.idx)[t];
+    const int64_t row = p.idx64 ? static_cast<const int64_t*>(p.idx)[t] : static_cast<const int32_t*>(p.idx)[t];
     const int g = int(blockIdx.y);
     if (g < a.gq) {
-        rope_block<NEOX>(a.q, a.sq, a.pos, a.ff, a.yq, a.syq, a.n_rot, a.theta_scale, a.freq_scale, nullptr, t,
+        rope_block<NEOX>(a.q, a.sq, p.pos, p.ff, p.yq, p.syq, p.n_rot, p.theta_scale, p.freq_scale, nullptr, t,
                          int64_t(g) * ROPE_HEADS, cs, nullptr);
     } else if (g < a.gq + a.gk) {
-        __half* cache = row >= 0 && row < a.kc_rows ? a.kc + row * a.kc_nb1 : nullptr;
-        if (cache || a.yk)
-            rope_block<NEOX>(a.k, a.sk, a.pos, a.ff, a.yk, a.syk, a.n_rot, a.theta_scale, a.freq_scale, nullptr, t,
+        __half* cache = row >= 0 && row < p.kc_rows ? p.kc + row * p.kc_nb1 : nullptr;
+        if (cache || p.yk)
+            rope_block<NEOX>(a.k, a.sk, p.pos, p.ff, p.yk, p.syk, p.n_rot, p.theta_scale, p.freq_scale, nullptr, t,
                              int64_t(g - a.gq) * ROPE_HEADS, cs, cache);
-    } else if (row >= 0 && row < a.vc_rows) {
+    } else if (row >= 0 && row < p.vc_rows) {
         const int64_t base = int64_t(g - a.gq - a.gk) * ROPE_THREADS * 4;
         for (int64_t i = base + threadIdx.x; i < a.v_ne0 && i < base + ROPE_THREADS * 4; i += ROPE_THREADS)
-            a.vc[row * a.vc_nb1 + i] = __float2half_rn(a.v[t * a.v_nb1 + i]);
+            p.vc[row * p.vc_nb1 + i] = __float2half_rn(a.v[t * a.v_nb1 + i]);
     }
 }
 
@@ -193,27 +185,11 @@ bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor
     a.v = ctx.as<float>(v);
     a.sq = shape_of(*rq.src[0], 4);
     a.sk = shape_of(*rk.src[0], 4);
-    a.yq = p.yq;
-    a.yk = p.yk;
-    a.syq = p.syq;
-    a.syk = p.syk;
-    a.pos = p.pos;
-    a.ff = p.ff;
-    a.idx = p.idx;
-    a.idx64 = p.idx64;
-    a.kc = p.kc;
-    a.vc = p.vc;
-    a.kc_nb1 = p.kc_nb1;
-    a.vc_nb1 = p.vc_nb1;
-    a.kc_rows = p.kc_rows;
-    a.vc_rows = p.vc_rows;
+    a.p = p;
     a.v_nb1 = int64_t(v->nb[1] / 4);
     a.v_ne0 = v->ne[0];
     a.gq = int(ceil_div(rq.ne[1], ROPE_HEADS));
     a.gk = int(ceil_div(rk.ne[1], ROPE_HEADS));
-    a.n_rot = p.n_rot;
-    a.theta_scale = p.theta_scale;
-    a.freq_scale = p.freq_scale;
     const int gv = int(ceil_div(v->ne[0], int64_t(ROPE_THREADS) * 4));
     const dim3 grid(unsigned(n_tok), unsigned(a.gq + a.gk + gv));
     TS_ASSERT(grid.y <= 65535);
