@@ -129,6 +129,17 @@ template <int N> __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2],
     }
 }
 #undef TS_R8
+
+// One stage's wgmma for a warpgroup, issued asynchronously and committed as one group: d += (the 64 weight rows at
+// a_rows: 128-byte swizzled, TK wide) x (the stage's activation tile at b_tile), TK / 16 k-steps. Both kernels below
+// wait for it with wgmma.wait_group.
+template <int TN>
+__device__ __forceinline__ void wgmma_stage(float (&d)[TN / 2], uint32_t a_rows, uint32_t b_tile) {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < TK / 16; kk++) wgmma_m64k16<TN>(d, smem_desc(a_rows + kk * 32), smem_desc(b_tile + kk * 32));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
 #endif
 
 // A warpgroup's accumulators (64 rows from r0 x TN columns from col0) into y, each output once. Fragment: warp w of
@@ -252,12 +263,7 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads(); // this step's stage complete for everyone; the wgmma two steps back done in both warpgroups
         const int stage = step % ST;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < TK / 16; kk++)
-            wgmma_m64k16<TN>(d, smem_desc(sA + stage * TILE_BYTES + wg * 64 * 128 + kk * 32),
-                             smem_desc(sB + stage * B_BYTES + kk * 32));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        wgmma_stage<TN>(d, sA + stage * TILE_BYTES + wg * 64 * 128, sB + stage * B_BYTES);
         load_x(step + AHEAD);
         if constexpr (!W16) {
             store_w(step + 1, q, s);
@@ -397,12 +403,7 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_f16_kernel(wgmma
     for (int step = 0; step < steps; step++) {
         const int stage = step % ST;
         mbar_wait(full(stage), unsigned((step / ST) & 1));
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < TK / 16; kk++)
-            wgmma_m64k16<TN>(d, smem_desc(sA + stage * TILE_BYTES + c * 64 * 128 + kk * 32),
-                             smem_desc(sB + stage * B_BYTES + kk * 32));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        wgmma_stage<TN>(d, sA + stage * TILE_BYTES + c * 64 * 128, sB + stage * B_BYTES);
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
         if (step > 0) mbar_arrive(empty((step - 1) % ST));
     }
