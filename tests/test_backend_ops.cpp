@@ -12,6 +12,7 @@
 #include "llm/model.h"
 #include "llm/sampler.h"
 #include "quant/format.h"
+#include "quant/nvfp4.h"
 
 #ifdef TESSERA_HAS_CUDA
 #include "backends/cuda/cuda_backend.h"
@@ -479,6 +480,34 @@ std::vector<op_case> all_cases() {
                      [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); },
                      same_ints && same_ints_gemm(s.m) ? 1e-6 : 5e-4);
         }
+    // nvfp4 whose sub-scales take every UE4M3 code 0..255 (the subnormals e = 0, 0x7f and 0xff read as 0, bit 7
+    // ignored: the CPU's ue4m3_to_fp32_half), on the decode GEMV (1, 3 columns), the GEMM (40) and as a token table;
+    // the random data's own scales span only a few codes. Same integers on both sides -> 1e-6 as above.
+    {
+        auto all_scales = [](leaf w) {
+            auto make = w.make;
+            w.make = [make] {
+                std::vector<uint8_t> b = make();
+                auto* blocks = reinterpret_cast<block_nvfp4*>(b.data());
+                for (size_t i = 0; i < b.size() / sizeof(block_nvfp4); i++)
+                    for (int j = 0; j < 4; j++) blocks[i].d[j] = uint8_t((4 * i + size_t(j)) % 256);
+                return b;
+            };
+            return w;
+        };
+        for (int64_t m : {1, 3, 40})
+            add_case("mul_mat_nvfp4_every_scale_code_m" + std::to_string(m),
+                     {all_scales(typed_leaf(type::nvfp4, {1024, 36}, 61)), f32_leaf({1024, m}, 62)},
+                     [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); },
+                     same_ints_gemm(m) ? 1e-6 : 5e-4);
+        leaf table = all_scales(typed_leaf(type::nvfp4, {1024, 36}, 63));
+        table.flags = flag_embedding;
+        add_case("get_rows_nvfp4_every_scale_code", {std::move(table), i32_leaf({35, 0, 17, 4, 20})},
+                 [](context& c, const auto& l) { return get_rows(c, l[0], l[1]); }, 1e-12);
+        add_case("get_rows_nvfp4_every_scale_code_split",
+                 {all_scales(typed_leaf(type::nvfp4, {1024, 36}, 64)), i32_leaf({35, 0, 17, 4, 20})},
+                 [](context& c, const auto& l) { return get_rows(c, l[0], l[1]); }, 1e-6);
+    }
     for (type t : {type::f32, type::f16, type::bf16}) // odd k: one element per load
         for (mm_shape s : {mm_shape{37, 5, 3}, mm_shape{37, 130, 1}, mm_shape{6, 3, 11}})
             add_case(
