@@ -11,9 +11,9 @@
 // Measured (tests/bench/bench_mmv, one column, H100, 2026-11-23, session 10), share of the 3.0 TB/s copy bandwidth at
 // (n, k) = (4096, 4096), (14336, 4096), (4096, 14336), three matrices a launch (as q/k/v, gate/up run): split q4_0
 // 66/80/77%, q4_1 70/80/81%, q8_0 70/83/83%, nvfp4 57/67/67% (-/72/69% after session 11's cheaper sub-scales),
-// awq4 65/79/81%, tq2_0 49/66/65%, i2_s 54/68/67%; f16 65/79/82%. One matrix a launch: 5-15 points lower (the launch boundary, ~3 us; NOTES.md). In a decode step the
-// kernel is launched early (programmatic dependent launch, common.cuh) and asks L2 for its first chunks while the
-// kernel before it runs.
+// awq4 65/79/81%, tq2_0 49/66/65%, i2_s 54/68/67%; f16 65/79/82%. One matrix a launch: 5-15 points lower (the
+// launch boundary, ~3 us; NOTES.md). In a decode step the kernel is launched early (programmatic dependent launch,
+// common.cuh) and asks L2 for its first chunks while the kernel before it runs.
 #include "backends/cuda/ops/ops.cuh"
 
 #include "backends/cuda/quant/formats.cuh"
