@@ -406,14 +406,10 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
             if (t >= cols) break;
             float y0 = sum[0][j] * a.out_scale, y1 = sum[1][j] * a.out_scale;
             if (mi < 2 && jj < p.n_rot) { // as rope_block (rope.cu)
-                float theta = float(p.pos[t]);
-                for (int64_t q = 0; q < jj / 2; q++) theta *= p.theta_scale;
-                const float f = p.ff ? p.ff[jj / 2] : 1.0f;
-                float sn, cs;
-                sincosf(p.freq_scale * (theta / f), &sn, &cs);
-                const float r0 = fmaf(y0, cs, -__fmul_rn(y1, sn)), r1 = fmaf(y0, sn, __fmul_rn(y1, cs));
-                y0 = r0;
-                y1 = r1;
+                const float2 r =
+                    rope_rotate(y0, y1, rope_cos_sin(p.pos[t], jj / 2, p.theta_scale, p.freq_scale, p.ff));
+                y0 = r.x;
+                y1 = r.y;
             }
             if (mi == 0) {
                 float* yr = p.yq + t * p.syq.nb[2] + h * p.syq.nb[1];

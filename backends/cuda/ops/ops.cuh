@@ -142,6 +142,21 @@ struct rope_kv_params {
     float theta_scale, freq_scale;
     bool neox;
 };
+// (cos, sin) of rotation pair i of a token at position pos, as the CPU computes them: the angle pos theta_scale^i by i
+// repeated f32 products, times freq_scale, over ff[i] when ff is given (rope.cu, the q/k/v GEMV's epilogue).
+__device__ __forceinline__ float2 rope_cos_sin(int32_t pos, int64_t i, float theta_scale, float freq_scale,
+                                               const float* ff) {
+    float theta = float(pos);
+    for (int64_t j = 0; j < i; j++) theta *= theta_scale;
+    const float f = ff ? ff[i] : 1.0f;
+    float s, c;
+    sincosf(freq_scale * (theta / f), &s, &c);
+    return make_float2(c, s);
+}
+// (x0, x1) rotated by (c, s) = cs, with the CPU's fused first product
+__device__ __forceinline__ float2 rope_rotate(float x0, float x1, float2 cs) {
+    return make_float2(fmaf(x0, cs.x, -__fmul_rn(x1, cs.y)), fmaf(x0, cs.y, __fmul_rn(x1, cs.x)));
+}
 // rope_kv's checks (shapes, types, strides) and its parameters; false when it would not take the nodes.
 bool rope_kv_params_of(const cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv,
                        bool write_k, rope_kv_params& p);

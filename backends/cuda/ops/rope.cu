@@ -31,13 +31,9 @@ __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int3
         cs[2 * i + 1] = table[t * n_rot + 2 * i + 1];
     }
     for (int i = threadIdx.x; i < half && !table; i += blockDim.x) {
-        float theta = float(pos[t]);
-        for (int j = 0; j < i; j++) theta *= theta_scale;
-        const float f = ff ? ff[i] : 1.0f;
-        float s, c;
-        sincosf(freq_scale * (theta / f), &s, &c);
-        cs[2 * i] = c;
-        cs[2 * i + 1] = s;
+        const float2 r = rope_cos_sin(pos[t], i, theta_scale, freq_scale, ff);
+        cs[2 * i] = r.x;
+        cs[2 * i + 1] = r.y;
     }
     __syncthreads();
     const int64_t hd = sx.ne[0];
@@ -50,9 +46,8 @@ __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int3
         __half* cr = cache ? cache + h * hd : nullptr;
         if (i < half) {
             const int64_t j0 = NEOX ? i : 2 * i, j1 = NEOX ? i + half : 2 * i + 1;
-            const float c = cs[2 * i], s = cs[2 * i + 1];
-            const float x0 = xr[j0 * sx.nb[0]], x1 = xr[j1 * sx.nb[0]];
-            const float y0 = fmaf(x0, c, -__fmul_rn(x1, s)), y1 = fmaf(x0, s, __fmul_rn(x1, c));
+            const float2 r = rope_rotate(xr[j0 * sx.nb[0]], xr[j1 * sx.nb[0]], make_float2(cs[2 * i], cs[2 * i + 1]));
+            const float y0 = r.x, y1 = r.y;
             if (yr) {
                 yr[j0 * sy.nb[0]] = y0;
                 yr[j1 * sy.nb[0]] = y1;
