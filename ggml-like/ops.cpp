@@ -3,6 +3,9 @@
 
 #include "error.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace tessera {
 
 namespace {
@@ -134,20 +137,44 @@ tensor* rms_norm(context& ctx, tensor* a, float eps) {
     return r;
 }
 
-tensor* rope(context& ctx, tensor* a, tensor* pos, tensor* freq_factors, int n_rot, rope_mode mode, float freq_base,
-             float freq_scale) {
+void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]) {
+    // the dimension whose wavelength fits `rotations` times into n_ctx_orig; the float expression is ggml's
+    auto corr_dim = [&](float rotations) {
+        return float(n_rot) * std::log(float(n_ctx_orig) / (rotations * 2 * float(M_PI))) / (2 * std::log(freq_base));
+    };
+    dims[0] = std::max(0.0f, std::floor(corr_dim(beta_fast)));
+    dims[1] = std::min(float(n_rot - 1), std::ceil(corr_dim(beta_slow)));
+}
+
+tensor* rope(context& ctx, tensor* a, tensor* pos, tensor* freq_factors, const rope_params& rp) {
     TS_ASSERT(pos->t == type::i32 && pos->ne[0] == a->ne[2]);
-    TS_ASSERT(n_rot % 2 == 0 && n_rot <= a->ne[0]);
-    TS_ASSERT(!freq_factors || (freq_factors->t == type::f32 && freq_factors->ne[0] >= n_rot / 2));
+    TS_ASSERT(rp.n_rot % 2 == 0 && rp.n_rot > 0 && rp.n_rot <= a->ne[0]);
+    TS_ASSERT(!freq_factors || (freq_factors->t == type::f32 && freq_factors->ne[0] >= rp.n_rot / 2));
     tensor* r = new_result(ctx, op::rope, *a);
     r->src[0] = a;
     r->src[1] = pos;
     r->src[2] = freq_factors;
-    r->op_params.i[0] = n_rot;
-    r->op_params.i[1] = int32_t(mode);
-    r->op_params.f[2] = freq_base;
-    r->op_params.f[3] = freq_scale;
+    r->op_params.i[0] = rp.n_rot;
+    r->op_params.i[1] = int32_t(rp.mode);
+    r->op_params.f[2] = rp.freq_base;
+    r->op_params.f[3] = rp.freq_scale;
+    r->op_params.f[4] = rp.ext_factor;
+    r->op_params.f[5] = rp.attn_factor;
+    float dims[2] = {0.0f, 0.0f};
+    if (rp.ext_factor != 0.0f) rope_yarn_corr_dims(rp.n_rot, rp.n_ctx_orig, rp.freq_base, rp.beta_fast, rp.beta_slow, dims);
+    r->op_params.f[6] = dims[0];
+    r->op_params.f[7] = dims[1];
     return r;
+}
+
+tensor* rope(context& ctx, tensor* a, tensor* pos, tensor* freq_factors, int n_rot, rope_mode mode, float freq_base,
+             float freq_scale) {
+    rope_params rp;
+    rp.n_rot = n_rot;
+    rp.mode = mode;
+    rp.freq_base = freq_base;
+    rp.freq_scale = freq_scale;
+    return rope(ctx, a, pos, freq_factors, rp);
 }
 
 tensor* soft_max(context& ctx, tensor* a, tensor* mask, float scale) {
@@ -170,6 +197,28 @@ tensor* swiglu(context& ctx, tensor* gate, tensor* up) {
     tensor* r = new_result(ctx, op::swiglu, *gate);
     r->src[0] = gate;
     r->src[1] = up;
+    return r;
+}
+
+tensor* geglu(context& ctx, tensor* gate, tensor* up) {
+    TS_ASSERT(same_shape(*gate, *up));
+    tensor* r = new_result(ctx, op::geglu, *gate);
+    r->src[0] = gate;
+    r->src[1] = up;
+    return r;
+}
+
+tensor* relu2_glu(context& ctx, tensor* gate, tensor* up) {
+    TS_ASSERT(same_shape(*gate, *up));
+    tensor* r = new_result(ctx, op::relu2_glu, *gate);
+    r->src[0] = gate;
+    r->src[1] = up;
+    return r;
+}
+
+tensor* tanh(context& ctx, tensor* a) {
+    tensor* r = new_result(ctx, op::tanh, *a);
+    r->src[0] = a;
     return r;
 }
 

@@ -28,15 +28,37 @@ tensor* scale(context& ctx, tensor* a, float s);
 tensor* rms_norm(context& ctx, tensor* a, float eps);
 
 enum class rope_mode : int32_t { normal = 0, neox = 2 };
+// Rotary embedding settings (ggml_rope_ext's). ext_factor != 0 is YaRN: each pair's angle blends the interpolated one
+// (times freq_scale) and the extrapolated one by a ramp between the correction dimensions that beta_fast / beta_slow
+// and n_ctx_orig give, and cos / sin are multiplied by attn_factor * (1 + 0.1 ln(1 / freq_scale)); with
+// ext_factor == 0 they are multiplied by attn_factor alone.
+struct rope_params {
+    int n_rot = 0;
+    rope_mode mode = rope_mode::normal;
+    float freq_base = 10000.0f;
+    float freq_scale = 1.0f;
+    float ext_factor = 0.0f;
+    float attn_factor = 1.0f;
+    float beta_fast = 32.0f;
+    float beta_slow = 1.0f;
+    int n_ctx_orig = 0;
+};
+// YaRN's correction dimensions [lo, hi] (ggml_rope_yarn_corr_dims), kept in the rope node's parameters.
+void rope_yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow, float dims[2]);
 // a (head_dim, n_head, n_tok) f32, pos (n_tok) i32, freq_factors (n_rot/2) f32 or null.
 // theta_i = pos * freq_scale * freq_base^(-2i/n_rot) / freq_factors[i]; normal rotates pairs (2i, 2i+1),
-// neox rotates (i, i + n_rot/2). Dimensions >= n_rot pass through.
+// neox rotates (i, i + n_rot/2). Dimensions >= n_rot pass through. op_params: i[0] n_rot, i[1] mode, f[2] base,
+// f[3] scale, f[4] ext_factor, f[5] attn_factor, f[6..7] the correction dimensions.
+tensor* rope(context& ctx, tensor* a, tensor* pos, tensor* freq_factors, const rope_params& rp);
 tensor* rope(context& ctx, tensor* a, tensor* pos, tensor* freq_factors, int n_rot, rope_mode mode, float freq_base,
              float freq_scale);
 // a (n_kv, n_rows, ...) f32; mask (n_kv, >= n_rows) f32 or null, broadcast over dims 2,3
 tensor* soft_max(context& ctx, tensor* a, tensor* mask, float scale);
 tensor* silu(context& ctx, tensor* a);
 tensor* swiglu(context& ctx, tensor* gate, tensor* up); // silu(gate) * up
+tensor* geglu(context& ctx, tensor* gate, tensor* up);  // gelu(gate) * up, gelu's tanh approximation
+tensor* relu2_glu(context& ctx, tensor* gate, tensor* up); // relu(gate)^2 * up
+tensor* tanh(context& ctx, tensor* a);
 // Writes a (converted to dst's type) into the memory dst views; returns a tensor aliasing dst.
 tensor* cpy(context& ctx, tensor* a, tensor* dst);
 // ggml_set_rows: row i of a (ne0, n) f32 goes to row idx[i] of dst (ne0, n_rows), converted to dst's type as cpy

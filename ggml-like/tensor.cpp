@@ -19,6 +19,9 @@ const char* op_name(op o) {
     case op::soft_max: return "soft_max";
     case op::silu: return "silu";
     case op::swiglu: return "swiglu";
+    case op::geglu: return "geglu";
+    case op::relu2_glu: return "relu2_glu";
+    case op::tanh: return "tanh";
     case op::cpy: return "cpy";
     case op::set_rows: return "set_rows";
     case op::attention: return "attention";

@@ -25,6 +25,9 @@ enum class op : uint8_t {
     soft_max,  // dst = softmax(src0 * scale + mask), src1 = optional mask (n_kv, n_tok)
     silu,      // dst = src0 * sigmoid(src0)
     swiglu,    // dst = silu(src0) * src1
+    geglu,     // dst = gelu(src0) * src1, gelu's tanh form looked up by src0 rounded to f16 (as ggml's CPU computes it)
+    relu2_glu, // dst = relu(src0)^2 * src1 (BitNet b1.58's squared-ReLU gate)
+    tanh,      // dst = tanh(src0) (soft-capping: cap * tanh(x / cap))
     cpy,       // writes src0 converted into the tensor src1 views (e.g. the KV cache); dst aliases src1
     set_rows,  // row src2[i] of src1 = src0 row i converted to src1's type (the KV-cache write); dst aliases src1
     attention, // dst (hd, n_head, n_tok) = softmax(scale * Q K^T + mask) V over the KV cache; see ops.h

@@ -1,5 +1,5 @@
-// kv_cache.h: the per-layer K and V caches: f16 tensors (n_embd_kv, n_ctx), row p holding position p of every KV
-// head. Rows [0, n_used) are filled; a new batch writes rows [n_used, n_used + n_tok) through set_rows nodes. The
+// kv_cache.h: the per-layer K and V caches: f16 tensors (n_embd_kv of the layer, n_ctx), row p holding position p of
+// every KV head of that layer. Rows [0, n_used) are filled; a new batch writes rows [n_used, n_used + n_tok) through set_rows nodes. The
 // memory starts zeroed: attention may read rows past n_used (masked out) when the backend pads the KV length.
 #pragma once
 
@@ -18,19 +18,24 @@ struct kv_cache {
     int64_t n_ctx = 0;
     int64_t n_used = 0;           // positions held
 
-    void init(backend& be, int n_layer, int64_t n_embd_kv, int64_t n_ctx_, type t = type::f16) {
+    // widths[il] = K (and V) values per position of layer il
+    void init(backend& be, const std::vector<int64_t>& widths, int64_t n_ctx_, type t = type::f16) {
         n_ctx = n_ctx_;
-        const size_t row = row_size(t, n_embd_kv);
-        mem = be.alloc_zeroed(size_t(2 * n_layer) * row * size_t(n_ctx));
+        mem = be.alloc_zeroed(bytes_for(widths, n_ctx, t));
         auto* base = static_cast<uint8_t*>(mem->base());
-        for (int il = 0; il < n_layer; il++) {
+        for (int64_t w : widths) {
             for (auto* list : {&k, &v}) {
-                tensor* t_ = ctx.new_tensor(t, {n_embd_kv, n_ctx});
+                tensor* t_ = ctx.new_tensor(t, {w, n_ctx});
                 t_->data = base;
-                base += row * size_t(n_ctx);
+                base += row_size(t, w) * size_t(n_ctx);
                 list->push_back(t_);
             }
         }
+    }
+    static size_t bytes_for(const std::vector<int64_t>& widths, int64_t n_ctx, type t = type::f16) {
+        size_t n = 0;
+        for (int64_t w : widths) n += 2 * row_size(t, w) * size_t(n_ctx);
+        return n;
     }
     size_t bytes() const { return mem ? mem->size() : 0; }
 };

@@ -44,15 +44,18 @@ std::unique_ptr<model> model::load(const std::string& path, const progress_fn& p
     check_tessera_types(f);
     const std::string arch = f.get_string("general.architecture").value_or("");
     if (arch.empty()) throw error(fmt::format("{}: missing general.architecture", path));
-    if (arch != "llama")
-        throw error(fmt::format("{}: architecture '{}' is not supported yet (supported: llama)", path, arch));
+    const arch::family* fam = arch::find_family(arch);
+    if (!fam)
+        throw error(fmt::format("{}: architecture '{}' is not supported (supported: {})", path, arch,
+                                arch::family_names()));
 
     std::unique_ptr<model> m(new model(std::move(f)));
     m->path = path;
     m->arch = arch;
     m->name = m->file.get_string("general.name").value_or(std::filesystem::path(path).filename().string());
     m->used_.assign(m->file.tensors().size(), false);
-    arch::llama_load(*m);
+    m->family = fam;
+    fam->load(*m);
 
     // every tensor in the file must have been claimed (a stray tensor means a layout we do not understand)
     for (size_t i = 0; i < m->used_.size(); i++)
@@ -99,6 +102,39 @@ tensor* model::require(const std::string& tname, std::initializer_list<int64_t> 
     return t;
 }
 
+std::vector<tensor*> model::split_rows(tensor* w, std::initializer_list<int64_t> rows) {
+    int64_t total = 0;
+    for (int64_t r : rows) total += r;
+    const bool vec = w && w->ne[1] == 1 && w->ne[2] == 1 && w->ne[3] == 1 && rows.size() > 1 && total == w->ne[0];
+    TS_ASSERT(w && (w->flags & flag_param) && w->ne[2] == 1 && w->ne[3] == 1 && (vec || total == w->ne[1]));
+    TS_ASSERT(!vec || w->t == type::f32);
+    if (type_info(w->t).tail_bytes)
+        throw error(fmt::format("{}: tensor {} of type {} holds several matrices in one, which this type's per-tensor "
+                                "scale cannot be split for",
+                                path, w->name, type_name(w->t)));
+    auto it = std::find(params.begin(), params.end(), w);
+    TS_ASSERT(it != params.end());
+    params.erase(it);
+    std::vector<tensor*> parts;
+    int64_t first = 0;
+    for (int64_t r : rows) {
+        tensor* t = vec ? weights.new_tensor(w->t, {r}) : weights.new_tensor(w->t, {w->ne[0], r});
+        t->data = static_cast<uint8_t*>(w->data) + size_t(first) * (vec ? w->nb[0] : w->nb[1]);
+        t->flags |= flag_param;
+        t->set_name(fmt::format("{}[{}:{}]", w->name, first, first + r));
+        params.push_back(t);
+        parts.push_back(t);
+        first += r;
+    }
+    return parts;
+}
+
+bool hparams::uniform() const {
+    for (int64_t il = 0; il < n_layer; il++)
+        if (n_head_at(il) != n_head || n_head_kv_at(il) != n_head_kv || n_ff_at(il) != n_ff) return false;
+    return true;
+}
+
 std::string model::type_summary() const {
     std::map<std::string, uint64_t> bytes;
     for (const auto& t : file.tensors())
@@ -132,7 +168,9 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
                    "may degrade\n", n_ctx, m.hp.n_ctx_train, m.name, m.hp.n_ctx_train);
     // K and V, f16, per layer and position. Checked against the machine's memory first: the allocation itself would
     // succeed (pages are committed lazily) and the process be killed once the context fills.
-    const double kv_gib = 2.0 * double(m.hp.n_layer) * double(m.hp.n_embd_kv()) * 2.0 * double(n_ctx) / double(1 << 30);
+    std::vector<int64_t> kv_widths;
+    for (int64_t il = 0; il < m.hp.n_layer; il++) kv_widths.push_back(m.hp.n_embd_kv(il));
+    const double kv_gib = double(kv_cache::bytes_for(kv_widths, n_ctx)) / double(1 << 30);
     const double ram_gib = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE)) / double(1 << 30);
     auto no_room = [&] {
         return error(fmt::format("the KV cache for a context of {} tokens needs {:.1f} GiB, more than the {:.1f} GiB "
@@ -141,7 +179,7 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
     };
     if (p.device == device_type::cpu && ram_gib > 0 && kv_gib > ram_gib) throw no_room();
     try {
-        kv_.init(*be_, int(m.hp.n_layer), m.hp.n_embd_kv(), n_ctx);
+        kv_.init(*be_, kv_widths, n_ctx);
     } catch (const std::bad_alloc&) {
         throw no_room();
     }
@@ -209,7 +247,11 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
         in.mask = ctx.new_tensor(type::f32, {n_kv, n});
         in.kv_idx = ctx.new_tensor(type::i32, {n});
         for (tensor* t : {in.ids, in.pos, in.mask, in.kv_idx}) t->flags |= flag_input;
-        bg->logits = arch::llama_build(m_, ctx, bg->g, in, kv_);
+        if (m_.hp.any_swa()) {
+            in.mask_swa = ctx.new_tensor(type::f32, {n_kv, n});
+            in.mask_swa->flags |= flag_input;
+        }
+        bg->logits = m_.family->build(m_, ctx, bg->g, in, kv_);
         runner_->prepare(bg->g);
         last_ = std::move(bg);
     }
@@ -219,13 +261,21 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
 
     std::vector<int32_t> pos(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; i++) pos[size_t(i)] = int32_t(n_past + i);
+    // causal: token i (position n_past + i) sees cache rows (positions) j <= n_past + i; in sliding-window layers
+    // only the last n_swa of them, n_past + i - j < n_swa (llama.cpp's "standard" window)
+    const float inf = std::numeric_limits<float>::infinity();
     std::vector<float> mask(static_cast<size_t>(n_kv * n));
     for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < n_kv; j++)
-            mask[size_t(i * n_kv + j)] = j <= n_past + i ? 0.0f : -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n_kv; j++) mask[size_t(i * n_kv + j)] = j <= n_past + i ? 0.0f : -inf;
     be_->set(*in.ids, tokens.data(), 0, size_t(n) * 4);
     be_->set(*in.pos, pos.data(), 0, pos.size() * 4);
     be_->set(*in.mask, mask.data(), 0, mask.size() * 4);
+    if (in.mask_swa) {
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < n_kv; j++)
+                if (n_past + i - j >= m_.hp.n_swa) mask[size_t(i * n_kv + j)] = -inf;
+        be_->set(*in.mask_swa, mask.data(), 0, mask.size() * 4);
+    }
     be_->set(*in.kv_idx, pos.data(), 0, pos.size() * 4); // cache row = position (no ring buffer)
 
     if (same_graph)

@@ -17,6 +17,9 @@
 
 namespace tessera {
 
+// Hyper-parameters of a decoder-only transformer, as the architecture file read them (llm/arch/). Values that may
+// differ per layer (head counts, feed-forward width, sliding window) are kept per layer; the scalar fields hold
+// layer 0's value.
 struct hparams {
     int64_t n_vocab = 0;
     int64_t n_ctx_train = 0;
@@ -25,14 +28,46 @@ struct hparams {
     int64_t n_head = 0;
     int64_t n_head_kv = 0;
     int64_t n_ff = 0;
-    int64_t head_dim = 0; // key/value length per head
-    int64_t n_rot = 0;
+    int64_t head_dim = 0; // key/value length per head (layers with full attention)
+    int64_t n_rot = 0;    // dimensions rope rotates (full-attention layers)
     float rms_eps = 1e-5f;
+
+    // rope: theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i; YaRN blends interpolated and extrapolated
+    // angles (ext_factor != 0) and multiplies cos/sin by attn_factor (rope op, ggml-like/ops.h)
+    int32_t rope_mode = 0; // rope_mode::normal (llama) or neox (qwen, gemma, phi3, bitnet)
     float rope_freq_base = 10000.0f;
     float rope_freq_scale = 1.0f;
-    int32_t rope_mode = 0; // rope_mode::normal for llama
+    float rope_ext_factor = 0.0f;
+    float rope_attn_factor = 1.0f;
+    float rope_beta_fast = 32.0f;
+    float rope_beta_slow = 1.0f;
+    int64_t rope_n_ctx_orig = 0; // the context the scaled rope was trained for (YaRN, LongRoPE's long/short choice)
 
-    int64_t n_embd_kv() const { return head_dim * n_head_kv; }
+    // sliding-window attention: layers with swa[il] attend to the last n_swa positions only, and rotate with their
+    // own rope base and scale (gemma3's local layers)
+    int64_t n_swa = 0;
+    float rope_freq_base_swa = 10000.0f;
+    float rope_freq_scale_swa = 1.0f;
+
+    float embd_scale = 0.0f;      // multiplies the token embeddings when != 0 (gemma: sqrt(n_embd))
+    float attn_scale = 0.0f;      // query scale; 0: 1/sqrt(head_dim)
+    float final_softcap = 0.0f;   // logits = cap * tanh(logits / cap) when != 0
+
+    std::vector<int64_t> head_l, head_kv_l, ff_l; // per layer (n_layer entries each)
+    std::vector<uint8_t> swa_l;                   // per layer: 1 = sliding window
+
+    int64_t n_head_at(int64_t il) const { return head_l.empty() ? n_head : head_l[size_t(il)]; }
+    int64_t n_head_kv_at(int64_t il) const { return head_kv_l.empty() ? n_head_kv : head_kv_l[size_t(il)]; }
+    int64_t n_ff_at(int64_t il) const { return ff_l.empty() ? n_ff : ff_l[size_t(il)]; }
+    bool is_swa(int64_t il) const { return n_swa > 0 && !swa_l.empty() && swa_l[size_t(il)] != 0; }
+    bool any_swa() const {
+        for (int64_t il = 0; il < n_layer; il++)
+            if (is_swa(il)) return true;
+        return false;
+    }
+    int64_t n_embd_kv(int64_t il) const { return head_dim * n_head_kv_at(il); }
+    int64_t n_embd_kv() const { return n_embd_kv(0); } // layer 0's (all layers' when uniform)
+    bool uniform() const; // the same head counts and widths in every layer
 };
 
 struct layer_weights {
@@ -45,14 +80,24 @@ struct layer_weights {
     tensor* bk = nullptr;
     tensor* bv = nullptr;
     tensor* bo = nullptr;
+    tensor* q_norm = nullptr;    // (head_dim) per-head RMSNorm of Q and K before rope (qwen3, gemma3)
+    tensor* k_norm = nullptr;
+    tensor* attn_post_norm = nullptr; // (n_embd) on the attention output before the residual (gemma)
+    tensor* attn_sub_norm = nullptr;  // (n_head * head_dim) on the attention result before wo (bitnet)
     tensor* ffn_norm = nullptr;  // (n_embd)
     tensor* ffn_gate = nullptr;  // (n_embd, n_ff)
     tensor* ffn_up = nullptr;    // (n_embd, n_ff)
     tensor* ffn_down = nullptr;  // (n_ff, n_embd)
+    tensor* ffn_post_norm = nullptr; // (n_embd) on the feed-forward output before the residual (gemma)
+    tensor* ffn_sub_norm = nullptr;  // (n_ff) on the gated activation before ffn_down (bitnet)
 };
 
 // progress(fraction done) during load; may be empty
 using progress_fn = std::function<void(float)>;
+
+namespace arch {
+struct family;
+}
 
 class model {
   public:
@@ -61,6 +106,7 @@ class model {
 
     std::string path;
     std::string arch;        // general.architecture
+    const arch::family* family = nullptr; // its row of the architecture table (llm/arch/arch.h)
     std::string name;        // general.name or the file name
     gguf_file file;
     vocab voc;
@@ -70,7 +116,10 @@ class model {
     tensor* tok_embd = nullptr;    // (n_embd, n_vocab)
     tensor* output_norm = nullptr; // (n_embd)
     tensor* output = nullptr;      // (n_embd, n_vocab); == tok_embd when tied
-    tensor* rope_freqs = nullptr;  // (n_rot/2) optional
+    tensor* output_b = nullptr;    // (n_vocab) optional bias of the output matrix (qwen2, phi3)
+    tensor* rope_freqs = nullptr;  // (n_rot/2) optional: divisors of each pair's frequency (llama 3.1)
+    tensor* rope_long = nullptr;   // (n_rot/2) optional LongRoPE factors (phi3) for contexts past rope_n_ctx_orig
+    tensor* rope_short = nullptr;  // and within it
     std::vector<layer_weights> layers;
     std::vector<tensor*> params;   // every weight tensor above, once each (a session's backend loads these)
 
@@ -83,6 +132,10 @@ class model {
 
     // Looks up a tensor, checks its shape (ne, missing dims 1) and that it is computable; throws tessera::error.
     tensor* require(const std::string& tname, std::initializer_list<int64_t> ne, bool required = true);
+    // Splits a weight matrix into consecutive row ranges of the given counts (a fused attn_qkv or gate+up tensor), or
+    // a vector into consecutive element ranges (its bias): each part is a weight of its own pointing into the
+    // parent's data, which stops being one.
+    std::vector<tensor*> split_rows(tensor* w, std::initializer_list<int64_t> rows);
 
   private:
     model(gguf_file f);

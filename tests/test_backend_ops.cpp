@@ -273,6 +273,16 @@ std::vector<op_case> all_cases() {
         add_case(
             "swiglu_" + std::to_string(n) + "x7", {f32_leaf({n, 7}, 9, 3.0f), f32_leaf({n, 7}, 10)},
             [](context& c, const auto& t) { return swiglu(c, t[0], t[1]); }, 1e-12);
+        // geglu: the same f16 table on both (exact); relu2: three f32 products (exact); tanh: tanhf vs glibc, ~1 ulp
+        add_case(
+            "geglu_" + std::to_string(n) + "x7", {f32_leaf({n, 7}, 11, 6.0f), f32_leaf({n, 7}, 10)},
+            [](context& c, const auto& t) { return geglu(c, t[0], t[1]); }, 0.0);
+        add_case(
+            "relu2_glu_" + std::to_string(n) + "x7", {f32_leaf({n, 7}, 11, 3.0f), f32_leaf({n, 7}, 10)},
+            [](context& c, const auto& t) { return relu2_glu(c, t[0], t[1]); }, 0.0);
+        add_case(
+            "tanh_" + std::to_string(n) + "x7", {f32_leaf({n, 7}, 11, 3.0f)},
+            [](context& c, const auto& t) { return tanh(c, t[0]); }, 1e-12);
     }
 
     // Chains CUDA runs as one kernel (ops/fused.cu): add -> rms_norm -> mul by a weight row [-> q8_1 for the mul_mat
@@ -380,6 +390,22 @@ std::vector<op_case> all_cases() {
                     },
                     1e-10);
             }
+    // YaRN (qwen2's long-context files) and LongRoPE's magnitude factor (phi3): the same angle code on both
+    // (ggml-like/rope_angles.h); bound as above
+    for (float ext : {0.0f, 1.0f}) {
+        rope_params rp;
+        rp.n_rot = 128;
+        rp.mode = rope_mode::neox;
+        rp.freq_base = 1000000.0f;
+        rp.freq_scale = 0.25f;
+        rp.ext_factor = ext;
+        rp.attn_factor = 1.19f;
+        rp.n_ctx_orig = 2048;
+        add_case(
+            std::string("rope_neox_hd128_") + (ext != 0.0f ? "yarn" : "attn_factor"),
+            {f32_leaf({128, 3, 5}, 14), i32_leaf({0, 1, 7, 100, 4095})},
+            [=](context& c, const auto& t) { return rope(c, t[0], t[1], nullptr, rp); }, 1e-10);
+    }
 
     // soft_max. bound: float sums vs the CPU's double sums
     add_case(

@@ -278,8 +278,44 @@ TEST(model_load, broken_models_are_rejected_with_a_clear_message) {
     }
     {
         test::tiny_model_spec s;
-        s.edit = [](gguf_writer& w) { w.set("llama.rope.scaling.type", gguf_value::of_string("yarn")); };
-        cases.push_back({"unsupported rope scaling", s, "rope scaling 'yarn' is not supported"});
+        s.edit = [](gguf_writer& w) { w.set("llama.rope.scaling.type", gguf_value::of_string("dynamic")); };
+        cases.push_back({"unsupported rope scaling", s, "rope scaling 'dynamic' is not supported"});
+    }
+    {
+        test::tiny_model_spec s;
+        s.arch = "mamba";
+        cases.push_back({"unknown architecture names the supported ones", s, "supported: llama, qwen2, qwen3"});
+    }
+    {
+        test::tiny_model_spec s;
+        s.edit = [](gguf_writer& w) {
+            const int32_t ff[3] = {128, 128, 128};
+            w.set("llama.feed_forward_length", gguf_value::of_i32s(ff));
+        };
+        cases.push_back({"per-layer array of the wrong length", s, "has 3 entries for 2 layers"});
+    }
+    {
+        test::tiny_model_spec s;
+        s.edit = [](gguf_writer& w) {
+            const int32_t heads[2] = {4, 0};
+            w.set("llama.attention.head_count", gguf_value::of_i32s(heads));
+        };
+        cases.push_back({"per-layer value out of range", s, "head_count[1] = 0 is out of range"});
+    }
+    {
+        test::tiny_model_spec s;
+        s.arch = "qwen3";
+        cases.push_back({"qwen3 without its Q/K norms", s, "missing tensor blk.0.attn_q_norm.weight"});
+    }
+    {
+        test::tiny_model_spec s;
+        s.arch = "gemma3";
+        s.edit = [](gguf_writer& w) {
+            w.set("gemma3.attention.sliding_window", gguf_value::of_u32(4));
+            const int32_t flags[3] = {1, 0, 1};
+            w.set("gemma3.attention.sliding_window_pattern", gguf_value::of_i32s(flags));
+        };
+        cases.push_back({"sliding-window flags for the wrong number of layers", s, "one flag per layer"});
     }
     for (const auto& c : cases) {
         const std::string path = temp_path("bad.gguf");

@@ -113,6 +113,34 @@ TEST(ops, scale_silu_swiglu) {
     EXPECT_LT(nmse(rg.data(), eg.data(), eg.size()), 1e-12);
 }
 
+// geglu (gelu through ggml's f16 table), relu2_glu and tanh against double references. bound: geglu rounds gelu's
+// input and result to f16 (relative 2^-11 each), ~1e-6 in nmse; the others are one or two f32 operations.
+TEST(ops, geglu_relu2_glu_tanh) {
+    harness h;
+    tensor* a = h.leaf_f32({131, 7}, 13, 4.0f);
+    tensor* b = h.leaf_f32({131, 7}, 14);
+    float* av = static_cast<float*>(a->data);
+    av[0] = -12.0f; // the table's ends: 0 below -10, x above 10
+    av[1] = 11.5f;
+    av[2] = -0.0f;
+    auto rg = h.run(geglu(h.ctx, a, b));
+    auto rr = h.run(relu2_glu(h.ctx, a, b));
+    auto rt = h.run(tanh(h.ctx, a));
+    std::vector<float> eg(rg.size()), er(rg.size()), et(rg.size());
+    for (size_t i = 0; i < eg.size(); i++) {
+        const double x = f32(a)[i], u = f32(b)[i];
+        const double gelu = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * x * (1.0 + 0.044715 * x * x)));
+        eg[i] = float(gelu * u);
+        er[i] = float((x > 0 ? x * x : 0.0) * u);
+        et[i] = float(std::tanh(x));
+    }
+    EXPECT_LT(nmse(rg.data(), eg.data(), eg.size()), 1e-6);
+    EXPECT_EQ(rg[0], 0.0f);
+    EXPECT_EQ(rg[1], f32(a)[1] * f32(b)[1]);
+    EXPECT_LT(nmse(rr.data(), er.data(), er.size()), 1e-12);
+    EXPECT_LT(nmse(rt.data(), et.data(), et.size()), 1e-12);
+}
+
 TEST(ops, rms_norm) {
     harness h;
     tensor* a = h.leaf_f32({577, 9}, 5, 2.0f);
@@ -153,6 +181,51 @@ TEST(ops, rope_normal_and_neox) {
             }
         // bound: the angle is built by repeated f32 multiplication (as ggml); at position 4095 that is ~1e-4 rad
         EXPECT_LT(nmse(r.data(), e.data(), e.size()), 1e-7) << "mode " << int(mode);
+    }
+}
+
+// YaRN (ext_factor 1, the correction dimensions from base and original context) and a magnitude factor, against
+// the formula in double: theta_interp = s theta, theta_extrap = theta, mixed by the ramp over pair index; cos and sin
+// times attn_factor (1 + 0.1 ln(1/s)). bound: as rope_normal_and_neox.
+TEST(ops, rope_yarn_and_attn_factor) {
+    for (float ext : {0.0f, 1.0f}) {
+        harness h;
+        const int64_t hd = 64, n_head = 2, n_tok = 4;
+        tensor* a = h.leaf_f32({hd, n_head, n_tok}, 16);
+        tensor* pos = h.leaf_i32({0, 3, 900, 4000});
+        rope_params rp;
+        rp.n_rot = int(hd);
+        rp.mode = rope_mode::neox;
+        rp.freq_base = 1000000.0f;
+        rp.freq_scale = 0.25f;
+        rp.ext_factor = ext;
+        rp.attn_factor = 0.9f;
+        rp.n_ctx_orig = 2048;
+        auto r = h.run(rope(h.ctx, a, pos, nullptr, rp));
+        float dims[2];
+        rope_yarn_corr_dims(rp.n_rot, rp.n_ctx_orig, rp.freq_base, rp.beta_fast, rp.beta_slow, dims);
+        EXPECT_LT(dims[0], dims[1]);
+        std::vector<float> e(r.size());
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t hh = 0; hh < n_head; hh++) {
+                const float* x = f32(a) + (t * n_head + hh) * hd;
+                float* y = e.data() + (t * n_head + hh) * hd;
+                for (int64_t i = 0; i < hd / 2; i++) {
+                    const double extrap = static_cast<const int32_t*>(pos->data)[t] *
+                                          std::pow(double(rp.freq_base), -2.0 * double(i) / double(hd));
+                    double th = rp.freq_scale * extrap, ms = rp.attn_factor;
+                    if (ext != 0.0f) {
+                        const double yv = (double(i) - dims[0]) / std::max(0.001, double(dims[1] - dims[0]));
+                        const double mix = (1.0 - std::min(1.0, std::max(0.0, yv))) * ext;
+                        th = th * (1.0 - mix) + extrap * mix;
+                        ms *= 1.0 + 0.1 * std::log(1.0 / rp.freq_scale);
+                    }
+                    const int64_t j0 = i, j1 = i + hd / 2;
+                    y[j0] = float((x[j0] * std::cos(th) - x[j1] * std::sin(th)) * ms);
+                    y[j1] = float((x[j0] * std::sin(th) + x[j1] * std::cos(th)) * ms);
+                }
+            }
+        EXPECT_LT(nmse(r.data(), e.data(), e.size()), 1e-7) << "ext_factor " << ext;
     }
 }
 

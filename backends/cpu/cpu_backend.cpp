@@ -90,6 +90,9 @@ bool cpu_backend::supports(const tensor& node) const {
     case op::soft_max: return f32(node.src[0]);
     case op::silu: return f32(node.src[0]);
     case op::swiglu: return f32(node.src[0]) && f32(node.src[1]);
+    case op::geglu: return f32(node.src[0]) && f32(node.src[1]);
+    case op::relu2_glu: return f32(node.src[0]) && f32(node.src[1]);
+    case op::tanh: return f32(node.src[0]);
     case op::cpy: return f32(node.src[0]) && find_cpu_ops(node.t) != nullptr;
     case op::set_rows:
         return f32(node.src[0]) && node.src[0]->nb[0] == 4 && find_cpu_ops(node.t) != nullptr &&
@@ -196,6 +199,9 @@ void cpu_backend::compute(graph& g) {
             case op::soft_max: soft_max(p, *n); break;
             case op::silu: silu(p, *n); break;
             case op::swiglu: swiglu(p, *n); break;
+            case op::geglu: geglu(p, *n); break;
+            case op::relu2_glu: relu2_glu(p, *n); break;
+            case op::tanh: tanh(p, *n); break;
             case op::cpy: cpy(p, *n); break;
             case op::set_rows: set_rows(p, *n); break;
             case op::attention: attention(p, *n); break;

@@ -157,6 +157,7 @@ struct cuda_context {
     bool exact = false;
     // exact mode: host copies of the small integer inputs (positions), by tensor (rope builds its angles on the host)
     const std::unordered_map<const tensor*, std::vector<uint8_t>>* host_inputs = nullptr;
+    const uint16_t* gelu_table = nullptr; // ggml's 65536-entry f16 gelu table (ggml-like/gelu.h), for geglu
     void* exact_buf = nullptr; // exact mode: device memory for rope's angle table (exact_buf_size bytes)
     size_t exact_buf_size = 0;
     const tensor* act_src = nullptr;

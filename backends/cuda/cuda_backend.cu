@@ -5,6 +5,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/ops/ops.cuh"
 #include "backends/cuda/quant/formats.cuh"
+#include "ggml-like/gelu.h"
 
 #include <algorithm>
 #include <chrono>
@@ -205,6 +206,8 @@ cuda_backend::cuda_backend(int device, bool exact) : exact_(exact) {
     // programmatic dependent launches (common.cuh: pdl_wait): Hopper and later; not in exact mode (its kernels are
     // launched plainly anyway) nor while the per-op profile times each node alone
     pdl_ = info_.cc_major >= 9 && env_switch_on("TESSERA_CUDA_PDL") && !exact_ && !profile_;
+    gelu_table_ = std::make_unique<device_buffer>(size_t(1) << 17, info_, "gelu table");
+    TS_CUDA_CHECK(cudaMemcpy(gelu_table_->base(), gelu_f16_table(), size_t(1) << 17, cudaMemcpyHostToDevice));
 }
 
 cuda_backend::~cuda_backend() {
@@ -307,7 +310,11 @@ bool cuda_backend::supports(const tensor& node) const {
     case op::silu:
         return f32(node.src[0]);
     case op::swiglu:
+    case op::geglu:
+    case op::relu2_glu:
         return f32(node.src[0]) && f32(node.src[1]);
+    case op::tanh:
+        return f32(node.src[0]);
     case op::cpy:
         return f32(node.src[0]) && (node.t == type::f32 || node.t == type::f16 || node.t == type::bf16);
     case op::set_rows:
@@ -619,6 +626,7 @@ void cuda_backend::launch_nodes(graph& g) {
     ctx.wgmma = wgmma_;
     ctx.pdl = pdl_;
     ctx.host_inputs = &host_inputs_;
+    ctx.gelu_table = static_cast<const uint16_t*>(gelu_table_->base());
     ctx.exact_buf = exact_buf_ ? exact_buf_->base() : nullptr;
     ctx.exact_buf_size = exact_buf_ ? exact_buf_->size() : 0;
     ctx.counters = counters_ ? static_cast<int*>(counters_->base()) : nullptr;
@@ -692,6 +700,15 @@ void cuda_backend::launch_nodes(graph& g) {
             break;
         case op::swiglu:
             swiglu(ctx, *n);
+            break;
+        case op::geglu:
+            geglu(ctx, *n);
+            break;
+        case op::relu2_glu:
+            relu2_glu(ctx, *n);
+            break;
+        case op::tanh:
+            tanh(ctx, *n);
             break;
         case op::cpy:
             cpy(ctx, *n);

@@ -94,6 +94,7 @@ class cuda_backend final : public backend {
     bool wgmma_ = false; // prefill GEMMs on wgmma (cuda_context::wgmma)
     bool pdl_ = false;   // programmatic dependent launches (cuda_context::pdl)
     std::unordered_map<const tensor*, std::vector<uint8_t>> host_inputs_; // exact mode: i32 inputs as set()
+    std::unique_ptr<buffer> gelu_table_; // cuda_context::gelu_table
     std::unique_ptr<buffer> exact_buf_;                                   // exact mode: rope's angle tables
     std::unique_ptr<buffer> counters_; // zeroed block counters (cuda_context::counters)
     void graph_signature(const graph& g, std::vector<uint64_t>& sig) const;

@@ -1,12 +1,30 @@
-// random_model: writes a llama-architecture GGUF with random weights in the real shapes of well-known models, for
-// speed work on shapes larger than the default model (tests/bench/cuda_bench.sh generates them on the GPU machine).
-//   random_model SHAPE TYPE OUT.gguf        SHAPE: 1b (Llama-3.2-1B), 7b (Llama-2-7B), 8b (Llama-3.1-8B), smol
-//                                            (SmolLM2-135M), or E,L,H,KV,FF,VOCAB; TYPE: f16, q8_0, q4_0, q4_1, nvfp4,
-//                                            awq4, tq2_0, i2_s, ... (any type `tessera quantize` writes)
-// Weights: a pool of 256 distinct rows per tensor, quantized once with the reference quantizer from N(0, 0.02) and
-// repeated (row i is pool row hash(i)): every block is a real block of its type, and a 7B file takes seconds, not the
-// minutes quantizing 7 billion floats would. The tokenizer is synthetic (SentencePiece-style: <unk>, <s>, </s>, 256
-// byte tokens, then "▁tNNN" pieces) so llama.cpp loads the file too. Norms are 1, so activations stay bounded.
+// random_model: writes a GGUF with random weights in the real shapes of well-known models of every supported family,
+// or in a small shape of one's own, for speed work and for checking a family against llama.cpp on files both read.
+//
+//   random_model [--arch FAMILY] [--vocab VOCAB.gguf] [--seed N] [--yarn FACTOR] [--softcap CAP] SHAPE TYPE OUT.gguf
+//
+//   SHAPE  a preset (below; it implies its family) or E,L,H,KV,FF,VOCAB[,HEAD_DIM] for --arch (default llama)
+//   TYPE   the matrices' type: f32, f16, q8_0, q4_0, q4_1, nvfp4, awq4, tq2_0, i2_s, ... (any type `tessera quantize`
+//          writes); bitnet families keep f16 embeddings, as their released files do
+//   --vocab  copy the tokenizer (every tokenizer.* key) of a GGUF, e.g. llama.cpp's models/ggml-vocab-qwen2.gguf;
+//          the vocabulary's size then replaces the shape's. Without it: a synthetic SentencePiece vocabulary
+//          (<unk>, <s>, </s>, 256 byte tokens, then "▁tNNN" pieces) of the shape's size.
+//   --yarn   YaRN rope scaling with this factor (qwen2 and the other NEOX families)
+//   --softcap  final_logit_softcapping (gemma3)
+//
+// Presets (llama.cpp's names for the files these models ship as):
+//   llama   1b (Llama-3.2-1B), 7b (Llama-2-7B), 8b (Llama-3.1-8B), smol (SmolLM2-135M)
+//   qwen3   qwen3-0.6b, qwen3-8b        qwen2   qwen2.5-7b        gemma3  gemma3-1b, gemma3-4b
+//   phi3    phi4-mini                   bitnet-b1.58  bitnet-2b (BitNet-b1.58-2B-4T)
+// A family's own parts come with every shape: qwen2's q/k/v biases, qwen3's and gemma3's Q/K norms, gemma3's post-norms
+// and sliding window (small shapes: a window of 8 tokens and a pattern of 3 when there are fewer than 6 layers, so
+// that short prompts cross it), phi3's fused q/k/v and gate/up matrices, partial rotary dimensions and LongRoPE factors
+// (small shapes: an original context of 32, so the long factors are in use), bitnet's sub-norms and per-tensor scales.
+//
+// Weights: a pool of 256 distinct rows per tensor, drawn from N(0, 1/sqrt(row length)) and quantized once with the
+// reference quantizer, then repeated (row i is pool row hash(i)): every block is a real block of its type and a 7B
+// file takes seconds. Norm weights are 1 + N(0, 0.1), biases N(0, 0.1), so that a norm or bias applied in the wrong
+// place changes the results.
 #include "ggml-like/error.h"
 #include "ggml-like/gguf.h"
 #include "quant/format.h"
@@ -14,8 +32,10 @@
 
 #include <fmt/core.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -26,29 +46,89 @@ using namespace tessera;
 namespace {
 
 struct shape {
-    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab;
+    std::string arch = "llama";
+    int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_vocab = 0;
+    int64_t head_dim = 0; // 0: n_embd / n_head
     float rope_base = 10000.0f;
+    bool tied = false;
+    int64_t n_ctx = 4096;
+    int64_t n_swa = 0;      // gemma3
+    int64_t swa_pattern = 0; // written when != 0
+    int64_t n_ctx_orig = 0; // phi3's LongRoPE
+    bool preset = false;
 };
 
-shape parse_shape(const std::string& s) {
-    if (s == "1b") return {2048, 16, 32, 8, 8192, 128256, 500000.0f};
-    if (s == "7b") return {4096, 32, 32, 32, 11008, 32000, 10000.0f};
-    if (s == "8b") return {4096, 32, 32, 8, 14336, 128256, 500000.0f};
-    if (s == "smol") return {576, 30, 9, 3, 1536, 49152, 100000.0f};
-    shape r{};
-    char c;
-    std::istringstream in(s);
-    if (in >> r.n_embd >> c >> r.n_layer >> c >> r.n_head >> c >> r.n_head_kv >> c >> r.n_ff >> c >> r.n_vocab && in.eof() &&
-        r.n_embd > 0 && r.n_layer > 0 && r.n_head > 0 && r.n_head_kv > 0 && r.n_ff > 0 && r.n_vocab > 259 &&
-        r.n_embd % r.n_head == 0 && r.n_head % r.n_head_kv == 0)
+shape preset(const std::string& s) {
+    shape r;
+    r.preset = true;
+    auto set = [&](const char* arch, int64_t e, int64_t l, int64_t h, int64_t kv, int64_t d, int64_t ff, int64_t v,
+                   float base, bool tied, int64_t ctx) {
+        r.arch = arch;
+        r.n_embd = e, r.n_layer = l, r.n_head = h, r.n_head_kv = kv, r.head_dim = d, r.n_ff = ff, r.n_vocab = v;
+        r.rope_base = base, r.tied = tied, r.n_ctx = ctx;
+    };
+    if (s == "1b") set("llama", 2048, 16, 32, 8, 0, 8192, 128256, 500000.0f, false, 4096);
+    else if (s == "7b") set("llama", 4096, 32, 32, 32, 0, 11008, 32000, 10000.0f, false, 4096);
+    else if (s == "8b") set("llama", 4096, 32, 32, 8, 0, 14336, 128256, 500000.0f, false, 4096);
+    else if (s == "smol") set("llama", 576, 30, 9, 3, 0, 1536, 49152, 100000.0f, true, 8192);
+    else if (s == "qwen3-0.6b") set("qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 1000000.0f, true, 40960);
+    else if (s == "qwen3-8b") set("qwen3", 4096, 36, 32, 8, 128, 12288, 151936, 1000000.0f, false, 40960);
+    else if (s == "qwen2.5-7b") set("qwen2", 3584, 28, 28, 4, 128, 18944, 152064, 1000000.0f, false, 32768);
+    else if (s == "gemma3-1b") {
+        set("gemma3", 1152, 26, 4, 1, 256, 6912, 262144, 1000000.0f, true, 32768);
+        r.n_swa = 512;
+    } else if (s == "gemma3-4b") {
+        set("gemma3", 2560, 34, 8, 4, 256, 10240, 262208, 1000000.0f, true, 131072);
+        r.n_swa = 1024;
+    } else if (s == "phi4-mini") {
+        set("phi3", 3072, 32, 24, 8, 128, 8192, 200064, 10000.0f, true, 131072);
+        r.n_ctx_orig = 4096;
+    } else if (s == "bitnet-2b") set("bitnet-b1.58", 2560, 30, 20, 5, 128, 6912, 128256, 500000.0f, true, 4096);
+    else r.preset = false;
+    return r;
+}
+
+shape parse_shape(const std::string& s, const std::string& arch) {
+    shape r = preset(s);
+    if (r.preset) {
+        if (!arch.empty() && arch != r.arch)
+            throw error(fmt::format("shape '{}' is a {} model, not {}", s, r.arch, arch));
         return r;
-    throw error("bad shape '" + s + "': use 1b, 7b, 8b, smol or E,L,H,KV,FF,VOCAB");
+    }
+    r = shape{};
+    r.arch = arch.empty() ? "llama" : arch;
+    std::vector<int64_t> v;
+    std::istringstream in(s);
+    std::string part;
+    while (std::getline(in, part, ',')) {
+        char* end = nullptr;
+        const long long x = std::strtoll(part.c_str(), &end, 10);
+        if (part.empty() || *end != '\0' || x <= 0) throw error(fmt::format("bad shape '{}'", s));
+        v.push_back(x);
+    }
+    if (v.size() != 6 && v.size() != 7)
+        throw error(fmt::format("bad shape '{}': use a preset or E,L,H,KV,FF,VOCAB[,HEAD_DIM]", s));
+    r.n_embd = v[0], r.n_layer = v[1], r.n_head = v[2], r.n_head_kv = v[3], r.n_ff = v[4], r.n_vocab = v[5];
+    r.head_dim = v.size() == 7 ? v[6] : 0;
+    if (r.n_vocab < 260 || r.n_head % r.n_head_kv != 0 || (r.head_dim == 0 && r.n_embd % r.n_head != 0))
+        throw error(fmt::format("bad shape '{}': heads must divide the width, KV heads the heads, and the "
+                                "vocabulary needs 260 tokens",
+                                s));
+    if (r.arch == "gemma3") {
+        r.n_swa = 8;
+        r.swa_pattern = r.n_layer < 6 ? 3 : 0;
+        r.tied = true;
+    }
+    if (r.arch == "phi3") r.n_ctx_orig = 32;
+    if (r.arch == "bitnet" || r.arch == "bitnet-b1.58") r.tied = true;
+    return r;
 }
 
 struct writer_state {
     gguf_writer w;
     std::vector<std::vector<uint8_t>> storage; // tensor bytes, alive until write()
     uint32_t seed = 1;
+    size_t bytes = 0;
 };
 
 // A tensor of ne[1] rows of ne[0] elements in type t, rows drawn from a pool of quantized random rows.
@@ -58,7 +138,7 @@ void add_matrix(writer_state& st, const std::string& name, int64_t ne0, int64_t 
         throw error(fmt::format("{}: rows of {} elements do not fit type {}", name, ne0, type_name(t)));
     const int64_t pool = std::min<int64_t>(ne1, 256);
     std::mt19937 rng(st.seed++);
-    std::normal_distribution<float> nd(0.0f, 0.02f);
+    std::normal_distribution<float> nd(0.0f, 1.0f / std::sqrt(float(ne0)));
     std::vector<float> x(size_t(ne0 * pool));
     for (float& v : x) v = nd(rng);
     const size_t row = row_size(t, ne0);
@@ -74,17 +154,28 @@ void add_matrix(writer_state& st, const std::string& name, int64_t ne0, int64_t 
     if (info->tail_bytes) std::memcpy(out.data() + size_t(ne1) * row, rows.data() + size_t(pool) * row, info->tail_bytes);
     const int64_t ne[2] = {ne0, ne1};
     st.w.add_tensor(name, uint32_t(t), ne, out.data());
+    st.bytes += out.size();
+}
+
+// An f32 vector of n values mean + N(0, sd).
+void add_vector(writer_state& st, const std::string& name, int64_t n, float mean, float sd) {
+    auto& out = st.storage.emplace_back(size_t(n) * 4);
+    std::mt19937 rng(st.seed++);
+    std::normal_distribution<float> nd(mean, sd);
+    for (int64_t i = 0; i < n; i++) {
+        const float v = nd(rng);
+        std::memcpy(out.data() + i * 4, &v, 4);
+    }
+    const int64_t ne[1] = {n};
+    st.w.add_tensor(name, uint32_t(type::f32), ne, out.data());
+    st.bytes += out.size();
 }
 
 void add_norm(writer_state& st, const std::string& name, int64_t n) {
-    auto& out = st.storage.emplace_back(size_t(n) * 4);
-    const float one = 1.0f;
-    for (int64_t i = 0; i < n; i++) std::memcpy(out.data() + i * 4, &one, 4);
-    const int64_t ne[1] = {n};
-    st.w.add_tensor(name, uint32_t(type::f32), ne, out.data());
+    add_vector(st, name, n, 1.0f, 0.1f);
 }
 
-void set_tokenizer(gguf_writer& w, int64_t n_vocab) {
+void set_synthetic_tokenizer(gguf_writer& w, int64_t n_vocab) {
     std::vector<std::string> tokens;
     std::vector<float> scores;
     std::vector<int32_t> types;
@@ -108,56 +199,175 @@ void set_tokenizer(gguf_writer& w, int64_t n_vocab) {
     w.set("tokenizer.ggml.eos_token_id", gguf_value::of_u32(2));
 }
 
+// Copies every tokenizer.* key of a GGUF; returns the vocabulary's size.
+int64_t copy_tokenizer(gguf_writer& w, const std::string& path) {
+    const gguf_file f = gguf_file::open(path);
+    const gguf_value* tokens = f.find("tokenizer.ggml.tokens");
+    if (!tokens || !tokens->is_array()) throw error(fmt::format("{}: no tokenizer.ggml.tokens", path));
+    for (const gguf_kv& kv : f.kvs())
+        if (kv.key.starts_with("tokenizer.")) w.set(kv.key, kv.value);
+    return int64_t(tokens->n);
+}
+
+struct options {
+    std::string arch, vocab, shape_s, type_s, out;
+    uint32_t seed = 1;
+    float yarn = 0.0f, softcap = 0.0f;
+};
+
+options parse_args(int argc, char** argv) {
+    options o;
+    std::vector<std::string> pos;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) throw error(fmt::format("{} needs a value", a));
+            return argv[++i];
+        };
+        auto number = [&](const std::string& v) {
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            if (v.empty() || *end != '\0' || !(x > 0.0) || !std::isfinite(x))
+                throw error(fmt::format("{}: '{}' is not a positive number", a, v));
+            return x;
+        };
+        if (a == "--arch") o.arch = value();
+        else if (a == "--vocab") o.vocab = value();
+        else if (a == "--seed") o.seed = uint32_t(number(value()));
+        else if (a == "--yarn") o.yarn = float(number(value()));
+        else if (a == "--softcap") o.softcap = float(number(value()));
+        else if (a.starts_with("--")) throw error(fmt::format("unknown flag {}", a));
+        else pos.push_back(a);
+    }
+    if (pos.size() != 3) throw error("expected SHAPE TYPE OUT.gguf");
+    o.shape_s = pos[0], o.type_s = pos[1], o.out = pos[2];
+    return o;
+}
+
+void write_model(const options& o) {
+    shape s = parse_shape(o.shape_s, o.arch);
+    const std::string& a = s.arch;
+    const bool bitnet = a == "bitnet" || a == "bitnet-b1.58";
+    if (a != "llama" && a != "qwen2" && a != "qwen3" && a != "gemma3" && a != "phi3" && !bitnet)
+        throw error(fmt::format("unknown family '{}' (llama, qwen2, qwen3, gemma3, phi3, bitnet, bitnet-b1.58)", a));
+    type t;
+    if (!type_from_name(o.type_s, t)) throw error(fmt::format("unknown type '{}'", o.type_s));
+    const type t_embd = bitnet ? type::f16 : t;
+
+    writer_state st;
+    st.seed = o.seed;
+    gguf_writer& w = st.w;
+    w.set("general.architecture", gguf_value::of_string(a));
+    w.set("general.name", gguf_value::of_string(fmt::format("random {} {} {}", a, o.shape_s, o.type_s)));
+    if (!o.vocab.empty()) {
+        const int64_t n = copy_tokenizer(w, o.vocab);
+        s.n_vocab = n;
+    } else {
+        set_synthetic_tokenizer(w, s.n_vocab);
+    }
+    const int64_t E = s.n_embd, D = s.head_dim ? s.head_dim : s.n_embd / s.n_head;
+    const int64_t H = s.n_head, KV = s.n_head_kv, F = s.n_ff;
+    const std::string p = a + ".";
+    w.set(p + "block_count", gguf_value::of_u32(uint32_t(s.n_layer)));
+    w.set(p + "context_length", gguf_value::of_u32(uint32_t(s.n_ctx)));
+    w.set(p + "embedding_length", gguf_value::of_u32(uint32_t(E)));
+    w.set(p + "feed_forward_length", gguf_value::of_u32(uint32_t(F)));
+    w.set(p + "attention.head_count", gguf_value::of_u32(uint32_t(H)));
+    w.set(p + "attention.head_count_kv", gguf_value::of_u32(uint32_t(KV)));
+    if (s.head_dim) {
+        w.set(p + "attention.key_length", gguf_value::of_u32(uint32_t(D)));
+        w.set(p + "attention.value_length", gguf_value::of_u32(uint32_t(D)));
+    }
+    w.set(p + "attention.layer_norm_rms_epsilon", gguf_value::of_f32(a == "gemma3" ? 1e-6f : 1e-5f));
+    w.set(p + "rope.freq_base", gguf_value::of_f32(s.rope_base));
+    const int64_t n_rot = a == "phi3" ? (D * 3 / 4) & ~int64_t(1) : D; // Phi-4-mini: partial_rotary_factor 0.75
+    w.set(p + "rope.dimension_count", gguf_value::of_u32(uint32_t(n_rot)));
+    if (s.n_swa) {
+        w.set(p + "attention.sliding_window", gguf_value::of_u32(uint32_t(s.n_swa)));
+        if (s.swa_pattern) w.set(p + "attention.sliding_window_pattern", gguf_value::of_u32(uint32_t(s.swa_pattern)));
+        w.set(p + "rope.freq_base_swa", gguf_value::of_f32(10000.0f));
+    }
+    if (o.softcap > 0.0f) w.set(p + "final_logit_softcapping", gguf_value::of_f32(o.softcap));
+    if (o.yarn > 0.0f) {
+        w.set(p + "rope.scaling.type", gguf_value::of_string("yarn"));
+        w.set(p + "rope.scaling.factor", gguf_value::of_f32(o.yarn));
+        w.set(p + "rope.scaling.original_context_length", gguf_value::of_u32(uint32_t(s.n_ctx)));
+        w.set(p + "context_length", gguf_value::of_u32(uint32_t(float(s.n_ctx) * o.yarn)));
+    }
+    if (s.n_ctx_orig) { // LongRoPE: the magnitude factor phi3's converter writes
+        const float scale = float(s.n_ctx) / float(s.n_ctx_orig);
+        w.set(p + "rope.scaling.original_context_length", gguf_value::of_u32(uint32_t(s.n_ctx_orig)));
+        w.set(p + "rope.scaling.attn_factor",
+              gguf_value::of_f32(std::sqrt(1.0f + std::log(scale) / std::log(float(s.n_ctx_orig)))));
+    }
+    if (!is_ggml_type(t)) w.set(tessera_format_key, gguf_value::of_u32(tessera_format_version));
+
+    add_matrix(st, "token_embd.weight", E, s.n_vocab, t_embd);
+    add_norm(st, "output_norm.weight", E);
+    if (!s.tied) add_matrix(st, "output.weight", E, s.n_vocab, t);
+    if (s.n_ctx_orig) {
+        add_vector(st, "rope_factors_long.weight", n_rot / 2, 4.0f, 1.0f);
+        add_vector(st, "rope_factors_short.weight", n_rot / 2, 1.5f, 0.25f);
+    }
+    // bitnet (llama.cpp's converter): a scale per matrix, multiplying its output
+    auto scale_of = [&](const std::string& base) {
+        if (a == "bitnet") add_vector(st, base + ".scale", 1, 1.0f, 0.2f);
+    };
+    for (int64_t il = 0; il < s.n_layer; il++) {
+        const std::string b = fmt::format("blk.{}.", il);
+        add_norm(st, b + "attn_norm.weight", E);
+        if (a == "phi3") {
+            add_matrix(st, b + "attn_qkv.weight", E, (H + 2 * KV) * D, t);
+        } else {
+            add_matrix(st, b + "attn_q.weight", E, H * D, t);
+            scale_of(b + "attn_q");
+            add_matrix(st, b + "attn_k.weight", E, KV * D, t);
+            scale_of(b + "attn_k");
+            add_matrix(st, b + "attn_v.weight", E, KV * D, t);
+            scale_of(b + "attn_v");
+        }
+        if (a == "qwen2") {
+            add_vector(st, b + "attn_q.bias", H * D, 0.0f, 0.1f);
+            add_vector(st, b + "attn_k.bias", KV * D, 0.0f, 0.1f);
+            add_vector(st, b + "attn_v.bias", KV * D, 0.0f, 0.1f);
+        }
+        if (a == "qwen3" || a == "gemma3") {
+            add_norm(st, b + "attn_q_norm.weight", D);
+            add_norm(st, b + "attn_k_norm.weight", D);
+        }
+        if (bitnet) add_norm(st, b + "attn_sub_norm.weight", H * D);
+        add_matrix(st, b + "attn_output.weight", H * D, E, t);
+        scale_of(b + "attn_output");
+        if (a == "gemma3") add_norm(st, b + "post_attention_norm.weight", E);
+        add_norm(st, b + "ffn_norm.weight", E);
+        if (a == "phi3") {
+            add_matrix(st, b + "ffn_up.weight", E, 2 * F, t);
+        } else {
+            add_matrix(st, b + "ffn_gate.weight", E, F, t);
+            scale_of(b + "ffn_gate");
+            add_matrix(st, b + "ffn_up.weight", E, F, t);
+            scale_of(b + "ffn_up");
+        }
+        if (bitnet) add_norm(st, b + "ffn_sub_norm.weight", F);
+        add_matrix(st, b + "ffn_down.weight", F, E, t);
+        scale_of(b + "ffn_down");
+        if (a == "gemma3") add_norm(st, b + "post_ffw_norm.weight", E);
+    }
+    w.write(o.out);
+    std::fprintf(stderr, "random_model: wrote %s (%s %s, %s, %lld tokens, %.2f GiB of tensors)\n", o.out.c_str(),
+                 a.c_str(), o.shape_s.c_str(), o.type_s.c_str(), static_cast<long long>(s.n_vocab),
+                 double(st.bytes) / double(1ull << 30));
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 4) {
-        std::fprintf(stderr, "usage: %s SHAPE TYPE OUT.gguf\n  SHAPE: 1b, 7b, 8b, smol or E,L,H,KV,FF,VOCAB\n", argv[0]);
-        return 2;
-    }
     try {
-        const shape s = parse_shape(argv[1]);
-        type t;
-        if (!type_from_name(argv[2], t)) throw error(fmt::format("unknown type '{}'", argv[2]));
-        writer_state st;
-        gguf_writer& w = st.w;
-        const std::string a = "llama";
-        w.set("general.architecture", gguf_value::of_string(a));
-        w.set("general.name", gguf_value::of_string(fmt::format("random {} {}", argv[1], argv[2])));
-        w.set(a + ".block_count", gguf_value::of_u32(uint32_t(s.n_layer)));
-        w.set(a + ".context_length", gguf_value::of_u32(4096));
-        w.set(a + ".embedding_length", gguf_value::of_u32(uint32_t(s.n_embd)));
-        w.set(a + ".feed_forward_length", gguf_value::of_u32(uint32_t(s.n_ff)));
-        w.set(a + ".attention.head_count", gguf_value::of_u32(uint32_t(s.n_head)));
-        w.set(a + ".attention.head_count_kv", gguf_value::of_u32(uint32_t(s.n_head_kv)));
-        w.set(a + ".attention.layer_norm_rms_epsilon", gguf_value::of_f32(1e-5f));
-        w.set(a + ".rope.freq_base", gguf_value::of_f32(s.rope_base));
-        set_tokenizer(w, s.n_vocab);
-        if (!is_ggml_type(t)) w.set(tessera_format_key, gguf_value::of_u32(tessera_format_version));
-
-        const int64_t E = s.n_embd, Dh = s.n_embd / s.n_head, KV = s.n_head_kv * Dh;
-        add_matrix(st, "token_embd.weight", E, s.n_vocab, t);
-        add_norm(st, "output_norm.weight", E);
-        add_matrix(st, "output.weight", E, s.n_vocab, t);
-        for (int64_t il = 0; il < s.n_layer; il++) {
-            const std::string b = fmt::format("blk.{}.", il);
-            add_norm(st, b + "attn_norm.weight", E);
-            add_matrix(st, b + "attn_q.weight", E, E, t);
-            add_matrix(st, b + "attn_k.weight", E, KV, t);
-            add_matrix(st, b + "attn_v.weight", E, KV, t);
-            add_matrix(st, b + "attn_output.weight", E, E, t);
-            add_norm(st, b + "ffn_norm.weight", E);
-            add_matrix(st, b + "ffn_gate.weight", E, s.n_ff, t);
-            add_matrix(st, b + "ffn_up.weight", E, s.n_ff, t);
-            add_matrix(st, b + "ffn_down.weight", s.n_ff, E, t);
-        }
-        w.write(argv[3]);
-        size_t bytes = 0;
-        for (const auto& v : st.storage) bytes += v.size();
-        std::fprintf(stderr, "random_model: wrote %s (%s, %s, %.2f GiB of tensors)\n", argv[3], argv[1], argv[2],
-                     double(bytes) / double(1ull << 30));
+        write_model(parse_args(argc, argv));
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "random_model: %s\n", e.what());
+        std::fprintf(stderr, "random_model: %s\nusage: random_model [--arch FAMILY] [--vocab VOCAB.gguf] [--seed N] "
+                             "[--yarn FACTOR] [--softcap CAP] SHAPE TYPE OUT.gguf\n",
+                     e.what());
         return 1;
     }
     return 0;

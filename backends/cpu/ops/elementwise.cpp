@@ -1,8 +1,10 @@
-// elementwise.cpp: add, mul (with broadcast of src1), scale, silu, swiglu, cpy (with type conversion), set_rows.
+// elementwise.cpp: add, mul (with broadcast of src1), scale, silu, swiglu, geglu, relu2_glu, tanh, cpy (with type
+// conversion), set_rows.
 #include "ops.h"
 
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
+#include "ggml-like/gelu.h"
 #include "quant/format.h"
 
 #include <cmath>
@@ -65,6 +67,46 @@ void swiglu(const compute_params& p, tensor& dst) {
     const float_kernels& fk = find_float_kernels(p.reference);
     for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
         fk.swiglu(at<float>(g, 0, i1, i2, i3), at<float>(u, 0, i1, i2, i3), y, dst.ne[0]);
+    });
+}
+
+// gelu(g) * u with ggml's f16 table (ggml-like/gelu.h)
+void geglu(const compute_params& p, tensor& dst) {
+    const tensor& g = *dst.src[0];
+    const tensor& u = *dst.src[1];
+    TS_ASSERT(g.nb[0] == 4 && u.nb[0] == 4);
+    const uint16_t* table = gelu_f16_table();
+    for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+        const float* x = at<float>(g, 0, i1, i2, i3);
+        const float* z = at<float>(u, 0, i1, i2, i3);
+        for (int64_t i = 0; i < dst.ne[0]; i++) {
+            // ggml: 0 for x <= -10 (not 0 * u, which may be -0), x * u for x >= 10, else the table's value times u
+            y[i] = x[i] <= -10.0f ? 0.0f : x[i] >= 10.0f ? x[i] * z[i] : fp16_to_fp32(table[fp32_to_fp16(x[i])]) * z[i];
+        }
+    });
+}
+
+// relu(g)^2 * u, in ggml's order: relu, square, then the product with u
+void relu2_glu(const compute_params& p, tensor& dst) {
+    const tensor& g = *dst.src[0];
+    const tensor& u = *dst.src[1];
+    TS_ASSERT(g.nb[0] == 4 && u.nb[0] == 4);
+    for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+        const float* x = at<float>(g, 0, i1, i2, i3);
+        const float* z = at<float>(u, 0, i1, i2, i3);
+        for (int64_t i = 0; i < dst.ne[0]; i++) {
+            const float r = x[i] > 0.0f ? x[i] : 0.0f;
+            y[i] = (r * r) * z[i];
+        }
+    });
+}
+
+void tanh(const compute_params& p, tensor& dst) {
+    const tensor& a = *dst.src[0];
+    for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+        const float* x = at<float>(a, 0, i1, i2, i3);
+        const size_t xs = a.nb[0] / 4;
+        for (int64_t i = 0; i < dst.ne[0]; i++) y[i] = std::tanh(x[i * xs]);
     });
 }
 

@@ -1,10 +1,15 @@
 // rope.cpp: rotary position embedding on (head_dim, n_head, n_tok) rows.
 // theta_i = pos * freq_scale * base^(-2i/n_rot) / ff[i]; normal mode rotates (x[2i], x[2i+1]), neox (x[i], x[i+n_rot/2]).
 // The per-pair angle is built by repeated multiplication in f32, as ggml does, so results agree with it bit for bit.
+// YaRN (ext_factor != 0) blends the interpolated angle with the extrapolated one (theta / ff) by a ramp over the pair
+// index and scales cos and sin by attn_factor * (1 + 0.1 ln(1 / freq_scale)); otherwise they are scaled by
+// attn_factor (LongRoPE's magnitude factor; 1 for plain rope, an exact no-op).
 #include "ops.h"
 
 #include "ggml-like/ops.h"
+#include "ggml-like/rope_angles.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -16,24 +21,15 @@ void rope(const compute_params& p, tensor& dst) {
     const tensor* ff = dst.src[2];
     const int n_rot = dst.op_params.i[0];
     const auto mode = rope_mode(dst.op_params.i[1]);
-    const float freq_base = dst.op_params.f[2];
-    const float freq_scale = dst.op_params.f[3];
-    const float theta_scale = std::pow(freq_base, -2.0f / float(n_rot));
+    const rope_angles ang = rope_angles_of(dst.op_params);
     const int64_t hd = a.ne[0], n_head = a.ne[1], n_tok = a.ne[2];
 
     std::vector<float> cache(static_cast<size_t>(n_rot)); // (cos, sin) per pair
     int64_t t0, t1;
     split(n_tok, p.ith, p.nth, t0, t1);
     for (int64_t t = t0; t < t1; t++) {
-        const int32_t pp = static_cast<const int32_t*>(pos.data)[t];
-        float theta = float(pp);
-        for (int i = 0; i < n_rot / 2; i++) {
-            const float f = ff ? static_cast<const float*>(ff->data)[i] : 1.0f;
-            const float th = freq_scale * (theta / f);
-            cache[size_t(2 * i)] = std::cos(th);
-            cache[size_t(2 * i + 1)] = std::sin(th);
-            theta *= theta_scale;
-        }
+        rope_cos_sin_row(static_cast<const int32_t*>(pos.data)[t], n_rot, ang,
+                         ff ? static_cast<const float*>(ff->data) : nullptr, cache.data());
         for (int64_t h = 0; h < n_head; h++) {
             const float* x = at<float>(a, 0, h, t);
             float* y = at<float>(dst, 0, h, t);

@@ -1,4 +1,4 @@
-// elementwise.cu: add, mul (src1 broadcast), scale, silu, swiglu, cpy (f32 -> f32/f16/bf16 into a strided view) and
+// elementwise.cu: add, mul (src1 broadcast), scale, silu, tanh, swiglu, geglu, relu2_glu, cpy (f32 -> f32/f16/bf16 into a strided view) and
 // set_rows (f32 rows -> rows of f32/f16/bf16 at indices read on the device: the KV-cache write). One thread per element
 // of dst; every tensor is addressed through its strides.
 #include "backends/cuda/ops/ops.cuh"
@@ -32,17 +32,18 @@ __device__ __forceinline__ int64_t offset(const index4& x, const int64_t* nb) {
     return x.i[0] * nb[0] + x.i[1] * nb[1] + x.i[2] * nb[2] + x.i[3] * nb[3];
 }
 
-enum class binary_op { add, mul, swiglu };
-enum class unary_op { scale, silu };
+enum class binary_op { add, mul, swiglu, geglu, relu2 };
+enum class unary_op { scale, silu, tanh };
 
 __device__ __forceinline__ float silu_f(float x) {
     return x / (1.0f + expf(-x));
 }
 
 // dst[i] = a[i] op b[i mod b.ne] (broadcast of b over every dimension where b.ne[d] divides a.ne[d]).
+// gelu: the f16 table (cuda_context::gelu_table), for geglu only
 template <binary_op OP>
 static __global__ void binary_kernel(const float* a, shape4 sa, const float* b, shape4 sb, float* y, shape4 sy,
-                                     int64_t n) {
+                                     int64_t n, const uint16_t* gelu) {
     pdl_wait();
     pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -56,8 +57,12 @@ static __global__ void binary_kernel(const float* a, shape4 sa, const float* b, 
         r = va + vb;
     else if constexpr (OP == binary_op::mul)
         r = va * vb;
-    else
+    else if constexpr (OP == binary_op::swiglu)
         r = silu_f(va) * vb;
+    else if constexpr (OP == binary_op::geglu)
+        r = geglu_f(va, vb, gelu);
+    else
+        r = relu2_glu_f(va, vb);
     y[offset(x, sy.nb)] = r;
 }
 
@@ -69,7 +74,7 @@ static __global__ void unary_kernel(const float* a, shape4 sa, float* y, shape4 
     if (i >= n) return;
     const index4 x = unflatten(i, sy.ne);
     const float v = a[offset(x, sa.nb)];
-    y[offset(x, sy.nb)] = OP == unary_op::scale ? v * s : silu_f(v);
+    y[offset(x, sy.nb)] = OP == unary_op::scale ? v * s : OP == unary_op::silu ? silu_f(v) : tanhf(v);
 }
 
 template <class T> __device__ __forceinline__ T from_f32(float x);
@@ -127,8 +132,9 @@ template <binary_op OP> void binary(cuda_context& ctx, tensor& dst) {
     const shape4 sy = shape_of(dst, 4);
     const int64_t n = dst.n_elements();
     if (n == 0) return;
+    TS_ASSERT(OP != binary_op::geglu || ctx.gelu_table);
     launch(ctx, binary_kernel<OP>, n_blocks(n), EW_THREADS, 0, ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(b),
-           shape_of(*b, 4), ctx.as<float>(&dst), sy, n);
+           shape_of(*b, 4), ctx.as<float>(&dst), sy, n, ctx.gelu_table);
 }
 
 template <unary_op OP> void unary(cuda_context& ctx, tensor& dst, float s) {
@@ -193,6 +199,15 @@ void swiglu(cuda_context& ctx, tensor& dst) {
         return;
     }
     binary<binary_op::swiglu>(ctx, dst);
+}
+void geglu(cuda_context& ctx, tensor& dst) {
+    binary<binary_op::geglu>(ctx, dst);
+}
+void relu2_glu(cuda_context& ctx, tensor& dst) {
+    binary<binary_op::relu2>(ctx, dst);
+}
+void tanh(cuda_context& ctx, tensor& dst) {
+    unary<unary_op::tanh>(ctx, dst, 0.0f);
 }
 void scale(cuda_context& ctx, tensor& dst) {
     unary<unary_op::scale>(ctx, dst, dst.op_params.f[0]);

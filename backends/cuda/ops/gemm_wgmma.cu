@@ -306,7 +306,8 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
 // 14336x4096 / 4096x14336, both with 128-column tiles): 341 / 317 / 343 vs 327 / 308 / 332. For block formats the
 // same split (the producers dequantizing) is no faster than the kernel above: the dequantization is the limit, and
 // it has as many warps in both (measured 308 / 280 / 314 vs 317 / 289 / 321 for q4_0).
-constexpr int WS_THREADS = 512, WS_TN = 128, WS_ST = 6, WS_LAG = 2;
+constexpr int WS_THREADS = 512, WS_TN = 128, WS_ST = 6;
+[[maybe_unused]] constexpr int WS_LAG = 2; // used by the sm_90a code only
 constexpr size_t WS_SMEM = size_t(WS_ST) * (TILE_BYTES + WS_TN * TK * 2) + size_t(2 * WS_ST) * 8 + 1024;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -407,7 +407,7 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
             float y0 = sum[0][j] * a.out_scale, y1 = sum[1][j] * a.out_scale;
             if (mi < 2 && jj < p.n_rot) { // as rope_block (rope.cu)
                 const float2 r =
-                    rope_rotate(y0, y1, rope_cos_sin(p.pos[t], jj / 2, p.theta_scale, p.freq_scale, p.ff));
+                    rope_rotate(y0, y1, rope_cos_sin(p.pos[t], jj / 2, p.ang, p.ff));
                 y0 = r.x;
                 y1 = r.y;
             }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backends/cuda/common.cuh"
+#include "ggml-like/rope_angles.h"
 
 #include <cuda_fp16.h>
 
@@ -22,6 +23,9 @@ void rope(cuda_context& ctx, tensor& dst);
 void soft_max(cuda_context& ctx, tensor& dst);
 void silu(cuda_context& ctx, tensor& dst);
 void swiglu(cuda_context& ctx, tensor& dst);
+void geglu(cuda_context& ctx, tensor& dst);     // gelu through ggml's f16 table (ggml-like/gelu.h)
+void relu2_glu(cuda_context& ctx, tensor& dst);
+void tanh(cuda_context& ctx, tensor& dst);
 void cpy(cuda_context& ctx, tensor& dst);
 void set_rows(cuda_context& ctx, tensor& dst);
 void attention(cuda_context& ctx, tensor& dst);
@@ -127,8 +131,7 @@ bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor
 // Where those results go and how the angles are made, for a kernel that writes them itself (rope_kv's kernel, the q/k/v
 // GEMV's epilogue in mmv.cu): rotated Q into yq (element (j, head, token) at j + head nb1 + token nb2, in floats; yk
 // the same for K, null unless write_k), K and V as f16 into cache rows idx[token] (rows outside [0, rows) skipped, as
-// set_rows skips them). Angle of pair i of token t: pos[t] theta_scale^i (repeated f32 products, the CPU's), times
-// freq_scale, over ff[i] when ff is given.
+// set_rows skips them). The angles: `ang` (ggml-like/rope_angles.h) and ff, the pairs' factors, when given.
 struct rope_kv_params {
     float *yq, *yk;
     shape4 syq, syk;
@@ -139,19 +142,31 @@ struct rope_kv_params {
     __half *kc, *vc;
     int64_t kc_nb1, vc_nb1, kc_rows, vc_rows; // row strides in halves, rows
     int n_rot;
-    float theta_scale, freq_scale;
+    rope_angles ang;
     bool neox;
 };
-// (cos, sin) of rotation pair i of a token at position pos, as the CPU computes them: the angle pos theta_scale^i by i
-// repeated f32 products, times freq_scale, over ff[i] when ff is given (rope.cu, the q/k/v GEMV's epilogue).
-__device__ __forceinline__ float2 rope_cos_sin(int32_t pos, int64_t i, float theta_scale, float freq_scale,
-                                               const float* ff) {
+// gelu(g) u as the CPU computes it (ggml-like/gelu.h): 0 for g <= -10, g u for g >= 10, else the f16 table's value
+// at g rounded to f16, times u. table: cuda_context::gelu_table.
+__device__ __forceinline__ float geglu_f(float g, float u, const uint16_t* table) {
+    if (g <= -10.0f) return 0.0f;
+    if (g >= 10.0f) return __fmul_rn(g, u);
+    return __fmul_rn(__half2float(__ushort_as_half(table[__half_as_ushort(__float2half_rn(g))])), u);
+}
+// relu(g)^2 u, in ggml's order (relu, square, product)
+__device__ __forceinline__ float relu2_glu_f(float g, float u) {
+    const float r = g > 0.0f ? g : 0.0f;
+    return __fmul_rn(__fmul_rn(r, r), u);
+}
+// (cos, sin) of rotation pair i of a token at position pos, times the pair's magnitude, as the CPU computes them (the
+// angle pos theta_scale^i by i repeated f32 products, then ggml-like/rope_angles.h) (rope.cu, the q/k/v GEMV's
+// epilogue).
+__device__ __forceinline__ float2 rope_cos_sin(int32_t pos, int64_t i, const rope_angles& a, const float* ff) {
     float theta = float(pos);
-    for (int64_t j = 0; j < i; j++) theta *= theta_scale;
-    const float f = ff ? ff[i] : 1.0f;
-    float s, c;
-    sincosf(freq_scale * (theta / f), &s, &c);
-    return make_float2(c, s);
+    for (int64_t j = 0; j < i; j++) theta *= a.theta_scale;
+    float th, ms, s, c;
+    rope_pair_angle(theta, int(i), ff ? ff[i] : 1.0f, a, &th, &ms);
+    sincosf(th, &s, &c);
+    return make_float2(c * ms, s * ms);
 }
 // (x0, x1) rotated by (c, s) = cs, with the CPU's fused first product
 __device__ __forceinline__ float2 rope_rotate(float x0, float x1, float2 cs) {

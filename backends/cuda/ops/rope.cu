@@ -23,15 +23,14 @@ constexpr int ROPE_HEADS = 4;
 // y == nullptr: the result only goes there.
 template <bool NEOX>
 __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y,
-                                           shape4 sy, int n_rot, float theta_scale, float freq_scale,
-                                           const float* table, int64_t t, int64_t h0, float* cs, __half* cache) {
+                                           shape4 sy, int n_rot, const rope_angles& ang, const float* table, int64_t t, int64_t h0, float* cs, __half* cache) {
     const int half = n_rot / 2;
     for (int i = threadIdx.x; i < half && table; i += blockDim.x) { // exact mode: the host's (cos, sin)
         cs[2 * i] = table[t * n_rot + 2 * i];
         cs[2 * i + 1] = table[t * n_rot + 2 * i + 1];
     }
     for (int i = threadIdx.x; i < half && !table; i += blockDim.x) {
-        const float2 r = rope_cos_sin(pos[t], i, theta_scale, freq_scale, ff);
+        const float2 r = rope_cos_sin(pos[t], i, ang, ff);
         cs[2 * i] = r.x;
         cs[2 * i + 1] = r.y;
     }
@@ -68,11 +67,11 @@ __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int3
 template <bool NEOX>
 static __global__ void __launch_bounds__(ROPE_THREADS)
     rope_kernel(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y, shape4 sy, int n_rot,
-                float theta_scale, float freq_scale, const float* table) {
+                rope_angles ang, const float* table) {
     extern __shared__ float cs[]; // (cos, sin) per pair: 2 * (n_rot / 2) floats
     pdl_wait();
     pdl_trigger();
-    rope_block<NEOX>(x, sx, pos, ff, y, sy, n_rot, theta_scale, freq_scale, table, blockIdx.x,
+    rope_block<NEOX>(x, sx, pos, ff, y, sy, n_rot, ang, table, blockIdx.x,
                      int64_t(blockIdx.y) * ROPE_HEADS, cs, nullptr);
 }
 
@@ -96,12 +95,12 @@ template <bool NEOX> static __global__ void __launch_bounds__(ROPE_THREADS) rope
     const int64_t row = p.idx64 ? static_cast<const int64_t*>(p.idx)[t] : static_cast<const int32_t*>(p.idx)[t];
     const int g = int(blockIdx.y);
     if (g < a.gq) {
-        rope_block<NEOX>(a.q, a.sq, p.pos, p.ff, p.yq, p.syq, p.n_rot, p.theta_scale, p.freq_scale, nullptr, t,
+        rope_block<NEOX>(a.q, a.sq, p.pos, p.ff, p.yq, p.syq, p.n_rot, p.ang, nullptr, t,
                          int64_t(g) * ROPE_HEADS, cs, nullptr);
     } else if (g < a.gq + a.gk) {
         __half* cache = row >= 0 && row < p.kc_rows ? p.kc + row * p.kc_nb1 : nullptr;
         if (cache || p.yk)
-            rope_block<NEOX>(a.k, a.sk, p.pos, p.ff, p.yk, p.syk, p.n_rot, p.theta_scale, p.freq_scale, nullptr, t,
+            rope_block<NEOX>(a.k, a.sk, p.pos, p.ff, p.yk, p.syk, p.n_rot, p.ang, nullptr, t,
                              int64_t(g - a.gq) * ROPE_HEADS, cs, cache);
     } else if (row >= 0 && row < p.vc_rows) {
         const int64_t base = int64_t(g - a.gq - a.gk) * ROPE_THREADS * 4;
@@ -111,16 +110,15 @@ template <bool NEOX> static __global__ void __launch_bounds__(ROPE_THREADS) rope
 }
 
 void rope_launch(const cuda_context& ctx, const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y,
-                 shape4 sy, int n_rot, bool neox, float freq_base, float freq_scale, const float* table) {
+                 shape4 sy, int n_rot, bool neox, const rope_angles& ang, const float* table) {
     const int64_t n_tok = sx.ne[2];
     if (n_tok == 0) return;
-    const float theta_scale = std::pow(freq_base, -2.0f / float(n_rot)); // the CPU's value, computed the same way
     const size_t smem = size_t(n_rot) * sizeof(float);
     const dim3 grid(unsigned(n_tok), unsigned(ceil_div(sx.ne[1], ROPE_HEADS)));
     if (grid.y == 0) return;
     TS_ASSERT(grid.y <= 65535);
     launch(ctx, neox ? rope_kernel<true> : rope_kernel<false>, grid, ROPE_THREADS, smem, x, sx, pos, ff, y, sy, n_rot,
-           theta_scale, freq_scale, table);
+           ang, table);
 }
 
 } // namespace
@@ -132,7 +130,7 @@ bool rope_kv_params_of(const cuda_context& ctx, const tensor& rq, const tensor& 
     const tensor* idx = sk.src[2];
     const int n_rot = rq.op_params.i[0];
     if (rk.src[1] != pos || rk.src[2] != rq.src[2] || sv.src[2] != idx) return false;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 8; i++)
         if (rq.op_params.i[i] != rk.op_params.i[i]) return false;
     if (sk.t != type::f16 || sv.t != type::f16 || v->t != type::f32 || v->nb[0] != 4 || v->nb[1] % 4 != 0 ||
         v->ne[2] != 1 || v->ne[3] != 1 || rq.src[0]->t != type::f32 || rk.src[0]->t != type::f32 ||
@@ -162,8 +160,7 @@ bool rope_kv_params_of(const cuda_context& ctx, const tensor& rq, const tensor& 
     p.kc_rows = sk.ne[1];
     p.vc_rows = sv.ne[1];
     p.n_rot = n_rot;
-    p.theta_scale = std::pow(rq.op_params.f[2], -2.0f / float(n_rot)); // as rope_launch
-    p.freq_scale = rq.op_params.f[3];
+    p.ang = rope_angles_of(rq.op_params);
     p.neox = rope_mode(rq.op_params.i[1]) == rope_mode::neox;
     return true;
 }
@@ -209,31 +206,22 @@ void rope(cuda_context& ctx, tensor& dst) {
             const size_t bytes = size_t(n_tok) * size_t(n_rot) * sizeof(float);
             TS_ASSERT(bytes <= ctx.exact_buf_size && it->second.size() >= size_t(n_tok) * sizeof(int32_t));
             const auto* p = reinterpret_cast<const int32_t*>(it->second.data());
-            const float theta_scale = std::pow(dst.op_params.f[2], -2.0f / float(n_rot));
-            const float freq_scale = dst.op_params.f[3];
+            const rope_angles ang = rope_angles_of(dst.op_params);
             std::vector<float> ffv;
             if (ff) {
                 ffv.resize(size_t(n_rot / 2));
                 TS_CUDA_CHECK(cudaMemcpy(ffv.data(), ctx.ptr(ff), ffv.size() * sizeof(float), cudaMemcpyDeviceToHost));
             }
             std::vector<float> cs(size_t(n_tok) * size_t(n_rot));
-            for (int64_t t = 0; t < n_tok; t++) {
-                float theta = float(p[t]);
-                for (int i = 0; i < n_rot / 2; i++) {
-                    const float f = ff ? ffv[size_t(i)] : 1.0f;
-                    const float th = freq_scale * (theta / f);
-                    cs[size_t(t * n_rot + 2 * i)] = std::cos(th);
-                    cs[size_t(t * n_rot + 2 * i + 1)] = std::sin(th);
-                    theta *= theta_scale;
-                }
-            }
+            for (int64_t t = 0; t < n_tok; t++)
+                rope_cos_sin_row(p[t], n_rot, ang, ff ? ffv.data() : nullptr, cs.data() + t * n_rot);
             TS_CUDA_CHECK(cudaMemcpyAsync(ctx.exact_buf, cs.data(), bytes, cudaMemcpyHostToDevice, ctx.stream));
             table = static_cast<const float*>(ctx.exact_buf);
         }
     }
     rope_launch(ctx, ctx.as<float>(a), shape_of(*a, 4), ctx.as<int32_t>(pos), ff ? ctx.as<float>(ff) : nullptr,
-                ctx.as<float>(&dst), shape_of(dst, 4), n_rot, mode == rope_mode::neox, dst.op_params.f[2],
-                dst.op_params.f[3], table);
+                ctx.as<float>(&dst), shape_of(dst, 4), n_rot, mode == rope_mode::neox, rope_angles_of(dst.op_params),
+                table);
 }
 
 } // namespace tessera::cuda
