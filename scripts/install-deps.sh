@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
     build-essential cmake pkg-config git   # toolchain
     python3 python3-pip unzip              # scripts/fetch-model.sh
+    python3-numpy                          # tests/ref/bitnet_b158_ref.py
     libcli11-dev libfmt-dev libpcre2-dev nlohmann-json3-dev libreadline-dev
     googletest libgtest-dev libbenchmark-dev
     tmux                                   # tests of the interactive chat

@@ -258,7 +258,8 @@ void write_model(const options& o) {
     st.seed = o.seed;
     gguf_writer& w = st.w;
     w.set("general.architecture", gguf_value::of_string(a));
-    w.set("general.name", gguf_value::of_string(fmt::format("random {} {} {}", a, o.shape_s, o.type_s)));
+    // (not the family: llama.cpp keys per-token attributes on a "phi3" in the name, for phi-3 vocabularies only)
+    w.set("general.name", gguf_value::of_string(fmt::format("random {} {}", o.shape_s, o.type_s)));
     if (!o.vocab.empty()) {
         const int64_t n = copy_tokenizer(w, o.vocab);
         s.n_vocab = n;
