@@ -1,13 +1,17 @@
 // info.cpp: `tessera info MODEL`: the GGUF header, every metadata key and the tensor table, or one JSON object.
-// Parsing and validation live in ggml-like/gguf.cpp; this file only formats what the reader returns.
+// Parsing and validation live in ggml-like/gguf.cpp; this file formats what the reader returns, then the model as the
+// family reads it (llm/arch/: hyper-parameters, blocks) when tessera can run it.
 #include "commands.h"
 #include "console.h"
 
 #include "ggml-like/error.h"
 #include "ggml-like/gguf.h"
 #include "ggml-like/types.h"
+#include "ggml-like/ops.h"
+#include "llm/model.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -134,6 +138,55 @@ struct totals {
     double bpw() const { return n_params ? double(bytes) * 8 / double(n_params) : 0.0; }
 };
 
+// The model as tessera reads it (llm/arch/): the family's hyper-parameters, one (label, text) pair per line.
+std::vector<std::pair<std::string, std::string>> describe(const model& m) {
+    const hparams& hp = m.hp;
+    std::vector<std::pair<std::string, std::string>> d;
+    auto per_layer = [&](const std::vector<int64_t>& v, int64_t scalar) {
+        for (int64_t x : v)
+            if (x != scalar) return fmt::format("{} (per layer: {})", scalar, fmt::join(v, " "));
+        return fmt::format("{}", scalar);
+    };
+    d.emplace_back("family", m.arch);
+    d.emplace_back("layers", fmt::format("{}", hp.n_layer));
+    d.emplace_back("width", fmt::format("{} (feed-forward {})", hp.n_embd, per_layer(hp.ff_l, hp.n_ff)));
+    d.emplace_back("heads", fmt::format("{} query, {} key/value, head size {}", per_layer(hp.head_l, hp.n_head),
+                                        per_layer(hp.head_kv_l, hp.n_head_kv), hp.head_dim));
+    d.emplace_back("vocabulary", fmt::format("{} tokens", hp.n_vocab));
+    d.emplace_back("context", fmt::format("{} (trained)", hp.n_ctx_train));
+    std::string rope = fmt::format("{}, base {}, scale {}, {} of {} dimensions",
+                                   hp.rope_mode == int32_t(rope_mode::neox) ? "neox" : "normal", hp.rope_freq_base,
+                                   hp.rope_freq_scale, hp.n_rot, hp.head_dim);
+    if (hp.rope_ext_factor != 0.0f)
+        rope += fmt::format("; YaRN (original context {}, magnitude {:.6g})", hp.rope_n_ctx_orig, hp.rope_attn_factor);
+    else if (hp.rope_attn_factor != 1.0f)
+        rope += fmt::format("; magnitude {:.6g}", hp.rope_attn_factor);
+    if (m.rope_long) rope += fmt::format("; LongRoPE factors (long past {} tokens)", hp.rope_n_ctx_orig);
+    if (m.rope_freqs) rope += "; frequency factors";
+    d.emplace_back("rope", rope);
+    if (hp.any_swa()) {
+        std::vector<int64_t> full;
+        for (int64_t il = 0; il < hp.n_layer; il++)
+            if (!hp.is_swa(il)) full.push_back(il);
+        d.emplace_back("window", fmt::format("{} tokens, rope base {}; full attention on layers {}", hp.n_swa,
+                                             hp.rope_freq_base_swa, full.empty() ? "none" : fmt::format("{}", fmt::join(full, " "))));
+    }
+    const layer_weights& l = m.layers.front();
+    std::vector<std::string> blocks;
+    if (l.bq) blocks.push_back("q/k/v biases");
+    if (l.q_norm) blocks.push_back("Q/K norms");
+    if (l.attn_post_norm) blocks.push_back("post-norms");
+    if (l.attn_sub_norm) blocks.push_back("sub-norms");
+    if (!m.out_scale.empty()) blocks.push_back("per-tensor scales");
+    if (hp.attn_scale != 0.0f) blocks.push_back(fmt::format("query scale {:.6g}", hp.attn_scale));
+    if (hp.embd_scale != 0.0f) blocks.push_back(fmt::format("embeddings x {:.6g}", hp.embd_scale));
+    if (hp.final_softcap != 0.0f) blocks.push_back(fmt::format("logit soft-cap {}", hp.final_softcap));
+    if (m.output_b) blocks.push_back("output bias");
+    blocks.push_back(m.output == m.tok_embd ? "tied output" : "own output matrix");
+    d.emplace_back("blocks", fmt::format("RMSNorm eps {}, {}", hp.rms_eps, fmt::join(blocks, ", ")));
+    return d;
+}
+
 void print_text(const gguf_file& f, const info_options& o) {
     fmt::print("file       {}\n", f.path());
     fmt::print("version    {}\n", f.version());
@@ -204,7 +257,8 @@ ojson value_json(const gguf_value& v) {
     return a;
 }
 
-void print_json(const gguf_file& f, const info_options& o) {
+void print_json(const gguf_file& f, const info_options& o,
+                const std::vector<std::pair<std::string, std::string>>& model_lines, const std::string& model_error) {
     ojson j;
     j["path"] = f.path();
     j["version"] = f.version();
@@ -231,6 +285,13 @@ void print_json(const gguf_file& f, const info_options& o) {
     for (const auto& [id, cb] : tot.by_type)
         by_type[tensor_type_name(id)] = {{"tensors", cb.first}, {"bytes", cb.second}};
     j["totals"] = {{"n_params", tot.n_params}, {"bytes", tot.bytes}, {"bpw", tot.bpw()}, {"types", by_type}};
+    if (!model_lines.empty()) {
+        ojson mj = ojson::object();
+        for (const auto& [k, v] : model_lines) mj[k] = v;
+        j["model"] = std::move(mj);
+    } else if (!model_error.empty()) {
+        j["model_error"] = model_error;
+    }
     // metadata strings are not always valid UTF-8 (byte tokens): replace what cannot be encoded instead of failing
     fmt::print("{}\n", j.dump(2, ' ', false, ojson::error_handler_t::replace));
 }
@@ -238,10 +299,27 @@ void print_json(const gguf_file& f, const info_options& o) {
 void run_info(const info_options& o) {
     if (o.model.empty()) throw error("info: no model given, expected MODEL or -m/--model PATH");
     gguf_file f = gguf_file::open(o.model);
-    if (o.json)
-        print_json(f, o);
-    else
-        print_text(f, o);
+    // the model as tessera would run it, when it can (a vocabulary-only file or an unsupported family cannot be)
+    std::vector<std::pair<std::string, std::string>> model_lines;
+    std::string model_error;
+    if (f.find("general.architecture")) {
+        try {
+            model_lines = describe(*model::load(o.model));
+        } catch (const error& e) {
+            model_error = e.what();
+        }
+    }
+    if (o.json) {
+        print_json(f, o, model_lines, model_error);
+        return;
+    }
+    print_text(f, o);
+    if (!model_lines.empty()) {
+        fmt::print("\nmodel\n");
+        for (const auto& [k, v] : model_lines) fmt::print("  {:<11} {}\n", k, v);
+    } else if (!model_error.empty()) {
+        fmt::print("\nmodel      cannot run: {}\n", model_error);
+    }
 }
 
 } // namespace

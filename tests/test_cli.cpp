@@ -86,6 +86,7 @@ TEST(cli_info, vocab_file_text) {
     EXPECT_NE(r.out.find("tokenizer.ggml.model"), std::string::npos);
     EXPECT_NE(r.out.find("[32000 strings] \"<unk>\", \"<s>\", \"</s>\""), std::string::npos) << r.out;
 
+    EXPECT_NE(r.out.find("model      cannot run: "), std::string::npos) << r.out; // a vocabulary, no weights
     cli_result m = run_tessera("info -m " + shell_quote(vocab_path()));
     ASSERT_EQ(m.rc, 0) << m.err;
     EXPECT_EQ(m.out, r.out);
@@ -123,6 +124,12 @@ TEST(cli_info, model_tensors) {
     nlohmann::json o = nlohmann::json::parse(j.out);
     EXPECT_EQ(o["tensors"].size(), o["n_tensors"].get<size_t>());
     EXPECT_GT(o["totals"]["n_params"].get<uint64_t>(), 100000000u);
+    // the model as the family reads it
+    EXPECT_EQ(o["model"]["family"], "llama");
+    EXPECT_EQ(o["model"]["layers"], "30");
+    EXPECT_EQ(o["model"]["heads"], "9 query, 3 key/value, head size 64");
+    EXPECT_NE(n.out.find("\nmodel\n  family      llama\n"), std::string::npos) << n.out;
+    EXPECT_NE(n.out.find("  rope        normal, base 100000"), std::string::npos) << n.out;
 }
 
 TEST(cli_info, help_ends_with_example) {
