@@ -314,6 +314,13 @@ std::vector<op_case> all_cases() {
             add_case("fused_swiglu_q8_mul_mat_" + sh,
                      {f32_leaf({n, rows}, 50, 3.0f), f32_leaf({n, rows}, 51), typed_leaf(type::q4_1, {n, 33}, 52)},
                      [](context& c, const auto& t) { return mul_mat(c, t[2], swiglu(c, t[0], t[1])); }, 1e-6);
+            // gemma3's and bitnet-b1.58's gates through the same fused kernel (the activation a template parameter)
+            add_case("fused_geglu_q8_mul_mat_" + sh,
+                     {f32_leaf({n, rows}, 53, 3.0f), f32_leaf({n, rows}, 54), typed_leaf(type::q8_0, {n, 33}, 55)},
+                     [](context& c, const auto& t) { return mul_mat(c, t[2], geglu(c, t[0], t[1])); }, 1e-6);
+            add_case("fused_relu2_glu_q8_mul_mat_" + sh,
+                     {f32_leaf({n, rows}, 56, 3.0f), f32_leaf({n, rows}, 57), typed_leaf(type::q4_0, {n, 33}, 58)},
+                     [](context& c, const auto& t) { return mul_mat(c, t[2], relu2_glu(c, t[0], t[1])); }, 1e-6);
         }
     // swiglu -> mul_mat where something else reads swiglu's f32 result too (the fused kernel writes it only then).
     // bound: two quantized mul_mats, the second on s * s (a wider spread than one mul_mat's cases: 1.05e-6 measured on

@@ -300,6 +300,13 @@ tensor* builder::attention(const layer_weights& l, tensor* x, int64_t il, const 
     if (l.bq) q = named(add(ctx, q, l.bq), "Qcur_b", il);
     if (l.bk) k = named(add(ctx, k, l.bk), "Kcur_b", il);
     if (l.bv) v = named(add(ctx, v, l.bv), "Vcur_b", il);
+    // the biased q, k, v next to each other too, so that rope(Q), rope(K) and the two cache writes below follow one
+    // another (CUDA runs those four as one kernel: fused.cu)
+    if (l.bq || l.bk || l.bv) {
+        g.expand(q);
+        g.expand(k);
+        g.expand(v);
+    }
     q = reshape_3d(ctx, q, D, H, n);
     k = reshape_3d(ctx, k, D, HKV, n);
     if (l.q_norm) { // RMSNorm of every head's Q and K before rope (qwen3, gemma3); both before either rope

@@ -2,7 +2,7 @@
 // write the activations again and cost a launch (~2-3 us in a CUDA graph; a 7B decode step has ~22 kernels a layer):
 //   add -> rms_norm -> mul(norm weight) [-> the next mul_mat's q8_1 activations]   (residual + norm of the next block)
 //   rms_norm -> mul [-> q8_1]                                                          (the first layer's norm)
-//   swiglu [-> q8_1]                                                                   (the down projection's input)
+//   swiglu / geglu / relu2_glu [-> q8_1]                                               (the down projection's input)
 //   2-3 mul_mats of one activation on the decode GEMV as one launch (mmv.cu, mul_mat_group: q, k, v; gate, up)
 //   attention -> [its rows as a view ->] q8_1 for the mul_mat after it                (the output projection's input)
 //   rope(Q), rope(K), set_rows(K cache, rotated K), set_rows(V cache, V), in any order, views between them skipped
@@ -61,15 +61,27 @@ static __global__ void __launch_bounds__(1024)
     }
 }
 
-// y = silu(g) u over n contiguous elements (rows of ne0 % 32 == 0 when quantizing), as the swiglu kernel; then q8_1
+// The gate's activation times up: silu (swiglu), gelu through ggml's f16 table (geglu), squared ReLU (relu2_glu), each
+// as elementwise.cu computes it, so the fused results are the unfused kernels' bits.
+enum class glu_act { silu, gelu, relu2 };
+template <glu_act A> __device__ __forceinline__ float glu_apply(float x, float u, const uint16_t* gelu) {
+    if constexpr (A == glu_act::silu)
+        return x / (1.0f + expf(-x)) * u;
+    else if constexpr (A == glu_act::gelu)
+        return geglu_f(x, u, gelu);
+    else
+        return relu2_glu_f(x, u);
+}
+
+// y = act(g) u over n contiguous elements (rows of ne0 % 32 == 0 when quantizing); then q8_1
+template <glu_act A>
 static __global__ void __launch_bounds__(FUSE_THREADS)
-    swiglu_q8_kernel(const float* g, const float* u, float* y, int64_t n, int8_t* q, __half2* ds) {
+    glu_q8_kernel(const float* g, const float* u, float* y, int64_t n, int8_t* q, __half2* ds, const uint16_t* gelu) {
     pdl_wait();
     pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i - threadIdx.x % WARP_SIZE >= n) return; // whole warps only (n % 32 == 0)
-    const float x = g[i];
-    const float v = x / (1.0f + expf(-x)) * u[i];
+    const float v = glu_apply<A>(g[i], u[i], gelu);
     y[i] = v;
     q8_store_warp(v, threadIdx.x % WARP_SIZE, q + i - threadIdx.x % WARP_SIZE, ds + i / 32);
 }
@@ -77,8 +89,10 @@ static __global__ void __launch_bounds__(FUSE_THREADS)
 // The same four values a thread (float4; eight threads a 32-value q8_1 block): y only when given (null: nothing reads
 // the f32 result), and the q8_1 values d q as f16 into xh when given (the wgmma GEMM's activations: gemm_f16_target).
 // n4 = n / 4, n % 32 == 0, every pointer 16-byte aligned.
-static __global__ void __launch_bounds__(FUSE_THREADS) swiglu_q8x4_kernel(const float4* g, const float4* u, float4* y,
-                                                                         int64_t n4, char4* q, __half2* ds, uint2* xh) {
+template <glu_act A>
+static __global__ void __launch_bounds__(FUSE_THREADS) glu_q8x4_kernel(const float4* g, const float4* u, float4* y,
+                                                                      int64_t n4, char4* q, __half2* ds, uint2* xh,
+                                                                      const uint16_t* gelu) {
     pdl_wait();
     pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -89,7 +103,7 @@ static __global__ void __launch_bounds__(FUSE_THREADS) swiglu_q8x4_kernel(const 
     float v[4], amax = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        v[j] = gx[j] / (1.0f + expf(-gx[j])) * ux[j];
+        v[j] = glu_apply<A>(gx[j], ux[j], gelu);
         amax = fmaxf(amax, fabsf(v[j]));
     }
     if (y && ok) y[i] = make_float4(v[0], v[1], v[2], v[3]);
@@ -351,32 +365,38 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             }
         }
     }
-    // swiglu -> q8_1 for the mul_mat after it
-    if (n0->o == op::swiglu && dense(n0) && dense(n0->src[0]) && dense(n0->src[1]) && same_shape(n0->src[0], n0) &&
-        same_shape(n0->src[1], n0)) {
+    // swiglu / geglu / relu2_glu -> q8_1 for the mul_mat after it
+    const bool glu = n0->o == op::swiglu || n0->o == op::geglu || n0->o == op::relu2_glu;
+    if (glu && dense(n0) && dense(n0->src[0]) && dense(n0->src[1]) && same_shape(n0->src[0], n0) &&
+        same_shape(n0->src[1], n0) && (n0->o != op::geglu || ctx.gelu_table)) {
         const split_acts qa = q8_target(ctx, n0, at(i + 1));
         const int64_t n = n0->n_elements();
         if (qa.q && n > 0) {
             const float* g = ctx.as<float>(n0->src[0]);
             const float* u = ctx.as<float>(n0->src[1]);
             float* y = ctx.as<float>(n0);
+            const auto pick = [&]<class K>(K silu, K gelu, K relu2) {
+                return n0->o == op::swiglu ? silu : n0->o == op::geglu ? gelu : relu2;
+            };
             // Prefill (the wgmma GEMM next): the f32 result only where something besides the mul_mat (which takes the
             // f16 values) reads it. A decode step keeps the one-value-a-thread kernel below: whether the four-value one
             // slows decode was not measured (the one call that ran it read 961 for the 1B's tg128, others 1005-1044).
             __half* xh = gemm_f16_target(ctx, *at(i + 1));
             if (xh && aligned16(g) && aligned16(u) && aligned16(y) && aligned16(qa.q) && aligned16(xh)) {
                 const int64_t n4 = n / 4;
-                launch(ctx, swiglu_q8x4_kernel, unsigned(ceil_div(n4, FUSE_THREADS)), FUSE_THREADS, 0,
-                       reinterpret_cast<const float4*>(g), reinterpret_cast<const float4*>(u),
-                       used_once(n0) ? nullptr : reinterpret_cast<float4*>(y), n4,
+                launch(ctx, pick(glu_q8x4_kernel<glu_act::silu>, glu_q8x4_kernel<glu_act::gelu>,
+                                 glu_q8x4_kernel<glu_act::relu2>),
+                       unsigned(ceil_div(n4, FUSE_THREADS)), FUSE_THREADS, 0, reinterpret_cast<const float4*>(g),
+                       reinterpret_cast<const float4*>(u), used_once(n0) ? nullptr : reinterpret_cast<float4*>(y), n4,
                        reinterpret_cast<char4*>(const_cast<int8_t*>(qa.q)), const_cast<__half2*>(qa.ds),
-                       reinterpret_cast<uint2*>(xh));
+                       reinterpret_cast<uint2*>(xh), ctx.gelu_table);
                 ctx.act_src = n0;
                 ctx.act_form = cuda_context::act_split_q8_f16;
                 return 1;
             }
-            launch(ctx, swiglu_q8_kernel, unsigned(ceil_div(n, FUSE_THREADS)), FUSE_THREADS, 0, g, u, y, n,
-                   const_cast<int8_t*>(qa.q), const_cast<__half2*>(qa.ds));
+            launch(ctx, pick(glu_q8_kernel<glu_act::silu>, glu_q8_kernel<glu_act::gelu>, glu_q8_kernel<glu_act::relu2>),
+                   unsigned(ceil_div(n, FUSE_THREADS)), FUSE_THREADS, 0, g, u, y, n, const_cast<int8_t*>(qa.q),
+                   const_cast<__half2*>(qa.ds), ctx.gelu_table);
             ctx.act_src = n0;
             ctx.act_form = cuda_context::act_split_q8;
             return 1;
