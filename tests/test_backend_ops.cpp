@@ -713,9 +713,9 @@ std::vector<op_case> all_cases() {
     }
     // The whole attention input of a layer as the model builds it, from the normalized activations: the q, k and v
     // mul_mats (in that order), rope(Q), rope(K), the cache writes, attention over the caches. On the decode GEMV
-    // (<= 8 tokens, "normal" rope) CUDA runs the first seven as one kernel (the GEMV's epilogue rotates and writes the
-    // caches: fused.cu fuse_qkv_rope); neox rope and 40 tokens take the separate kernels. Also: rope over 96 of 128
-    // dimensions, rope_freqs factors. bound: q and k here are 256-wide products of N(0, 1) data, so the logits are
+    // (<= 8 tokens, normal or NEOX rope) CUDA runs the first seven as one kernel (the GEMV's epilogue rotates and
+    // writes the caches: fused.cu fuse_qkv_rope); 40 tokens take the separate kernels. Also: rope over 96 of 128
+    // dimensions (normal and NEOX), rope_freqs factors. bound: q and k here are 256-wide products of N(0, 1) data, so the logits are
     // large (~100) and the softmax sharp, so the attention output's differences grow with it: < 1e-6 measured at 1
     // and 3 tokens, 2.1e-5 - 3.7e-5 at 5, 8 and 40 tokens, the same with the fusion off (H100) -> 5e-6 for one token
     // (the attention cases' bound), else 1e-4, as past 256 keys.
@@ -731,6 +731,8 @@ std::vector<op_case> all_cases() {
                         qkv_shape{type::awq4, 128, 8, 2, 1, 256, false, 96, false}, // 2 key splits, 32 dims unrotated
                         qkv_shape{type::q4_1, 64, 4, 4, 8, 30, false, 64, true},
                         qkv_shape{type::q4_0, 128, 8, 2, 5, 20, true, 128, false},
+                        qkv_shape{type::q8_0, 128, 8, 2, 1, 20, true, 96, true}, // NEOX over 96 of 128, factors
+                        qkv_shape{type::q4_1, 64, 4, 1, 2, 7, true, 64, false},
                         qkv_shape{type::q4_0, 64, 4, 1, 40, 3, false, 64, false}}) {
         const int64_t E = 256, n_kv = s.n_past + s.n_tok;
         std::vector<int32_t> rows;

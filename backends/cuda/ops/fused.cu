@@ -8,7 +8,7 @@
 //   rope(Q), rope(K), set_rows(K cache, rotated K), set_rows(V cache, V), in any order, views between them skipped
 //   (rope.cu, rope_kv), when no result the kernel writes lies where one of its inputs is (see fuse_rope_kv)
 //   the q, k, v mul_mats on the decode GEMV followed by that rope / cache-write group, reading only their results:
-//   the GEMV's epilogue does the group's work ("normal" rope; fuse_qkv_rope, mmv.cu)
+//   the GEMV's epilogue does the group's work (normal and NEOX rope; fuse_qkv_rope, mmv.cu)
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
 // reads are skipped (the bare rms_norm). The arithmetic is the unfused kernels' (same operations, same order), so the
 // results are bit-identical to running the nodes one by one (test_backend_ops checks it). The q8_1 activations go
@@ -254,8 +254,8 @@ size_t fuse_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
 
 // The q, k, v mul_mats at nodes[i..i + 2] (decode: one GEMV launch, mul_mat_group) and rope_kv's four nodes after
 // them, where the ropes and V's cache write read those three results and nothing else does: one kernel, the GEMV
-// rotating Q and K and writing K and V to their caches in its epilogue (mmv.cu), "normal" rope mode only (a warp's
-// row pair is a rotation pair). TESSERA_CUDA_QKV_ROPE=0: off (the GEMV, then rope_kv's kernel).
+// rotating Q and K and writing K and V to their caches in its epilogue (mmv.cu; a warp's row pair is a rotation pair:
+// adjacent rows in "normal" mode, rows i and i + n_rot / 2 of a head in NEOX mode). TESSERA_CUDA_QKV_ROPE=0: off (the GEMV, then rope_kv's kernel).
 size_t fuse_qkv_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                      const std::unordered_map<const tensor*, int>& uses) {
     static const bool on = env_switch_on("TESSERA_CUDA_QKV_ROPE");
@@ -283,7 +283,7 @@ size_t fuse_qkv_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
     if (!reads_only(m.rq->src[0], mm[0]) || !reads_only(m.rk->src[0], mm[1]) || !reads_only(m.sv->src[0], mm[2]))
         return 0;
     rope_kv_params p;
-    if (!rope_kv_params_of(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k, p) || p.neox) return 0;
+    if (!rope_kv_params_of(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k, p)) return 0;
     if (m.rq->ne[0] != m.rk->ne[0] || m.rq->ne[0] % 2 != 0) return 0; // one head size; rotation pairs in a head
     // the rows of q (k) are the rope input's (dimension, head) in order, the columns its tokens; v's rows V's row
     const int64_t n_tok = m.rq->ne[2];

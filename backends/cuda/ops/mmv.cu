@@ -306,9 +306,10 @@ struct split_group {
 // serves R rows. S > 1 (split over k) where the rows alone give too few warps to keep HBM busy (mmv_split_parts):
 // the S partial sums of a row are added in shared memory, in part order.
 //
-// ROPE (q, k, v: rope_kv's work in the epilogue): a row group's two rows are a rotation pair of a head ("normal"
-// mode), so the warp that has both sums rotates them (Q, K) and writes Q's result and K's and V's f16 cache rows
-// itself, with rope_kv_kernel's arithmetic (rope.cu): the same bits as the GEMV followed by that kernel.
+// ROPE (q, k, v: rope_kv's work in the epilogue): a row group's two rows are a rotation pair of a head (adjacent rows
+// in "normal" mode; rows i and i + n_rot / 2 of the head in NEOX mode), so the warp that has both sums rotates them
+// (Q, K) and writes Q's result and K's and V's f16 cache rows itself, with rope_kv_kernel's arithmetic (rope.cu): the
+// same bits as the GEMV followed by that kernel.
 template <class D, int NC, int R, int U, int S, bool ROPE = false>
 static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_group grp) {
     static_assert(S == 1 || S == 2 || S == 4, "a block's 4 warps take 4 / S row groups");
@@ -326,11 +327,24 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     const int64_t nc = a.k / 32, ng = nc / D::chunks_per_scale;
     const int64_t first = lane + int64_t(part) * WARP_SIZE;
     constexpr int64_t stride = int64_t(WARP_SIZE) * S;
+    // the group's rows: row0, row0 + 1, except that with the ROPE epilogue in NEOX mode the group at row0 of Q or K
+    // takes a rotation pair of a head, (i, i + n_rot / 2) for pair slot i = (row0 % head) / 2 below n_rot / 2, and two
+    // adjacent pass-through dimensions past n_rot for the slots after (rope_pair_rows)
+    int64_t rows[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rows[r] = row0 + r;
+    if constexpr (ROPE) {
+        if (grp.rope.neox && mi < 2) {
+            const int64_t hd = grp.rope_hd, half = grp.rope.n_rot / 2, base = row0 - row0 % hd, slot = row0 % hd / 2;
+            rows[0] = slot < half ? base + slot : base + 2 * slot;
+            rows[1] = slot < half ? base + slot + half : base + 2 * slot + 1;
+        }
+    }
     const uint8_t* qrow[R];
     const uint8_t* srow[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
-        const int64_t row = row0 + r < a.n ? row0 + r : a.n - 1; // rows past n: computed, not stored
+        const int64_t row = rows[r] < a.n ? rows[r] : a.n - 1; // rows past n: computed, not stored
         qrow[r] = a.qs + row * nc * int64_t(sizeof(chunk_t));
         srow[r] = a.sc + row * ng * D::scale_bytes;
     }
@@ -399,35 +413,39 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     if constexpr (ROPE) {
         if (lane != 0 || row0 >= a.n) return; // n is even: a pair is in or out whole
         const rope_kv_params& p = grp.rope;
-        const int64_t h = row0 / grp.rope_hd, jj = row0 % grp.rope_hd; // head, first dimension of the pair
+        const int64_t h = row0 / grp.rope_hd; // head
+        const int64_t j0 = rows[0] % grp.rope_hd, j1 = rows[1] % grp.rope_hd; // the pair's dimensions in the head
+        // rotated: normal mode's pairs below n_rot; NEOX's slots below n_rot / 2 (pair index = slot)
+        const bool neox = p.neox && mi < 2;
+        const int64_t pair = neox ? j0 : j0 / 2;
+        const bool rotate = mi < 2 && (neox ? j1 - j0 == p.n_rot / 2 && j0 < p.n_rot / 2 : j0 < p.n_rot);
 #pragma unroll
         for (int j = 0; j < NC; j++) {
             const int64_t t = col0 + j; // token
             if (t >= cols) break;
             float y0 = sum[0][j] * a.out_scale, y1 = sum[1][j] * a.out_scale;
-            if (mi < 2 && jj < p.n_rot) { // as rope_block (rope.cu)
-                const float2 r =
-                    rope_rotate(y0, y1, rope_cos_sin(p.pos[t], jj / 2, p.ang, p.ff));
+            if (rotate) { // as rope_block (rope.cu)
+                const float2 r = rope_rotate(y0, y1, rope_cos_sin(p.pos[t], pair, p.ang, p.ff));
                 y0 = r.x;
                 y1 = r.y;
             }
             if (mi == 0) {
                 float* yr = p.yq + t * p.syq.nb[2] + h * p.syq.nb[1];
-                yr[jj * p.syq.nb[0]] = y0;
-                yr[(jj + 1) * p.syq.nb[0]] = y1;
+                yr[j0 * p.syq.nb[0]] = y0;
+                yr[j1 * p.syq.nb[0]] = y1;
                 continue;
             }
             if (mi == 1 && p.yk) {
                 float* yr = p.yk + t * p.syk.nb[2] + h * p.syk.nb[1];
-                yr[jj * p.syk.nb[0]] = y0;
-                yr[(jj + 1) * p.syk.nb[0]] = y1;
+                yr[j0 * p.syk.nb[0]] = y0;
+                yr[j1 * p.syk.nb[0]] = y1;
             }
             const int64_t row = p.idx64 ? static_cast<const int64_t*>(p.idx)[t] : static_cast<const int32_t*>(p.idx)[t];
             __half* cache = mi == 1 ? p.kc : p.vc;
             if (row >= 0 && row < (mi == 1 ? p.kc_rows : p.vc_rows)) { // set_rows' conversion, round to nearest even
-                __half* cr = cache + row * (mi == 1 ? p.kc_nb1 : p.vc_nb1) + row0;
-                cr[0] = __float2half_rn(y0);
-                cr[1] = __float2half_rn(y1);
+                __half* cr = cache + row * (mi == 1 ? p.kc_nb1 : p.vc_nb1);
+                cr[rows[0]] = __float2half_rn(y0);
+                cr[rows[1]] = __float2half_rn(y1);
             }
         }
     } else {
