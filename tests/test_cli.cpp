@@ -169,14 +169,19 @@ TEST(cli_info, truncated_file_fails_with_one_line) {
 
 namespace {
 
+// written once per process, removed when it exits
 std::string tiny_model() {
-    static const std::string path = [] {
+    struct file {
+        std::string path;
+        ~file() { fs::remove(path); }
+    };
+    static const file f{[] {
         std::string p = (fs::temp_directory_path() / ("tessera_test_cli_tiny_" + std::to_string(::getpid()) + ".gguf"))
                             .string();
         tessera::test::write_tiny_model(p, {});
         return p;
-    }();
-    return path;
+    }()};
+    return f.path;
 }
 
 } // namespace

@@ -25,7 +25,11 @@ std::string tmp_path(const std::string& what) {
 
 // A tiny f32 llama model (token_embd q8_0, as tiny_model.h writes it) with rows wide enough for every block size.
 std::string wide_f32_model() {
-    static const std::string path = [] {
+    struct file { // removed when the process exits
+        std::string path;
+        ~file() { fs::remove(path); }
+    };
+    static const file f{[] {
         const std::string p = tmp_path("wide_f32.gguf");
         test::tiny_model_spec s;
         s.n_embd = 256;
@@ -35,8 +39,8 @@ std::string wide_f32_model() {
         s.weight_type = type::f32;
         test::write_tiny_model(p, s);
         return p;
-    }();
-    return path;
+    }()};
+    return f.path;
 }
 
 std::vector<float> logits_of(const std::string& path, const std::vector<token>& ids) {
