@@ -59,6 +59,7 @@ struct vocab_data {
     bool add_space_prefix = false; // SPM: prefix the first raw fragment (and fragments after specials) with ' '
     bool clean_spaces = false;     // detokenize: drop the space before ?!., and some contractions
     bool ignore_merges = false;    // BPE: a pre-token that is already a vocab token is kept whole
+    bool spm_style_bpe = false;    // BPE on raw UTF-8 with spaces escaped to U+2581 and <0xXX> byte tokens (gemma4)
 
     std::vector<token> special_tokens; // control / user-defined / unknown ids, longest text first
     std::set<token> eog;               // end-of-generation ids
@@ -85,6 +86,10 @@ struct bpe_pre_defaults {
     bool add_bos = false;
     bool clean_spaces = true;
     bool no_bos = false; // the model has no BOS token by default (chatglm, glm4)
+    // SentencePiece-style BPE (gemma4, sarvam-moe): the text's spaces become U+2581 before the merges, which run on
+    // the raw UTF-8 characters (no GPT-2 byte mapping); a character left unmerged falls back to "<0xXX>" tokens.
+    bool spm_style = false;
+    bool newline_runs = false; // gemma4: a pre-token of newlines only is looked up whole first
 };
 bpe_pre_defaults bpe_pre_defaults_for(std::string_view pre);
 

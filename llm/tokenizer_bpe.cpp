@@ -135,6 +135,8 @@ const std::vector<pre_entry>& pre_table() {
         {{"minicpm5"}, {R"re(\p{N}{1,3})re", re::minicpm5}, {.ignore_merges = true}},
         {{"ufakzeka"}, {re::ufakzeka}, keeps},
         {{"laguna"}, {R"re([^\n]+|[\n]+)re", re::qwen2}, keeps},
+        {{"gemma4", "granite-embed-multi-311m"}, {R"re([^\n]+|[\n]+)re"}, {.spm_style = true, .newline_runs = true}},
+        {{"sarvam-moe"}, {R"re([^\n]+|[\n]+)re"}, {.clean_spaces = false, .spm_style = true}},
     };
     return table;
 }
@@ -355,6 +357,8 @@ uint64_t pair_key(int32_t left, int32_t right) {
 struct bpe_tokenizer::impl {
     std::vector<regex_ptr> regexes;
     bool ignore_merges = false;
+    bool spm_style = false;    // raw UTF-8 symbols, "<0xXX>" fallback (bpe_pre_defaults::spm_style)
+    bool newline_runs = false; // a newline-only pre-token is looked up whole first
     int32_t n_tokens = 0;
     text_map extra_pieces;                          // strings of merges that are not tokens -> id >= n_tokens
     std::unordered_map<uint64_t, bpe_merge> merges; // (left piece, right piece) -> rank, result
@@ -384,6 +388,10 @@ bpe_tokenizer::bpe_tokenizer(const vocab_data& v, const std::vector<std::string>
     const auto& patterns = entry && !entry->regexes.empty() ? entry->regexes : default_regexes();
     for (const char* pattern : patterns) p_->regexes.push_back(compile_regex(pattern));
     p_->ignore_merges = v.ignore_merges;
+    if (entry) {
+        p_->spm_style = entry->defaults.spm_style;
+        p_->newline_runs = entry->defaults.newline_runs;
+    }
     p_->n_tokens = v.n_tokens();
 
     p_->merges.reserve(merges.size());
@@ -405,9 +413,13 @@ bpe_tokenizer::~bpe_tokenizer() = default;
 // BPE on one pre-token. `word` holds the original bytes; symbol texts are their GPT-2 characters.
 void bpe_tokenizer::impl::merge_word(const vocab_data& v, std::string_view word, std::vector<token>& out,
                                      std::vector<bpe_symbol>& symbols) const {
-    if (ignore_merges) {
+    const bool whole = ignore_merges || (newline_runs && word.find_first_not_of('\n') == std::string_view::npos);
+    if (whole) {
         std::string mapped;
-        for (char c : word) mapped += gpt2_byte_to_utf8(uint8_t(c));
+        if (spm_style)
+            mapped = word;
+        else
+            for (char c : word) mapped += gpt2_byte_to_utf8(uint8_t(c));
         const token id = v.find(mapped);
         if (id >= 0) {
             out.push_back(id);
@@ -415,11 +427,14 @@ void bpe_tokenizer::impl::merge_word(const vocab_data& v, std::string_view word,
         }
     }
 
+    // One symbol per byte (its GPT-2 character), or per UTF-8 character for SentencePiece-style BPE.
     symbols.clear();
-    for (uint32_t i = 0; i < word.size(); i++) {
-        const int32_t last = int32_t(word.size()) - 1;
-        symbols.push_back(
-            {byte_piece[uint8_t(word[i])], int32_t(i) - 1, int32_t(i) == last ? -1 : int32_t(i) + 1, i, 1});
+    for (uint32_t i = 0; i < word.size();) {
+        const uint32_t n = spm_style ? uint32_t(std::min(utf8_len(word[i]), word.size() - i)) : 1;
+        const int32_t piece = spm_style ? piece_of(v, word.substr(i, n)) : byte_piece[uint8_t(word[i])];
+        const int32_t index = int32_t(symbols.size());
+        symbols.push_back({piece, index - 1, i + n == word.size() ? -1 : index + 1, i, n});
+        i += n;
     }
 
     std::priority_queue<bpe_bigram, std::vector<bpe_bigram>, bpe_bigram_order> queue;
@@ -455,7 +470,16 @@ void bpe_tokenizer::impl::merge_word(const vocab_data& v, std::string_view word,
             continue;
         }
         // Not a token: llama.cpp looks up each byte of the symbol's GPT-2 text as a 1-character token and drops
-        // the bytes that are none (only printable ASCII usually is).
+        // the bytes that are none (only printable ASCII usually is); SentencePiece-style BPE takes "<0xXX>".
+        if (spm_style) {
+            for (char c : word.substr(s.start, s.n)) {
+                static constexpr char hex[] = "0123456789ABCDEF";
+                const char text[6] = {'<', '0', 'x', hex[uint8_t(c) >> 4], hex[uint8_t(c) & 15], '>'};
+                const token id = v.find(std::string_view(text, 6));
+                if (id >= 0) out.push_back(id);
+            }
+            continue;
+        }
         for (char c : word.substr(s.start, s.n))
             for (char m : gpt2_byte_to_utf8(uint8_t(c))) {
                 const token id = v.find(std::string_view(&m, 1));

@@ -67,12 +67,18 @@ void read_kind_and_defaults(vocab_data& v, const gguf_file& f) {
         v.add_bos = true;
         v.add_eos = false;
         v.clean_spaces = false;
-    } else if (v.model_name == "gpt2") {
+    } else if (v.model_name == "gpt2" || v.model_name == "gemma4") {
+        // gemma4: a SentencePiece-style BPE whose pre-tokenizer is always "gemma4", and no default special ids
+        const bool gemma4 = v.model_name == "gemma4";
         v.kind = vocab_kind::bpe;
-        v.pre_name = pre;
-        v.bos = 11, v.eos = 11, v.unk = -1; // llama.cpp's BPE defaults, normally overridden by the file
-        const bpe_pre_defaults d = bpe_pre_defaults_for(pre);
-        if (pre.empty())
+        v.pre_name = gemma4 ? "gemma4" : pre;
+        if (gemma4)
+            v.bos = v.eos = v.unk = -1;
+        else
+            v.bos = 11, v.eos = 11, v.unk = -1; // llama.cpp's BPE defaults, normally overridden by the file
+        const bpe_pre_defaults d = bpe_pre_defaults_for(v.pre_name);
+        v.spm_style_bpe = d.spm_style;
+        if (v.pre_name.empty())
             warn_once(f.path() + ": missing tokenizer.ggml.pre, using the default pre-tokenizer; tokens will not "
                                  "match the model's own tokenizer");
         else if (!d.known)
@@ -84,8 +90,8 @@ void read_kind_and_defaults(vocab_data& v, const gguf_file& f) {
         v.clean_spaces = d.clean_spaces;
         if (d.no_bos) v.bos = -1;
     } else {
-        throw error(f.path() + ": tokenizer.ggml.model: expected 'llama' (SPM) or 'gpt2' (BPE), got '" + v.model_name +
-                    "'");
+        throw error(f.path() + ": tokenizer.ggml.model: expected 'llama' (SPM), 'gpt2' or 'gemma4' (BPE), got '" +
+                    v.model_name + "'");
     }
     if (auto b = f.get_bool("tokenizer.ggml.add_space_prefix")) v.add_space_prefix = *b;
 }
@@ -147,6 +153,7 @@ void read_special_ids(vocab_data& v, const gguf_file& f) {
             *id = token(*value);
     }
     if (auto b = f.get_bool("tokenizer.ggml.add_bos_token")) v.add_bos = *b;
+    if (v.pre_name == "gemma4" || v.pre_name == "granite-embed-multi-311m") v.add_bos = true; // as llama.cpp forces
     if (auto b = f.get_bool("tokenizer.ggml.add_eos_token")) v.add_eos = *b;
 }
 
@@ -293,7 +300,9 @@ std::string piece_of(const vocab_data& v, token id) {
     const uint32_t a = v.attrs[id];
     const std::string& text = v.texts[id];
     if (a & (attr_unknown | attr_control | attr_user_defined)) return text;
-    if (a & attr_normal) return v.kind == vocab_kind::spm ? replace_all(text, spm_space, " ") : decode_gpt2_text(text);
+    if (a & attr_normal)
+        return v.kind == vocab_kind::spm || v.spm_style_bpe ? replace_all(text, spm_space, " ")
+                                                            : decode_gpt2_text(text);
     if (a & attr_byte) return std::string(1, byte_of_token_text(text));
     return "";
 }
@@ -436,6 +445,10 @@ std::vector<token> vocab::tokenize(std::string_view text, bool add_special, bool
             if (v.add_space_prefix && prev_special) escaped += spm_space;
             for (char c : raw) c == ' ' ? void(escaped += spm_space) : escaped.push_back(c);
             tokenize_spm(v, escaped, out);
+        } else if (v.spm_style_bpe) {
+            escaped.clear();
+            for (char c : raw) c == ' ' ? void(escaped += spm_space) : escaped.push_back(c);
+            v.bpe->tokenize(v, escaped, out);
         } else {
             v.bpe->tokenize(v, raw, out);
         }
