@@ -168,6 +168,7 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--devices", o->devices, "Backends to compare, comma-separated (cpu,cuda)");
     cmd->add_flag("--no-warmup", o->no_warmup, "Skip the warm-up run");
     cmd->add_option("-o,--output", o->output, "md, csv or json")->capture_default_str();
+    cmd->add_flag_callback("--json", [o] { o->output = "json"; }, "Same as -o json");
     cmd->footer("Example:\n  tessera bench -m models/SmolLM2-135M-Instruct.Q4_1.gguf -p 512 -n 128 -t 2 -r 5");
     cmd->callback([o] { bench_main(*o); });
 }

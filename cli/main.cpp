@@ -10,6 +10,43 @@
 #include <vector>
 #include <exception>
 
+namespace {
+
+// CLI11's message for a bad command line, as "<flag>: <what is wrong>".
+std::string describe_parse_error(const CLI::ParseError& e, const std::vector<std::string>& args) {
+    std::string msg = e.what();
+    auto starts = [&](std::string_view p) { return msg.rfind(p, 0) == 0; };
+    if (starts("Could not convert: ")) { // "Could not convert: --temp = abc"
+        const std::string rest = msg.substr(19);
+        const size_t eq = rest.find(" = ");
+        if (eq != std::string::npos)
+            return rest.substr(0, eq) + ": '" + rest.substr(eq + 3) + "' is not a valid value";
+    }
+    if (starts("The following argument")) { // "... were not expected: 3 --foo"
+        const size_t colon = msg.find(": ");
+        return "unexpected argument(s): " + (colon == std::string::npos ? msg : msg.substr(colon + 2));
+    }
+    const std::string required = " is required";
+    if (msg.size() > required.size() && msg.compare(msg.size() - required.size(), required.size(), required) == 0 &&
+        msg.find(' ') == msg.size() - required.size())
+        return msg.substr(0, msg.size() - required.size()) + ": missing (required)";
+    if (starts("A subcommand is required")) {
+        if (args.size() > 1 && !args[1].empty() && args[1][0] != '-') return args[1] + ": unknown subcommand";
+        return "a subcommand is required (run, chat, perplexity, bench, compare, quantize, info, tokenize, template)";
+    }
+    if (msg.find(" required ") != std::string::npos && msg.find(" missing") != std::string::npos) {
+        const size_t colon = msg.find(": "); // "--n-predict: 1 required INT:INT in [...] missing"
+        if (colon != std::string::npos) return msg.substr(0, colon) + ": a value is missing";
+    }
+    if (msg.find("At Most 1 required but received") != std::string::npos) {
+        const size_t colon = msg.find(": ");
+        if (colon != std::string::npos) return msg.substr(0, colon) + ": given more than once";
+    }
+    return msg;
+}
+
+} // namespace
+
 int main(int argc, char** argv) {
     CLI::App app{"tessera: GGUF LLM inference on CPU and CUDA", "tessera"};
     app.require_subcommand(1);
@@ -35,7 +72,12 @@ int main(int argc, char** argv) {
     try {
         app.parse(int(argp.size()), argp.data());
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e); // --help, --help-all
+        std::string sub;
+        for (const CLI::App* a : app.get_subcommands()) sub = a->get_name();
+        fmt::print(stderr, "error: {} (see 'tessera {}--help')\n", describe_parse_error(e, args),
+                   sub.empty() ? "" : sub + " ");
+        return 1;
     } catch (const tessera::error& e) {
         std::fflush(stdout);
         fmt::print(stderr, "error: {}\n", e.what());

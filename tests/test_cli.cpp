@@ -236,11 +236,37 @@ TEST(cli_run, bad_input_fails_with_one_line) {
     fs::remove(cut);
 }
 
-TEST(cli_run, bad_flags_exit_non_zero) {
-    EXPECT_NE(run_tessera("run -m " + shell_quote(tiny_model()) + " -p hi --no-such-flag").rc, 0);
-    EXPECT_NE(run_tessera("run -m " + shell_quote(tiny_model()) + " -p hi -n notanumber").rc, 0);
-    EXPECT_NE(run_tessera("run -m " + shell_quote(tiny_model()) + " -p hi -t -3").rc, 0);
-    EXPECT_NE(run_tessera("").rc, 0); // a subcommand is required
+TEST(cli_run, bad_flags_fail_with_one_line) {
+    const std::string m = "run -m " + shell_quote(tiny_model()) + " -p hi ";
+    expect_one_line_error(run_tessera(m + "--no-such-flag"), "--no-such-flag");
+    expect_one_line_error(run_tessera(m + "-n notanumber"), "--n-predict: Value notanumber not in range");
+    expect_one_line_error(run_tessera(m + "--temp abc"), "--temp: 'abc'");
+    expect_one_line_error(run_tessera(m + "-t -3"), "--threads");
+    expect_one_line_error(run_tessera(m + "--device tpu"), "--device");
+    expect_one_line_error(run_tessera(m + "--temp 1 --temp 2"), "--temp: given more than once");
+    expect_one_line_error(run_tessera(m + "-n"), "--n-predict: a value is missing");
+    expect_one_line_error(run_tessera("run -p hi"), "--model: missing");
+    expect_one_line_error(run_tessera("no-such-command"), "no-such-command: unknown subcommand");
+    expect_one_line_error(run_tessera(""), "a subcommand is required");
+    auto help = run_tessera("run --help");
+    EXPECT_EQ(help.rc, 0);
+    EXPECT_NE(help.out.find("--temp"), std::string::npos);
+}
+
+TEST(cli_bench, json_flag_is_output_json) {
+    auto r = run_tessera("bench -m " + shell_quote(tiny_model()) + " -p 8 -n 4 -r 1 -t 1 --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    ASSERT_TRUE(j.is_array());
+    ASSERT_FALSE(j.empty());
+    auto o = run_tessera("bench -m " + shell_quote(tiny_model()) + " -p 8 -n 4 -r 1 -t 1 -o json");
+    ASSERT_EQ(o.rc, 0) << o.err;
+    const nlohmann::json k = nlohmann::json::parse(o.out);
+    ASSERT_EQ(j.size(), k.size());
+    for (size_t i = 0; i < j.size(); i++) {
+        EXPECT_EQ(j[i].size(), k[i].size()); // the same object (timings differ)
+        for (auto& [key, value] : j[i].items()) EXPECT_TRUE(k[i].contains(key)) << key;
+    }
 }
 
 TEST(cli_run, does_not_wait_on_stdin) {
