@@ -1,8 +1,10 @@
 // compare.cpp: `tessera compare`: the same tokens on the CPU and on CUDA, side by side: prompt and generation speed on
-// each backend and the speedup, and how far the two agree: max |Δlogit|, top-1 agreement and mean KL divergence of the
-// next-token distributions (teacher-forced over the text), and with --layers the first layer whose hidden state
-// (l_out-N) differs beyond a bound.
+// each backend and the speedup (medians over -r repetitions after an untimed warm-up, as bench measures), and how far
+// the two agree: max |Δlogit|, top-1 agreement and mean KL divergence of the next-token distributions (teacher-forced
+// over the text), and with --layers the first layer whose hidden state (l_out-N) differs beyond a bound. The text is
+// cut to one context (-c, default 512 tokens): a whole file would need its logits for every token in memory.
 #include "commands.h"
+#include "console.h"
 #include "options.h"
 
 #include "ggml-like/error.h"
@@ -12,6 +14,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -28,6 +31,8 @@ struct compare_options {
     bool layers = false;
     int nodes = -1; // --nodes IL: every node of layer IL, one by one
     bool json = false;
+    int reps = 3;
+    bool no_warmup = false;
     double layer_bound = 1e-3;
 };
 
@@ -49,16 +54,28 @@ struct run_result {
     std::string backend;
 };
 
-run_result evaluate(const model& mdl, const model_options& mo, device_type dev, const std::vector<token>& toks,
-                    int64_t n_gen, bool layers, int node_layer) {
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Agreement first (the prompt as one batch with every position's logits, then the same tokens again one at a time,
+// teacher-forced), then the timings: a warm-up of both tests unless told not to, and `reps` timed runs of each.
+run_result evaluate(const model& mdl, const compare_options& o, device_type dev, const std::vector<token>& toks,
+                    int64_t n_gen) {
     run_result r;
-    session_params sp = mo.session;
+    session_params sp = o.m.session;
     sp.device = dev;
     sp.n_ctx = std::max<int64_t>(sp.n_ctx, int64_t(toks.size()) + 1);
     session s(mdl, sp);
     r.backend = s.be().name();
+    const int warm = o.no_warmup ? 0 : 1;
+    progress_bar bar(fmt::format("{:<5}", r.backend), (1 + warm + o.reps) * (1 + n_gen));
     // the layer a node belongs to: its name's "-N" suffix; unnamed nodes belong to the layer being evaluated
     int cur_layer = 0;
+    const bool layers = o.layers;
+    const int node_layer = o.nodes;
     if (layers || node_layer >= 0)
         s.be().set_eval_callback([&, layers, node_layer](const tensor& t) {
             int il = -1;
@@ -76,21 +93,48 @@ run_result evaluate(const model& mdl, const model_options& mo, device_type dev, 
             }
             if (std::strncmp(t.name, "l_out-", 6) == 0) cur_layer = il + 1; // what follows is the next layer's
         });
-    auto t0 = std::chrono::steady_clock::now();
     auto l = s.decode(toks, true);
-    s.be().synchronize();
-    r.pp_tps = double(toks.size()) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.pp_logits.assign(l.begin(), l.end());
     s.be().set_eval_callback({});
-    // generation: the same text again, one token at a time (teacher forcing), timed
+    bar.add(1);
     s.clear();
-    t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < n_gen; i++) {
         auto li = s.decode(std::span<const token>(&toks[size_t(i)], 1));
         r.tg_logits.insert(r.tg_logits.end(), li.begin(), li.end());
+        bar.add(1);
     }
-    s.be().synchronize();
-    r.tg_tps = double(n_gen) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    using clock = std::chrono::steady_clock;
+    auto pp = [&] {
+        s.clear();
+        const auto t0 = clock::now();
+        s.decode(toks);
+        s.be().synchronize();
+        bar.add(1);
+        return double(toks.size()) / std::chrono::duration<double>(clock::now() - t0).count();
+    };
+    auto tg = [&] {
+        s.clear();
+        const auto t0 = clock::now();
+        for (int64_t i = 0; i < n_gen; i++) {
+            s.decode(std::span<const token>(&toks[size_t(i)], 1));
+            bar.add(1);
+        }
+        s.be().synchronize();
+        return double(n_gen) / std::chrono::duration<double>(clock::now() - t0).count();
+    };
+    if (warm) {
+        pp();
+        tg();
+    }
+    std::vector<double> pps, tgs;
+    for (int i = 0; i < o.reps; i++) {
+        pps.push_back(pp());
+        tgs.push_back(tg());
+    }
+    bar.finish();
+    r.pp_tps = median(pps);
+    r.tg_tps = median(tgs);
     return r;
 }
 
@@ -140,11 +184,18 @@ void compare_main(const compare_options& o) {
     for (tensor* w : mdl->params)
         if (!device_supports_weights(device_type::cuda, w->t))
             throw error(fmt::format("the CUDA backend cannot run {} weights yet ({})", type_name(w->t), w->name));
+    if (o.reps < 1) throw error("-r must be at least 1");
     std::vector<token> toks = mdl->voc.tokenize(text, true, true);
     if (toks.size() < 2) throw error("the text is too short to compare (fewer than 2 tokens)");
+    const int64_t n_ctx = o.m.session.n_ctx > 0 ? o.m.session.n_ctx : 512;
+    if (n_ctx < 2) throw error("-c must be at least 2 to compare");
+    if (int64_t(toks.size()) > n_ctx) {
+        fmt::print(stderr, "note: comparing the first {} of the text's {} tokens (-c to change)\n", n_ctx, toks.size());
+        toks.resize(size_t(n_ctx));
+    }
     const int64_t n_gen = std::min<int64_t>(o.p.n_predict < 0 ? 64 : o.p.n_predict, int64_t(toks.size()));
-    const run_result cpu = evaluate(*mdl, o.m, device_type::cpu, toks, n_gen, o.layers, o.nodes);
-    const run_result gpu = evaluate(*mdl, o.m, device_type::cuda, toks, n_gen, o.layers, o.nodes);
+    const run_result cpu = evaluate(*mdl, o, device_type::cpu, toks, n_gen);
+    const run_result gpu = evaluate(*mdl, o, device_type::cuda, toks, n_gen);
     const int64_t nv = mdl->hp.n_vocab;
     const auto nmse = [](const std::vector<float>& a, const std::vector<float>& b) {
         double num = 0, den = 0;
@@ -185,6 +236,7 @@ void compare_main(const compare_options& o) {
             {"model", mdl->path},
             {"n_tokens", toks.size()},
             {"n_gen", n_gen},
+            {"repetitions", o.reps},
             {"cpu", {{"pp_tps", cpu.pp_tps}, {"tg_tps", cpu.tg_tps}}},
             {"cuda", {{"pp_tps", gpu.pp_tps}, {"tg_tps", gpu.tg_tps}}},
             {"speedup", {{"pp", gpu.pp_tps / cpu.pp_tps}, {"tg", gpu.tg_tps / cpu.tg_tps}}},
@@ -199,7 +251,8 @@ void compare_main(const compare_options& o) {
         fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)); // metadata may be bad UTF-8
         return;
     }
-    fmt::print("{} — {} tokens, {} decode steps\n\n", mdl->name, toks.size(), n_gen);
+    fmt::print("{} — {} tokens, {} decode steps; speeds: medians of {} runs{}\n\n", mdl->name, toks.size(), n_gen,
+               o.reps, o.no_warmup ? "" : " after a warm-up");
     fmt::print("| {:<10} | {:>14} | {:>14} |\n", "", "pp t/s", "tg t/s");
     fmt::print("| {:-<10} | {:->14} | {:->14} |\n", "", "", "");
     fmt::print("| {:<10} | {:>14.1f} | {:>14.1f} |\n", "cpu", cpu.pp_tps, cpu.tg_tps);
@@ -240,8 +293,12 @@ void add_compare(CLI::App& app) {
     cmd->add_option("--nodes", o->nodes, "Also compare every node of layer IL of the prompt batch, in order")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--layer-bound", o->layer_bound, "NMSE above which a layer counts as diverged")->capture_default_str();
+    cmd->add_option("-r,--repetitions", o->reps, "Timed runs of each test (the speeds are their medians)")
+        ->capture_default_str();
+    cmd->add_flag("--no-warmup", o->no_warmup, "Skip the untimed warm-up run");
     cmd->add_flag("--json", o->json, "Print one JSON object");
-    cmd->footer("Example:\n  tessera compare -m models/SmolLM2-135M-Instruct.Q4_1.gguf --layers");
+    cmd->footer("The text is cut to the first -c tokens (default 512 here).\n\nExample:\n"
+                "  tessera compare -m models/SmolLM2-135M-Instruct.Q4_1.gguf -f wiki.test.raw --layers");
     cmd->callback([o] { compare_main(*o); });
 }
 

@@ -216,6 +216,22 @@ tensor* relu2_glu(context& ctx, tensor* gate, tensor* up) {
     return r;
 }
 
+tensor* score(context& ctx, tensor* logits, tensor* targets, tensor* base, score_mode mode) {
+    TS_ASSERT(logits->t == type::f32 && logits->nb[0] == 4 && logits->ne[2] == 1 && logits->ne[3] == 1);
+    TS_ASSERT(targets->t == type::i32 && targets->n_elements() == logits->ne[1]);
+    TS_ASSERT((mode == score_mode::compare) == (base != nullptr));
+    if (base)
+        TS_ASSERT(base->t == type::i32 && base->ne[0] == kld_record_size(logits->ne[0]) / 2 &&
+                  base->ne[1] == logits->ne[1] && base->is_contiguous());
+    tensor* r = ctx.new_tensor(type::i32, {score_row_words(mode, logits->ne[0]), logits->ne[1]});
+    r->o = op::score;
+    r->op_params.i[0] = int32_t(mode);
+    r->src[0] = logits;
+    r->src[1] = targets;
+    r->src[2] = base;
+    return r;
+}
+
 tensor* tanh(context& ctx, tensor* a) {
     tensor* r = new_result(ctx, op::tanh, *a);
     r->src[0] = a;

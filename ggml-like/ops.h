@@ -3,6 +3,7 @@
 #pragma once
 
 #include "graph.h"
+#include "score.h"
 
 namespace tessera {
 
@@ -58,6 +59,10 @@ tensor* silu(context& ctx, tensor* a);
 tensor* swiglu(context& ctx, tensor* gate, tensor* up); // silu(gate) * up
 tensor* geglu(context& ctx, tensor* gate, tensor* up);  // gelu(gate) * up, gelu's tanh approximation
 tensor* relu2_glu(context& ctx, tensor* gate, tensor* up); // relu(gate)^2 * up
+// Per-row perplexity / KL-divergence words (score.h) of logits (n_vocab, n_rows) f32 for targets (n_rows) i32; base
+// (kld_record_size(n_vocab) / 2, n_rows) i32 holds the base file's records in compare mode (nullptr otherwise).
+// dst: i32 (score_row_words(mode, n_vocab), n_rows), op_params.i[0] = mode.
+tensor* score(context& ctx, tensor* logits, tensor* targets, tensor* base, score_mode mode);
 tensor* tanh(context& ctx, tensor* a);
 // Writes a (converted to dst's type) into the memory dst views; returns a tensor aliasing dst.
 tensor* cpy(context& ctx, tensor* a, tensor* dst);

@@ -21,6 +21,7 @@ const char* op_name(op o) {
     case op::swiglu: return "swiglu";
     case op::geglu: return "geglu";
     case op::relu2_glu: return "relu2_glu";
+    case op::score: return "score";
     case op::tanh: return "tanh";
     case op::cpy: return "cpy";
     case op::set_rows: return "set_rows";

@@ -31,6 +31,7 @@ enum class op : uint8_t {
     cpy,       // writes src0 converted into the tensor src1 views (e.g. the KV cache); dst aliases src1
     set_rows,  // row src2[i] of src1 = src0 row i converted to src1's type (the KV-cache write); dst aliases src1
     attention, // dst (hd, n_head, n_tok) = softmax(scale * Q K^T + mask) V over the KV cache; see ops.h
+    score,     // dst i32 (words, n_rows): perplexity / KL-divergence words of each row of logits (score.h)
 };
 const char* op_name(op o);
 

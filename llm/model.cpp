@@ -154,6 +154,10 @@ struct session::batch_graph {
     graph g;
     arch::batch_inputs in;
     tensor* logits = nullptr;
+    int score = -1;            // the score_mode of the score node, -1 without one
+    tensor* targets = nullptr; // its inputs and result
+    tensor* base = nullptr;
+    tensor* scores = nullptr;
 };
 
 session::session(const model& m, const session_params& p) : m_(m), p_(p) {
@@ -192,7 +196,7 @@ int session::n_threads() const {
     return cpu ? cpu->n_threads() : 0;
 }
 
-std::span<const float> session::decode_from(std::span<const token> tokens, int64_t first_output) {
+void session::check_batch(std::span<const token> tokens, int64_t first_output) const {
     const int64_t n_tok = int64_t(tokens.size());
     if (tokens.empty()) throw error("decode: no tokens to evaluate");
     if (first_output < 0 || first_output >= n_tok)
@@ -203,6 +207,44 @@ std::span<const float> session::decode_from(std::span<const token> tokens, int64
     for (token t : tokens)
         if (t < 0 || t >= m_.hp.n_vocab)
             throw error(fmt::format("token id {} is out of range (vocabulary has {} tokens)", t, m_.hp.n_vocab));
+}
+
+std::span<const int32_t> session::score_from(std::span<const token> tokens, int64_t first_output,
+                                             std::span<const int32_t> targets, score_mode mode,
+                                             std::span<const uint16_t> base) {
+    check_batch(tokens, first_output);
+    const int64_t n_tok = int64_t(tokens.size()), n_out = n_tok - first_output, n_vocab = m_.hp.n_vocab;
+    if (int64_t(targets.size()) != n_out)
+        throw error(fmt::format("score: {} targets for {} output rows", targets.size(), n_out));
+    for (int32_t t : targets)
+        if (t < 0 || t >= n_vocab)
+            throw error(fmt::format("score: target {} is out of range (vocabulary has {} tokens)", t, n_vocab));
+    const int64_t rec = kld_record_size(n_vocab);
+    if (mode == score_mode::compare && int64_t(base.size()) != n_out * rec)
+        throw error(fmt::format("score: {} base values for {} rows of {}", base.size(), n_out, rec));
+    const int64_t words = score_row_words(mode, n_vocab);
+    n_scores_ = size_t(n_out * words);
+    if (!scores_ || scores_->size() < n_scores_ * sizeof(int32_t)) {
+        scores_.reset();
+        scores_ = be_->alloc_host(n_scores_ * sizeof(int32_t));
+    }
+    for (int64_t i = 0; i < n_tok; i += p_.n_batch) {
+        const int64_t n = std::min(n_tok - i, p_.n_batch);
+        const int64_t first = std::max<int64_t>(first_output - i, 0);
+        if (first >= n) { // no outputs in this batch
+            decode_batch(tokens.subspan(size_t(i), size_t(n)), n, SIZE_MAX);
+            continue;
+        }
+        const int64_t row = i + first - first_output; // the batch's first output row among all outputs
+        const scoring sc{mode, targets.data() + row, mode == score_mode::compare ? base.data() + row * rec : nullptr};
+        decode_batch(tokens.subspan(size_t(i), size_t(n)), first, size_t(row * words), &sc);
+    }
+    return {static_cast<const int32_t*>(scores_->base()), n_scores_};
+}
+
+std::span<const float> session::decode_from(std::span<const token> tokens, int64_t first_output) {
+    check_batch(tokens, first_output);
+    const int64_t n_tok = int64_t(tokens.size());
     const int64_t n_vocab = m_.hp.n_vocab;
     n_logits_ = size_t((n_tok - first_output) * n_vocab);
     if (!logits_ || logits_->size() < n_logits_ * sizeof(float)) {
@@ -219,7 +261,8 @@ std::span<const float> session::decode_from(std::span<const token> tokens, int64
     return {static_cast<const float*>(logits_->base()), n_logits_};
 }
 
-void session::decode_batch(std::span<const token> tokens, int64_t first_output, size_t logits_offset) {
+void session::decode_batch(std::span<const token> tokens, int64_t first_output, size_t out_offset,
+                           const scoring* sc) {
     const int64_t n = int64_t(tokens.size());
     const int64_t n_past = kv_.n_used;
     // attention reads n_kv cache rows: the filled ones and this batch's, rounded up to the pad (masked past those)
@@ -231,8 +274,9 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
     // The graph depends on (n, n_kv, first_output) only: n_past reaches it through the inputs (positions, mask, cache
     // rows). The last graph is still planned into the runner's buffer (no other was prepared since), so a batch of
     // the same shape reuses it as it is.
-    const bool same_graph =
-        last_ && last_->in.n_tok == n && last_->in.n_kv == n_kv && last_->in.first_output == first_output;
+    const int score_key = sc ? int(sc->mode) : -1;
+    const bool same_graph = last_ && last_->in.n_tok == n && last_->in.n_kv == n_kv &&
+                            last_->in.first_output == first_output && last_->score == score_key;
     if (!same_graph) {
         last_.reset(); // its tensors point into the runner's buffer, which prepare() may replace
         auto bg = std::make_unique<batch_graph>();
@@ -252,6 +296,19 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
             in.mask_swa->flags |= flag_input;
         }
         bg->logits = m_.family->build(m_, ctx, bg->g, in, kv_);
+        if (sc) {
+            const int64_t rows = bg->logits->ne[1];
+            bg->score = score_key;
+            bg->targets = ctx.new_tensor(type::i32, {rows});
+            bg->targets->flags |= flag_input;
+            if (sc->mode == score_mode::compare) {
+                bg->base = ctx.new_tensor(type::i32, {kld_record_size(m_.hp.n_vocab) / 2, rows});
+                bg->base->flags |= flag_input;
+            }
+            bg->scores = score(ctx, bg->logits, bg->targets, bg->base, sc->mode);
+            bg->scores->flags |= flag_output;
+            bg->g.expand(bg->scores);
+        }
         runner_->prepare(bg->g);
         last_ = std::move(bg);
     }
@@ -277,14 +334,22 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
         be_->set(*in.mask_swa, mask.data(), 0, mask.size() * 4);
     }
     be_->set(*in.kv_idx, pos.data(), 0, pos.size() * 4); // cache row = position (no ring buffer)
+    if (sc) {
+        const size_t rows = size_t(last_->targets->ne[0]);
+        be_->set(*last_->targets, sc->targets, 0, rows * 4);
+        if (last_->base) be_->set(*last_->base, sc->base, 0, last_->base->n_bytes());
+    }
 
     if (same_graph)
         runner_->compute_again(g); // nothing in g changed since it last ran: only its inputs, set above
     else
         runner_->compute(g);
     kv_.n_used = n_past + n;
-    if (logits_offset != SIZE_MAX)
-        be_->get(*logits, static_cast<float*>(logits_->base()) + logits_offset, 0,
+    if (out_offset == SIZE_MAX) return;
+    if (sc)
+        be_->get(*last_->scores, static_cast<int32_t*>(scores_->base()) + out_offset, 0, last_->scores->n_bytes());
+    else
+        be_->get(*logits, static_cast<float*>(logits_->base()) + out_offset, 0,
                  size_t(logits->n_elements()) * sizeof(float));
 }
 

@@ -4,6 +4,7 @@
 
 #include "ggml-like/backend.h"
 #include "ggml-like/gguf.h"
+#include "ggml-like/score.h"
 #include "llm/device.h"
 #include "llm/kv_cache.h"
 #include "llm/vocab.h"
@@ -169,6 +170,13 @@ class session {
     // Same, returning the logits of tokens[first_output..n) only ((n - first_output) * n_vocab): the output layer is
     // computed for those rows alone (perplexity scores the second half of each chunk).
     std::span<const float> decode_from(std::span<const token> tokens, int64_t first_output);
+    // Same evaluation, but the logits stay on the backend: each output row i (token first_output + i) is scored there
+    // against targets[i] (the token it should predict) in `mode` (ggml-like/score.h), and only those words come back:
+    // (n - first_output) * score_row_words(mode, n_vocab) int32s, row by row. `base` holds one base-file record
+    // (kld_record_size(n_vocab) u16) per output row in compare mode.
+    std::span<const int32_t> score_from(std::span<const token> tokens, int64_t first_output,
+                                        std::span<const int32_t> targets, score_mode mode,
+                                        std::span<const uint16_t> base = {});
 
     int64_t n_past() const { return kv_.n_used; }
     int64_t n_ctx() const { return kv_.n_ctx; }
@@ -179,8 +187,18 @@ class session {
     int n_threads() const; // CPU threads; 0 on other devices
 
   private:
-    // evaluates one graph; writes the logits of batch rows [first_output, n) at logits_ + logits_offset
-    void decode_batch(std::span<const token> tokens, int64_t first_output, size_t logits_offset);
+    // What a batch scores instead of returning logits (score_from): targets and base records of its output rows.
+    struct scoring {
+        score_mode mode;
+        const int32_t* targets;
+        const uint16_t* base; // compare mode
+    };
+    // checks shared by decode_from and score_from
+    void check_batch(std::span<const token> tokens, int64_t first_output) const;
+    // evaluates one graph; writes the logits of batch rows [first_output, n) at logits_ + out_offset, or with `sc` their
+    // score words at scores_ + out_offset
+    void decode_batch(std::span<const token> tokens, int64_t first_output, size_t out_offset,
+                      const scoring* sc = nullptr);
 
     const model& m_;
     session_params p_;
@@ -190,6 +208,8 @@ class session {
     // logits of the last decode, n_logits_ floats, in memory the backend copies into directly (backend::alloc_host)
     std::unique_ptr<buffer> logits_;
     size_t n_logits_ = 0;
+    std::unique_ptr<buffer> scores_; // score_from's words, likewise
+    size_t n_scores_ = 0;
     // The last batch's graph, planned and bound: a batch of the same shape (tokens, KV length, first output: a decode
     // step, token after token, while the padded KV length stays) runs it again with new inputs, without building.
     struct batch_graph;

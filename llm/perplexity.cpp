@@ -23,92 +23,31 @@ double perplexity_result::ppl_error() const {
 }
 
 double token_nll(const float* logits, int64_t n_vocab, int32_t target) {
-    float mx = logits[0];
-    for (int64_t i = 1; i < n_vocab; i++) mx = std::max(mx, logits[i]);
-    double sum = 0.0;
-    for (int64_t i = 0; i < n_vocab; i++) sum += std::exp(logits[i] - mx);
-    return -(double(logits[target] - mx) - std::log(sum));
+    return score_nll(logits, n_vocab, target);
+}
+
+double encode_log_probs(const float* logits, int64_t n_vocab, int32_t target, uint16_t* record) {
+    return score_encode(logits, n_vocab, target, record);
 }
 
 namespace {
 
-// round half away... as llama.cpp's nearest_int: the 1.5 * 2^23 trick (round half to even)
-inline int nearest_int(float v) {
-    float x = v + 12582912.f;
-    int i;
-    std::memcpy(&i, &x, sizeof(int));
-    return (i & 0x007fffff) - 0x00400000;
-}
-
-} // namespace
-
-double encode_log_probs(const float* logits, int64_t n_vocab, int32_t target, uint16_t* record) {
-    float mx = logits[0], mn = logits[0];
-    for (int64_t i = 1; i < n_vocab; i++) {
-        mx = std::max(mx, logits[i]);
-        mn = std::min(mn, logits[i]);
-    }
-    mn = std::max(mn, mx - 16);
-    double sum = 0.0;
-    for (int64_t i = 0; i < n_vocab; i++) sum += std::exp(logits[i] - mx);
-    const float log_sum = float(std::log(sum));
-    const float min_log_prob = mn - mx - log_sum;
-    const float scale = (mx - mn) / 65535.f;
-    std::memcpy(record, &scale, 4);
-    std::memcpy(record + 2, &min_log_prob, 4);
-    uint16_t* codes = record + 4;
-    if (scale != 0.0f) {
-        const float inv = 1 / scale;
-        for (int64_t i = 0; i < n_vocab; i++) codes[i] = logits[i] > mn ? uint16_t(nearest_int(inv * (logits[i] - mn))) : 0;
-    } else {
-        std::memset(codes, 0, size_t(n_vocab) * 2);
-    }
-    if (n_vocab % 2) codes[n_vocab] = 0; // padding
-    return double(mx + log_sum - logits[target]);
-}
-
-std::pair<double, float> compare_log_probs(const float* logits, int64_t n_vocab, const uint16_t* rec, int32_t target,
-                                           kld_stats& k) {
-    float mx = logits[0];
-    int64_t imax = 0;
-    for (int64_t i = 1; i < n_vocab; i++)
-        if (logits[i] > mx) {
-            mx = logits[i];
-            imax = i;
-        }
-    double sum_exp = 0.0;
-    for (int64_t i = 0; i < n_vocab; i++) sum_exp += std::exp(logits[i] - mx);
-    const float log_sum = float(std::log(sum_exp));
+// Adds one token's comparison to `k` (llama-perplexity's sums); returns (KLD, Δp).
+std::pair<double, float> add_comparison(float nll, double kld, bool same_top, const uint16_t* rec, int32_t target,
+                                        kld_stats& k) {
     float scale, min_log_prob;
     std::memcpy(&scale, rec, 4);
     std::memcpy(&min_log_prob, rec + 2, 4);
-    const uint16_t* base = rec + 4;
-
-    const float nll = mx + log_sum - logits[target];
     k.sum_nll += nll;
     k.sum_nll2 += double(nll) * nll;
-    const float nll_base = -(scale * base[target] + min_log_prob);
+    const float nll_base = -(scale * rec[4 + target] + min_log_prob);
     k.sum_nll_base += nll_base;
     k.sum_nll_base2 += double(nll_base) * nll_base;
     k.sum_nll_nll_base += double(nll) * nll_base;
-
-    // KLD = sum_i p_base,i (log p_base,i - log q_i), terms with log p_base <= -16 skipped
-    const float log_z = mx + log_sum;
-    double kld = 0;
-    int64_t imax_base = -1;
-    float best = 0;
-    for (int64_t i = 0; i < n_vocab; i++) {
-        const float lp_base = scale * base[i] + min_log_prob;
-        if (i == 0 || lp_base > best) {
-            best = lp_base;
-            imax_base = i;
-        }
-        if (lp_base > -16.f) kld += std::exp(lp_base) * (lp_base - logits[i] + log_z);
-    }
     k.sum_kld += kld;
     k.sum_kld2 += kld * kld;
     k.count++;
-    if (imax == imax_base) k.n_same_top++;
+    if (same_top) k.n_same_top++;
     const float p_diff = std::exp(-nll) - std::exp(-nll_base);
     k.sum_p_diff += p_diff;
     const double d2 = double(p_diff) * p_diff;
@@ -118,6 +57,14 @@ std::pair<double, float> compare_log_probs(const float* logits, int64_t n_vocab,
     k.kld_values.push_back(float(kld));
     k.p_diff_values.push_back(p_diff);
     return {kld, p_diff};
+}
+
+} // namespace
+
+std::pair<double, float> compare_log_probs(const float* logits, int64_t n_vocab, const uint16_t* rec, int32_t target,
+                                           kld_stats& k) {
+    const kld_row r = score_compare(logits, n_vocab, rec, target);
+    return add_comparison(r.nll, r.kld, r.same_top, rec, target, k);
 }
 
 namespace {
@@ -216,31 +163,41 @@ perplexity_result run_perplexity(session& s, const std::string& text, const perp
 
     const token bos = m.voc.bos();
     const bool add_bos = m.voc.add_bos() && bos >= 0;
+    const score_mode mode = base ? score_mode::compare : out ? score_mode::encode : score_mode::nll;
+    const int64_t words = score_row_words(mode, n_vocab);
     std::vector<token> chunk(static_cast<size_t>(n_ctx));
+    // output row j (token first + j) predicts token first + j + 1; the last row predicts nothing (target 0, unused)
+    std::vector<int32_t> targets(static_cast<size_t>(n_ctx - first), 0);
     for (int64_t c = 0; c < r.n_chunks; c++) {
         std::copy(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx, chunk.begin());
         if (add_bos) chunk[0] = bos; // replaced, not inserted: the chunk stays n_ctx long
+        for (int64_t j = 0; j < n_scored; j++) targets[size_t(j)] = tokens[size_t(c * n_ctx + first + j + 1)];
+        if (base) {
+            base->read_chunk(records);
+            records.resize(size_t((n_scored + 1) * nv), 0); // a zero record for the unscored last row
+        }
         s.clear();
-        std::span<const float> logits = s.decode_from(chunk, first); // rows first .. n_ctx-1
-        // logits row j (token first + j) predicts token first + j + 1; the last row predicts nothing
-        if (base) base->read_chunk(records);
+        // scored where the logits are: only these words per token come back from the backend
+        const std::span<const uint16_t> base_records = base ? std::span<const uint16_t>(records) : std::span<const uint16_t>();
+        const std::span<const int32_t> sw = s.score_from(chunk, first, targets, mode, base_records);
         for (int64_t j = 0; j < n_scored; j++) {
-            const float* l = logits.data() + j * n_vocab;
-            const int32_t target = tokens[size_t(c * n_ctx + first + j + 1)];
+            const int32_t* w = sw.data() + j * words;
             double nll;
+            std::memcpy(&nll, w, 8);
             if (base) {
-                compare_log_probs(l, n_vocab, records.data() + j * nv, target, r.kld);
-                nll = token_nll(l, n_vocab, target);
+                double kld;
+                float nll_f;
+                std::memcpy(&kld, w + 2, 8);
+                std::memcpy(&nll_f, w + 4, 4);
+                add_comparison(nll_f, kld, w[5] != 0, records.data() + j * nv, targets[size_t(j)], r.kld);
             } else if (out) {
-                nll = encode_log_probs(l, n_vocab, target, records.data() + j * nv);
-            } else {
-                nll = token_nll(l, n_vocab, target);
+                std::memcpy(records.data() + j * nv, w + score_header_words, size_t(nv) * 2);
             }
             r.nll += nll;
             r.nll2 += nll * nll;
             r.count++;
         }
-        if (out) write_raw(*out, records.data(), records.size());
+        if (out) write_raw(*out, records.data(), size_t(n_scored * nv));
         r.running_ppl.push_back(r.ppl());
         if (progress) progress(c + 1, r.n_chunks, r);
     }

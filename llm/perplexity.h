@@ -3,6 +3,7 @@
 // log-probabilities in llama.cpp's file format byte for byte, so bases written by either tool work in both.
 #pragma once
 
+#include "ggml-like/score.h"
 #include "llm/model.h"
 
 #include <cstdint>
@@ -59,7 +60,6 @@ double encode_log_probs(const float* logits, int64_t n_vocab, int32_t target, ui
 // Updates `k` with one token's comparison; returns (KLD, Δp).
 std::pair<double, float> compare_log_probs(const float* logits, int64_t n_vocab, const uint16_t* base_record,
                                            int32_t target, kld_stats& k);
-inline int64_t kld_record_size(int64_t n_vocab) { return 2 * ((n_vocab + 1) / 2) + 4; }
 
 // Reads a KL-divergence base file: "_logits_", i32 n_ctx, i32 n_vocab, i32 n_chunk, i32 tokens[n_chunk * n_ctx], then
 // per chunk (n_ctx - 1 - n_ctx/2) records of kld_record_size(n_vocab) u16. The constructor reads the header and the

@@ -167,7 +167,8 @@ leaf pattern_mask(int64_t n_kv, int64_t n_rows, uint64_t seed) {
 }
 
 struct run_result {
-    std::vector<float> out;       // the output, in row-major order of its shape
+    std::vector<float> out;       // the output, in row-major order of its shape (f32 outputs)
+    std::vector<uint8_t> raw;     // the output's bytes (i32 outputs, contiguous)
     std::vector<uint8_t> checked; // check_leaf's bytes
 };
 
@@ -212,7 +213,12 @@ run_result run_on(backend& be, const op_case& c) {
     be.synchronize();
 
     run_result r;
-    TS_ASSERT(out->t == type::f32 || c.check_leaf >= 0);
+    TS_ASSERT(out->t == type::f32 || out->t == type::i32 || c.check_leaf >= 0);
+    if (out->t == type::i32) {
+        TS_ASSERT(out->is_contiguous());
+        r.raw.resize(out->n_bytes());
+        be.get(*out, r.raw.data(), 0, r.raw.size());
+    }
     if (out->t == type::f32) {
         std::vector<uint8_t> raw(out->n_bytes());
         be.get(*out, raw.data(), 0, raw.size());
@@ -476,15 +482,17 @@ std::vector<op_case> all_cases() {
                 [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); },
                 gemm && s.m > 8 ? gemm_bound(s.m) : bound);
         // the GEMM's tiles: 128 weight rows x 64 columns x 64 k; partial tiles every way (k = 96, 160: a last k step
-        // of one chunk), and exact multiples
-        if (gemm)
+        // of one chunk), and exact multiples; f16 / bf16 weights take the wgmma GEMM on Hopper (the CPU's activation
+        // rounding, f32 sums: the decode bounds)
+        if (gemm || t == type::f16 || t == type::bf16)
             for (mm_shape s : {mm_shape{512, 300, 100}, mm_shape{256, 128, 64}, mm_shape{2048, 257, 513},
                                mm_shape{96, 40, 20}, mm_shape{160, 130, 70}, mm_shape{160, 130, 130},
                                mm_shape{256, 384, 128}, mm_shape{96, 1000, 300}})
                 add_case(std::string("mul_mat_") + type_name(t) + "_gemm_k" + std::to_string(s.k) + "_n" +
                              std::to_string(s.n) + "_m" + std::to_string(s.m),
                          {typed_leaf(t, {s.k, s.n}, 26), f32_leaf({s.k, s.m}, 27)},
-                         [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, gemm_bound(s.m));
+                         [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); },
+                         gemm ? gemm_bound(s.m) : bound);
         // W broadcast over dim 2 of x; x the last column of a wider tensor (a view, as llama's last-token logits)
         add_case(
             std::string("mul_mat_") + type_name(t) + "_broadcast_k64_n7_m3x2",
@@ -807,6 +815,95 @@ TEST_P(backend_ops, cuda_matches_cpu) {
 
 INSTANTIATE_TEST_SUITE_P(cuda, backend_ops, ::testing::Range(size_t(0), cases().size()),
                          [](const ::testing::TestParamInfo<size_t>& i) { return cases()[i.param].name; });
+
+// The score op (perplexity / KLD words per row) on CUDA against the CPU's: the NLL within 1e-7 relative (expf vs
+// libm's exp, summed in another order), the KLD
+// within 1e-6 + 1e-6 relative, argmax agreement (first index on ties) exactly, the f32 NLL within 2 ulp-ish (2e-6
+// relative), the base-file codes off by at most one step in a handful of places (f32 rounding of the bounds).
+// Vocabularies odd, even, tiny and real-sized; rows with a tie for the maximum and one spanning more than 16.
+TEST(backend_ops_cuda, score_matches_cpu) {
+    TS_REQUIRE_CUDA();
+    for (int64_t n_vocab : {int64_t(3), int64_t(1001), int64_t(49152), int64_t(128257)}) {
+        const int64_t n_rows = 9;
+        std::vector<float> l = random_normal(size_t(n_vocab * n_rows), 50, 3.0f);
+        std::vector<float> o = random_normal(size_t(n_vocab * n_rows), 51, 3.0f);
+        for (size_t i = 0; i < l.size(); i++) o[i] = 0.8f * l[i] + 0.6f * o[i];
+        if (n_vocab > 1000) {
+            for (auto* x : {&l, &o}) (*x)[size_t(2 * n_vocab + 17)] = (*x)[size_t(2 * n_vocab + 900)] = 20.0f;
+            l[size_t(4 * n_vocab + 5)] = 40.0f;
+        }
+        std::vector<int32_t> tv;
+        for (int64_t r = 0; r < n_rows; r++) tv.push_back(int32_t((r * 389 + 11) % n_vocab));
+        auto logits_leaf = [&](const std::vector<float>& v) {
+            leaf lf;
+            lf.ne[0] = n_vocab;
+            lf.ne[1] = n_rows;
+            lf.bytes = to_bytes(v);
+            return lf;
+        };
+        cpu::cpu_backend cpu_be(cpu::cpu_options{3, false});
+        std::unique_ptr<backend> cuda_be = make_backend(device_type::cuda, 0);
+        auto words = [](const std::vector<uint8_t>& raw) { return reinterpret_cast<const int32_t*>(raw.data()); };
+        auto as_double = [](const int32_t* w) {
+            double d;
+            std::memcpy(&d, w, 8);
+            return d;
+        };
+
+        op_case enc{"encode", {logits_leaf(l), i32_leaf(tv)},
+                    [](context& c, const std::vector<tensor*>& t) {
+                        return score(c, t[0], t[1], nullptr, score_mode::encode);
+                    }};
+        const run_result enc_cpu = run_on(cpu_be, enc), enc_gpu = run_on(*cuda_be, enc);
+        const int64_t ew = score_row_words(score_mode::encode, n_vocab), rec_words = kld_record_size(n_vocab) / 2;
+        std::vector<int32_t> base(size_t(rec_words * n_rows));
+        int64_t codes_off = 0;
+        for (int64_t r = 0; r < n_rows; r++) {
+            const int32_t* a = words(enc_cpu.raw) + r * ew;
+            const int32_t* b = words(enc_gpu.raw) + r * ew;
+            EXPECT_NEAR(as_double(b), as_double(a), 2e-6 * as_double(a)) << n_vocab << " encode NLL row " << r;
+            EXPECT_EQ(a[score_header_words], b[score_header_words]) << "scale, row " << r;
+            float ma, mb;
+            std::memcpy(&ma, a + score_header_words + 1, 4);
+            std::memcpy(&mb, b + score_header_words + 1, 4);
+            EXPECT_NEAR(ma, mb, 4e-6f * std::abs(ma)) << "min log-prob, row " << r;
+            const auto* ca = reinterpret_cast<const uint16_t*>(a + score_header_words) + 4;
+            const auto* cb = reinterpret_cast<const uint16_t*>(b + score_header_words) + 4;
+            for (int64_t i = 0; i < 2 * (rec_words - 2); i++) {
+                EXPECT_LE(std::abs(int(ca[i]) - int(cb[i])), 1) << "code " << i << " row " << r;
+                codes_off += ca[i] != cb[i];
+            }
+            std::memcpy(&base[size_t(r * rec_words)], a + score_header_words, size_t(rec_words) * 4);
+        }
+        EXPECT_LE(codes_off, n_rows * 2) << n_vocab << ": codes one step apart";
+
+        for (score_mode m : {score_mode::nll, score_mode::compare}) {
+            leaf bl = i32_leaf(base);
+            bl.ne[0] = rec_words;
+            bl.ne[1] = n_rows;
+            op_case c{"score", {logits_leaf(o), i32_leaf(tv), bl},
+                      [m](context& cx, const std::vector<tensor*>& t) {
+                          return score(cx, t[0], t[1], m == score_mode::compare ? t[2] : nullptr, m);
+                      }};
+            const run_result a = run_on(cpu_be, c), b = run_on(*cuda_be, c);
+            for (int64_t r = 0; r < n_rows; r++) {
+                const int32_t* wa = words(a.raw) + r * score_header_words;
+                const int32_t* wb = words(b.raw) + r * score_header_words;
+                EXPECT_NEAR(as_double(wb), as_double(wa), 1e-7 * as_double(wa)) << n_vocab << " NLL row " << r;
+                if (m != score_mode::compare) continue;
+                EXPECT_NEAR(as_double(wb + 2), as_double(wa + 2), 1e-6 + 1e-6 * as_double(wa + 2)) << "KLD row " << r;
+                float fa, fb;
+                std::memcpy(&fa, wa + 4, 4);
+                std::memcpy(&fb, wb + 4, 4);
+                EXPECT_NEAR(fb, fa, 2e-6f * std::abs(fa)) << "f32 NLL row " << r;
+                EXPECT_EQ(wa[5], wb[5]) << "same top, row " << r;
+                if (n_vocab > 1000 && r == 2) {
+                    EXPECT_EQ(wb[5], 1) << "the tie: both first at 17";
+                }
+            }
+        }
+    }
+}
 
 // A session on CUDA runs no op the backend does not support, and a weight that was never loaded is a clear error.
 TEST(backend_ops_cuda, unloaded_weight_is_an_error) {

@@ -8,6 +8,7 @@
 #include "ggml-like/ops.h"
 #include "quant/format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -50,6 +51,20 @@ struct harness {
         quantize_tensor_ref(t, v.data(), x->data, ne0, ne1);
         dequantize_tensor_ref(t, x->data, deq.data(), ne0, ne1);
         return x;
+    }
+    // computes out (a contiguous tensor); returns its bytes
+    std::vector<uint8_t> run_bytes(tensor* out) {
+        out->flags |= flag_output;
+        graph g;
+        g.expand(out);
+        memory_plan plan = plan_memory(g);
+        std::vector<uint8_t> mem(plan.size + 64);
+        bind_memory(g, plan, mem.data());
+        for (tensor* n : g.nodes)
+            if (!n->view_src) std::memset(n->data, 0xff, n->n_bytes());
+        be.compute(g);
+        const auto* d = static_cast<const uint8_t*>(out->data);
+        return {d, d + out->n_bytes()};
     }
     // computes out; returns its values (contiguous copy)
     std::vector<float> run(tensor* out) {
@@ -527,6 +542,114 @@ TEST_P(attention_case, gqa_causal) {
         }
     // bound: f32 accumulation ~1e-7 relative -> NMSE 1e-12; f16 accumulator (11-bit mantissa) -> NMSE ~1e-7
     EXPECT_LT(nmse(r.data(), e.data(), e.size()), n_tok < 64 ? 2e-6 : 1e-10) << "n_tok " << n_tok;
+}
+
+// The score op (score.h) against plain double-precision log-softmax code: NLL, the KL-divergence base record (codes
+// decode to the log-probs within half a step), the KL divergence of other logits from that record, the argmax
+// agreement (first index on ties); odd and even vocabularies, rows split over 3 threads, output poisoned. Bounds:
+// NLL 4e-6 absolute (llama-perplexity's arithmetic: f32 logit - max and f32 exps, summed in double), KLD 1e-6.
+TEST(ops, score_nll_encode_compare) {
+    for (int64_t n_vocab : {int64_t(1001), int64_t(4100)}) {
+        const int64_t n_rows = 7;
+        harness h;
+        tensor* logits = h.leaf_f32({n_vocab, n_rows}, 40, 3.0f);
+        tensor* other = h.leaf_f32({n_vocab, n_rows}, 41, 3.0f);
+        float* l = static_cast<float*>(logits->data);
+        float* o = static_cast<float*>(other->data);
+        for (int64_t i = 0; i < n_vocab * n_rows; i++) o[i] = 0.8f * l[i] + 0.6f * o[i]; // correlated, not equal
+        // row 2: a tie for the maximum at indices 17 and 900 in both (the first wins)
+        for (float* x : {l, o}) x[2 * n_vocab + 17] = x[2 * n_vocab + 900] = 20.0f;
+        // row 4: logits spanning more than 16 (codes clamp at max - 16)
+        l[4 * n_vocab + 5] = 40.0f;
+        std::vector<int32_t> tv;
+        for (int64_t r = 0; r < n_rows; r++) tv.push_back(int32_t((r * 389 + 11) % n_vocab));
+        tensor* targets = h.leaf_i32(tv);
+
+        auto nll_ref = [&](const float* x, int32_t t) {
+            double mx = x[0], sum = 0;
+            for (int64_t i = 1; i < n_vocab; i++) mx = std::max(mx, double(x[i]));
+            for (int64_t i = 0; i < n_vocab; i++) sum += std::exp(double(x[i]) - mx);
+            return -(double(x[t]) - mx - std::log(sum));
+        };
+        auto get_double = [](const int32_t* w) {
+            double d;
+            std::memcpy(&d, w, 8);
+            return d;
+        };
+
+        const int64_t enc_words = score_row_words(score_mode::encode, n_vocab);
+        const auto nll_bytes = h.run_bytes(score(h.ctx, logits, targets, nullptr, score_mode::nll));
+        const auto enc_bytes = h.run_bytes(score(h.ctx, logits, targets, nullptr, score_mode::encode));
+        ASSERT_EQ(enc_bytes.size(), size_t(enc_words * n_rows) * 4);
+        // the base records, as the compare op reads them
+        tensor* base = h.ctx.new_tensor(type::i32, {kld_record_size(n_vocab) / 2, n_rows});
+        h.storage.emplace_back(size_t(base->n_bytes()));
+        base->data = h.storage.back().data();
+        for (int64_t r = 0; r < n_rows; r++)
+            std::memcpy(static_cast<uint8_t*>(base->data) + r * base->nb[1],
+                        enc_bytes.data() + size_t(r * enc_words + score_header_words) * 4, size_t(base->nb[1]));
+        const auto cmp_bytes = h.run_bytes(score(h.ctx, other, targets, base, score_mode::compare));
+
+        for (int64_t r = 0; r < n_rows; r++) {
+            const float* x = l + r * n_vocab;
+            const float* y = o + r * n_vocab;
+            const int32_t t = tv[size_t(r)];
+            const auto* wn = reinterpret_cast<const int32_t*>(nll_bytes.data()) + r * score_header_words;
+            const auto* we = reinterpret_cast<const int32_t*>(enc_bytes.data()) + r * enc_words;
+            const auto* wc = reinterpret_cast<const int32_t*>(cmp_bytes.data()) + r * score_header_words;
+            const double want = nll_ref(x, t);
+            EXPECT_NEAR(get_double(wn), want, 4e-6) << n_vocab << " row " << r;
+            EXPECT_NEAR(get_double(we), want, 1e-5) << "encode's NLL (f32 log of the sum), row " << r;
+            EXPECT_NEAR(get_double(wc), nll_ref(y, t), 4e-6) << "compare's NLL, row " << r;
+            float nll_f;
+            std::memcpy(&nll_f, wc + 4, 4);
+            EXPECT_NEAR(nll_f, nll_ref(y, t), 1e-5);
+
+            // the record: log-prob of code c is scale * c + min_log_prob; every log-prob above max - 16 within half a
+            // step (plus the f32 rounding of the bounds)
+            const auto* rec = reinterpret_cast<const uint16_t*>(we + score_header_words);
+            float scale, min_lp;
+            std::memcpy(&scale, rec, 4);
+            std::memcpy(&min_lp, rec + 2, 4);
+            double mx = x[0], sum = 0;
+            for (int64_t i = 1; i < n_vocab; i++) mx = std::max(mx, double(x[i]));
+            for (int64_t i = 0; i < n_vocab; i++) sum += std::exp(double(x[i]) - mx);
+            const double lz = mx + std::log(sum);
+            EXPECT_NEAR(min_lp, std::max(*std::min_element(x, x + n_vocab), float(mx - 16)) - lz, 1e-5);
+            double worst = 0;
+            for (int64_t i = 0; i < n_vocab; i++) {
+                const double lp = double(x[i]) - lz;
+                if (lp < min_lp) {
+                    EXPECT_EQ(rec[4 + i], 0) << i;
+                    continue;
+                }
+                worst = std::max(worst, std::abs(scale * double(rec[4 + i]) + min_lp - lp));
+            }
+            EXPECT_LT(worst, 0.5 * scale + 2e-5) << "row " << r;
+            if (n_vocab % 2) {
+                EXPECT_EQ(rec[4 + n_vocab], 0) << "padding";
+            }
+
+            // KLD of y from the decoded record, and argmax agreement
+            double my = y[0], sy = 0;
+            for (int64_t i = 1; i < n_vocab; i++) my = std::max(my, double(y[i]));
+            for (int64_t i = 0; i < n_vocab; i++) sy += std::exp(double(y[i]) - my);
+            const double lzy = my + std::log(sy);
+            double kld = 0;
+            int64_t top_b = 0, top_y = 0;
+            for (int64_t i = 0; i < n_vocab; i++) {
+                const double lpb = scale * double(rec[4 + i]) + min_lp;
+                if (lpb > scale * double(rec[4 + top_b]) + min_lp) top_b = i;
+                if (y[i] > y[top_y]) top_y = i;
+                if (lpb > -16) kld += std::exp(lpb) * (lpb - (double(y[i]) - lzy));
+            }
+            EXPECT_NEAR(get_double(wc + 2), kld, 1e-6) << "row " << r;
+            EXPECT_EQ(wc[5], int32_t(top_b == top_y)) << "row " << r;
+            if (r == 2) {
+                EXPECT_EQ(wc[5], 1) << "a tie: both first at index 17";
+            }
+        }
+    }
 }
 
 // The planner must not hand a live tensor's memory to another: a long chain with a late reader.

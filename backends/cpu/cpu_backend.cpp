@@ -93,6 +93,8 @@ bool cpu_backend::supports(const tensor& node) const {
     case op::geglu: return f32(node.src[0]) && f32(node.src[1]);
     case op::relu2_glu: return f32(node.src[0]) && f32(node.src[1]);
     case op::tanh: return f32(node.src[0]);
+    case op::score:
+        return f32(node.src[0]) && node.src[0]->nb[0] == 4 && node.src[1]->t == type::i32 && node.src[1]->is_contiguous();
     case op::cpy: return f32(node.src[0]) && find_cpu_ops(node.t) != nullptr;
     case op::set_rows:
         return f32(node.src[0]) && node.src[0]->nb[0] == 4 && find_cpu_ops(node.t) != nullptr &&
@@ -202,6 +204,7 @@ void cpu_backend::compute(graph& g) {
             case op::geglu: geglu(p, *n); break;
             case op::relu2_glu: relu2_glu(p, *n); break;
             case op::tanh: tanh(p, *n); break;
+            case op::score: score(p, *n); break;
             case op::cpy: cpy(p, *n); break;
             case op::set_rows: set_rows(p, *n); break;
             case op::attention: attention(p, *n); break;

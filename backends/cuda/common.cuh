@@ -147,9 +147,10 @@ struct cuda_context {
     void* scratch = nullptr; // device memory of scratch_size bytes, at least work_size(node) for every node
     size_t scratch_size = 0;
     // the activations mul_mat last converted into scratch: their source and form (act_split_q8: q8_1 for the split
-    // GEMV, act_f16: f16 for the GEMM, act_split_q8_f16: q8_1 and its values d q as f16 for the wgmma GEMM); a mul_mat
-    // of the same source right after (q, k, v; gate, up) reuses them
-    enum act_form_t { act_none, act_split_q8, act_f16, act_split_q8_f16 };
+    // GEMV, act_f16: f16 for the GEMM, act_split_q8_f16: q8_1 and its values d q as f16 for the wgmma GEMM,
+    // act_bf16_f16: rounded to bf16 then held as f16, for bf16 weights); a mul_mat of the same source right after (q,
+    // k, v; gate, up) reuses them
+    enum act_form_t { act_none, act_split_q8, act_f16, act_split_q8_f16, act_bf16_f16 };
     // prefill GEMMs on wgmma (Hopper, sm_90a code present; TESSERA_CUDA_WGMMA=0: off)
     bool wgmma = false;
     // exact mode (TESSERA_CUDA_EXACT=1): ops reproduce the CPU's float results bit for bit where they can (mul_mat of

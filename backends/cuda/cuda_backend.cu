@@ -315,6 +315,8 @@ bool cuda_backend::supports(const tensor& node) const {
         return f32(node.src[0]) && f32(node.src[1]);
     case op::tanh:
         return f32(node.src[0]);
+    case op::score:
+        return score_supported(node);
     case op::cpy:
         return f32(node.src[0]) && (node.t == type::f32 || node.t == type::f16 || node.t == type::bf16);
     case op::set_rows:
@@ -709,6 +711,9 @@ void cuda_backend::launch_nodes(graph& g) {
             break;
         case op::tanh:
             tanh(ctx, *n);
+            break;
+        case op::score:
+            score(ctx, *n);
             break;
         case op::cpy:
             cpy(ctx, *n);

@@ -56,6 +56,7 @@ void swiglu(const compute_params& p, tensor& dst);
 void geglu(const compute_params& p, tensor& dst);
 void relu2_glu(const compute_params& p, tensor& dst);
 void tanh(const compute_params& p, tensor& dst);
+void score(const compute_params& p, tensor& dst);
 void cpy(const compute_params& p, tensor& dst);
 void set_rows(const compute_params& p, tensor& dst);
 void attention(const compute_params& p, tensor& dst);

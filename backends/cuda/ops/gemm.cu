@@ -18,7 +18,10 @@
 
 #include "backends/cuda/quant/formats.cuh"
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <algorithm>
 
 namespace tessera::cuda {
 
@@ -26,12 +29,33 @@ namespace {
 
 constexpr int BM = 128, BN = 64, BK = 32, PAD = 8, THREADS = 256;
 
-// x rows (k, m, ne2, ne3 with strides) -> f16 [cols][k]
+// x rows (k, m, ne2, ne3 with strides) -> f16 [cols][k]; VIA_BF16: rounded to bf16 first (the CPU's activations for
+// bf16 weights), then to f16 (exact where the value is in f16's normal range)
+template <bool VIA_BF16 = false>
 static __global__ void f16_rows_kernel(const float* x, shape4 sx, __half* y, int64_t total) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= total) return;
     const int64_t k = sx.ne[0], e = i % k, r = i / k;
-    y[i] = __float2half_rn(x[row_offset(sx, r) + e * sx.nb[0]]);
+    float v = x[row_offset(sx, r) + e * sx.nb[0]];
+    if constexpr (VIA_BF16) v = __bfloat162float(__float2bfloat16_rn(v));
+    y[i] = __float2half_rn(v);
+}
+
+// bf16 weight values -> f16, 8 a thread (n8 groups); magnitudes past f16's range saturate to +-65504 rather than
+// becoming infinities
+static __global__ void bf16_to_f16_kernel(const __nv_bfloat16* w, __half* out, int64_t n8) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    const uint4 q = reinterpret_cast<const uint4*>(w)[i];
+    const auto* b = reinterpret_cast<const __nv_bfloat162*>(&q);
+    uint4 o;
+    auto* h = reinterpret_cast<__half2*>(&o);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 f = __bfloat1622float2(b[j]);
+        h[j] = __floats2half2_rn(fminf(fmaxf(f.x, -65504.0f), 65504.0f), fminf(fmaxf(f.y, -65504.0f), 65504.0f));
+    }
+    reinterpret_cast<uint4*>(out)[i] = o;
 }
 
 // q8_1 activations (split_activations: q [cols][k], (d, s) per 32) -> their values d q as f16 rows [cols][k], 8
@@ -570,6 +594,68 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     });
     TS_ASSERT(known);
     TS_CUDA_CHECK(cudaGetLastError());
+}
+
+namespace {
+
+bool gemm_float_shape(const tensor& node) {
+    const tensor* w = node.src[0];
+    const tensor* x = node.src[1];
+    return (w->t == type::f16 || w->t == type::bf16) && w->ne[2] == 1 && w->ne[3] == 1 && !w->view_src &&
+           w->nb[1] == size_t(w->ne[0]) * 2 && w->ne[0] % 32 == 0 && x->t == type::f32 &&
+           gemm_split_wanted(x->ne[1] * x->ne[2] * x->ne[3]);
+}
+
+} // namespace
+
+bool gemm_float_wanted(const cuda_context& ctx, const tensor& node) {
+    return ctx.wgmma && !ctx.exact && gemm_float_shape(node);
+}
+
+// f16 activations [cols][k], then for bf16 weights a block of their rows as f16
+size_t gemm_float_work_size(const tensor& node, bool wgmma) {
+    if (!wgmma || !gemm_float_shape(node)) return 0;
+    const tensor* w = node.src[0];
+    const tensor* x = node.src[1];
+    const int64_t k = w->ne[0], cols = x->ne[1] * x->ne[2] * x->ne[3];
+    const size_t acts = (size_t(k) * size_t(cols) * sizeof(__half) + 255) / 256 * 256;
+    return acts + (w->t == type::bf16 ? size_t(gemm_wgmma_block_rows(k, w->ne[1])) * size_t(k) * sizeof(__half) : 0);
+}
+
+void gemm_float(cuda_context& ctx, tensor& dst) {
+    const tensor* w = dst.src[0];
+    const tensor* x = dst.src[1];
+    const int64_t k = w->ne[0], n = w->ne[1], cols = x->ne[1] * x->ne[2] * x->ne[3], total = cols * k;
+    if (total == 0 || n == 0) return;
+    TS_ASSERT(ctx.scratch_size >= gemm_float_work_size(dst, ctx.wgmma));
+    const bool bf16 = w->t == type::bf16;
+    const auto form = bf16 ? cuda_context::act_bf16_f16 : cuda_context::act_f16;
+    auto* xh = static_cast<__half*>(ctx.scratch);
+    if (!(ctx.act_src == x && ctx.act_form == form)) { // q, k, v (gate, up) share one conversion
+        const shape4 sx = shape_of(*x, 4);
+        const unsigned blocks = unsigned(ceil_div(total, 256));
+        if (bf16)
+            f16_rows_kernel<true><<<blocks, 256, 0, ctx.stream>>>(ctx.as<float>(x), sx, xh, total);
+        else
+            f16_rows_kernel<<<blocks, 256, 0, ctx.stream>>>(ctx.as<float>(x), sx, xh, total);
+        TS_CUDA_CHECK(cudaGetLastError());
+        ctx.act_src = x;
+        ctx.act_form = form;
+    }
+    if (!bf16) {
+        gemm_wgmma_f16(ctx, reinterpret_cast<const __half*>(ctx.ptr(w)), n, 0, xh, dst);
+        return;
+    }
+    auto* wh = reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) +
+                                         (size_t(total) * sizeof(__half) + 255) / 256 * 256);
+    const auto* wb = reinterpret_cast<const __nv_bfloat16*>(ctx.ptr(w));
+    const int64_t block = gemm_wgmma_block_rows(k, n);
+    for (int64_t r0 = 0; r0 < n; r0 += block) {
+        const int64_t rows = std::min(block, n - r0), n8 = rows * k / 8;
+        bf16_to_f16_kernel<<<unsigned(ceil_div(n8, 256)), 256, 0, ctx.stream>>>(wb + r0 * k, wh, n8);
+        TS_CUDA_CHECK(cudaGetLastError());
+        gemm_wgmma_f16(ctx, wh, rows, r0, xh, dst);
+    }
 }
 
 } // namespace tessera::cuda

@@ -530,16 +530,39 @@ size_t gemm_wgmma_work_size(type t, int64_t k, int64_t n) {
     return fused ? 0 : size_t(dq_rows(k, n)) * size_t(k) * sizeof(__half);
 }
 
+namespace {
+
+// TESSERA_CUDA_WGMMA_ORDER=0: row tiles fastest (the previous order, for benchmarks)
+bool cols_fastest() {
+    static const bool on = env_switch_on("TESSERA_CUDA_WGMMA_ORDER");
+    return on;
+}
+
+} // namespace
+
+int64_t gemm_wgmma_block_rows(int64_t k, int64_t n) {
+    return dq_rows(k, n);
+}
+
+void gemm_wgmma_f16(cuda_context& ctx, const __half* w, int64_t n, int64_t row_base, const __half* x, tensor& dst) {
+    const tensor* xt = dst.src[1];
+    const shape4 sy = shape_of(dst, 4);
+    const int64_t k = xt->ne[0], m = xt->ne[1], ne2 = xt->ne[2], ne3 = xt->ne[3], cols = m * ne2 * ne3;
+    if (cols == 0 || n == 0) return;
+    TS_ASSERT(k % 32 == 0);
+    const wgmma_args a{reinterpret_cast<const uint8_t*>(w), nullptr, x, ctx.as<float>(&dst), sy.nb[1], sy.nb[2],
+                       sy.nb[3], n, row_base, m, k, ne2, ne3, 1.0f, cols_fastest()};
+    launch<f16_weights>(a, cols, ctx.n_sm, ctx.stream);
+}
+
 void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tensor& dst, void* work) {
     const tensor* xt = dst.src[1];
     const shape4 sy = shape_of(dst, 4);
     const int64_t m = xt->ne[1], ne2 = xt->ne[2], ne3 = xt->ne[3], cols = m * ne2 * ne3;
     if (cols == 0 || w.n == 0) return;
     TS_ASSERT(w.k % 32 == 0);
-    // TESSERA_CUDA_WGMMA_ORDER=0: row tiles fastest (the previous order, for benchmarks)
-    static const bool cols_fastest = env_switch_on("TESSERA_CUDA_WGMMA_ORDER");
     wgmma_args a{w.qs, w.sc, x, ctx.as<float>(&dst), sy.nb[1], sy.nb[2], sy.nb[3], w.n, 0, m, w.k, ne2, ne3,
-                 w.out_scale, cols_fastest};
+                 w.out_scale, cols_fastest()};
     const bool known = visit_format(w.t, [&]<class F>() {
         using D = cuda_format<F>;
         if constexpr (has_split<F>::value) {

@@ -709,7 +709,7 @@ bool mul_mat_supported(const tensor& dst) {
 size_t mul_mat_work_size(const tensor& dst, bool wgmma) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
-    if (is_float_weight(w.t)) return 0;
+    if (is_float_weight(w.t)) return gemm_float_work_size(dst, wgmma);
     // q8_1 blocks, or the split activations (as many bytes, plus the alignment of their second array), or the f16
     // activations of the prefill GEMM
     const int64_t cols = x.ne[1] * x.ne[2] * x.ne[3];
@@ -745,6 +745,10 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
             TS_ASSERT(known);
             return;
         }
+    }
+    if (gemm_float_wanted(ctx, dst)) {
+        gemm_float(ctx, dst);
+        return;
     }
     ctx.act_src = nullptr; // the paths below use the scratch in their own ways
     ctx.act_form = cuda_context::act_none;

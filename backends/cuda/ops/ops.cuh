@@ -26,6 +26,8 @@ void swiglu(cuda_context& ctx, tensor& dst);
 void geglu(cuda_context& ctx, tensor& dst);     // gelu through ggml's f16 table (ggml-like/gelu.h)
 void relu2_glu(cuda_context& ctx, tensor& dst);
 void tanh(cuda_context& ctx, tensor& dst);
+void score(cuda_context& ctx, tensor& dst);
+bool score_supported(const tensor& node);
 void cpy(cuda_context& ctx, tensor& dst);
 void set_rows(cuda_context& ctx, tensor& dst);
 void attention(cuda_context& ctx, tensor& dst);
@@ -190,5 +192,16 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst);
 bool wgmma_built(int cc_major, int cc_minor);
 size_t gemm_wgmma_work_size(type t, int64_t k, int64_t n);
 void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tensor& dst, void* work);
+// The same GEMM on f16 weight rows w [n][k] (rows row_base .. row_base + n of dst), and how many rows of k f16 values
+// fit the dequantization block (TESSERA_CUDA_DQ_MIB).
+void gemm_wgmma_f16(cuda_context& ctx, const __half* w, int64_t n, int64_t row_base, const __half* x, tensor& dst);
+int64_t gemm_wgmma_block_rows(int64_t k, int64_t n);
+
+// Prefill mul_mat of f16 / bf16 weights in the file's layout (gemm.cu): wgmma on f16 activations (bf16 weights
+// converted to f16 a block of rows at a time, their activations rounded to bf16 first, as the CPU rounds them), for
+// more than 8 columns of a plain 2-D weight with k % 32 == 0; other shapes and GPUs take the GEMV (mmv.cu).
+bool gemm_float_wanted(const cuda_context& ctx, const tensor& node);
+size_t gemm_float_work_size(const tensor& node, bool wgmma);
+void gemm_float(cuda_context& ctx, tensor& dst);
 
 } // namespace tessera::cuda
