@@ -211,9 +211,11 @@ void session::check_batch(std::span<const token> tokens, int64_t first_output) c
 
 std::span<const int32_t> session::score_from(std::span<const token> tokens, int64_t first_output,
                                              std::span<const int32_t> targets, score_mode mode,
-                                             std::span<const uint16_t> base) {
+                                             std::span<const uint16_t> base, int64_t seq_len) {
     check_batch(tokens, first_output);
     const int64_t n_tok = int64_t(tokens.size()), n_out = n_tok - first_output, n_vocab = m_.hp.n_vocab;
+    if (seq_len < 0 || (seq_len > 0 && (kv_.n_used != 0 || n_tok % seq_len != 0)))
+        throw error(fmt::format("score: {} tokens are not whole sequences of {} in an empty cache", n_tok, seq_len));
     if (int64_t(targets.size()) != n_out)
         throw error(fmt::format("score: {} targets for {} output rows", targets.size(), n_out));
     for (int32_t t : targets)
@@ -232,12 +234,12 @@ std::span<const int32_t> session::score_from(std::span<const token> tokens, int6
         const int64_t n = std::min(n_tok - i, p_.n_batch);
         const int64_t first = std::max<int64_t>(first_output - i, 0);
         if (first >= n) { // no outputs in this batch
-            decode_batch(tokens.subspan(size_t(i), size_t(n)), n, SIZE_MAX);
+            decode_batch(tokens.subspan(size_t(i), size_t(n)), n, SIZE_MAX, nullptr, seq_len);
             continue;
         }
         const int64_t row = i + first - first_output; // the batch's first output row among all outputs
         const scoring sc{mode, targets.data() + row, mode == score_mode::compare ? base.data() + row * rec : nullptr};
-        decode_batch(tokens.subspan(size_t(i), size_t(n)), first, size_t(row * words), &sc);
+        decode_batch(tokens.subspan(size_t(i), size_t(n)), first, size_t(row * words), &sc, seq_len);
     }
     return {static_cast<const int32_t*>(scores_->base()), n_scores_};
 }
@@ -262,7 +264,7 @@ std::span<const float> session::decode_from(std::span<const token> tokens, int64
 }
 
 void session::decode_batch(std::span<const token> tokens, int64_t first_output, size_t out_offset,
-                           const scoring* sc) {
+                           const scoring* sc, int64_t seq_len) {
     const int64_t n = int64_t(tokens.size());
     const int64_t n_past = kv_.n_used;
     // attention reads n_kv cache rows: the filled ones and this batch's, rounded up to the pad (masked past those)
@@ -316,14 +318,22 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
     const arch::batch_inputs& in = last_->in;
     tensor* logits = last_->logits;
 
-    std::vector<int32_t> pos(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; i++) pos[size_t(i)] = int32_t(n_past + i);
-    // causal: token i (position n_past + i) sees cache rows (positions) j <= n_past + i; in sliding-window layers
-    // only the last n_swa of them, n_past + i - j < n_swa (llama.cpp's "standard" window)
+    // token i goes to cache row n_past + i; one sequence: that is its position. Packed sequences of seq_len tokens:
+    // its position within its sequence, which starts at row s0
+    auto seq_start = [&](int64_t row) { return seq_len > 0 ? row / seq_len * seq_len : 0; };
+    std::vector<int32_t> rows(static_cast<size_t>(n)), pos(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; i++) {
+        rows[size_t(i)] = int32_t(n_past + i);
+        pos[size_t(i)] = int32_t(n_past + i - seq_start(n_past + i));
+    }
+    // causal: token i (row n_past + i) sees cache rows s0 <= j <= n_past + i; in sliding-window layers only the last
+    // n_swa of them, n_past + i - j < n_swa (llama.cpp's "standard" window)
     const float inf = std::numeric_limits<float>::infinity();
     std::vector<float> mask(static_cast<size_t>(n_kv * n));
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < n_kv; j++) mask[size_t(i * n_kv + j)] = j <= n_past + i ? 0.0f : -inf;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s0 = seq_start(n_past + i);
+        for (int64_t j = 0; j < n_kv; j++) mask[size_t(i * n_kv + j)] = j >= s0 && j <= n_past + i ? 0.0f : -inf;
+    }
     be_->set(*in.ids, tokens.data(), 0, size_t(n) * 4);
     be_->set(*in.pos, pos.data(), 0, pos.size() * 4);
     be_->set(*in.mask, mask.data(), 0, mask.size() * 4);
@@ -333,7 +343,7 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
                 if (n_past + i - j >= m_.hp.n_swa) mask[size_t(i * n_kv + j)] = -inf;
         be_->set(*in.mask_swa, mask.data(), 0, mask.size() * 4);
     }
-    be_->set(*in.kv_idx, pos.data(), 0, pos.size() * 4); // cache row = position (no ring buffer)
+    be_->set(*in.kv_idx, rows.data(), 0, rows.size() * 4);
     if (sc) {
         const size_t rows = size_t(last_->targets->ne[0]);
         be_->set(*last_->targets, sc->targets, 0, rows * 4);

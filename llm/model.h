@@ -173,10 +173,12 @@ class session {
     // Same evaluation, but the logits stay on the backend: each output row i (token first_output + i) is scored there
     // against targets[i] (the token it should predict) in `mode` (ggml-like/score.h), and only those words come back:
     // (n - first_output) * score_row_words(mode, n_vocab) int32s, row by row. `base` holds one base-file record
-    // (kld_record_size(n_vocab) u16) per output row in compare mode.
+    // (kld_record_size(n_vocab) u16) per output row in compare mode. seq_len > 0: the tokens are independent
+    // sequences of seq_len tokens each, packed from an empty cache (llama-perplexity's several chunks in one batch):
+    // token i is at position i % seq_len and attends to its own sequence only.
     std::span<const int32_t> score_from(std::span<const token> tokens, int64_t first_output,
                                         std::span<const int32_t> targets, score_mode mode,
-                                        std::span<const uint16_t> base = {});
+                                        std::span<const uint16_t> base = {}, int64_t seq_len = 0);
 
     int64_t n_past() const { return kv_.n_used; }
     int64_t n_ctx() const { return kv_.n_ctx; }
@@ -196,9 +198,9 @@ class session {
     // checks shared by decode_from and score_from
     void check_batch(std::span<const token> tokens, int64_t first_output) const;
     // evaluates one graph; writes the logits of batch rows [first_output, n) at logits_ + out_offset, or with `sc` their
-    // score words at scores_ + out_offset
+    // score words at scores_ + out_offset; seq_len as score_from's
     void decode_batch(std::span<const token> tokens, int64_t first_output, size_t out_offset,
-                      const scoring* sc = nullptr);
+                      const scoring* sc = nullptr, int64_t seq_len = 0);
 
     const model& m_;
     session_params p_;

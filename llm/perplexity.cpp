@@ -159,47 +159,67 @@ perplexity_result run_perplexity(session& s, const std::string& text, const perp
         write_raw(*out, hdr, 3);
         write_raw(*out, tokens.data(), size_t(r.n_chunks * n_ctx));
     }
-    std::vector<uint16_t> records(size_t(n_scored * nv));
-
+    // p.n_seq chunks a batch, packed one after another from cache row 0 (session::score_from's seq_len): the output
+    // rows run from chunk 0's first scored token to the batch's last token; row a (token a of the batch) of chunk
+    // a / n_ctx at offset o = a % n_ctx predicts the chunk's token o + 1 and is scored when first <= o < n_ctx - 1
+    // (the first halves of the later chunks and every last token are evaluated but not counted: target 0)
+    const int64_t n_seq = std::max<int64_t>(1, std::min<int64_t>(p.n_seq, r.n_chunks));
+    if (n_seq * n_ctx > s.n_ctx())
+        throw error(fmt::format("perplexity: {} chunks of {} tokens a batch do not fit the context of {}", n_seq, n_ctx,
+                                s.n_ctx()));
     const token bos = m.voc.bos();
     const bool add_bos = m.voc.add_bos() && bos >= 0;
     const score_mode mode = base ? score_mode::compare : out ? score_mode::encode : score_mode::nll;
     const int64_t words = score_row_words(mode, n_vocab);
-    std::vector<token> chunk(static_cast<size_t>(n_ctx));
-    // output row j (token first + j) predicts token first + j + 1; the last row predicts nothing (target 0, unused)
-    std::vector<int32_t> targets(static_cast<size_t>(n_ctx - first), 0);
-    for (int64_t c = 0; c < r.n_chunks; c++) {
-        std::copy(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx, chunk.begin());
-        if (add_bos) chunk[0] = bos; // replaced, not inserted: the chunk stays n_ctx long
-        for (int64_t j = 0; j < n_scored; j++) targets[size_t(j)] = tokens[size_t(c * n_ctx + first + j + 1)];
-        if (base) {
-            base->read_chunk(records);
-            records.resize(size_t((n_scored + 1) * nv), 0); // a zero record for the unscored last row
+    std::vector<token> batch(static_cast<size_t>(n_seq * n_ctx));
+    std::vector<int32_t> targets(static_cast<size_t>(n_seq * n_ctx - first), 0);
+    // compare mode: each output row's base record (zeros for the rows not scored); encode mode: one chunk's records
+    std::vector<uint16_t> records, chunk_records;
+    if (base) records.assign(size_t((n_seq * n_ctx - first) * nv), 0);
+    if (out) chunk_records.resize(size_t(n_scored * nv));
+    for (int64_t c0 = 0; c0 < r.n_chunks; c0 += n_seq) {
+        const int64_t g = std::min(n_seq, r.n_chunks - c0), n_rows = g * n_ctx - first;
+        for (int64_t i = 0; i < g; i++) {
+            const int64_t c = c0 + i;
+            std::copy(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx, batch.begin() + i * n_ctx);
+            if (add_bos) batch[size_t(i * n_ctx)] = bos; // replaced, not inserted: the chunk stays n_ctx long
+            for (int64_t j = 0; j < n_scored; j++)
+                targets[size_t(i * n_ctx + j)] = tokens[size_t(c * n_ctx + first + j + 1)];
+            if (base) {
+                base->read_chunk(chunk_records);
+                std::copy(chunk_records.begin(), chunk_records.end(), records.begin() + i * n_ctx * nv);
+            }
         }
         s.clear();
         // scored where the logits are: only these words per token come back from the backend
-        const std::span<const uint16_t> base_records = base ? std::span<const uint16_t>(records) : std::span<const uint16_t>();
-        const std::span<const int32_t> sw = s.score_from(chunk, first, targets, mode, base_records);
-        for (int64_t j = 0; j < n_scored; j++) {
-            const int32_t* w = sw.data() + j * words;
-            double nll;
-            std::memcpy(&nll, w, 8);
-            if (base) {
-                double kld;
-                float nll_f;
-                std::memcpy(&kld, w + 2, 8);
-                std::memcpy(&nll_f, w + 4, 4);
-                add_comparison(nll_f, kld, w[5] != 0, records.data() + j * nv, targets[size_t(j)], r.kld);
-            } else if (out) {
-                std::memcpy(records.data() + j * nv, w + score_header_words, size_t(nv) * 2);
+        const std::span<const uint16_t> base_records =
+            base ? std::span<const uint16_t>(records.data(), size_t(n_rows * nv)) : std::span<const uint16_t>();
+        const std::span<const int32_t> sw =
+            s.score_from(std::span<const token>(batch.data(), size_t(g * n_ctx)), first,
+                         std::span<const int32_t>(targets.data(), size_t(n_rows)), mode, base_records, n_ctx);
+        for (int64_t i = 0; i < g; i++) {
+            for (int64_t j = 0; j < n_scored; j++) {
+                const int64_t row = i * n_ctx + j; // output row of token first + j of chunk i
+                const int32_t* w = sw.data() + row * words;
+                double nll;
+                std::memcpy(&nll, w, 8);
+                if (base) {
+                    double kld;
+                    float nll_f;
+                    std::memcpy(&kld, w + 2, 8);
+                    std::memcpy(&nll_f, w + 4, 4);
+                    add_comparison(nll_f, kld, w[5] != 0, records.data() + row * nv, targets[size_t(row)], r.kld);
+                } else if (out) {
+                    std::memcpy(chunk_records.data() + j * nv, w + score_header_words, size_t(nv) * 2);
+                }
+                r.nll += nll;
+                r.nll2 += nll * nll;
+                r.count++;
             }
-            r.nll += nll;
-            r.nll2 += nll * nll;
-            r.count++;
+            if (out) write_raw(*out, chunk_records.data(), chunk_records.size());
+            r.running_ppl.push_back(r.ppl());
+            if (progress) progress(c0 + i + 1, r.n_chunks, r);
         }
-        if (out) write_raw(*out, records.data(), size_t(n_scored * nv));
-        r.running_ppl.push_back(r.ppl());
-        if (progress) progress(c + 1, r.n_chunks, r);
     }
     if (out) out->commit();
     return r;

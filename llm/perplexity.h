@@ -17,6 +17,7 @@ namespace tessera {
 struct perplexity_params {
     int64_t n_ctx = 512;    // tokens per chunk
     int64_t n_chunks = -1;  // -1: every whole chunk of the text
+    int64_t n_seq = 1;      // chunks evaluated in one batch (the session's context must hold n_seq * n_ctx)
     std::string kld_base_out; // write base log-probs here (--kl-divergence-base without --kl-divergence)
     std::string kld_base_in;  // compare against this base (--kl-divergence)
 };

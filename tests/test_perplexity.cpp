@@ -74,6 +74,42 @@ TEST(perplexity_run, batch_size_does_not_change_the_result) {
     fs::remove(path);
 }
 
+// Several chunks in one batch (llama-perplexity's -b = k * -c): each chunk attends to itself only, at positions from 0,
+// so the scores equal one chunk a batch exactly on the CPU (the masked keys add exact zeros), in all three modes, also
+// when the last batch holds fewer chunks (5 chunks, 2 a batch).
+TEST(perplexity_run, packed_chunks_give_the_same_scores) {
+    const std::string path = temp_path("model_packed.gguf"), b1 = temp_path("one.kld"), b2 = temp_path("packed.kld");
+    test::write_tiny_model(path, {});
+    auto m = model::load(path);
+    const std::string text = sample_text();
+    auto run = [&](int64_t n_seq, const std::string& out, const std::string& in) {
+        session s(*m, session_params{.n_ctx = 64 * n_seq, .n_batch = 64 * n_seq, .n_threads = 2});
+        perplexity_params pp;
+        pp.n_ctx = 64;
+        pp.n_chunks = 5;
+        pp.n_seq = n_seq;
+        pp.kld_base_out = out;
+        pp.kld_base_in = in;
+        return run_perplexity(s, in.empty() ? text : "", pp);
+    };
+    const perplexity_result one = run(1, b1, ""), packed = run(2, b2, "");
+    EXPECT_EQ(one.count, 5 * (64 - 1 - 32));
+    EXPECT_EQ(one.count, packed.count);
+    EXPECT_EQ(one.nll, packed.nll);
+    EXPECT_EQ(one.running_ppl, packed.running_ppl);
+    EXPECT_EQ(test::read_file(b1), test::read_file(b2)) << "the base files differ";
+    const perplexity_result c1 = run(1, "", b1), c2 = run(2, "", b1), c3 = run(4, "", b1);
+    for (const perplexity_result* c : {&c2, &c3}) {
+        EXPECT_EQ(c1.kld.count, c->kld.count);
+        EXPECT_EQ(c1.kld.sum_kld, c->kld.sum_kld);
+        EXPECT_EQ(c1.kld.n_same_top, c->kld.n_same_top);
+        EXPECT_EQ(c1.nll, c->nll);
+    }
+    fs::remove(b1);
+    fs::remove(b2);
+    fs::remove(path);
+}
+
 TEST(perplexity_run, kld_of_a_model_against_itself_is_zero) {
     const std::string path = temp_path("model2.gguf"), base = temp_path("base.kld");
     test::write_tiny_model(path, {});
