@@ -13,5 +13,6 @@ void add_perplexity(CLI::App& app);
 void add_chat(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_compare(CLI::App& app);
+void add_template(CLI::App& app);
 
 } // namespace tessera::cli

@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
     tessera::cli::add_chat(app);
     tessera::cli::add_bench(app);
     tessera::cli::add_compare(app);
+    tessera::cli::add_template(app);
     // llama.cpp spells some flags with one dash and several letters (-ngl, -sys); CLI11 takes one letter after a
     // single dash, so those are rewritten to their long forms first.
     std::vector<std::string> args(argv, argv + argc);

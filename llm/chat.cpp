@@ -61,6 +61,41 @@ chat_format detect_chat_format(const std::string& t) {
     return chat_format::chatml;
 }
 
+const char* const chatml_template =
+    "{%- for message in messages -%}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' -}}{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+
+chat_template::chat_template(std::string source, std::string bos_token, std::string eos_token)
+    : source_(std::move(source)), bos_(std::move(bos_token)), eos_(std::move(eos_token)), t_(jinja::parse(source_)) {}
+
+std::string model_chat_template(const gguf_file& f) { return f.get_string("tokenizer.chat_template").value_or(""); }
+
+std::string special_token_text(const vocab& v, token id) { return id < 0 ? std::string() : v.text(id); }
+
+chat_template chat_template::of_model(const gguf_file& f, const vocab& v) {
+    std::string src = model_chat_template(f);
+    return chat_template(src.empty() ? chatml_template : std::move(src), special_token_text(v, v.bos()),
+                         special_token_text(v, v.eos()));
+}
+
+std::string chat_template::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                  const nlohmann::ordered_json& tools, const nlohmann::ordered_json& kwargs) const {
+    jinja::chat_inputs in;
+    in.messages = messages;
+    in.tools = tools;
+    in.kwargs = kwargs;
+    in.add_generation_prompt = add_generation_prompt;
+    in.bos_token = bos_;
+    in.eos_token = eos_;
+    return jinja::render(t_, jinja::chat_context(in));
+}
+
+std::vector<token> tokenize_chat_prompt(const vocab& v, const std::string& text) {
+    const std::string bos = special_token_text(v, v.bos());
+    const bool has_bos = v.add_bos() && !bos.empty() && text.rfind(bos, 0) == 0;
+    return v.tokenize(text, /*add_special=*/!has_bos, /*parse_special=*/true);
+}
+
 std::string template_default_system(const std::string& t) {
     const std::string open = "<|im_start|>system\n";
     const size_t a = t.find(open);

@@ -3,8 +3,11 @@
 // (FORMATS.md §7): ChatML, Llama 2, Llama 3, Mistral, Gemma, Zephyr, Phi-3; ChatML when the model has none.
 #pragma once
 
+#include "llm/jinja/jinja.h"
 #include "llm/model.h"
 #include "llm/sampler.h"
+
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <functional>
@@ -31,6 +34,38 @@ std::string template_default_system(const std::string& jinja);
 // The prompt text for `messages`, ending with the assistant's turn opener when add_generation_prompt.
 // BOS is not written: the tokenizer adds it when the model asks for it.
 std::string render_chat(chat_format f, const std::vector<chat_message>& messages, bool add_generation_prompt);
+
+// A model's chat template rendered by the Jinja engine (llm/jinja/) with the variables transformers passes: messages,
+// tools, add_generation_prompt, bos_token / eos_token (the vocabulary's texts) and extra keyword arguments.
+class chat_template {
+  public:
+    // Parses `source`; a syntax error is tessera::error "chat template: line N: ...".
+    chat_template(std::string source, std::string bos_token, std::string eos_token);
+    // The file's tokenizer.chat_template, or ChatML when it has none (llama.cpp's fallback).
+    static chat_template of_model(const gguf_file& f, const vocab& v);
+
+    // The prompt text; a template error (raise_exception included) is tessera::error "chat template: line N: ...".
+    std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                       const nlohmann::ordered_json& tools = nullptr,
+                       const nlohmann::ordered_json& kwargs = nlohmann::ordered_json::object()) const;
+    const std::string& source() const { return source_; }
+    bool mentions(std::string_view name) const { return source_.find(name) != std::string::npos; }
+    const std::string& bos_token() const { return bos_; }
+
+  private:
+    std::string source_, bos_, eos_;
+    jinja::template_ t_;
+};
+
+// llama.cpp's fallback for a model without a template: <|im_start|>role\ncontent<|im_end|>\n per message.
+extern const char* const chatml_template;
+// tokenizer.chat_template of the file; "" when it has none.
+std::string model_chat_template(const gguf_file& f);
+// The raw vocabulary text of a special token ("" for -1).
+std::string special_token_text(const vocab& v, token id);
+// The tokens of a rendered prompt as chat evaluates them: special-token text parsed, BOS added when the model adds
+// one and the text does not already begin with it (templates often write bos_token themselves).
+std::vector<token> tokenize_chat_prompt(const vocab& v, const std::string& text);
 
 struct chat_reply {
     std::string text;

@@ -2,7 +2,10 @@
 #include "helpers.h"
 #include "tiny_model.h"
 
+#include "ggml-like/gguf.h"
+#include "llm/chat.h"
 #include "llm/device.h"
+#include "llm/vocab.h"
 
 #include <fstream>
 
@@ -763,4 +766,124 @@ TEST(cli_run, unknown_type_and_wrong_shape_fail_with_one_line) {
     expect_one_line_error(run_tessera("run -m " + shell_quote(path) + " -p hi"),
                           "blk.1.ffn_down.weight: expected shape 128 x 64, got 64 x 128");
     fs::remove(path);
+}
+
+// ---- template ----
+
+namespace {
+
+// A test template using what transformers passes (expected strings below rendered by python's jinja2 with
+// bos_token "<B>" and eos_token "<E>", which the test swaps for the vocabulary's texts).
+const char* const test_template =
+    "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content if m.content is string else m.content | tojson }}"
+    "</{{ m.role }}>{% endfor %}{% if tools %}[tools:{{ tools | map(attribute='function.name') | join(',') }}]"
+    "{% endif %}{% if enable_thinking is defined %}[think={{ enable_thinking }}]{% endif %}{% if add_generation_prompt "
+    "%}<assistant>{% else %}{{ eos_token }}{% endif %}";
+
+// a tiny model whose tokenizer.chat_template is test_template; written once per process, removed at exit
+std::string template_model() {
+    struct file {
+        std::string path;
+        ~file() { fs::remove(path); }
+    };
+    static const file f{[] {
+        const std::string p = tmp_file("template.gguf");
+        tessera::test::tiny_model_spec s;
+        s.edit = [](tessera::gguf_writer& w) {
+            w.set("tokenizer.chat_template", tessera::gguf_value::of_string(test_template));
+        };
+        tessera::test::write_tiny_model(p, s);
+        return p;
+    }()};
+    return f.path;
+}
+
+// python's output with the model's own BOS / EOS texts in place of <B> / <E>
+std::string with_specials(std::string s) {
+    const tessera::vocab voc = tessera::vocab::from_gguf(tessera::gguf_file::open(template_model()));
+    for (auto [from, to] : {std::pair{std::string("<B>"), tessera::special_token_text(voc, voc.bos())},
+                            std::pair{std::string("<E>"), tessera::special_token_text(voc, voc.eos())}}) {
+        const size_t at = s.find(from);
+        if (at != std::string::npos) s.replace(at, from.size(), to);
+    }
+    return s;
+}
+
+struct temp_text {
+    std::string path;
+    temp_text(const std::string& name, const std::string& text) : path(tmp_file(name)) {
+        std::ofstream(path, std::ios::binary) << text;
+    }
+    ~temp_text() { fs::remove(path); }
+};
+
+} // namespace
+
+TEST(cli_template, renders_the_models_template_exactly) {
+    const cli_result r = run_tessera("template -m " + shell_quote(template_model()) + " -sys 'Be brief.' -p Hi");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out, with_specials("<B><system>Be brief.</system><user>Hi</user><assistant>")); // no newline added
+    EXPECT_EQ(r.err, "");
+}
+
+TEST(cli_template, messages_tools_kwargs_and_no_generation_prompt) {
+    const temp_text msgs("msgs.json", R"([{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": null,
+        "tool_calls": [{"type": "function", "function": {"name": "calc", "arguments": {"x": "2+2"}}}]},
+        {"role": "tool", "content": "4"}])");
+    const temp_text tools("tools.json", R"([{"type": "function", "function": {"name": "calc", "parameters": {}}}])");
+    const cli_result r = run_tessera("template -m " + shell_quote(template_model()) + " --messages " +
+                                     shell_quote(msgs.path) + " --tools " + shell_quote(tools.path) +
+                                     " --chat-template-kwargs '{\"enable_thinking\":false}' --no-add-generation-prompt");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out, with_specials("<B><user>2+2?</user><assistant>null</assistant><tool>4</tool>[tools:calc]"
+                                   "[think=False]<E>"));
+}
+
+TEST(cli_template, json_counts_the_tokens_chat_would_evaluate) {
+    const cli_result r = run_tessera("template --json -m " + shell_quote(template_model()) + " -p 'Hello there'");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const std::string text = with_specials("<B><user>Hello there</user><assistant>");
+    EXPECT_EQ(j["text"], text);
+    const tessera::vocab voc = tessera::vocab::from_gguf(tessera::gguf_file::open(template_model()));
+    EXPECT_EQ(j["tokens"], tessera::tokenize_chat_prompt(voc, text).size());
+    EXPECT_GT(j["tokens"].get<size_t>(), 3u);
+}
+
+TEST(cli_template, chat_template_file_replaces_the_models) {
+    const temp_text t("t.jinja", "{% for m in messages %}{{ m.role | upper }}: {{ m.content }}\n{% endfor %}");
+    const cli_result r = run_tessera("template -m " + shell_quote(template_model()) + " --chat-template-file " +
+                                     shell_quote(t.path) + " -p 'a b'");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out, "USER: a b\n");
+}
+
+TEST(cli_template, errors_are_one_line) {
+    const std::string m = " -m " + shell_quote(template_model());
+    if (fs::exists(vocab_path())) // a vocabulary file with no chat template
+        expect_one_line_error(run_tessera("template -m " + shell_quote(vocab_path()) + " -p hi"),
+                              "has no tokenizer.chat_template (give --chat-template-file)");
+    const temp_text bad("bad.json", "[{\"role\": \"user\", \"content\": \"x\"");
+    expect_one_line_error(run_tessera("template" + m + " --messages " + shell_quote(bad.path)), "not valid JSON");
+    const temp_text obj("obj.json", "{\"role\": \"user\"}");
+    expect_one_line_error(run_tessera("template" + m + " --messages " + shell_quote(obj.path)),
+                          "expected a JSON array of messages");
+    const temp_text norole("norole.json", "[{\"content\": \"x\"}]");
+    expect_one_line_error(run_tessera("template" + m + " --messages " + shell_quote(norole.path)),
+                          "message 0 is not an object with a string \"role\"");
+    expect_one_line_error(run_tessera("template" + m + " -p hi --tools " + shell_quote(bad.path)), "not valid JSON");
+    expect_one_line_error(run_tessera("template" + m + " -p hi --chat-template-kwargs '{enable_thinking: false}'"),
+                          "--chat-template-kwargs: not valid JSON");
+    expect_one_line_error(run_tessera("template" + m + " -p hi --chat-template-kwargs '[1]'"),
+                          "--chat-template-kwargs: expected a JSON object");
+    expect_one_line_error(run_tessera("template" + m + " --messages /nonexistent/m.json"), "/nonexistent/m.json");
+    expect_one_line_error(run_tessera("template" + m), "no conversation");
+    const temp_text raise("raise.jinja", "{% for m in messages %}\n{% if m.role == 'user' %}\n"
+                                         "{{ raise_exception('Only system messages are supported!') }}\n"
+                                         "{% endif %}{% endfor %}");
+    expect_one_line_error(run_tessera("template" + m + " --chat-template-file " + shell_quote(raise.path) + " -p x"),
+                          "chat template: line 3: Only system messages are supported!");
+    const temp_text broken("broken.jinja", "ok\n{% for m in messages %}{{ m.content }");
+    expect_one_line_error(run_tessera("template" + m + " --chat-template-file " + shell_quote(broken.path) + " -p x"),
+                          "chat template: line 2: ");
 }
