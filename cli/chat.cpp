@@ -1,6 +1,7 @@
 // chat.cpp: `tessera chat`: an interactive conversation in the terminal (readline line editing and history when built
 // with it), or, when stdin is not a terminal, one message per input line answered in turn until end of input.
-// Ctrl-C stops a reply; a second Ctrl-C at an empty prompt exits. Commands start with '/'.
+// Ctrl-C stops a reply; a second Ctrl-C at an empty prompt exits. Commands start with '/'. The prompt is the model's
+// Jinja chat template (llm/chat.h), or --chat-template[-file].
 #include "commands.h"
 #include "options.h"
 
@@ -35,7 +36,10 @@ struct chat_options {
     model_options m;
     sampler_params s;
     std::string system;
-    std::string template_name;
+    std::string template_text; // --chat-template: Jinja source
+    std::string template_file; // --chat-template-file
+    std::string template_kwargs;
+    int reasoning_budget = -1;
     int n_predict = -1;
     bool timings = false;
     bool no_history = false;
@@ -166,36 +170,67 @@ class line_reader {
 };
 
 void save_conversation(const chat_session& c, const std::string& path) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const auto& m : c.messages()) j.push_back({{"role", m.role}, {"content", m.content}});
     // replies can end inside a UTF-8 sequence (a byte token); such bytes are saved as U+FFFD
-    const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    const std::string text = c.messages().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     atomic_file f(path); // the old file stays until the new one is complete
     f.write(text);
     f.commit();
 }
 
-std::vector<chat_message> load_conversation(const std::string& path) {
+// A conversation saved with /save, or any OpenAI-style message list: objects with a string "role".
+nlohmann::ordered_json load_conversation(const std::string& path) {
     std::ifstream f(path);
     if (!f) throw error(fmt::format("{}: cannot open", path));
-    nlohmann::json j;
+    nlohmann::ordered_json j;
     try {
-        j = nlohmann::json::parse(f);
+        j = nlohmann::ordered_json::parse(f);
     } catch (const std::exception& e) {
         throw error(fmt::format("{}: not JSON: {}", path, e.what()));
     }
     if (!j.is_array()) throw error(fmt::format("{}: expected a JSON array of messages", path));
-    std::vector<chat_message> out;
-    for (const auto& m : j) {
-        if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
-            !m["content"].is_string())
-            throw error(fmt::format("{}: each message needs string fields role and content", path));
-        const std::string role = m["role"];
-        if (role != "system" && role != "user" && role != "assistant")
-            throw error(fmt::format("{}: unknown role '{}'", path, role));
-        out.push_back({role, m["content"]});
+    for (const auto& m : j)
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+            throw error(fmt::format("{}: each message needs a string field role", path));
+    return j;
+}
+
+// The template chat uses: --chat-template TEXT, --chat-template-file F, or the model's (ChatML when it has none); a
+// short description for the banner and /stats.
+chat_template choose_template(const chat_options& o, const model& mdl, std::string& what) {
+    const vocab& v = mdl.voc;
+    const std::string bos = special_token_text(v, v.bos()), eos = special_token_text(v, v.eos());
+    if (!o.template_text.empty() && !o.template_file.empty())
+        throw error("give --chat-template or --chat-template-file, not both");
+    if (!o.template_text.empty()) {
+        what = "from --chat-template";
+        return chat_template(o.template_text, bos, eos);
     }
-    return out;
+    if (!o.template_file.empty()) {
+        what = o.template_file;
+        return chat_template(read_text_file(o.template_file), bos, eos);
+    }
+    std::string src = model_chat_template(mdl.file);
+    what = src.empty() ? "ChatML (the model has none)" : "the model's";
+    return chat_template(src.empty() ? chatml_template : std::move(src), bos, eos);
+}
+
+// --chat-template-kwargs, and --reasoning-budget 0 as enable_thinking=false where the template reads it
+nlohmann::ordered_json template_kwargs(const chat_options& o, const chat_template& t) {
+    nlohmann::ordered_json kw = nlohmann::ordered_json::object();
+    if (!o.template_kwargs.empty()) {
+        try {
+            kw = nlohmann::ordered_json::parse(o.template_kwargs);
+        } catch (const nlohmann::json::exception& e) {
+            const std::string msg = e.what();
+            const size_t at = msg.find("] ");
+            throw error(fmt::format("--chat-template-kwargs: not valid JSON: {}",
+                                    at == std::string::npos ? msg : msg.substr(at + 2)));
+        }
+        if (!kw.is_object()) throw error("--chat-template-kwargs: expected a JSON object such as {\"enable_thinking\": false}");
+    }
+    if (o.reasoning_budget == 0 && t.mentions("enable_thinking") && !kw.contains("enable_thinking"))
+        kw["enable_thinking"] = false;
+    return kw;
 }
 
 void chat_main(const chat_options& o) {
@@ -207,18 +242,13 @@ void chat_main(const chat_options& o) {
     session sess(*mdl, sp);
     if (!dev.note.empty() && (tty || o.m.verbose)) fmt::print(stderr, "{}\n", dev.note);
 
-    const std::string jinja = mdl->file.get_string("tokenizer.chat_template").value_or("");
-    chat_format fmt_ = detect_chat_format(jinja);
-    if (!o.template_name.empty() && !chat_format_from_name(o.template_name, fmt_))
-        throw error(fmt::format("unknown chat template '{}' (known: chatml, llama2, llama3, mistral, gemma, zephyr, "
-                                "phi3)",
-                                o.template_name));
-    // the template's own default system message, as llama.cpp's Jinja rendering would insert it
-    const std::string system = o.system.empty() && o.template_name.empty() ? template_default_system(jinja) : o.system;
-    chat_session chat(sess, fmt_, o.s, system);
+    std::string template_what;
+    chat_template tmpl = choose_template(o, *mdl, template_what);
+    nlohmann::ordered_json kwargs = template_kwargs(o, tmpl);
+    chat_session chat(sess, std::move(tmpl), o.s, o.system, std::move(kwargs));
     if (tty)
-        fmt::print(stderr, "tessera chat: {} ({} template, context {}); /help for commands, Ctrl-D to quit\n",
-                   mdl->name, chat_format_name(fmt_), sess.n_ctx());
+        fmt::print(stderr, "tessera chat: {} (chat template: {}; context {}); /help for commands, Ctrl-D to quit\n",
+                   mdl->name, template_what, sess.n_ctx());
     install_sigint();
     line_reader reader(tty, !o.no_history);
 
@@ -248,8 +278,8 @@ void chat_main(const chat_options& o) {
             after_reply(r);
         } catch (const error& e) {
             g_generating.store(false);
+            if (!tty) throw; // main prints the one error line; a script learns about it through the exit status
             fmt::print(stderr, "error: {}\n", e.what());
-            if (!tty) throw; // a script learns about it through the exit status
         }
     };
 
@@ -311,8 +341,8 @@ void chat_main(const chat_options& o) {
                 }
             } else if (cmd == "/stats") {
                 fmt::print("context: {} of {} tokens used, {} messages, template {}, backend {}\n",
-                           chat.tokens_in_context(), chat.n_ctx(), chat.messages().size(),
-                           chat_format_name(chat.format()), sess.be().name());
+                           chat.tokens_in_context(), chat.n_ctx(), chat.messages().size(), template_what,
+                           sess.be().name());
             } else {
                 fmt::print(stderr, "unknown command {} (/help lists them)\n", cmd);
             }
@@ -332,8 +362,15 @@ void add_chat(CLI::App& app) {
     add_model_options(*cmd, o->m);
     add_sampling_options(*cmd, o->s);
     cmd->add_option("--system-prompt", o->system, "System prompt (also -sys)");
-    cmd->add_option("--chat-template", o->template_name,
-                    "Force a template: chatml, llama2, llama3, mistral, gemma, zephyr, phi3 (default: from the model)");
+    cmd->add_option("--chat-template", o->template_text,
+                    "A Jinja chat template to use instead of the model's tokenizer.chat_template");
+    cmd->add_option("--chat-template-file", o->template_file, "Read the Jinja chat template from this file");
+    cmd->add_option("--chat-template-kwargs", o->template_kwargs,
+                    "Extra template variables as a JSON object, e.g. '{\"enable_thinking\":false}'");
+    cmd->add_option("--reasoning-budget", o->reasoning_budget,
+                    "-1: think as the model likes; 0: no thinking (enable_thinking=false where the template has it)")
+        ->check(CLI::IsMember({-1, 0}))
+        ->capture_default_str();
     cmd->add_option("-n,--n-predict", o->n_predict, "Most tokens per reply; -1 = until end of turn")->capture_default_str();
     cmd->add_flag("--timings", o->timings, "Print prompt and reply speed after each reply");
     cmd->add_flag("--no-history", o->no_history, "Do not read or write ~/.tessera_history");

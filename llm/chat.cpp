@@ -1,4 +1,4 @@
-// chat.cpp: built-in chat formats (llama.cpp's llm_chat_apply_template habits) and the cached conversation.
+// chat.cpp: chat templates through the Jinja engine and the cached conversation.
 #include "llm/chat.h"
 
 #include "ggml-like/error.h"
@@ -6,60 +6,11 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 
 namespace tessera {
 
-namespace {
-
-bool has(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
-
-struct format_name {
-    chat_format f;
-    const char* name;
-};
-constexpr format_name names[] = {{chat_format::chatml, "chatml"}, {chat_format::llama2, "llama2"},
-                                 {chat_format::llama3, "llama3"}, {chat_format::mistral, "mistral"},
-                                 {chat_format::gemma, "gemma"},   {chat_format::zephyr, "zephyr"},
-                                 {chat_format::phi3, "phi3"}};
-
-std::string trim(const std::string& s) {
-    size_t a = 0, b = s.size();
-    while (a < b && std::isspace(uint8_t(s[a]))) a++;
-    while (b > a && std::isspace(uint8_t(s[b - 1]))) b--;
-    return s.substr(a, b - a);
-}
-
-} // namespace
-
-const char* chat_format_name(chat_format f) {
-    for (const auto& n : names)
-        if (n.f == f) return n.name;
-    return "?";
-}
-
-bool chat_format_from_name(const std::string& name, chat_format& out) {
-    std::string lower = name;
-    for (auto& c : lower) c = char(std::tolower(uint8_t(c)));
-    for (const auto& n : names)
-        if (lower == n.name) {
-            out = n.f;
-            return true;
-        }
-    return false;
-}
-
-chat_format detect_chat_format(const std::string& t) {
-    if (t.empty()) return chat_format::chatml;
-    if (has(t, "<|im_start|>")) return chat_format::chatml;
-    if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>")) return chat_format::llama3;
-    if (has(t, "<start_of_turn>")) return chat_format::gemma;
-    if (has(t, "<|assistant|>") && has(t, "<|end|>")) return chat_format::phi3;
-    if (has(t, "<|user|>")) return chat_format::zephyr;
-    if (has(t, "[INST]")) return has(t, "<<SYS>>") ? chat_format::llama2 : chat_format::mistral;
-    return chat_format::chatml;
-}
+using ojson = nlohmann::ordered_json;
 
 const char* const chatml_template =
     "{%- for message in messages -%}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -96,129 +47,75 @@ std::vector<token> tokenize_chat_prompt(const vocab& v, const std::string& text)
     return v.tokenize(text, /*add_special=*/!has_bos, /*parse_special=*/true);
 }
 
-std::string template_default_system(const std::string& t) {
-    const std::string open = "<|im_start|>system\n";
-    const size_t a = t.find(open);
-    if (a == std::string::npos || t.find("messages[0]") == std::string::npos) return "";
-    const size_t b = t.find("<|im_end|>", a);
-    if (b == std::string::npos) return "";
-    std::string text = t.substr(a + open.size(), b - a - open.size());
-    // only a literal: anything templated ({{ }}, {% %}) or quoted comes from the messages
-    if (text.find("{{") != std::string::npos || text.find("{%") != std::string::npos ||
-        text.find('\'') != std::string::npos || text.find('"') != std::string::npos || text.empty())
-        return "";
-    return text;
+ojson assistant_message(const std::string& text, const chat_template& t) {
+    ojson m = {{"role", "assistant"}, {"content", text}};
+    const size_t end = text.find("</think>");
+    if (end == std::string::npos || !(t.mentions("</think>") || t.mentions("reasoning_content"))) return m;
+    size_t begin = text.rfind("<think>", end);
+    begin = begin == std::string::npos ? 0 : begin + 7;
+    auto strip_newlines = [](std::string s, bool left, bool right) {
+        if (left) s.erase(0, s.find_first_not_of('\n') == std::string::npos ? s.size() : s.find_first_not_of('\n'));
+        if (right) s.erase(s.find_last_not_of('\n') + 1);
+        return s;
+    };
+    m["content"] = strip_newlines(text.substr(end + 8), true, false);
+    m["reasoning_content"] = strip_newlines(text.substr(begin, end - begin), true, true);
+    return m;
 }
 
-std::string render_chat(chat_format f, const std::vector<chat_message>& msgs, bool gen) {
-    std::string out;
-    switch (f) {
-    case chat_format::chatml:
-        for (const auto& m : msgs) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-        if (gen) out += "<|im_start|>assistant\n";
-        break;
-    case chat_format::llama3:
-        for (const auto& m : msgs)
-            out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
-        if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-        break;
-    case chat_format::phi3:
-        for (const auto& m : msgs) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
-        if (gen) out += "<|assistant|>\n";
-        break;
-    case chat_format::zephyr:
-        for (const auto& m : msgs) out += "<|" + m.role + "|>\n" + m.content + "<|endoftext|>\n";
-        if (gen) out += "<|assistant|>\n";
-        break;
-    case chat_format::gemma: {
-        // no system role: the system text opens the first user turn, separated by a blank line
-        std::string sys;
-        for (const auto& m : msgs) {
-            if (m.role == "system") {
-                sys += m.content + "\n\n";
-                continue;
-            }
-            const std::string role = m.role == "assistant" ? "model" : m.role;
-            out += "<start_of_turn>" + role + "\n" + (role == "user" ? sys : "") + trim(m.content) + "<end_of_turn>\n";
-            if (role == "user") sys.clear();
-        }
-        if (gen) out += "<start_of_turn>model\n";
-        break;
-    }
-    case chat_format::llama2: {
-        // <s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] assistant </s><s>[INST] user [/INST]
-        std::string sys;
-        bool first = true;
-        for (const auto& m : msgs) {
-            if (m.role == "system") {
-                sys = "<<SYS>>\n" + m.content + "\n<</SYS>>\n\n";
-            } else if (m.role == "user") {
-                out += (first ? "[INST] " : "<s>[INST] ") + sys + trim(m.content) + " [/INST]";
-                sys.clear();
-                first = false;
-            } else {
-                out += " " + trim(m.content) + " </s>";
-            }
-        }
-        break;
-    }
-    case chat_format::mistral: {
-        // [INST] user [/INST] assistant</s>; a system message goes in front of the next user turn
-        std::string sys;
-        for (const auto& m : msgs) {
-            if (m.role == "system")
-                sys = m.content + "\n\n";
-            else if (m.role == "user") {
-                out += "[INST] " + sys + trim(m.content) + " [/INST]";
-                sys.clear();
-            } else
-                out += " " + trim(m.content) + "</s>";
-        }
-        break;
-    }
-    }
-    return out;
-}
-
-chat_session::chat_session(session& s, chat_format f, sampler_params sp, std::string system_prompt)
-    : s_(s), format_(f), sp_(sp), smp_(sp, int32_t(s.mdl().hp.n_vocab)) {
+chat_session::chat_session(session& s, chat_template t, sampler_params sp, std::string system_prompt, ojson kwargs)
+    : s_(s), tmpl_(std::move(t)), kwargs_(std::move(kwargs)), sp_(sp), smp_(sp, int32_t(s.mdl().hp.n_vocab)) {
     set_system(system_prompt);
 }
 
+static bool is_system(const ojson& m) { return m.is_object() && m.value("role", "") == "system"; }
+
 void chat_session::set_system(const std::string& text) {
-    if (!messages_.empty() && messages_.front().role == "system") messages_.erase(messages_.begin());
-    if (!text.empty()) messages_.insert(messages_.begin(), {"system", text});
+    if (!messages_.empty() && is_system(messages_.front())) messages_.erase(messages_.begin());
+    if (!text.empty()) messages_.insert(messages_.begin(), ojson{{"role", "system"}, {"content", text}});
 }
 
 void chat_session::clear() {
-    std::vector<chat_message> keep;
-    if (!messages_.empty() && messages_.front().role == "system") keep.push_back(messages_.front());
+    ojson keep = ojson::array();
+    if (!messages_.empty() && is_system(messages_.front())) keep.push_back(messages_.front());
     messages_ = std::move(keep);
 }
 
-void chat_session::set_messages(std::vector<chat_message> m) { messages_ = std::move(m); }
+void chat_session::set_messages(ojson m) {
+    if (!m.is_array()) throw error("a conversation is a JSON array of messages");
+    messages_ = std::move(m);
+}
 
-std::vector<token> chat_session::prompt_tokens() const {
-    return s_.mdl().voc.tokenize(render_chat(format_, messages_, true), /*add_special=*/true, /*parse_special=*/true);
+std::string chat_session::prompt_text() const { return tmpl_.render(messages_, true, nullptr, kwargs_); }
+
+std::vector<token> chat_session::prompt_tokens(const ojson& messages) const {
+    return tokenize_chat_prompt(s_.mdl().voc, tmpl_.render(messages, true, nullptr, kwargs_));
 }
 
 chat_reply chat_session::send(const std::string& user, const std::function<void(const std::string&)>& on_piece,
                               const std::atomic<bool>* stop, int64_t max_tokens) {
-    messages_.push_back({"user", user});
+    const ojson before = messages_;
+    messages_.push_back({{"role", "user"}, {"content", user}});
     try {
         return generate(on_piece, stop, max_tokens);
     } catch (...) {
-        messages_.pop_back(); // a turn that could not be answered leaves no trace
+        messages_ = before; // a turn that could not be answered leaves no trace
         throw;
     }
 }
 
 chat_reply chat_session::regenerate(const std::function<void(const std::string&)>& on_piece,
                                     const std::atomic<bool>* stop, int64_t max_tokens) {
-    if (messages_.empty() || messages_.back().role != "assistant")
+    if (messages_.empty() || messages_.back().value("role", "") != "assistant")
         throw error("nothing to regenerate: the last message is not a reply");
-    messages_.pop_back();
-    return generate(on_piece, stop, max_tokens);
+    const ojson before = messages_;
+    messages_.erase(messages_.end() - 1);
+    try {
+        return generate(on_piece, stop, max_tokens);
+    } catch (...) {
+        messages_ = before;
+        throw;
+    }
 }
 
 chat_reply chat_session::generate(const std::function<void(const std::string&)>& on_piece,
@@ -226,29 +123,30 @@ chat_reply chat_session::generate(const std::function<void(const std::string&)>&
     chat_reply r;
     const vocab& voc = s_.mdl().voc;
     const int64_t n_ctx = s_.n_ctx();
-    // fit: drop the oldest user/assistant turns (never the system prompt, never the newest user message)
-    std::vector<token> prompt = prompt_tokens();
+    // fit: drop the oldest turns (never the system prompt, never the newest message); a turn runs from a user message
+    // to the next one, tool calls and results included, so what stays still starts with a user message
+    std::vector<token> prompt = prompt_tokens(messages_);
     const int64_t room = std::min<int64_t>(reserve, n_ctx / 4);
-    const size_t first = (!messages_.empty() && messages_.front().role == "system") ? 1 : 0;
+    const size_t first = !messages_.empty() && is_system(messages_.front()) ? 1 : 0;
     if (int64_t(prompt.size()) + room > n_ctx) {
         // would the newest message fit with the system prompt alone? if not, change nothing and say so
-        std::vector<chat_message> minimal(messages_.begin(), messages_.begin() + long(first));
+        ojson minimal = ojson::array();
+        if (first) minimal.push_back(messages_.front());
         minimal.push_back(messages_.back());
-        const size_t need = s_.mdl().voc.tokenize(render_chat(format_, minimal, true), true, true).size();
+        const size_t need = prompt_tokens(minimal).size();
         if (int64_t(need) + room > n_ctx)
             throw error(fmt::format("the message needs {} tokens with the system prompt, too many for the context "
                                     "of {} tokens (raise -c)",
                                     need, n_ctx));
     }
-    while (int64_t(prompt.size()) + room > n_ctx) {
-        // remove one turn: a user message and the assistant reply after it
+    while (int64_t(prompt.size()) + room > n_ctx && messages_.size() > first + 1) {
         messages_.erase(messages_.begin() + long(first));
-        if (messages_.size() > first + 1 && messages_[first].role == "assistant")
+        while (messages_.size() > first + 1 && messages_[first].value("role", "") != "user")
             messages_.erase(messages_.begin() + long(first));
         r.n_dropped_turns++;
-        prompt = prompt_tokens();
+        prompt = prompt_tokens(messages_);
     }
-    // reuse the cached prefix
+    // reuse the cached prefix; evaluate from the first token that differs
     size_t common = 0;
     while (common < cached_.size() && common < prompt.size() && cached_[common] == prompt[common]) common++;
     if (common == prompt.size()) common--; // at least one token must be evaluated to get logits
@@ -286,7 +184,7 @@ chat_reply chat_session::generate(const std::function<void(const std::string&)>&
         cached_.push_back(t);
     }
     r.gen_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    messages_.push_back({"assistant", r.text});
+    messages_.push_back(assistant_message(r.text, tmpl_));
     return r;
 }
 

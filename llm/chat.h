@@ -1,6 +1,6 @@
-// chat.h: chat templates and a conversation kept in the KV cache.
-// Templates are recognized from the GGUF's tokenizer.chat_template text the way llama.cpp's built-in formats are
-// (FORMATS.md §7): ChatML, Llama 2, Llama 3, Mistral, Gemma, Zephyr, Phi-3; ChatML when the model has none.
+// chat.h: chat templates and a conversation kept in the KV cache. The prompt is the GGUF's own tokenizer.chat_template
+// rendered by the Jinja engine (llm/jinja/) as transformers' apply_chat_template renders it, ChatML when the file has
+// none (llama.cpp's fallback). Each turn renders the whole conversation and evaluates only what the cache lacks.
 #pragma once
 
 #include "llm/jinja/jinja.h"
@@ -16,27 +16,8 @@
 
 namespace tessera {
 
-enum class chat_format { chatml, llama2, llama3, mistral, gemma, zephyr, phi3 };
-
-struct chat_message {
-    std::string role;    // "system", "user", "assistant"
-    std::string content;
-};
-
-const char* chat_format_name(chat_format f);
-// "chatml", "llama2", ... (case-insensitive); false when unknown
-bool chat_format_from_name(const std::string& name, chat_format& out);
-// Detects the format from a Jinja template's text; ChatML for an empty template.
-chat_format detect_chat_format(const std::string& jinja);
-// The system message a template inserts by itself when the conversation has none (SmolLM2's "You are a helpful AI
-// assistant named SmolLM, ..."): a literal ChatML system turn written in the template; "" when there is none.
-std::string template_default_system(const std::string& jinja);
-// The prompt text for `messages`, ending with the assistant's turn opener when add_generation_prompt.
-// BOS is not written: the tokenizer adds it when the model asks for it.
-std::string render_chat(chat_format f, const std::vector<chat_message>& messages, bool add_generation_prompt);
-
-// A model's chat template rendered by the Jinja engine (llm/jinja/) with the variables transformers passes: messages,
-// tools, add_generation_prompt, bos_token / eos_token (the vocabulary's texts) and extra keyword arguments.
+// A model's chat template rendered by the Jinja engine with the variables transformers passes: messages, tools,
+// add_generation_prompt, bos_token / eos_token (the vocabulary's texts) and extra keyword arguments.
 class chat_template {
   public:
     // Parses `source`; a syntax error is tessera::error "chat template: line N: ...".
@@ -67,6 +48,11 @@ std::string special_token_text(const vocab& v, token id);
 // one and the text does not already begin with it (templates often write bos_token themselves).
 std::vector<token> tokenize_chat_prompt(const vocab& v, const std::string& text);
 
+// A reply as the conversation keeps it: {"role": "assistant", "content": ...}; when the template knows reasoning
+// (it mentions </think> or reasoning_content) and the text has a "...</think>" part, that part goes to
+// "reasoning_content" and the content is what follows, as llama.cpp's server stores a reasoning model's reply.
+nlohmann::ordered_json assistant_message(const std::string& text, const chat_template& t);
+
 struct chat_reply {
     std::string text;
     int64_t n_prompt_eval = 0; // prompt tokens evaluated (the part not already in the cache)
@@ -77,39 +63,46 @@ struct chat_reply {
     int n_dropped_turns = 0;   // oldest turns removed to make room before this reply
 };
 
-// A conversation: the messages, and the tokens of the rendered prompt that are already in the session's KV cache, so
-// each turn evaluates only what is new (and /regen or a dropped turn re-evaluates from the first changed token).
+// A conversation: the messages (OpenAI-style JSON objects), and the tokens of the rendered prompt that are already in
+// the session's KV cache. Each turn renders the whole conversation with add_generation_prompt and evaluates from the
+// first token that differs from the cache (the new turn; more where the template renders history differently, as
+// Qwen3 drops old reasoning).
 class chat_session {
   public:
-    chat_session(session& s, chat_format f, sampler_params sp, std::string system_prompt);
+    // kwargs: extra template variables (e.g. {"enable_thinking": false}).
+    chat_session(session& s, chat_template t, sampler_params sp, std::string system_prompt,
+                 nlohmann::ordered_json kwargs = nlohmann::ordered_json::object());
 
     // Adds the user message and generates the reply, streaming pieces through on_piece. Drops the oldest turns (the
     // system prompt stays) when the prompt plus `reserve` tokens would not fit. Throws tessera::error when even the
-    // latest message alone cannot fit.
+    // latest message alone cannot fit, or when the template fails (the conversation is then left as it was).
     chat_reply send(const std::string& user, const std::function<void(const std::string&)>& on_piece,
                     const std::atomic<bool>* stop = nullptr, int64_t max_tokens = -1);
     // Removes the last assistant reply and generates it again.
     chat_reply regenerate(const std::function<void(const std::string&)>& on_piece,
                           const std::atomic<bool>* stop = nullptr, int64_t max_tokens = -1);
-    void clear();                            // forget every turn, keep the system prompt
+    void clear();                             // forget every turn, keep the system prompt
     void set_system(const std::string& text); // replaces the system prompt (empty: none)
-    const std::vector<chat_message>& messages() const { return messages_; }
-    void set_messages(std::vector<chat_message> m); // e.g. /load
+    const nlohmann::ordered_json& messages() const { return messages_; }
+    void set_messages(nlohmann::ordered_json m); // e.g. /load: an array of message objects
+    const chat_template& tmpl() const { return tmpl_; }
+    // The prompt text for the conversation as it stands, ending with the assistant's opening.
+    std::string prompt_text() const;
     int64_t tokens_in_context() const { return int64_t(cached_.size()); }
     int64_t n_ctx() const { return s_.n_ctx(); }
-    chat_format format() const { return format_; }
     int64_t reserve = 256; // tokens kept free for the reply when fitting the prompt
 
   private:
     chat_reply generate(const std::function<void(const std::string&)>& on_piece, const std::atomic<bool>* stop,
                         int64_t max_tokens);
-    std::vector<token> prompt_tokens() const;
+    std::vector<token> prompt_tokens(const nlohmann::ordered_json& messages) const;
 
     session& s_;
-    chat_format format_;
+    chat_template tmpl_;
+    nlohmann::ordered_json kwargs_;
     sampler_params sp_;
     sampler smp_;
-    std::vector<chat_message> messages_;
+    nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
     std::vector<token> cached_; // tokens in the KV cache, in order
 };
 

@@ -1,14 +1,17 @@
-// test_chat.cpp: chat templates (detection, rendering), the cached conversation (prefix reuse, dropped turns, /regen,
-// interrupt), and the chat command end to end: piped stdin, and the interactive terminal under tmux (send-keys,
-// capture-pane) with /clear, /regen, Ctrl-C during a reply and a context overflow, on the default model.
+// test_chat.cpp: chat templates through the Jinja engine (the model's, the ChatML fallback, errors, BOS, reasoning
+// replies), the cached conversation (prefix reuse, history the template renders differently, dropped turns, /regen,
+// interrupt, template errors), and the chat command end to end: piped stdin, template flags, and the interactive
+// terminal under tmux (send-keys, capture-pane) with /clear, /regen, Ctrl-C during a reply and a context overflow.
 #include "helpers.h"
 #include "tiny_model.h"
 
 #include "ggml-like/error.h"
+#include "ggml-like/gguf.h"
 #include "llm/chat.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -51,47 +54,93 @@ std::string quote(const std::string& s) {
 
 } // namespace
 
-TEST(chat_template, detection_follows_llama_cpp) {
-    EXPECT_EQ(detect_chat_format(""), chat_format::chatml);
-    EXPECT_EQ(detect_chat_format("{{ '<|im_start|>' + m }}"), chat_format::chatml);
-    EXPECT_EQ(detect_chat_format("<|start_header_id|>x<|end_header_id|>"), chat_format::llama3);
-    EXPECT_EQ(detect_chat_format("<start_of_turn>"), chat_format::gemma);
-    EXPECT_EQ(detect_chat_format("<|assistant|> ... <|end|>"), chat_format::phi3);
-    EXPECT_EQ(detect_chat_format("<|user|>\n"), chat_format::zephyr);
-    EXPECT_EQ(detect_chat_format("[INST] <<SYS>>"), chat_format::llama2);
-    EXPECT_EQ(detect_chat_format("[INST] x [/INST]"), chat_format::mistral);
-    chat_format f;
-    EXPECT_TRUE(chat_format_from_name("Llama3", f));
-    EXPECT_EQ(f, chat_format::llama3);
-    EXPECT_FALSE(chat_format_from_name("vicuna", f));
-}
+// Expected texts below are python's jinja2 renders (tests/ref/render_templates.py's environment).
 
-TEST(chat_template, rendering_of_each_format) {
-    const std::vector<chat_message> m = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
-    EXPECT_EQ(render_chat(chat_format::chatml, m, true),
+TEST(chat_template, chatml_is_the_fallback_of_a_model_without_a_template) {
+    const nlohmann::ordered_json m = nlohmann::ordered_json::parse(
+        R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "2+2?"}])");
+    const chat_template t(chatml_template, "<s>", "</s>");
+    EXPECT_EQ(t.render(m, true),
               "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!"
               "<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
-    EXPECT_EQ(render_chat(chat_format::llama3, m, true),
-              "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>"
-              "\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|><|start_header_id|>user"
-              "<|end_header_id|>\n\n2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-    EXPECT_EQ(render_chat(chat_format::gemma, m, true),
-              "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
-              "<start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n");
-    EXPECT_EQ(render_chat(chat_format::llama2, m, true),
-              "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] 2+2? [/INST]");
-    EXPECT_EQ(render_chat(chat_format::phi3, m, true),
-              "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n<|user|>\n2+2?<|end|>\n"
-              "<|assistant|>\n");
-    EXPECT_EQ(render_chat(chat_format::zephyr, {{"user", "Hi"}}, true), "<|user|>\nHi<|endoftext|>\n<|assistant|>\n");
-    EXPECT_EQ(render_chat(chat_format::mistral, {{"user", "Hi"}, {"assistant", "Yo"}}, false), "[INST] Hi [/INST] Yo</s>");
+    // a file with no tokenizer.chat_template gets it; one with a template gets its own
+    const std::string path = temp_path("no_template.gguf");
+    test::tiny_model_spec spec;
+    spec.edit = [](gguf_writer& w) { w.set("tokenizer.chat_template", gguf_value::of_string("")); };
+    test::write_tiny_model(path, spec);
+    {
+        const gguf_file f = gguf_file::open(path);
+        EXPECT_EQ(chat_template::of_model(f, vocab::from_gguf(f)).source(), chatml_template);
+    }
+    spec.edit = [](gguf_writer& w) {
+        w.set("tokenizer.chat_template", gguf_value::of_string("{{ bos_token }}{{ messages[0].content }}"));
+    };
+    test::write_tiny_model(path, spec);
+    {
+        const gguf_file f = gguf_file::open(path);
+        const vocab v = vocab::from_gguf(f);
+        const chat_template t2 = chat_template::of_model(f, v);
+        EXPECT_EQ(t2.render(m, true), special_token_text(v, v.bos()) + "Be brief.");
+    }
+    fs::remove(path);
 }
 
-TEST(chat_template, default_system_message_from_the_template) {
-    EXPECT_EQ(template_default_system("{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
-                                      "You are SmolLM<|im_end|>\n' }}{% endif %}"),
-              "You are SmolLM");
-    EXPECT_EQ(template_default_system("{{ '<|im_start|>' + message['role'] }}"), "");
+TEST(chat_template, errors_are_tessera_errors_with_the_line) {
+    try {
+        chat_template("{% for m in messages %}\n{{ m.content ", "", "");
+        FAIL() << "parsed";
+    } catch (const error& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("chat template: line 2: ", 0), 0u) << e.what();
+    }
+    const chat_template t("{% if messages[0].role != 'system' %}{{ raise_exception('System first!') }}{% endif %}", "",
+                          "");
+    try {
+        t.render(nlohmann::ordered_json::parse(R"([{"role": "user", "content": "x"}])"), true);
+        FAIL() << "rendered";
+    } catch (const error& e) {
+        EXPECT_STREQ(e.what(), "chat template: line 1: System first!");
+    }
+}
+
+TEST(chat_template, bos_is_added_once) {
+    const std::string path = temp_path("bos.gguf");
+    test::write_tiny_model(path, {});
+    const vocab v = vocab::from_gguf(gguf_file::open(path));
+    const std::string bos = special_token_text(v, v.bos());
+    ASSERT_FALSE(bos.empty());
+    const std::vector<token> plain = tokenize_chat_prompt(v, "Hello");
+    const std::vector<token> with = tokenize_chat_prompt(v, bos + "Hello");
+    EXPECT_EQ(std::count(with.begin(), with.end(), v.bos()), 1);
+    EXPECT_EQ(with.front(), v.bos());
+    if (v.add_bos()) {
+        EXPECT_EQ(plain, with);
+    }
+    fs::remove(path);
+}
+
+// A reasoning model's reply keeps its thinking apart, where the template knows reasoning; Qwen3's template renders the
+// history the same from either form (python: equal), without the old thinking.
+TEST(chat_template, reasoning_replies_are_stored_as_the_template_expects) {
+    const chat_template qwen3(test::read_file(std::string(TESSERA_TEMPLATES) + "/Qwen-Qwen3-0.6B.jinja"), "", "");
+    const std::string reply = "<think>\n3*7 is 21.\n</think>\n\n21";
+    const nlohmann::ordered_json m = assistant_message(reply, qwen3);
+    EXPECT_EQ(m["content"], "21");
+    EXPECT_EQ(m["reasoning_content"], "3*7 is 21.");
+    nlohmann::ordered_json history = nlohmann::ordered_json::array();
+    history.push_back({{"role", "user"}, {"content", "Solve 3*7."}});
+    history.push_back(m);
+    history.push_back({{"role", "user"}, {"content", "And 4*8?"}});
+    const nlohmann::ordered_json no_think = {{"enable_thinking", false}};
+    EXPECT_EQ(qwen3.render(history, true, nullptr, no_think),
+              "<|im_start|>user\nSolve 3*7.<|im_end|>\n<|im_start|>assistant\n21<|im_end|>\n<|im_start|>user\nAnd "
+              "4*8?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    history[1] = {{"role", "assistant"}, {"content", reply}};
+    EXPECT_EQ(qwen3.render(history, true, nullptr, no_think).find("3*7 is 21"), std::string::npos);
+    // a template that knows nothing of reasoning keeps the reply whole
+    const nlohmann::ordered_json plain = assistant_message(reply, chat_template(chatml_template, "", ""));
+    EXPECT_EQ(plain["content"], reply);
+    EXPECT_FALSE(plain.contains("reasoning_content"));
 }
 
 TEST(chat_session_tiny, reuses_the_cached_prefix_and_drops_old_turns) {
@@ -99,7 +148,7 @@ TEST(chat_session_tiny, reuses_the_cached_prefix_and_drops_old_turns) {
     test::write_tiny_model(path, {});
     auto m = model::load(path);
     session s(*m, session_params{.n_ctx = 256, .n_threads = 2});
-    chat_session c(s, chat_format::chatml, sampler_params{.temp = 0.0f}, "sys");
+    chat_session c(s, chat_template(chatml_template, "", ""), sampler_params{.temp = 0.0f}, "sys");
     c.reserve = 16;
     auto r1 = c.send("hello there", {}, nullptr, 8);
     EXPECT_EQ(r1.n_generated, 8);
@@ -107,14 +156,14 @@ TEST(chat_session_tiny, reuses_the_cached_prefix_and_drops_old_turns) {
     EXPECT_LT(r2.n_prompt_eval, 20); // only the new turn is evaluated
     EXPECT_EQ(c.messages().size(), 5u);
     // regenerate gives the same greedy reply
-    const std::string last = c.messages().back().content;
+    const std::string last = c.messages().back()["content"];
     auto r3 = c.regenerate({}, nullptr, 8);
     EXPECT_EQ(r3.text, last);
     // fill the context: old turns go, the system prompt stays, never a loop
     int dropped = 0;
     for (int i = 0; i < 40; i++) dropped += c.send("message number " + std::to_string(i), {}, nullptr, 8).n_dropped_turns;
     EXPECT_GT(dropped, 0);
-    EXPECT_EQ(c.messages().front().role, "system");
+    EXPECT_EQ(c.messages().front()["role"], "system");
     EXPECT_LE(c.tokens_in_context(), s.n_ctx());
     // a message that cannot fit at all is an error and leaves the conversation as it was
     const size_t before = c.messages().size();
@@ -129,6 +178,69 @@ TEST(chat_session_tiny, reuses_the_cached_prefix_and_drops_old_turns) {
     EXPECT_EQ(r4.n_generated, 0);
     c.clear();
     EXPECT_EQ(c.messages().size(), 1u);
+    fs::remove(path);
+}
+
+// The prompt is rendered whole each turn; what the cache holds is reused up to the first token that differs. A template
+// that renders an old reply differently from how it was generated (as Qwen3 drops old thinking) makes the turn
+// re-evaluate from there, and the reply is then the one a fresh session gives for the same conversation.
+TEST(chat_session_tiny, history_rendered_differently_is_evaluated_again) {
+    const std::string path = temp_path("history.gguf");
+    test::write_tiny_model(path, {});
+    auto m = model::load(path);
+    // the same layout, but past replies rendered inside "[...]" (the reply being generated follows "<a>" plainly)
+    const char* const verbatim = "{% for m in messages %}<{{ m.role[0] }}>{{ m.content }}</{{ m.role[0] }}>{% endfor %}"
+                                 "{% if add_generation_prompt %}<a>{% endif %}";
+    const char* const rewritten = "{% for m in messages %}<{{ m.role[0] }}>{{ '[' ~ m.content ~ ']' if m.role == "
+                                  "'assistant' else m.content }}</{{ m.role[0] }}>{% endfor %}"
+                                  "{% if add_generation_prompt %}<a>{% endif %}";
+    int64_t eval_second[2] = {0, 0};
+    std::string second_reply[2];
+    for (int k = 0; k < 2; k++) {
+        session s(*m, session_params{.n_ctx = 256, .n_threads = 2});
+        chat_session c(s, chat_template(k ? rewritten : verbatim, "", ""), sampler_params{.temp = 0.0f}, "");
+        const chat_reply r1 = c.send("hello there", {}, nullptr, 12);
+        ASSERT_EQ(r1.n_generated, 12);
+        const chat_reply r2 = c.send("and again", {}, nullptr, 6);
+        eval_second[k] = r2.n_prompt_eval;
+        second_reply[k] = r2.text;
+        // the cache holds exactly the rendered prompt and the reply
+        const nlohmann::ordered_json asked(c.messages().begin(), c.messages().end() - 1);
+        EXPECT_EQ(c.tokens_in_context(),
+                  int64_t(tokenize_chat_prompt(m->voc, c.tmpl().render(asked, true)).size()) + r2.n_generated);
+        // a fresh session given the same conversation answers the same
+        session fresh(*m, session_params{.n_ctx = 256, .n_threads = 2});
+        chat_session f(fresh, chat_template(k ? rewritten : verbatim, "", ""), sampler_params{.temp = 0.0f}, "");
+        f.set_messages(nlohmann::ordered_json(c.messages().begin(), c.messages().end() - 2));
+        EXPECT_EQ(f.send("and again", {}, nullptr, 6).text, r2.text) << (k ? "rewritten" : "verbatim");
+    }
+    // the rewritten history costs the old reply (12 tokens, give or take a merge) on top of the new turn
+    EXPECT_GE(eval_second[1] - eval_second[0], 8) << eval_second[0] << " vs " << eval_second[1];
+    fs::remove(path);
+}
+
+TEST(chat_session_tiny, template_errors_and_kwargs) {
+    const std::string path = temp_path("kwargs.gguf");
+    test::write_tiny_model(path, {});
+    auto m = model::load(path);
+    session s(*m, session_params{.n_ctx = 256, .n_threads = 2});
+    const char* const t = "{% for m in messages %}{% if 'forbidden' in m.content %}{{ raise_exception('no: ' ~ "
+                          "m.content) }}{% endif %}<{{ m.role }}>{{ m.content }}{% endfor %}[think={{ enable_thinking "
+                          "}}]<assistant>";
+    chat_session c(s, chat_template(t, "", ""), sampler_params{.temp = 0.0f}, "sys",
+                   nlohmann::ordered_json{{"enable_thinking", false}});
+    EXPECT_EQ(c.prompt_text(), "<system>sys[think=False]<assistant>");
+    c.send("fine", {}, nullptr, 4);
+    const nlohmann::ordered_json before = c.messages();
+    try {
+        c.send("a forbidden word", {}, nullptr, 4);
+        FAIL() << "sent";
+    } catch (const error& e) {
+        EXPECT_STREQ(e.what(), "chat template: line 1: no: a forbidden word");
+    }
+    EXPECT_EQ(c.messages(), before); // the failed turn left no trace
+    c.send("fine again", {}, nullptr, 4);
+    EXPECT_EQ(c.messages().size(), before.size() + 2);
     fs::remove(path);
 }
 
@@ -374,5 +486,40 @@ TEST(chat_cli, save_replaces_the_file_whole_and_reports_errors) {
     EXPECT_NE(out.find("context: "), std::string::npos) << out; // /stats answered after the failed /save
     fs::remove(path);
     fs::remove(saved);
+    fs::remove(err);
+}
+
+// The template flags: --chat-template-file replaces the model's, --chat-template-kwargs and --reasoning-budget 0 reach
+// the template, and a template error ends a piped chat with one error line and status 1.
+TEST(chat_cli, template_flags_and_errors) {
+    const std::string path = temp_path("flags.gguf"), tmpl = temp_path("flags.jinja"), err = temp_path("flags.err");
+    test::write_tiny_model(path, {});
+    {
+        std::ofstream(tmpl) << "{% if enable_thinking is defined and not enable_thinking %}{{ raise_exception('thinking "
+                               "is off') }}{% endif %}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor "
+                               "%}<assistant>";
+    }
+    const std::string chat = quote(TESSERA_BINARY) + " chat -m " + quote(path) + " -n 4 --temp 0 --no-history ";
+    int rc = -1;
+    std::string out = sh("printf 'hi\n/stats\n' | " + chat + "--chat-template-file " + quote(tmpl) + " 2>" + quote(err), &rc);
+    EXPECT_EQ(rc, 0) << test::read_file(err);
+    EXPECT_NE(out.find("template " + tmpl), std::string::npos) << out;
+    for (const std::string flags : {"--reasoning-budget 0", "--chat-template-kwargs '{\"enable_thinking\": false}'"}) {
+        out = sh("printf 'hi\n' | " + chat + "--chat-template-file " + quote(tmpl) + " " + flags + " 2>" + quote(err),
+                 &rc);
+        EXPECT_EQ(rc, 1) << flags;
+        EXPECT_EQ(test::read_file(err), "error: chat template: line 1: thinking is off\n") << flags;
+    }
+    out = sh("printf 'hi\n' | " + chat + "--chat-template-kwargs '{nope}' 2>" + quote(err), &rc);
+    EXPECT_EQ(rc, 1);
+    EXPECT_EQ(test::read_file(err).rfind("error: --chat-template-kwargs: not valid JSON", 0), 0u) << test::read_file(err);
+    out = sh("printf 'hi\n' | " + chat + "--chat-template '{% for m in messages %}{{ m.content }' 2>" + quote(err), &rc);
+    EXPECT_EQ(rc, 1);
+    EXPECT_EQ(test::read_file(err).rfind("error: chat template: line 1: ", 0), 0u) << test::read_file(err);
+    out = sh("printf 'hi\n' | " + chat + "--reasoning-budget 100 2>" + quote(err), &rc);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(test::read_file(err).find("--reasoning-budget"), std::string::npos) << test::read_file(err);
+    fs::remove(path);
+    fs::remove(tmpl);
     fs::remove(err);
 }
