@@ -49,6 +49,8 @@ std::optional<uint32_t> llama_ftype_of(type t) {
         return 36;
     case type::tq2_0:
         return 37;
+    case type::mxfp4:
+        return 38; // llama.cpp's MOSTLY_MXFP4_MOE, the nearest label: llama-quantize writes MXFP4 for experts only
     case type::nvfp4:
         return 39;
     default:

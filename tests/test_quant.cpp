@@ -44,7 +44,8 @@ double rel_rmse(const std::vector<float>& a, const std::vector<float>& ref) {
 // 8-bit ~ step/sqrt(12) with step = amax/127 of 32 values (~2.5 sigma) [q8_0 0.0054, 0.0082]; 4-bit ~ 16x that
 // [q4_0 0.087, 0.127]. q8_K / i8_s take one scale per 256 values / per row (65536 values here), so amax and the step
 // grow with the tail [q8_K 0.0070, 0.017; i8_s 0.010, 0.056]. awq4: 16 levels over max - min of 128 (64) values
-// [0.100, 0.165; g64 0.092, 0.131]. nvfp4: E2M1 has 2 significant bits and a per-16 scale [0.096, 0.091].
+// [0.100, 0.165; g64 0.092, 0.131]. nvfp4: E2M1 has 2 significant bits and a per-16 scale [0.096, 0.091]; mxfp4 the
+// same values with a power-of-two scale per 32 [0.114, 0.140].
 // tq2_0 / i2_s are ternary: Gaussian weights keep only about half their energy whatever the scale (absmean is near
 // optimal for i2_s [0.513, 0.702]; tq2_0's per-block absmax, ggml's quantizer, zeroes everything below amax/2
 // [0.809, 0.804]): they are meant for BitNet weights, already ternary, which round-trip exactly (next test).
@@ -58,6 +59,7 @@ template <> struct bounds<i8_s> { static constexpr double normal = 0.015, heavy 
 template <> struct bounds<awq4> { static constexpr double normal = 0.12, heavy = 0.2; };
 template <> struct bounds<awq4_g64> { static constexpr double normal = 0.11, heavy = 0.16; };
 template <> struct bounds<nvfp4> { static constexpr double normal = 0.11, heavy = 0.11; };
+template <> struct bounds<mxfp4> { static constexpr double normal = 0.13, heavy = 0.16; };
 template <> struct bounds<tq2_0> { static constexpr double normal = 0.85, heavy = 0.85; };
 template <> struct bounds<i2_s> { static constexpr double normal = 0.55, heavy = 0.75; };
 
@@ -110,6 +112,11 @@ template <class F> void representable_block(float* v, int b, std::mt19937& rng) 
     } else if constexpr (F::id == type::i2_s) { // one scale per tensor, not a power of two
         for (int j = 0; j < n; j++) v[j] = 0.75f * float(int(rng() % 3) - 1);
         v[0] = -0.75f;
+    } else if constexpr (F::id == type::mxfp4) { // D * E2M1 with D = 2^k (its E8M0 scale), amax pinned to 6 D
+        const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+        const float D = std::ldexp(1.0f, 2 * b - 9);
+        for (int j = 0; j < n; j++) v[j] = D * e2m1[rng() % 8] * (rng() % 2 ? -1.0f : 1.0f);
+        v[int(rng() % 32)] = 6 * D * (b % 2 ? -1.0f : 1.0f);
     } else if constexpr (F::id == type::nvfp4) { // per sub-block: D * E2M1 with D = 2^k, amax pinned to 6 D
         const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
         for (int s = 0; s < 4; s++) {
@@ -372,6 +379,39 @@ TEST(quant_known_blocks, nvfp4_split_halves) {
             EXPECT_EQ(y[16 * s + j], e2m1[(j + s) % 16] * dv[s]) << s << " " << j;
             EXPECT_EQ(y[16 * s + j + 8], e2m1[(15 - j - s) & 15] * dv[s]) << s << " " << j;
         }
+}
+
+TEST(quant_known_blocks, mxfp4_layout_and_e8m0_scale) {
+    // FORMATS.md: e (E8M0) then qs; byte j: low nibble = element j, high = element j + 16; x = E2M1 * 2^(e - 127),
+    // e = 0 and 1 the subnormal scales 2^-127 and 2^-126, e = 254 2^127
+    const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    for (int e : {0, 1, 2, 100, 127, 130, 254}) {
+        uint8_t raw[17];
+        raw[0] = uint8_t(e);
+        for (int j = 0; j < 16; j++) raw[1 + j] = uint8_t((j % 16) | (((15 - j) & 15) << 4));
+        block_mxfp4 b;
+        std::memcpy(&b, raw, sizeof(b));
+        float y[32];
+        mxfp4::dequantize(b, y);
+        const float scale = std::ldexp(1.0f, e - 127);
+        for (int j = 0; j < 16; j++) {
+            EXPECT_EQ(y[j], e2m1[j] * scale) << e << " " << j;
+            EXPECT_EQ(y[j + 16], e2m1[15 - j] * scale) << e << " " << j;
+        }
+    }
+    // ggml's quantizer: e = floor(log2 amax) - 2 + 127; ties to the first (smaller) code; all zeros -> e = 0, +0
+    float x[32] = {};
+    block_mxfp4 b;
+    mxfp4::quantize(x, b);
+    EXPECT_EQ(b.e, 0);
+    for (uint8_t q : b.qs) EXPECT_EQ(q, 0);
+    x[0] = 5.0f;  // amax 5: e = 2 - 2 + 127 = 127, scale 1: 5 is halfway between 4 and 6 -> 4 (code 6)
+    x[16] = -0.25f; // halfway between 0 and -0.5 -> +0 (code 0, first index)
+    x[1] = 2.6f;  // -> 3 (code 5)
+    mxfp4::quantize(x, b);
+    EXPECT_EQ(b.e, 127);
+    EXPECT_EQ(b.qs[0], 6);
+    EXPECT_EQ(b.qs[1], 5);
 }
 
 TEST(quant_known_blocks, awq4_nibble_order) {

@@ -37,6 +37,7 @@ void quantize_row_q8_k(const float* x, void* y, int64_t n);
 float vec_dot_i2_s_i8_s(const void* w, const void* a, int64_t n);
 void quantize_row_i8_s(const float* x, void* y, int64_t n);
 float vec_dot_nvfp4_q8_0(const void* w, const void* a, int64_t n);
+float vec_dot_mxfp4_q8_0(const void* w, const void* a, int64_t n);
 template <int G> float vec_dot_awq4_q8_1(const void* w, const void* a, int64_t n);
 void f32_to_f16_row(const float* x, void* y, int64_t n);
 void f16_to_f32_row(const void* x, float* y, int64_t n);
@@ -184,6 +185,7 @@ struct tables {
         set_fast(type::tq2_0, avx2::vec_dot_tq2_0_q8_k, avx2::quantize_row_q8_k);
         set_fast(type::i2_s, avx2::vec_dot_i2_s_i8_s, avx2::quantize_row_i8_s);
         set_fast(type::nvfp4, avx2::vec_dot_nvfp4_q8_0, avx2::quantize_row_q8_0);
+        set_fast(type::mxfp4, avx2::vec_dot_mxfp4_q8_0, avx2::quantize_row_q8_0);
         set_fast(type::awq4, avx2::vec_dot_awq4_q8_1<128>, avx2::quantize_row_q8_1);
         set_fast(type::awq4_g64, avx2::vec_dot_awq4_q8_1<64>, avx2::quantize_row_q8_1);
         fast[slot(type::q4_0)].gemm4 = avx2::gemm4_q4_0_q8_0;
