@@ -643,7 +643,9 @@ TEST(jinja_errors, raise_exception_becomes_the_error_line) {
                            "{{ raise_exception('Conversation roles must alternate user/assistant') }}\n"
                            "{% endif %}{% endfor %}"),
               "chat template: line 3: Conversation roles must alternate user/assistant");
-    EXPECT_EQ(render_error("{{ raise_exception('multi\\nline') }}").find("chat template: line 1: multi"), 0u);
+    // one line, whatever the message holds
+    EXPECT_EQ(render_error("{{ raise_exception('multi\\nline') }}"), "chat template: line 1: multi\\nline");
+    EXPECT_EQ(render_error("{{ [1] | map('bad\\nname') | list }}"), "chat template: line 1: No filter named 'bad\\nname'.");
 }
 
 TEST(jinja_errors, runtime_errors_name_their_line) {

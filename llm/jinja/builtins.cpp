@@ -81,6 +81,9 @@ void float_divmod(double vx, double wx, double& div_out, double& mod_out) {
 
 value binary_op(binop op, const value& a, const value& b) {
     if (a.is_undefined()) fail(a.s ? *a.s : "value is undefined");
+    // str % Undefined is python's str % <a mapping>: fine while nothing reads it ('%s' gives "")
+    if (op == binop::mod && a.is_string() && b.is_undefined())
+        return value::string(py::percent(a.str(), b, a.markup), a.markup);
     if (b.is_undefined()) fail(b.s ? *b.s : "value is undefined");
     const bool ints = a.is_int() && b.is_int();
     const bool nums = a.is_number() && b.is_number();

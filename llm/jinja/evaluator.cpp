@@ -823,12 +823,21 @@ value evaluator::eval_inner(const expr& e, scope* sc) {
 
 // ---- jinja.h ----
 
+// "chat template: line N: msg" on one line: line breaks in msg (a raise_exception text, a name taken from a string)
+// written as \n
+static error template_error(const eval_error& e) {
+    std::string msg;
+    for (char c : e.msg) msg += c == '\n' ? std::string("\\n") : c == '\r' ? std::string("\\r") : std::string(1, c);
+    if (e.line == 0) return error("chat template: " + msg); // the variables, before line 1
+    return error(fmt::format("chat template: line {}: {}", e.line, msg));
+}
+
 template_ parse(std::string_view source) {
     template_ t;
     try {
         t.p_ = parse_program(source);
     } catch (const eval_error& e) {
-        throw error(fmt::format("chat template: line {}: {}", e.line, e.msg));
+        throw template_error(e);
     }
     return t;
 }
@@ -846,8 +855,7 @@ std::string render(const template_& t, const nlohmann::ordered_json& context, co
         evaluator ev(opt, bounds);
         return ev.render(t.prog(), from_json(context));
     } catch (const eval_error& e) {
-        if (e.line == 0) throw error(fmt::format("chat template: {}", e.msg)); // the variables, before line 1
-        throw error(fmt::format("chat template: line {}: {}", e.line, e.msg));
+        throw template_error(e);
     }
 }
 

@@ -148,6 +148,7 @@ struct dict_view_object final : object {
     std::optional<int64_t> length() const override { return int64_t(d->items.size()); }
     bool equals(const object& other) const override;
     int nest() const override { return depth; }
+    bool hashable() const override { return false; }
 };
 
 class evaluator {

@@ -346,6 +346,7 @@ value f_float(evaluator&, const value& v, call_args& a) {
     const value* args[1];
     a.bind("do_float", {"default"}, 0, args);
     const value def = args[0] ? *args[0] : value::floating(0.0);
+    if (v.is_undefined()) fail(v.s ? *v.s : "value is undefined"); // float(Undefined) raises, uncaught
     if (v.is_number()) return value::floating(v.as_float());
     double d;
     if (v.is_string() && parse_float(v.str(), d)) return value::floating(d);
@@ -415,6 +416,7 @@ value f_int(evaluator&, const value& v, call_args& a) {
     const value* args[2];
     a.bind("do_int", {"default", "base"}, 0, args);
     const value def = args[0] ? *args[0] : value::integer(0);
+    if (v.is_undefined()) fail(v.s ? *v.s : "value is undefined"); // int(Undefined) raises, uncaught
     if (v.is_int()) return value::integer(v.as_int());
     if (v.k == kind::floating) {
         if (!std::isfinite(v.f) || std::fabs(v.f) >= 9.2e18) return def;
@@ -779,11 +781,9 @@ value f_trim(evaluator&, const value& v, call_args& a) {
     return str_value(py::strip(s.str(), &chars, true, true), s.markup);
 }
 
-value f_truncate(evaluator&, const value& v, call_args& a) {
+value f_truncate(evaluator& ev, const value& v, call_args& a) {
     const value* args[4];
     a.bind("do_truncate", {"length", "killwords", "end", "leeway"}, 0, args);
-    if (v.is_undefined()) return v; // len(Undefined) == 0: short enough
-    const std::string& s = need_str(v, "truncate");
     const int64_t length = args[0] ? int_arg(*args[0], "truncate") : 255;
     const bool killwords = args[1] && truthy(*args[1]);
     const std::string end = args[2] ? need_str(*args[2], "truncate") : "...";
@@ -791,6 +791,14 @@ value f_truncate(evaluator&, const value& v, call_args& a) {
     const int64_t n_end = int64_t(n_code_points(end));
     if (length < n_end) fail(fmt::format("expected length >= {}, got {}", n_end, length));
     if (leeway < 0) fail(fmt::format("expected leeway >= 0, got {}", leeway));
+    if (!v.is_string()) {
+        // python only needs len() to return a short value as it is; cutting one takes a str
+        const auto n = ev.length(v);
+        if (!n) fail(fmt::format("object of type '{}' has no len()", type_name(v)));
+        if (*n <= length + leeway) return v;
+        need_str(v, "truncate");
+    }
+    const std::string& s = v.str();
     const std::vector<uint32_t> cps = code_points(s);
     if (int64_t(cps.size()) <= length + leeway) return v;
     const std::string head = from_code_points(cps, 0, size_t(std::min<int64_t>(length - n_end, int64_t(cps.size()))));

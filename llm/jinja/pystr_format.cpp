@@ -301,7 +301,7 @@ std::string percent(std::string_view f, const value& args, bool markup) {
     // mapping-like one (dict, list: anything subscriptable but a tuple or str) also serves %(key)s and excuses
     // arguments left unused
     const bool is_tuple = args.is_list() && args.tuple;
-    const bool mapping = !is_tuple && (args.is_dict() || args.is_list() ||
+    const bool mapping = !is_tuple && (args.is_dict() || args.is_list() || args.is_undefined() ||
                                        (args.is_object() && args.o->has_getitem()));
     std::vector<value> list;
     if (is_tuple) list = args.items();
@@ -326,6 +326,7 @@ std::string percent(std::string_view f, const value& args, bool markup) {
         value v;
         bool have = false;
         if (f[i] == '(') {
+            if (args.is_undefined()) fail(args.s ? *args.s : "value is undefined");
             if (!args.is_dict()) fail("format requires a mapping");
             size_t depth = 1, close = i + 1;
             for (; close < f.size() && depth; close++) {

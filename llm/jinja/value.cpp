@@ -119,15 +119,28 @@ void namespace_object::set(const std::string& name, value v) {
 }
 
 void check_hashable(const value& key) {
-    if ((key.is_list() && !key.tuple) || key.is_dict() || key.is_undefined())
+    if ((key.is_list() && !key.tuple) || key.is_dict() || key.is_undefined() || (key.is_object() && !key.o->hashable()))
         fail(fmt::format("unhashable type: '{}'", type_name(key)));
     if (key.is_list())
         for (const value& x : key.items()) check_hashable(x);
 }
 
+// Small dicts (most: a message, a tool call) are searched in order; from 16 keys on, string keys are hashed.
+constexpr size_t dict_index_from = 16;
+
+static size_t find_string_key(const dict_data& d, std::string_view key) {
+    if (!d.index.empty()) {
+        auto it = d.index.find(std::string(key));
+        return it == d.index.end() ? SIZE_MAX : it->second;
+    }
+    for (size_t i = 0; i < d.items.size(); i++)
+        if (d.items[i].first.is_string() && d.items[i].first.str() == key) return i;
+    return SIZE_MAX;
+}
+
 const value* dict_data::find(std::string_view key) const {
-    auto it = index.find(std::string(key));
-    return it == index.end() ? nullptr : &items[it->second].second;
+    const size_t i = find_string_key(*this, key);
+    return i == SIZE_MAX ? nullptr : &items[i].second;
 }
 
 const value* dict_data::find(const value& key) const {
@@ -139,12 +152,18 @@ const value* dict_data::find(const value& key) const {
 
 void dict_data::set(value key, value v) {
     if (key.is_string()) {
-        auto it = index.find(key.str());
-        if (it != index.end()) {
-            items[it->second].second = std::move(v);
+        const size_t i = find_string_key(*this, key.str());
+        if (i != SIZE_MAX) {
+            items[i].second = std::move(v);
             return;
         }
-        index.emplace(key.str(), items.size());
+        if (!index.empty()) {
+            index.emplace(key.str(), items.size());
+        } else if (items.size() + 1 >= dict_index_from) {
+            for (size_t j = 0; j < items.size(); j++)
+                if (items[j].first.is_string()) index.emplace(items[j].first.str(), j);
+            index.emplace(key.str(), items.size());
+        }
     } else {
         for (auto& [k, old] : items)
             if (!k.is_string() && equal(k, key)) {

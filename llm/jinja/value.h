@@ -100,10 +100,11 @@ struct value {
     }
 };
 
-// A python dict: insertion order kept; keys are hashable values (str, numbers, None, tuples), string keys indexed.
+// A python dict: insertion order kept; keys are hashable values (str, numbers, None, tuples). String keys are hashed
+// once the dict is big (value.cpp); a small one is searched in order.
 struct dict_data {
     std::vector<std::pair<value, value>> items;
-    std::unordered_map<std::string, size_t> index; // string key -> position in items
+    std::unordered_map<std::string, size_t> index; // string key -> position in items; empty while the dict is small
 
     const value* find(const value& key) const;
     const value* find(std::string_view key) const;
@@ -128,6 +129,7 @@ struct object {
     virtual bool callable() const { return false; }
     virtual value call(evaluator& ev, call_args& args); // fails unless callable()
     virtual int nest() const { return 0; }              // how deep values nest inside it
+    virtual bool hashable() const { return true; }      // python: hash(obj) works (identity)
 };
 
 // The namespace() object: the one mutable thing ({% set ns.x = ... %}).

@@ -62,11 +62,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if ((kind & 3) == 3) m["tool_call_id"] = "call0001";
         in.messages.push_back(std::move(m));
     }
-    in.tools = ojson::array({{{"type", "function"},
-                              {"function", {{"name", "get_weather"}, {"description", "Weather of a city."},
-                                            {"parameters", {{"type", "object"},
-                                                            {"properties", {{"city", {{"type", "string"}}}}},
-                                                            {"required", {"city"}}}}}}}});
+    static const ojson tools = ojson::array(
+        {{{"type", "function"},
+          {"function", {{"name", "get_weather"}, {"description", "Weather of a city."},
+                        {"parameters", {{"type", "object"},
+                                        {"properties", {{"city", {{"type", "string"}}}}},
+                                        {"required", {"city"}}}}}}}});
+    in.tools = tools;
     in.add_generation_prompt = fields.size() % 2 == 1;
     in.kwargs["enable_thinking"] = fields.size() % 4 < 2;
     in.bos_token = "<s>";
