@@ -232,6 +232,26 @@ tensor* score(context& ctx, tensor* logits, tensor* targets, tensor* base, score
     return r;
 }
 
+tensor* top_k(context& ctx, tensor* a, int64_t k) {
+    TS_ASSERT(a->t == type::f32 && a->nb[0] == 4 && k >= 1 && k <= a->ne[0] && a->ne[2] == 1 && a->ne[3] == 1);
+    tensor* r = ctx.new_tensor(type::i32, {k, a->ne[1]});
+    r->o = op::top_k;
+    r->src[0] = a;
+    return r;
+}
+
+tensor* mul_mat_id(context& ctx, tensor* experts, tensor* b, tensor* ids) {
+    TS_ASSERT(experts->ne[3] == 1 && b->t == type::f32 && b->ne[0] == experts->ne[0] && b->ne[3] == 1);
+    TS_ASSERT(ids->t == type::i32 && ids->ne[1] == b->ne[2] && ids->ne[2] == 1 && ids->ne[3] == 1);
+    TS_ASSERT(b->ne[1] == 1 || b->ne[1] == ids->ne[0]);
+    tensor* r = ctx.new_tensor(type::f32, {experts->ne[1], ids->ne[0], b->ne[2]});
+    r->o = op::mul_mat_id;
+    r->src[0] = experts;
+    r->src[1] = b;
+    r->src[2] = ids;
+    return r;
+}
+
 tensor* tanh(context& ctx, tensor* a) {
     tensor* r = new_result(ctx, op::tanh, *a);
     r->src[0] = a;

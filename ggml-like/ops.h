@@ -63,6 +63,15 @@ tensor* relu2_glu(context& ctx, tensor* gate, tensor* up); // relu(gate)^2 * up
 // (kld_record_size(n_vocab) / 2, n_rows) i32 holds the base file's records in compare mode (nullptr otherwise).
 // dst: i32 (score_row_words(mode, n_vocab), n_rows), op_params.i[0] = mode.
 tensor* score(context& ctx, tensor* logits, tensor* targets, tensor* base, score_mode mode);
+// Expert routing (mixture-of-experts feed-forward), as ggml's ops:
+// top_k: a (n, rows) f32 -> i32 (k, rows), the indices of each row's k largest values in the order ggml's CPU gives
+// them (std::partial_sort by value, descending, then the first two swapped: the order carries no meaning, but the
+// experts' outputs are summed in it). k <= n.
+tensor* top_k(context& ctx, tensor* a, int64_t k);
+// mul_mat_id: experts (k, n, n_expert) weights of any computable type, b (k, n_b, n_tok) f32 with n_b = n_used (each
+// chosen expert its own activations) or 1 (shared), ids (n_used, n_tok) i32 in [0, n_expert)
+//   -> (n, n_used, n_tok) f32: dst[:, i, t] = experts[:, :, ids[i, t]]^T b[:, i % n_b, t].
+tensor* mul_mat_id(context& ctx, tensor* experts, tensor* b, tensor* ids);
 tensor* tanh(context& ctx, tensor* a);
 // Writes a (converted to dst's type) into the memory dst views; returns a tensor aliasing dst.
 tensor* cpy(context& ctx, tensor* a, tensor* dst);

@@ -22,6 +22,8 @@ const char* op_name(op o) {
     case op::geglu: return "geglu";
     case op::relu2_glu: return "relu2_glu";
     case op::score: return "score";
+    case op::top_k: return "top_k";
+    case op::mul_mat_id: return "mul_mat_id";
     case op::tanh: return "tanh";
     case op::cpy: return "cpy";
     case op::set_rows: return "set_rows";

@@ -32,6 +32,8 @@ enum class op : uint8_t {
     set_rows,  // row src2[i] of src1 = src0 row i converted to src1's type (the KV-cache write); dst aliases src1
     attention, // dst (hd, n_head, n_tok) = softmax(scale * Q K^T + mask) V over the KV cache; see ops.h
     score,     // dst i32 (words, n_rows): perplexity / KL-divergence words of each row of logits (score.h)
+    top_k,     // dst i32 (k, rows): the indices of each row's k largest values (ggml's order, see ops.h)
+    mul_mat_id, // dst (n, n_used, n_tok) = expert src2[i, t] of src0 (k, n, n_expert) applied to src1 (k, *, n_tok)
 };
 const char* op_name(op o);
 

@@ -652,6 +652,81 @@ TEST(ops, score_nll_encode_compare) {
     }
 }
 
+// top_k: the k largest of each row (ties included), in ggml's order: descending but for the first two, swapped.
+TEST(ops, top_k_largest_in_ggml_order) {
+    for (int64_t n : {int64_t(8), int64_t(37), int64_t(128)})
+        for (int64_t k : {int64_t(1), int64_t(2), int64_t(4), int64_t(8)}) {
+            harness h;
+            const int64_t rows = 5;
+            tensor* a = h.leaf_f32({n, rows}, uint32_t(60 + n + k));
+            float* x = static_cast<float*>(a->data);
+            x[2 * n + 1] = x[2 * n + 3] = 9.0f; // row 2: a tie at the top
+            const auto bytes = h.run_bytes(top_k(h.ctx, a, k));
+            for (int64_t r = 0; r < rows; r++) {
+                const float* xr = x + r * n;
+                const auto* y = reinterpret_cast<const int32_t*>(bytes.data()) + r * k;
+                std::vector<float> want(xr, xr + n), got;
+                std::sort(want.begin(), want.end(), std::greater<float>());
+                for (int64_t j = 0; j < k; j++) {
+                    ASSERT_TRUE(y[j] >= 0 && y[j] < n);
+                    got.push_back(xr[y[j]]);
+                }
+                std::vector<int32_t> distinct(y, y + k);
+                std::sort(distinct.begin(), distinct.end());
+                EXPECT_EQ(std::unique(distinct.begin(), distinct.end()), distinct.end()) << "an index twice";
+                if (k > 1) std::swap(got[0], got[1]);
+                for (int64_t j = 0; j < k; j++) EXPECT_EQ(got[size_t(j)], want[size_t(j)]) << n << " " << k << " " << r;
+            }
+        }
+}
+
+// mul_mat_id: each (slot, token) against its expert, equal to mul_mat on that expert's matrix bit for bit (the same
+// row dot; f16 to rounding, mul_mat having its own f16 kernels), and to plain double arithmetic on the dequantized weights within the format's bound; tokens sharing and not
+// sharing experts, an expert nobody chose, activations per slot and shared (n_b = 1), odd sizes, 3 threads.
+TEST(ops, mul_mat_id_every_type) {
+    for (type t : {type::f32, type::f16, type::q8_0, type::q4_0, type::mxfp4})
+        for (int64_t n_b : {int64_t(3), int64_t(1)}) {
+            const int64_t k = 96, n = 24, n_expert = 6, n_used = 3, n_tok = 5;
+            harness h;
+            std::vector<float> deq;
+            tensor* w2 = h.leaf_typed(t, k, n * n_expert, 70, deq);
+            tensor* w = reshape_3d(h.ctx, w2, k, n, n_expert);
+            tensor* b = h.leaf_f32({k, n_b, n_tok}, 71);
+            // token 0 and 1 choose the same experts in another order, expert 5 is never chosen
+            const std::vector<int32_t> idv = {2, 0, 4, 4, 2, 0, 1, 3, 0, 3, 4, 1, 2, 1, 3};
+            tensor* ids = h.leaf_i32(idv);
+            ids = reshape_2d(h.ctx, ids, n_used, n_tok);
+            const auto got = h.run(mul_mat_id(h.ctx, w, b, ids));
+            ASSERT_EQ(got.size(), size_t(n * n_used * n_tok));
+            double num = 0, den = 0;
+            for (int64_t tok = 0; tok < n_tok; tok++)
+                for (int64_t i = 0; i < n_used; i++) {
+                    const int64_t e = idv[size_t(tok * n_used + i)];
+                    harness h2;
+                    std::vector<float> d2;
+                    tensor* we = h2.leaf_typed(t, k, n * n_expert, 70, d2);
+                    we = view_2d(h2.ctx, we, k, n, we->nb[1], size_t(e * n) * we->nb[1]);
+                    tensor* col = h2.leaf_f32({k, n_b, n_tok}, 71);
+                    col = view_2d(h2.ctx, col, k, 1, col->nb[1], size_t(tok) * col->nb[2] + size_t(i % n_b) * col->nb[1]);
+                    const auto one = h2.run(mul_mat(h2.ctx, we, col));
+                    const float* bv = f32(b) + (tok * n_b + i % n_b) * k;
+                    for (int64_t r = 0; r < n; r++) {
+                        const float g = got[size_t((tok * n_used + i) * n + r)];
+                        if (t == type::f16) // mul_mat has its own f16 kernels (float16.h): the same to rounding
+                            EXPECT_NEAR(g, one[size_t(r)], 1e-5f * (1.0f + std::abs(g))) << "slot " << i << " row " << r;
+                        else
+                            EXPECT_EQ(g, one[size_t(r)]) << type_name(t) << " slot " << i << " token " << tok << " row " << r;
+                        double ref = 0;
+                        for (int64_t j = 0; j < k; j++) ref += double(deq[size_t((e * n + r) * k + j)]) * bv[j];
+                        num += (g - ref) * (g - ref);
+                        den += ref * ref;
+                    }
+                }
+            // f32: summation order only; the others: the activations' q8_0 / f16 rounding
+            EXPECT_LT(num / den, t == type::f32 ? 1e-10 : 1e-3) << type_name(t) << " n_b " << n_b;
+        }
+}
+
 // The planner must not hand a live tensor's memory to another: a long chain with a late reader.
 TEST(alloc, reuse_respects_liveness) {
     harness h;

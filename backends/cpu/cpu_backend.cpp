@@ -82,6 +82,8 @@ bool cpu_backend::supports(const tensor& node) const {
     case op::view: return true;
     case op::get_rows: return computable(node.src[0]) && node.src[1]->t == type::i32;
     case op::mul_mat: return computable(node.src[0]) && f32(node.src[1]);
+    case op::mul_mat_id: return computable(node.src[0]) && f32(node.src[1]) && node.src[2]->t == type::i32;
+    case op::top_k: return f32(node.src[0]) && node.src[0]->nb[0] == 4;
     case op::add: return f32(node.src[0]) && f32(node.src[1]);
     case op::mul: return f32(node.src[0]) && f32(node.src[1]);
     case op::scale: return f32(node.src[0]);
@@ -107,6 +109,7 @@ bool cpu_backend::supports(const tensor& node) const {
 size_t work_size(const tensor& node, int n_threads) {
     switch (node.o) {
     case op::mul_mat: return mul_mat_work_size(node);
+    case op::mul_mat_id: return mul_mat_id_work_size(node);
     case op::attention: {
         const int64_t hd = node.src[0]->ne[0];
         // decode: 4 rows of hd per thread; prefill: K, V, accumulator tiles (64 x hd each) and 3 x 64 floats
@@ -193,6 +196,8 @@ void cpu_backend::compute(graph& g) {
             case op::view: break;
             case op::get_rows: get_rows(p, *n); break;
             case op::mul_mat: mul_mat(p, *n); break;
+            case op::mul_mat_id: mul_mat_id(p, *n); break;
+            case op::top_k: top_k(p, *n); break;
             case op::add: add(p, *n); break;
             case op::mul: mul(p, *n); break;
             case op::scale: scale(p, *n); break;

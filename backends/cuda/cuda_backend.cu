@@ -323,6 +323,9 @@ bool cuda_backend::supports(const tensor& node) const {
         return set_rows_supported(node);
     case op::attention:
         return attention_supported(node);
+    case op::top_k:
+    case op::mul_mat_id: // expert routing: the CPU only so far (#22)
+        return false;
     }
     return false;
 }
@@ -723,6 +726,10 @@ void cuda_backend::launch_nodes(graph& g) {
             break;
         case op::attention:
             attention(ctx, *n);
+            break;
+        case op::top_k:
+        case op::mul_mat_id:
+            TS_ASSERT(!"compute: an op supports() refuses");
             break;
         }
         if (profile_ && n->o != op::view && n->o != op::none) {

@@ -1,0 +1,115 @@
+// moe.cpp: expert routing ops (ops.h in ggml-like): top_k, and mul_mat_id, which touches each chosen expert's matrix
+// once per batch for every (token, slot) that chose it.
+#include "backends/cpu/ops/ops.h"
+
+#include "backends/cpu/quant/vec_dot.h"
+#include "ggml-like/error.h"
+#include "quant/format.h"
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+namespace tessera::cpu {
+
+void top_k(const compute_params& p, tensor& dst) {
+    const tensor& a = *dst.src[0];
+    const int64_t n = a.ne[0], k = dst.ne[0];
+    std::vector<int32_t> idx(static_cast<size_t>(n));
+    int64_t r0, r1;
+    split(a.ne[1], p.ith, p.nth, r0, r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const auto* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.data) + r * a.nb[1]);
+        for (int64_t j = 0; j < n; j++) idx[size_t(j)] = int32_t(j);
+        // ggml_compute_forward_top_k_f32: the same partial sort (so the same order among equal values), then the
+        // first two swapped
+        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [x](int32_t i, int32_t j) { return x[i] > x[j]; });
+        auto* y = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(dst.data) + r * dst.nb[1]);
+        std::copy(idx.begin(), idx.begin() + k, y);
+        if (k > 1) std::swap(y[0], y[1]);
+    }
+}
+
+size_t mul_mat_id_work_size(const tensor& node) {
+    const tensor& w = *node.src[0];
+    const tensor& b = *node.src[1];
+    const cpu_type_ops* ops = find_cpu_ops(w.t, false);
+    if (!ops) return 0;
+    return 64 + (row_size(ops->dot_type, b.ne[0]) * size_t(b.ne[1] * b.ne[2]) + 63) / 64 * 64;
+}
+
+void mul_mat_id(const compute_params& p, tensor& dst) {
+    const tensor& w = *dst.src[0];
+    const tensor& b = *dst.src[1];
+    const tensor& ids = *dst.src[2];
+    const cpu_type_ops* base_ops = find_cpu_ops(w.t, p.reference);
+    TS_ASSERT(base_ops && b.t == type::f32 && b.nb[0] == 4);
+    // as mul_mat: weights llama.cpp repacks (rows a multiple of 8) are summed in its repacked kernels' order
+    cpu_type_ops rows8;
+    const cpu_type_ops* ops = base_ops;
+    if (base_ops->vec_dot_rows8 && (w.flags & flag_param) && w.ne[1] % 8 == 0) {
+        rows8 = *base_ops;
+        rows8.vec_dot = base_ops->vec_dot_rows8;
+        ops = &rows8;
+    }
+    const int64_t k = w.ne[0], n = w.ne[1], n_expert = w.ne[2];
+    const int64_t n_b = b.ne[1], n_used = ids.ne[0], n_tok = ids.ne[1];
+    const size_t act_row = row_size(ops->dot_type, k);
+    auto* counter = reinterpret_cast<std::atomic<int64_t>*>(p.wdata);
+    uint8_t* act = p.wdata + 64;
+    const tensor& w_root = w.view_src ? *w.view_src : w;
+    const float w_scale = read_tensor_scale(w.t, w_root.data, w_root.n_elements());
+
+    // 1) activation rows -> the dot type, all threads
+    int64_t a0, a1;
+    split(n_b * n_tok, p.ith, p.nth, a0, a1);
+    for (int64_t r = a0; r < a1; r++) {
+        const auto* x =
+            reinterpret_cast<const float*>(static_cast<const uint8_t*>(b.data) + (r % n_b) * b.nb[1] + (r / n_b) * b.nb[2]);
+        ops->act_from_float(x, act + size_t(r) * act_row, k);
+    }
+    if (p.ith == 0) counter->store(0, std::memory_order_relaxed);
+    p.barrier();
+
+    // 2) who chose which expert (every thread builds the same lists): pairs (slot, token) by expert, token order
+    std::vector<int64_t> first(static_cast<size_t>(n_expert + 1), 0);
+    std::vector<int64_t> pairs(static_cast<size_t>(n_used * n_tok));
+    auto id_at = [&](int64_t i, int64_t t) {
+        const int32_t e = *reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(ids.data) + i * ids.nb[0] +
+                                                             t * ids.nb[1]);
+        TS_ASSERT(e >= 0 && e < n_expert);
+        return int64_t(e);
+    };
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < n_used; i++) first[size_t(id_at(i, t) + 1)]++;
+    for (int64_t e = 0; e < n_expert; e++) first[size_t(e + 1)] += first[size_t(e)];
+    {
+        std::vector<int64_t> fill(first.begin(), first.end() - 1);
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t i = 0; i < n_used; i++) pairs[size_t(fill[size_t(id_at(i, t))]++)] = t * n_used + i;
+    }
+
+    // 3) jobs: (expert, block of ROWS weight rows), only for chosen experts; each expert's rows read once a batch
+    constexpr int64_t ROWS = 16;
+    const int64_t blocks = (n + ROWS - 1) / ROWS;
+    std::vector<int64_t> chosen;
+    for (int64_t e = 0; e < n_expert; e++)
+        if (first[size_t(e + 1)] > first[size_t(e)]) chosen.push_back(e);
+    const int64_t n_jobs = int64_t(chosen.size()) * blocks;
+    for (int64_t job = counter->fetch_add(1, std::memory_order_relaxed); job < n_jobs;
+         job = counter->fetch_add(1, std::memory_order_relaxed)) {
+        const int64_t e = chosen[size_t(job / blocks)], r0 = (job % blocks) * ROWS, r1 = std::min(n, r0 + ROWS);
+        const uint8_t* we = static_cast<const uint8_t*>(w.data) + e * w.nb[2];
+        for (int64_t q = first[size_t(e)]; q < first[size_t(e + 1)]; q++) {
+            const int64_t t = pairs[size_t(q)] / n_used, i = pairs[size_t(q)] % n_used;
+            const uint8_t* a = act + size_t(t * n_b + i % n_b) * act_row;
+            auto* y = reinterpret_cast<float*>(static_cast<uint8_t*>(dst.data) + i * dst.nb[1] + t * dst.nb[2]);
+            for (int64_t r = r0; r < r1; r++) {
+                const float v = ops->vec_dot(we + r * w.nb[1], a, k);
+                y[r] = w_scale == 1.0f ? v : v * w_scale;
+            }
+        }
+    }
+}
+
+} // namespace tessera::cpu
