@@ -64,8 +64,8 @@ void mul_mat_id(const compute_params& p, tensor& dst) {
     int64_t a0, a1;
     split(n_b * n_tok, p.ith, p.nth, a0, a1);
     for (int64_t r = a0; r < a1; r++) {
-        const auto* x =
-            reinterpret_cast<const float*>(static_cast<const uint8_t*>(b.data) + (r % n_b) * b.nb[1] + (r / n_b) * b.nb[2]);
+        const auto* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(b.data) + (r % n_b) * b.nb[1] +
+                                                       (r / n_b) * b.nb[2]);
         ops->act_from_float(x, act + size_t(r) * act_row, k);
     }
     if (p.ith == 0) counter->store(0, std::memory_order_relaxed);
@@ -75,8 +75,8 @@ void mul_mat_id(const compute_params& p, tensor& dst) {
     std::vector<int64_t> first(static_cast<size_t>(n_expert + 1), 0);
     std::vector<int64_t> pairs(static_cast<size_t>(n_used * n_tok));
     auto id_at = [&](int64_t i, int64_t t) {
-        const int32_t e = *reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(ids.data) + i * ids.nb[0] +
-                                                             t * ids.nb[1]);
+        const int32_t e =
+            *reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(ids.data) + i * ids.nb[0] + t * ids.nb[1]);
         TS_ASSERT(e >= 0 && e < n_expert);
         return int64_t(e);
     };
