@@ -533,6 +533,21 @@ TEST(jinja_features, globals) {
     });
 }
 
+TEST(jinja_features, with_block_autoescape_include) {
+    check_cases({
+        {"{% set a = 9 %}{% with a = a + 1, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}|{% with %}{% set x = 5 %}{{ x }}{% endwith %}[{{ x }}]",
+         "1099|5[]"},
+        {"{% set y = 3 %}{% block b %}{{ y }}{% endblock %}|{% for i in [1] %}{% block c %}[{{ i }}]{% endblock %}{% block d scoped %}[{{ i }}]{% endblock d %}{% endfor %}",
+         "3|[][1]"},
+        {"{% autoescape true %}{{ '<' }}{{ '<' | safe }}{% endautoescape %}{{ '<' }}",
+         "&lt;<<"},
+        {"{% if false %}{% include 'x.jinja' %}{% endif %}ok",
+         "ok"},
+        {"{% include 'x.jinja' %}", nullptr}, // jinja2: TypeError: no loader for this environment specified
+        {"{% from 'x.jinja' import y %}", nullptr}, // jinja2: TypeError: no loader for this environment specified
+    });
+}
+
 TEST(jinja_features, generation) {
     check_cases({
         {"{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.role }}{% endif %}|{% endfor %}",

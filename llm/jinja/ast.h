@@ -78,6 +78,10 @@ enum class st : uint8_t {
     break_,
     continue_,
     generation, // transformers' {% generation %}: renders its body
+    with,       // with targets[i] = conds[i], ... body: the values from the outer scope, the body in a new one
+    block,      // block name [scoped] body: rendered in place, seeing the template's top-level names (scoped: all)
+    autoescape, // autoescape e body: {{ }} output HTML-escaped while e is true
+    load,       // include / import / from / extends: jinja2 fails when it runs (no loader); so do we
 };
 
 struct stmt;

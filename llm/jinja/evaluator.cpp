@@ -4,6 +4,7 @@
 // behave as in transformers' ImmutableSandboxedEnvironment. Also the protocols of the objects in evaluator.h and
 // parse() / render() / chat_context() of jinja.h.
 #include "llm/jinja/evaluator.h"
+#include "llm/jinja/pystr.h"
 
 #include "ggml-like/error.h"
 
@@ -243,6 +244,7 @@ std::string evaluator::render(const program& prog, const value& context) {
     if (context.is_dict())
         for (const auto& [k, v] : context.d->items) vars->set(to_str(k), v);
     const std::shared_ptr<scope> top = new_scope(vars.get());
+    top_ = top.get();
     std::string out;
     out_ = &out;
     exec_body(prog.root, top.get());
@@ -310,7 +312,11 @@ evaluator::flow evaluator::exec(const stmt& s, scope* sc) {
     try {
         switch (s.type) {
         case st::text: emit(s.text); break;
-        case st::print: emit(to_str(eval(*s.e, sc))); break;
+        case st::print: {
+            const value v = eval(*s.e, sc);
+            emit(autoescape_ && !(v.is_string() && v.markup) ? py::html_escape(to_str(v)) : to_str(v));
+            break;
+        }
         case st::if_:
             for (size_t i = 0; i < s.conds.size(); i++)
                 if (truthy(eval(*s.conds[i], sc))) return exec_body(s.bodies[i], sc);
@@ -351,6 +357,27 @@ evaluator::flow evaluator::exec(const stmt& s, scope* sc) {
         case st::break_: return flow::brk;
         case st::continue_: return flow::cont;
         case st::generation: emit(capture(s.main, new_scope(sc).get())); break;
+        case st::with: {
+            std::vector<value> values;
+            for (const auto& c : s.conds) values.push_back(eval(*c, sc));
+            const std::shared_ptr<scope> inner = new_scope(sc);
+            for (size_t i = 0; i < values.size(); i++) inner->set(s.targets[i].name, values[i]);
+            return exec_body(s.main, inner.get());
+        }
+        case st::block: emit(capture(s.main, new_scope(s.recursive ? sc : top_).get())); break;
+        case st::autoescape: {
+            const bool saved = autoescape_;
+            autoescape_ = truthy(eval(*s.e, sc));
+            try {
+                const flow f = exec_body(s.main, sc);
+                autoescape_ = saved;
+                return f;
+            } catch (...) {
+                autoescape_ = saved;
+                throw;
+            }
+        }
+        case st::load: fail("no loader for this environment specified");
         }
     } catch (eval_error& e) {
         if (e.line == 0) e.line = s.line;

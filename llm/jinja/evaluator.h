@@ -192,6 +192,8 @@ class evaluator {
     memory_bounds& bounds_;
     std::vector<std::unique_ptr<object>> objects_;
     std::string* out_ = nullptr;
+    scope* top_ = nullptr;    // the template's own scope (what a block sees)
+    bool autoescape_ = false; // inside {% autoescape true %}
     uint64_t steps_ = 0;
     int depth_ = 0;
 

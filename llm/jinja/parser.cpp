@@ -533,6 +533,15 @@ class parser {
                 check_names(s->main, false);
                 break;
             case st::generation: check_names(s->main, false); break;
+            case st::with:
+                for (const auto& c : s->conds) check_names(c.get(), soft);
+                check_names(s->main, false);
+                break;
+            case st::block:
+            case st::autoescape:
+                check_names(s->e.get(), soft);
+                check_names(s->main, false);
+                break;
             default: check_names(s->e.get(), soft);
             }
         }
@@ -687,6 +696,39 @@ class parser {
             s->type = st::generation;
             expect_block_end();
             s->main = parse_body({"endgeneration"}, end, ln);
+            expect_block_end();
+        } else if (name == "with") {
+            s->type = st::with;
+            while (cur().type != tok::block_end) {
+                if (!s->targets.empty()) expect_op(",");
+                s->targets.push_back({expect_name(), {}});
+                expect_op("=");
+                s->conds.push_back(parse_expression(true));
+            }
+            expect_block_end();
+            s->main = parse_body({"endwith"}, end, ln);
+            expect_block_end();
+        } else if (name == "block") {
+            s->type = st::block;
+            s->name = expect_name();
+            s->recursive = skip_name("scoped");
+            if (skip_name("required")) syntax_error(ln, "Required blocks can only contain comments or whitespace");
+            expect_block_end();
+            s->main = parse_body({"endblock"}, end, ln);
+            if (cur().type == tok::name && cur().text != s->name)
+                syntax_error(line(), fmt::format("mismatching name of block: {} and {}", s->name, cur().text));
+            skip_name(s->name.c_str());
+            expect_block_end();
+        } else if (name == "autoescape") {
+            s->type = st::autoescape;
+            s->e = parse_expression(true);
+            expect_block_end();
+            s->main = parse_body({"endautoescape"}, end, ln);
+            expect_block_end();
+        } else if (name == "include" || name == "import" || name == "from" || name == "extends") {
+            s->type = st::load;
+            s->e = parse_expression(true);
+            while (cur().type != tok::block_end && cur().type != tok::eof) next(); // as, import names, with context
             expect_block_end();
         } else {
             syntax_error(ln, fmt::format("Encountered unknown tag '{}'", name));

@@ -248,6 +248,14 @@ FEATURES["globals"] = [
  "{{ raise_exception('boom: roles must alternate') }}",
  "{{ range(100001) | length }}",
 ]
+FEATURES["with_block_autoescape_include"] = [
+ "{% set a = 9 %}{% with a = a + 1, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}|{% with %}{% set x = 5 %}{{ x }}{% endwith %}[{{ x }}]",
+ "{% set y = 3 %}{% block b %}{{ y }}{% endblock %}|{% for i in [1] %}{% block c %}[{{ i }}]{% endblock %}{% block d scoped %}[{{ i }}]{% endblock d %}{% endfor %}",
+ "{% autoescape true %}{{ '<' }}{{ '<' | safe }}{% endautoescape %}{{ '<' }}",
+ "{% if false %}{% include 'x.jinja' %}{% endif %}ok",
+ "{% include 'x.jinja' %}",
+ "{% from 'x.jinja' import y %}",
+]
 FEATURES["generation"] = [
  "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.role }}{% endif %}|{% endfor %}",
  "{% generation %}{% set inside = 1 %}x{% endgeneration %}[{{ inside }}]",
