@@ -71,7 +71,8 @@ void template_main(const template_options& o, bool has_prompt, bool has_system) 
     ojson kwargs = ojson::object();
     if (!o.kwargs.empty()) {
         kwargs = parse_json(o.kwargs, "--chat-template-kwargs");
-        if (!kwargs.is_object()) throw error("--chat-template-kwargs: expected a JSON object such as {\"enable_thinking\": false}");
+        if (!kwargs.is_object())
+            throw error("--chat-template-kwargs: expected a JSON object such as {\"enable_thinking\": false}");
     }
 
     const gguf_file file = gguf_file::open(o.model);
@@ -82,7 +83,8 @@ void template_main(const template_options& o, bool has_prompt, bool has_system) 
     } else {
         source = model_chat_template(file);
         if (source.empty())
-            throw error(fmt::format("{}: the model has no tokenizer.chat_template (give --chat-template-file)", o.model));
+            throw error(
+                fmt::format("{}: the model has no tokenizer.chat_template (give --chat-template-file)", o.model));
     }
     const chat_template tmpl(source, special_token_text(voc, voc.bos()), special_token_text(voc, voc.eos()));
     const std::string text = tmpl.render(messages, !o.no_generation_prompt, tools, kwargs);

@@ -19,9 +19,13 @@ const char* const chatml_template =
 chat_template::chat_template(std::string source, std::string bos_token, std::string eos_token)
     : source_(std::move(source)), bos_(std::move(bos_token)), eos_(std::move(eos_token)), t_(jinja::parse(source_)) {}
 
-std::string model_chat_template(const gguf_file& f) { return f.get_string("tokenizer.chat_template").value_or(""); }
+std::string model_chat_template(const gguf_file& f) {
+    return f.get_string("tokenizer.chat_template").value_or("");
+}
 
-std::string special_token_text(const vocab& v, token id) { return id < 0 ? std::string() : v.text(id); }
+std::string special_token_text(const vocab& v, token id) {
+    return id < 0 ? std::string() : v.text(id);
+}
 
 chat_template chat_template::of_model(const gguf_file& f, const vocab& v) {
     std::string src = model_chat_template(f);
@@ -68,7 +72,9 @@ chat_session::chat_session(session& s, chat_template t, sampler_params sp, std::
     set_system(system_prompt);
 }
 
-static bool is_system(const ojson& m) { return m.is_object() && m.value("role", "") == "system"; }
+static bool is_system(const ojson& m) {
+    return m.is_object() && m.value("role", "") == "system";
+}
 
 void chat_session::set_system(const std::string& text) {
     if (!messages_.empty() && is_system(messages_.front())) messages_.erase(messages_.begin());
@@ -86,7 +92,9 @@ void chat_session::set_messages(ojson m) {
     messages_ = std::move(m);
 }
 
-std::string chat_session::prompt_text() const { return tmpl_.render(messages_, true, nullptr, kwargs_); }
+std::string chat_session::prompt_text() const {
+    return tmpl_.render(messages_, true, nullptr, kwargs_);
+}
 
 std::vector<token> chat_session::prompt_tokens(const ojson& messages) const {
     return tokenize_chat_prompt(s_.mdl().voc, tmpl_.render(messages, true, nullptr, kwargs_));

@@ -12,26 +12,26 @@
 namespace tessera::jinja {
 
 enum class ex : uint8_t {
-    literal,  // lit
-    name,     // name
-    attr,     // kids[0].name
-    item,     // kids[0][kids[1]]
-    slice,    // kids[0][kids[1]:kids[2]:kids[3]], absent parts null
-    call,     // kids[0](args)
-    filter,   // kids[0] | name(args); kids empty in a filter block or a block set (the body is the subject)
-    test,     // kids[0] is [not] name(args)
-    neg,      // -kids[0]
-    pos,      // +kids[0]
-    not_,     // not kids[0]
-    binary,   // kids[0] op kids[1]
-    and_,     // kids[0] and kids[1]
-    or_,      // kids[0] or kids[1]
-    compare,  // kids[0] ops[0] kids[1] ops[1] kids[2] ... (python's chained comparison)
-    cond,     // kids[0] if kids[1] else kids[2] (kids[2] null: undefined)
-    list,     // [kids...]
-    tuple,    // (kids...)
-    dict,     // {kids[0]: kids[1], ...}
-    concat,   // kids[0] ~ kids[1] ~ ...
+    literal, // lit
+    name,    // name
+    attr,    // kids[0].name
+    item,    // kids[0][kids[1]]
+    slice,   // kids[0][kids[1]:kids[2]:kids[3]], absent parts null
+    call,    // kids[0](args)
+    filter,  // kids[0] | name(args); kids empty in a filter block or a block set (the body is the subject)
+    test,    // kids[0] is [not] name(args)
+    neg,     // -kids[0]
+    pos,     // +kids[0]
+    not_,    // not kids[0]
+    binary,  // kids[0] op kids[1]
+    and_,    // kids[0] and kids[1]
+    or_,     // kids[0] or kids[1]
+    compare, // kids[0] ops[0] kids[1] ops[1] kids[2] ... (python's chained comparison)
+    cond,    // kids[0] if kids[1] else kids[2] (kids[2] null: undefined)
+    list,    // [kids...]
+    tuple,   // (kids...)
+    dict,    // {kids[0]: kids[1], ...}
+    concat,  // kids[0] ~ kids[1] ~ ...
 };
 
 enum class binop : uint8_t { add, sub, mul, div, floordiv, mod, pow };
@@ -94,10 +94,10 @@ struct stmt {
     std::string text;
     expr_ptr e;
     expr_ptr cond;
-    std::string name;                 // macro
-    std::vector<target> targets;      // for, set, set_block
-    bool recursive = false;           // for
-    bool catch_varargs = false;       // macro / call block: the body reads varargs, kwargs, caller
+    std::string name;            // macro
+    std::vector<target> targets; // for, set, set_block
+    bool recursive = false;      // for
+    bool catch_varargs = false;  // macro / call block: the body reads varargs, kwargs, caller
     bool catch_kwargs = false;
     bool uses_caller = false;
     std::vector<expr_ptr> conds;

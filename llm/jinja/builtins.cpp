@@ -300,8 +300,9 @@ value call_method(evaluator& ev, const value& self, call_args& a) {
         auto* v = ev.make<dict_view_object>();
         v->d = obj.d;
         v->depth = obj.nest;
-        v->which = name == "keys" ? dict_view_object::part::keys
-                   : name == "values" ? dict_view_object::part::values : dict_view_object::part::items;
+        v->which = name == "keys"     ? dict_view_object::part::keys
+                   : name == "values" ? dict_view_object::part::values
+                                      : dict_view_object::part::items;
         return value::obj(v);
     }
     if (obj.is_list()) {
@@ -362,7 +363,8 @@ value call_method(evaluator& ev, const value& self, call_args& a) {
                 return a.pos[loop->index0 % a.pos.size()];
             }
             // changed(*values)
-            const bool changed = !loop->changed_last || !equal(value::list(a.pos, true), value::list(*loop->changed_last, true));
+            const bool changed =
+                !loop->changed_last || !equal(value::list(a.pos, true), value::list(*loop->changed_last, true));
             if (changed) loop->changed_last = a.pos;
             return value::boolean(changed);
         }
@@ -399,7 +401,8 @@ value macro_attr(const macro_object& m, const std::string& name, bool& found) {
         std::vector<value> out;
         for (const auto& [n, def] : d.params)
             if (name == "arguments") out.push_back(value::string(n));
-        if (name == "defaults" && std::any_of(d.params.begin(), d.params.end(), [](const auto& p) { return p.second != nullptr; }))
+        if (name == "defaults" &&
+            std::any_of(d.params.begin(), d.params.end(), [](const auto& p) { return p.second != nullptr; }))
             fail("Macro.defaults: default values are not available in templates");
         return value::list(std::move(out), true);
     }
@@ -485,7 +488,8 @@ value get_method(evaluator& ev, const value& obj, const std::string& name, bool&
             if (name == "count" || name == "index") return bound(ev, obj, name);
         }
         break;
-    default: break;
+    default:
+        break;
     }
     found = false;
     return {};
@@ -539,7 +543,9 @@ dict_data dict_from(evaluator& ev, const call_args& a, const char* fn) {
     return d;
 }
 
-value g_dict(evaluator& ev, const value&, call_args& a) { return value::dict(dict_from(ev, a, "dict")); }
+value g_dict(evaluator& ev, const value&, call_args& a) {
+    return value::dict(dict_from(ev, a, "dict"));
+}
 
 value g_namespace(evaluator& ev, const value&, call_args& a) {
     auto* ns = ev.make<namespace_object>();
@@ -620,7 +626,8 @@ value g_lipsum(evaluator& ev, const value&, call_args& a) {
         "malesuada massa mattis mauris metus mi molestie mollis montes morbi mus nam nascetur natoque nec neque netus "
         "nibh nisi nisl non nonummy nostra nulla nullam nunc odio orci ornare parturient pede pellentesque penatibus "
         "per pharetra phasellus placerat platea porta porttitor posuere potenti praesent pretium primis proin pulvinar "
-        "purus quam quis quisque rhoncus ridiculus risus rutrum sagittis sapien scelerisque sed sem semper senectus sit "
+        "purus quam quis quisque rhoncus ridiculus risus rutrum sagittis sapien scelerisque sed sem semper senectus "
+        "sit "
         "sociis sociosqu sodales sollicitudin suscipit suspendisse taciti tellus tempor tempus tincidunt torquent "
         "tortor tristique turpis ullamcorper ultrices ultricies urna ut varius vehicula vel velit venenatis vestibulum "
         "vitae vivamus viverra volutpat vulputate";
@@ -669,14 +676,18 @@ value g_lipsum(evaluator& ev, const value&, call_args& a) {
             text += (text.empty() ? "" : " ") + word;
             check_string_size(text.size());
         }
-        if (!text.empty() && text.back() == ',') text.back() = '.';
-        else if (text.empty() || text.back() != '.') text += ".";
+        if (!text.empty() && text.back() == ',')
+            text.back() = '.';
+        else if (text.empty() || text.back() != '.')
+            text += ".";
         paragraphs.push_back(std::move(text));
     }
     std::string out;
     for (size_t i = 0; i < paragraphs.size(); i++) {
-        if (html) out += (i ? "\n<p>" : "<p>") + py::html_escape(paragraphs[i]) + "</p>";
-        else out += (i ? "\n\n" : "") + paragraphs[i];
+        if (html)
+            out += (i ? "\n<p>" : "<p>") + py::html_escape(paragraphs[i]) + "</p>";
+        else
+            out += (i ? "\n\n" : "") + paragraphs[i];
         check_string_size(out.size());
     }
     return value::string(std::move(out), html);

@@ -72,15 +72,25 @@ void scope::set(const std::string& name, value v) {
 
 // ---- objects ----
 
-std::string macro_object::repr() const { return "<Macro " + (name.empty() ? "anonymous" : repr_string(name)) + ">"; }
+std::string macro_object::repr() const {
+    return "<Macro " + (name.empty() ? "anonymous" : repr_string(name)) + ">";
+}
 
-static std::string macro_label(const std::string& name) { return name.empty() ? "None" : repr_string(name); }
+static std::string macro_label(const std::string& name) {
+    return name.empty() ? "None" : repr_string(name);
+}
 
-value macro_object::call(evaluator& ev, call_args& args) { return ev.call_macro(*this, args); }
+value macro_object::call(evaluator& ev, call_args& args) {
+    return ev.call_macro(*this, args);
+}
 
-std::string loop_object::repr() const { return fmt::format("<LoopContext {}/{}>", index0 + 1, items->size()); }
+std::string loop_object::repr() const {
+    return fmt::format("<LoopContext {}/{}>", index0 + 1, items->size());
+}
 
-value loop_object::call(evaluator& ev, call_args& args) { return ev.loop_call(*this, args); }
+value loop_object::call(evaluator& ev, call_args& args) {
+    return ev.loop_call(*this, args);
+}
 
 value joiner_object::call(evaluator&, call_args& args) {
     if (!args.pos.empty() || !args.kw.empty()) fail("Joiner.__call__() takes 1 positional argument");
@@ -160,8 +170,9 @@ std::string dict_view_object::repr() const {
     for (const auto& [k, v] : d->items) {
         if (!first) out += ", ";
         first = false;
-        out += which == part::keys ? to_repr(k) : which == part::values ? to_repr(v)
-                                                                         : "(" + to_repr(k) + ", " + to_repr(v) + ")";
+        out += which == part::keys     ? to_repr(k)
+               : which == part::values ? to_repr(v)
+                                       : "(" + to_repr(k) + ", " + to_repr(v) + ")";
         check_string_size(out.size());
     }
     return out + "])";
@@ -204,7 +215,9 @@ std::tm evaluator::now() const {
     return tm;
 }
 
-std::string evaluator::address() const { return fmt::format("0x7f{:010x}", 0x3a000000u + objects_.size() * 48); }
+std::string evaluator::address() const {
+    return fmt::format("0x7f{:010x}", 0x3a000000u + objects_.size() * 48);
+}
 
 value evaluator::function(const char* name, builtin_fn fn, value self, std::string text, std::string type) {
     auto* f = make<function_object>();
@@ -290,8 +303,7 @@ void evaluator::assign(scope* sc, const std::vector<target>& targets, const valu
     }
     std::vector<value> items = iterate(v);
     if (items.size() != targets.size()) {
-        if (items.size() > targets.size())
-            fail(fmt::format("too many values to unpack (expected {})", targets.size()));
+        if (items.size() > targets.size()) fail(fmt::format("too many values to unpack (expected {})", targets.size()));
         fail(fmt::format("not enough values to unpack (expected {}, got {})", targets.size(), items.size()));
     }
     for (size_t i = 0; i < targets.size(); i++) set_one(targets[i], items[i]);
@@ -311,7 +323,9 @@ evaluator::flow evaluator::exec(const stmt& s, scope* sc) {
     depth_guard guard(*this);
     try {
         switch (s.type) {
-        case st::text: emit(s.text); break;
+        case st::text:
+            emit(s.text);
+            break;
         case st::print: {
             const value v = eval(*s.e, sc);
             emit(autoescape_ && !(v.is_string() && v.markup) ? py::html_escape(to_str(v)) : to_str(v));
@@ -322,8 +336,12 @@ evaluator::flow evaluator::exec(const stmt& s, scope* sc) {
                 if (truthy(eval(*s.conds[i], sc))) return exec_body(s.bodies[i], sc);
             if (s.bodies.size() > s.conds.size()) return exec_body(s.bodies.back(), sc);
             break;
-        case st::for_: exec_for(s, sc, eval(*s.e, sc), 0); break;
-        case st::set: assign(sc, s.targets, eval(*s.e, sc)); break;
+        case st::for_:
+            exec_for(s, sc, eval(*s.e, sc), 0);
+            break;
+        case st::set:
+            assign(sc, s.targets, eval(*s.e, sc));
+            break;
         case st::set_block: {
             value v = value::string(capture(s.main, sc));
             assign(sc, s.targets, apply_filters(s.filters, std::move(v), sc));
@@ -354,9 +372,13 @@ evaluator::flow evaluator::exec(const stmt& s, scope* sc) {
             emit(to_str(apply_filters(s.filters, std::move(v), sc)));
             break;
         }
-        case st::break_: return flow::brk;
-        case st::continue_: return flow::cont;
-        case st::generation: emit(capture(s.main, new_scope(sc).get())); break;
+        case st::break_:
+            return flow::brk;
+        case st::continue_:
+            return flow::cont;
+        case st::generation:
+            emit(capture(s.main, new_scope(sc).get()));
+            break;
         case st::with: {
             std::vector<value> values;
             for (const auto& c : s.conds) values.push_back(eval(*c, sc));
@@ -364,7 +386,9 @@ evaluator::flow evaluator::exec(const stmt& s, scope* sc) {
             for (size_t i = 0; i < values.size(); i++) inner->set(s.targets[i].name, values[i]);
             return exec_body(s.main, inner.get());
         }
-        case st::block: emit(capture(s.main, new_scope(s.recursive ? sc : top_).get())); break;
+        case st::block:
+            emit(capture(s.main, new_scope(s.recursive ? sc : top_).get()));
+            break;
         case st::autoescape: {
             const bool saved = autoescape_;
             autoescape_ = truthy(eval(*s.e, sc));
@@ -377,7 +401,8 @@ evaluator::flow evaluator::exec(const stmt& s, scope* sc) {
                 throw;
             }
         }
-        case st::load: fail("no loader for this environment specified");
+        case st::load:
+            fail("no loader for this environment specified");
         }
     } catch (eval_error& e) {
         if (e.line == 0) e.line = s.line;
@@ -445,8 +470,10 @@ std::vector<value> evaluator::iterate(const value& v) {
 
 std::vector<value> evaluator::iterate_all(const value& v) {
     switch (v.k) {
-    case kind::undefined: return {};
-    case kind::list: return *v.l;
+    case kind::undefined:
+        return {};
+    case kind::list:
+        return *v.l;
     case kind::dict: {
         std::vector<value> keys;
         charge(v.d->items.size() * sizeof(value));
@@ -466,25 +493,34 @@ std::vector<value> evaluator::iterate_all(const value& v) {
         }
         return chars;
     }
-    case kind::object: return v.o->iterate();
-    default: fail(fmt::format("'{}' object is not iterable", type_name(v)));
+    case kind::object:
+        return v.o->iterate();
+    default:
+        fail(fmt::format("'{}' object is not iterable", type_name(v)));
     }
 }
 
 std::optional<int64_t> evaluator::length(const value& v) {
     switch (v.k) {
-    case kind::undefined: return 0;
-    case kind::string: return int64_t(n_code_points(v.str()));
-    case kind::list: return int64_t(v.l->size());
-    case kind::dict: return int64_t(v.d->items.size());
-    case kind::object: return v.o->length();
-    default: return std::nullopt;
+    case kind::undefined:
+        return 0;
+    case kind::string:
+        return int64_t(n_code_points(v.str()));
+    case kind::list:
+        return int64_t(v.l->size());
+    case kind::dict:
+        return int64_t(v.d->items.size());
+    case kind::object:
+        return v.o->length();
+    default:
+        return std::nullopt;
     }
 }
 
 bool evaluator::contains(const value& c, const value& item) {
     switch (c.k) {
-    case kind::undefined: return false;
+    case kind::undefined:
+        return false;
     case kind::string:
         if (!item.is_string())
             fail(fmt::format("'in <string>' requires string as left operand, not {}", type_name(item)));
@@ -526,7 +562,8 @@ bool evaluator::contains(const value& c, const value& item) {
             return false;
         }
         [[fallthrough]];
-    default: fail(fmt::format("argument of type '{}' is not iterable", type_name(c)));
+    default:
+        fail(fmt::format("argument of type '{}' is not iterable", type_name(c)));
     }
 }
 
@@ -546,7 +583,9 @@ void evaluator::eval_args(const arg_list& a, scope* sc, call_args& out) {
     }
 }
 
-static std::string undefined_message(const value& v) { return v.s ? *v.s : std::string("value is undefined"); }
+static std::string undefined_message(const value& v) {
+    return v.s ? *v.s : std::string("value is undefined");
+}
 
 static std::string object_type_repr(const value& v) {
     if (v.is_none()) return "None";
@@ -721,12 +760,14 @@ value evaluator::eval(const expr& e, scope* sc) {
 
 value evaluator::eval_inner(const expr& e, scope* sc) {
     switch (e.type) {
-    case ex::literal: return e.lit;
+    case ex::literal:
+        return e.lit;
     case ex::name: {
         const value* v = sc->find(e.name);
         return v ? *v : value::undefined(fmt::format("'{}' is undefined", e.name));
     }
-    case ex::attr: return get_attr(eval(*e.kids[0], sc), e.name);
+    case ex::attr:
+        return get_attr(eval(*e.kids[0], sc), e.name);
     case ex::item: {
         const value obj = eval(*e.kids[0], sc);
         return get_item(obj, eval(*e.kids[1], sc));
@@ -781,7 +822,8 @@ value evaluator::eval_inner(const expr& e, scope* sc) {
         if (v.k == kind::boolean) return value::integer(-int64_t(v.b));
         fail(fmt::format("bad operand type for unary -: '{}'", type_name(v)));
     }
-    case ex::not_: return value::boolean(!truthy(eval(*e.kids[0], sc)));
+    case ex::not_:
+        return value::boolean(!truthy(eval(*e.kids[0], sc)));
     case ex::binary: {
         const value a = eval(*e.kids[0], sc);
         const value b = eval(*e.kids[1], sc);
@@ -801,9 +843,12 @@ value evaluator::eval_inner(const expr& e, scope* sc) {
             value right = eval(*e.kids[i + 1], sc);
             const std::string& op = e.ops[i];
             bool ok;
-            if (op == "==") ok = equal(left, right);
-            else if (op == "!=") ok = !equal(left, right);
-            else if (op == "in" || op == "notin") ok = contains(right, left) == (op == "in");
+            if (op == "==")
+                ok = equal(left, right);
+            else if (op == "!=")
+                ok = !equal(left, right);
+            else if (op == "in" || op == "notin")
+                ok = contains(right, left) == (op == "in");
             else {
                 if (left.is_undefined()) fail(undefined_message(left));
                 if (right.is_undefined()) fail(undefined_message(right));

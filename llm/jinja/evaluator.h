@@ -162,11 +162,12 @@ class evaluator {
     value get_item(const value& obj, const value& key);
     value filter(const std::string& name, const value& subject, call_args& args);
     bool test(const std::string& name, const value& subject, call_args& args);
-    std::vector<value> iterate(const value& v); // python's iter() run to the end (for, list(), join()...)
-    std::optional<int64_t> length(const value& v); // python's len(); none when the value has no len()
+    std::vector<value> iterate(const value& v);               // python's iter() run to the end (for, list(), join()...)
+    std::optional<int64_t> length(const value& v);            // python's len(); none when the value has no len()
     bool contains(const value& container, const value& item); // python's `item in container`
     std::tm now() const;
-    void step(uint64_t n = 1); // n units of work (an expression, a statement, 8 items a filter walks); fails past the limit
+    void
+    step(uint64_t n = 1); // n units of work (an expression, a statement, 8 items a filter walks); fails past the limit
 
     template <class T> T* make() {
         charge(sizeof(T) + 64);

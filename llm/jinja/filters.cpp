@@ -27,10 +27,14 @@ int64_t int_arg(const value& v, std::string_view what) {
     return v.as_int();
 }
 
-value str_value(std::string s, bool markup = false) { return value::string(std::move(s), markup); }
+value str_value(std::string s, bool markup = false) {
+    return value::string(std::move(s), markup);
+}
 
 // soft_str: a str (or Markup) stays itself, anything else becomes str(value)
-value soft_str(const value& v) { return v.is_string() ? v : str_value(to_str(v)); }
+value soft_str(const value& v) {
+    return v.is_string() ? v : str_value(to_str(v));
+}
 
 // jinja2 calls str methods on the filter's subject; a non-str subject fails as python would
 const std::string& need_str(const value& v, std::string_view filter) {
@@ -60,7 +64,9 @@ std::vector<value> attribute_parts(const value& attribute) {
     return parts;
 }
 
-value ignore_case(const value& v) { return v.is_string() ? str_value(py::lower(v.str())) : v; }
+value ignore_case(const value& v) {
+    return v.is_string() ? str_value(py::lower(v.str())) : v;
+}
 
 struct attrgetter {
     std::vector<value> parts;
@@ -94,15 +100,16 @@ value multi_key(evaluator& ev, const value* attribute, bool lower, const value& 
     return value::list(std::move(keys));
 }
 
-bool less(const value& a, const value& b) { return compare(a, b, "<") < 0; }
+bool less(const value& a, const value& b) {
+    return compare(a, b, "<") < 0;
+}
 
 // python's sorted(items, key, reverse): stable, `<` only
 std::vector<value> sorted_by(std::vector<value> items, std::vector<value> keys, bool reverse) {
     std::vector<size_t> order(items.size());
     for (size_t i = 0; i < order.size(); i++) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-        return reverse ? less(keys[y], keys[x]) : less(keys[x], keys[y]);
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return reverse ? less(keys[y], keys[x]) : less(keys[x], keys[y]); });
     std::vector<value> out;
     out.reserve(items.size());
     for (size_t i : order) out.push_back(std::move(items[i]));
@@ -203,9 +210,12 @@ value f_dictsort(evaluator&, const value& v, call_args& a) {
     const value by = args[1] ? *args[1] : str_value("key");
     const bool reverse = args[2] && truthy(*args[2]);
     int pos = -1;
-    if (by.is_string() && by.str() == "key") pos = 0;
-    else if (by.is_string() && by.str() == "value") pos = 1;
-    else fail("You can only sort by either \"key\" or \"value\"");
+    if (by.is_string() && by.str() == "key")
+        pos = 0;
+    else if (by.is_string() && by.str() == "value")
+        pos = 1;
+    else
+        fail("You can only sort by either \"key\" or \"value\"");
     if (!v.is_dict()) fail(fmt::format("'{}' object has no attribute 'items'", type_name(v)));
     std::vector<value> items, keys;
     for (const auto& [k, x] : v.d->items) {
@@ -267,14 +277,16 @@ bool parse_int(const std::string& text, int base, int64_t& out, bool& overflow) 
         neg = t[0] == '-';
         p = 1;
     }
-    auto prefix = [&](char c) {
-        return p + 1 < t.size() && t[p] == '0' && (t[p + 1] | 0x20) == c;
-    };
+    auto prefix = [&](char c) { return p + 1 < t.size() && t[p] == '0' && (t[p + 1] | 0x20) == c; };
     if (base == 0) {
-        if (prefix('x')) base = 16, p += 2;
-        else if (prefix('o')) base = 8, p += 2;
-        else if (prefix('b')) base = 2, p += 2;
-        else base = 10;
+        if (prefix('x'))
+            base = 16, p += 2;
+        else if (prefix('o'))
+            base = 8, p += 2;
+        else if (prefix('b'))
+            base = 2, p += 2;
+        else
+            base = 10;
         if (p < t.size() && t[p] == '_') p++;
     } else if ((base == 16 && prefix('x')) || (base == 8 && prefix('o')) || (base == 2 && prefix('b'))) {
         p += 2;
@@ -291,10 +303,13 @@ bool parse_int(const std::string& text, int base, int64_t& out, bool& overflow) 
             prev_digit = false;
             continue;
         }
-        const int d = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'z' ? (c | 0x20) - 'a' + 10 : 99;
+        const int d = c >= '0' && c <= '9'                     ? c - '0'
+                      : (c | 0x20) >= 'a' && (c | 0x20) <= 'z' ? (c | 0x20) - 'a' + 10
+                                                               : 99;
         if (d >= base) return false;
         acc = acc * unsigned(base) + unsigned(d);
-        if (acc > (unsigned __int128)(uint64_t(INT64_MAX)) + 1) overflow = true, acc = (unsigned __int128)(uint64_t(INT64_MAX)) + 2;
+        if (acc > (unsigned __int128)(uint64_t(INT64_MAX)) + 1)
+            overflow = true, acc = (unsigned __int128)(uint64_t(INT64_MAX)) + 2;
         prev_digit = true;
     }
     if (!prev_digit) return false;
@@ -310,7 +325,8 @@ value f_filesizeformat(evaluator&, const value& v, call_args& a) {
     a.bind("do_filesizeformat", {"binary"}, 0, args);
     const bool binary = args[0] && truthy(*args[0]);
     double bytes;
-    if (v.is_number()) bytes = v.as_float();
+    if (v.is_number())
+        bytes = v.as_float();
     else if (!v.is_string() || !parse_float(v.str(), bytes))
         fail(fmt::format("could not convert {} to float", to_repr(v)));
     const double base = binary ? 1024 : 1000;
@@ -498,9 +514,12 @@ value f_map(evaluator& ev, const value& v, call_args& a) {
         if (a.pos.empty() && a.keyword("attribute")) {
             value attribute, def;
             for (const auto& [k, x] : a.kw) {
-                if (k == "attribute") attribute = x;
-                else if (k == "default") def = x;
-                else fail(fmt::format("Unexpected keyword argument '{}'", k));
+                if (k == "attribute")
+                    attribute = x;
+                else if (k == "default")
+                    def = x;
+                else
+                    fail(fmt::format("Unexpected keyword argument '{}'", k));
             }
             const attrgetter get = make_attrgetter(&attribute, false, def.is_none() ? value::undefined() : def);
             for (const value& x : items) out.push_back(get(ev, x));
@@ -535,14 +554,19 @@ value min_max(evaluator& ev, const value& v, call_args& a, bool max) {
     }
     return items[best];
 }
-value f_min(evaluator& ev, const value& v, call_args& a) { return min_max(ev, v, a, false); }
-value f_max(evaluator& ev, const value& v, call_args& a) { return min_max(ev, v, a, true); }
+value f_min(evaluator& ev, const value& v, call_args& a) {
+    return min_max(ev, v, a, false);
+}
+value f_max(evaluator& ev, const value& v, call_args& a) {
+    return min_max(ev, v, a, true);
+}
 
 // pprint.pformat for what fits on one line: repr with dict keys sorted
 std::string pformat(const value& v) {
     if (v.is_dict()) {
         std::vector<std::pair<value, value>> items = v.d->items;
-        std::stable_sort(items.begin(), items.end(), [](const auto& x, const auto& y) { return less(x.first, y.first); });
+        std::stable_sort(items.begin(), items.end(),
+                         [](const auto& x, const auto& y) { return less(x.first, y.first); });
         std::string out = "{";
         for (size_t i = 0; i < items.size(); i++)
             out += (i ? ", " : "") + pformat(items[i].first) + ": " + pformat(items[i].second);
@@ -595,10 +619,18 @@ value select_impl(evaluator& ev, const value& v, call_args& a, bool attr, bool k
         }
     });
 }
-value f_select(evaluator& ev, const value& v, call_args& a) { return select_impl(ev, v, a, false, true); }
-value f_reject(evaluator& ev, const value& v, call_args& a) { return select_impl(ev, v, a, false, false); }
-value f_selectattr(evaluator& ev, const value& v, call_args& a) { return select_impl(ev, v, a, true, true); }
-value f_rejectattr(evaluator& ev, const value& v, call_args& a) { return select_impl(ev, v, a, true, false); }
+value f_select(evaluator& ev, const value& v, call_args& a) {
+    return select_impl(ev, v, a, false, true);
+}
+value f_reject(evaluator& ev, const value& v, call_args& a) {
+    return select_impl(ev, v, a, false, false);
+}
+value f_selectattr(evaluator& ev, const value& v, call_args& a) {
+    return select_impl(ev, v, a, true, true);
+}
+value f_rejectattr(evaluator& ev, const value& v, call_args& a) {
+    return select_impl(ev, v, a, true, false);
+}
 
 value f_replace(evaluator&, const value& v, call_args& a) {
     const value* args[3];
@@ -614,13 +646,16 @@ value f_reverse(evaluator& ev, const value& v, call_args& a) {
         std::reverse(cps.begin(), cps.end());
         return str_value(from_code_points(cps, 0, cps.size()), v.markup);
     }
-    const bool reversible = v.is_list() || v.is_dict() || v.is_undefined() ||
-                            (v.is_object() && (dynamic_cast<range_object*>(v.o) || dynamic_cast<dict_view_object*>(v.o)));
+    const bool reversible =
+        v.is_list() || v.is_dict() || v.is_undefined() ||
+        (v.is_object() && (dynamic_cast<range_object*>(v.o) || dynamic_cast<dict_view_object*>(v.o)));
     std::vector<value> items = ev.iterate(v);
     std::reverse(items.begin(), items.end());
     if (!reversible) return value::list(std::move(items)); // list(value) reversed
-    const char* kind = v.is_list() ? (v.tuple ? "tuple_reverseiterator" : "list_reverseiterator")
-                       : v.is_dict() ? "dict_reversekeyiterator" : v.is_undefined() ? "reversed" : "range_iterator";
+    const char* kind = v.is_list()        ? (v.tuple ? "tuple_reverseiterator" : "list_reverseiterator")
+                       : v.is_dict()      ? "dict_reversekeyiterator"
+                       : v.is_undefined() ? "reversed"
+                                          : "range_iterator";
     return ev.generator(std::move(items), (std::string(kind) + " object").c_str(), kind);
 }
 
@@ -702,7 +737,8 @@ value f_sort(evaluator& ev, const value& v, call_args& a) {
     const bool reverse = args[0] && truthy(*args[0]);
     const bool cs = args[1] && truthy(*args[1]);
     std::vector<value> items = ev.iterate(v), keys;
-    for (const value& x : items) keys.push_back(multi_key(ev, args[2] && !args[2]->is_none() ? args[2] : nullptr, !cs, x));
+    for (const value& x : items)
+        keys.push_back(multi_key(ev, args[2] && !args[2]->is_none() ? args[2] : nullptr, !cs, x));
     return value::list(sorted_by(std::move(items), std::move(keys), reverse));
 }
 
@@ -757,8 +793,10 @@ value f_tojson(evaluator&, const value& v, call_args& a) {
     st.ensure_ascii = args[0] && truthy(*args[0]);
     if (args[1] && !args[1]->is_none()) {
         st.has_indent = true;
-        if (args[1]->is_string()) st.indent = args[1]->str();
-        else st.indent = std::string(size_t(std::clamp<int64_t>(int_arg(*args[1], "tojson indent"), 0, 1 << 16)), ' ');
+        if (args[1]->is_string())
+            st.indent = args[1]->str();
+        else
+            st.indent = std::string(size_t(std::clamp<int64_t>(int_arg(*args[1], "tojson indent"), 0, 1 << 16)), ' ');
         st.item_sep = ",";
     }
     if (args[2] && !args[2]->is_none()) {
@@ -831,9 +869,12 @@ std::string url_quote(const std::string& s, bool for_qs) {
     // urllib.parse.quote_from_bytes(safe="/" or ""), "+" for spaces in query strings
     std::string out;
     for (unsigned char c : s) {
-        if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (!for_qs && c == '/')) out += char(c);
-        else if (for_qs && c == ' ') out += '+';
-        else out += fmt::format("%{:02X}", c);
+        if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (!for_qs && c == '/'))
+            out += char(c);
+        else if (for_qs && c == ' ')
+            out += '+';
+        else
+            out += fmt::format("%{:02X}", c);
     }
     return out;
 }
@@ -872,8 +913,10 @@ bool is_http_url(const std::string& s) {
     const std::string low = py::lower(s);
     size_t p = 0;
     bool scheme = false;
-    if (low.rfind("https://", 0) == 0) p = 8, scheme = true;
-    else if (low.rfind("http://", 0) == 0) p = 7, scheme = true;
+    if (low.rfind("https://", 0) == 0)
+        p = 8, scheme = true;
+    else if (low.rfind("http://", 0) == 0)
+        p = 7, scheme = true;
     const bool www = !scheme && low.rfind("www.", 0) == 0;
     if (www) p = 4;
     const std::vector<uint32_t> cps = code_points(s.substr(p));
@@ -910,8 +953,7 @@ bool is_http_url(const std::string& s) {
         const auto [tb, te] = labels.back();
         const std::string tld = py::lower(from_code_points(cps, tb, te));
         const bool tld_ok = (te - tb >= 2 && te - tb <= 63 && ascii_letters(tb, te)) ||
-                            (tld.rfind("xn--", 0) == 0 && te - tb >= 6 && te - tb <= 63 &&
-                             all_word(cps, tb + 4, te) );
+                            (tld.rfind("xn--", 0) == 0 && te - tb >= 6 && te - tb <= 63 && all_word(cps, tb + 4, te));
         if (ok && tld_ok && rest_ok(host_end)) return true;
         if (scheme) {
             // IPv4
@@ -920,8 +962,9 @@ bool is_http_url(const std::string& s) {
             bool ipv4 = true;
             for (const auto& [b, e] : labels) {
                 parts++;
-                ipv4 = ipv4 && e > b && e - b <= 3 && std::all_of(cps.begin() + long(b), cps.begin() + long(e),
-                                                                  [](uint32_t c) { return c >= '0' && c <= '9'; });
+                ipv4 = ipv4 && e > b && e - b <= 3 &&
+                       std::all_of(cps.begin() + long(b), cps.begin() + long(e),
+                                   [](uint32_t c) { return c >= '0' && c <= '9'; });
             }
             if (ipv4 && parts == 4 && rest_ok(host_end)) return true;
             (void)host;
@@ -1177,7 +1220,9 @@ value f_xmlattr(evaluator&, const value& v, call_args& a) {
 
 // ---- tests ----
 
-void no_test_args(const call_args& a, std::string_view name) { a.bind(name, {}, 0, nullptr); }
+void no_test_args(const call_args& a, std::string_view name) {
+    a.bind(name, {}, 0, nullptr);
+}
 
 const value& one_arg(const call_args& a, std::string_view name, std::string_view arg) {
     const value* args[1];
@@ -1185,17 +1230,39 @@ const value& one_arg(const call_args& a, std::string_view name, std::string_view
     return *args[0];
 }
 
-bool t_defined(evaluator&, const value& v, call_args& a) { return no_test_args(a, "test_defined"), !v.is_undefined(); }
-bool t_undefined(evaluator&, const value& v, call_args& a) { return no_test_args(a, "test_undefined"), v.is_undefined(); }
-bool t_none(evaluator&, const value& v, call_args& a) { return no_test_args(a, "test_none"), v.is_none(); }
-bool t_boolean(evaluator&, const value& v, call_args& a) { return no_test_args(a, "test_boolean"), v.k == kind::boolean; }
-bool t_true(evaluator&, const value& v, call_args& a) { return no_test_args(a, "test_true"), v.k == kind::boolean && v.b; }
-bool t_false(evaluator&, const value& v, call_args& a) { return no_test_args(a, "test_false"), v.k == kind::boolean && !v.b; }
-bool t_integer(evaluator&, const value& v, call_args& a) { return no_test_args(a, "test_integer"), v.k == kind::integer; }
-bool t_float(evaluator&, const value& v, call_args& a) { return no_test_args(a, "test_float"), v.k == kind::floating; }
-bool t_number(evaluator&, const value& v, call_args& a) { return no_test_args(a, "test_number"), v.is_number(); }
-bool t_string(evaluator&, const value& v, call_args& a) { return no_test_args(a, "test_string"), v.is_string(); }
-bool t_mapping(evaluator&, const value& v, call_args& a) { return no_test_args(a, "test_mapping"), v.is_dict(); }
+bool t_defined(evaluator&, const value& v, call_args& a) {
+    return no_test_args(a, "test_defined"), !v.is_undefined();
+}
+bool t_undefined(evaluator&, const value& v, call_args& a) {
+    return no_test_args(a, "test_undefined"), v.is_undefined();
+}
+bool t_none(evaluator&, const value& v, call_args& a) {
+    return no_test_args(a, "test_none"), v.is_none();
+}
+bool t_boolean(evaluator&, const value& v, call_args& a) {
+    return no_test_args(a, "test_boolean"), v.k == kind::boolean;
+}
+bool t_true(evaluator&, const value& v, call_args& a) {
+    return no_test_args(a, "test_true"), v.k == kind::boolean && v.b;
+}
+bool t_false(evaluator&, const value& v, call_args& a) {
+    return no_test_args(a, "test_false"), v.k == kind::boolean && !v.b;
+}
+bool t_integer(evaluator&, const value& v, call_args& a) {
+    return no_test_args(a, "test_integer"), v.k == kind::integer;
+}
+bool t_float(evaluator&, const value& v, call_args& a) {
+    return no_test_args(a, "test_float"), v.k == kind::floating;
+}
+bool t_number(evaluator&, const value& v, call_args& a) {
+    return no_test_args(a, "test_number"), v.is_number();
+}
+bool t_string(evaluator&, const value& v, call_args& a) {
+    return no_test_args(a, "test_string"), v.is_string();
+}
+bool t_mapping(evaluator&, const value& v, call_args& a) {
+    return no_test_args(a, "test_mapping"), v.is_dict();
+}
 bool t_iterable(evaluator&, const value& v, call_args& a) {
     no_test_args(a, "test_iterable");
     return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict() || (v.is_object() && v.o->iterable());
@@ -1231,36 +1298,59 @@ bool t_divisibleby(evaluator&, const value& v, call_args& a) {
     const value& n = one_arg(a, "test_divisibleby", "num");
     return equal(binary_op(binop::mod, v, n), value::integer(0));
 }
-bool t_eq(evaluator&, const value& v, call_args& a) { return equal(v, one_arg(a, "eq", "b")); }
-bool t_ne(evaluator&, const value& v, call_args& a) { return !equal(v, one_arg(a, "ne", "b")); }
+bool t_eq(evaluator&, const value& v, call_args& a) {
+    return equal(v, one_arg(a, "eq", "b"));
+}
+bool t_ne(evaluator&, const value& v, call_args& a) {
+    return !equal(v, one_arg(a, "ne", "b"));
+}
 bool ordered(const value& v, const value& o, const char* op) {
     if (v.is_undefined()) fail(v.s ? *v.s : "value is undefined");
     if (o.is_undefined()) fail(o.s ? *o.s : "value is undefined");
     const int c = compare(v, o, op);
     return op[0] == '<' ? (op[1] ? c <= 0 : c < 0) : (op[1] ? c >= 0 : c > 0);
 }
-bool t_lt(evaluator&, const value& v, call_args& a) { return ordered(v, one_arg(a, "lt", "b"), "<"); }
-bool t_le(evaluator&, const value& v, call_args& a) { return ordered(v, one_arg(a, "le", "b"), "<="); }
-bool t_gt(evaluator&, const value& v, call_args& a) { return ordered(v, one_arg(a, "gt", "b"), ">"); }
-bool t_ge(evaluator&, const value& v, call_args& a) { return ordered(v, one_arg(a, "ge", "b"), ">="); }
+bool t_lt(evaluator&, const value& v, call_args& a) {
+    return ordered(v, one_arg(a, "lt", "b"), "<");
+}
+bool t_le(evaluator&, const value& v, call_args& a) {
+    return ordered(v, one_arg(a, "le", "b"), "<=");
+}
+bool t_gt(evaluator&, const value& v, call_args& a) {
+    return ordered(v, one_arg(a, "gt", "b"), ">");
+}
+bool t_ge(evaluator&, const value& v, call_args& a) {
+    return ordered(v, one_arg(a, "ge", "b"), ">=");
+}
 bool t_sameas(evaluator&, const value& v, call_args& a) {
     // python's `is`: identity; None, booleans and small ints (-5..256) are singletons, containers compare by address
     const value& o = one_arg(a, "test_sameas", "other");
     if (v.k != o.k) return false;
     switch (v.k) {
-    case kind::none: return true;
-    case kind::undefined: return false; // each undefined access is a new object
-    case kind::boolean: return v.b == o.b;
-    case kind::integer: return v.i == o.i && v.i >= -5 && v.i <= 256;
-    case kind::floating: return false;
-    case kind::string: return v.s == o.s;
-    case kind::list: return v.l == o.l;
-    case kind::dict: return v.d == o.d;
-    case kind::object: return v.o == o.o;
+    case kind::none:
+        return true;
+    case kind::undefined:
+        return false; // each undefined access is a new object
+    case kind::boolean:
+        return v.b == o.b;
+    case kind::integer:
+        return v.i == o.i && v.i >= -5 && v.i <= 256;
+    case kind::floating:
+        return false;
+    case kind::string:
+        return v.s == o.s;
+    case kind::list:
+        return v.l == o.l;
+    case kind::dict:
+        return v.d == o.d;
+    case kind::object:
+        return v.o == o.o;
     }
     return false;
 }
-bool t_in(evaluator& ev, const value& v, call_args& a) { return ev.contains(one_arg(a, "test_in", "seq"), v); }
+bool t_in(evaluator& ev, const value& v, call_args& a) {
+    return ev.contains(one_arg(a, "test_in", "seq"), v);
+}
 bool t_lower(evaluator&, const value& v, call_args& a) {
     no_test_args(a, "test_lower");
     return py::islower(to_str(v));
@@ -1282,40 +1372,105 @@ bool t_test(evaluator&, const value& v, call_args& a) {
 
 const std::unordered_map<std::string, builtin_fn>& filters() {
     static const std::unordered_map<std::string, builtin_fn> table = {
-        {"abs", f_abs},           {"attr", f_attr},           {"batch", f_batch},
-        {"capitalize", f_capitalize}, {"center", f_center},   {"count", f_length},
-        {"d", f_default},         {"default", f_default},     {"dictsort", f_dictsort},
-        {"e", f_escape},          {"escape", f_escape},       {"filesizeformat", f_filesizeformat},
-        {"first", f_first},       {"float", f_float},         {"forceescape", f_forceescape},
-        {"format", f_format},     {"groupby", f_groupby},     {"indent", f_indent},
-        {"int", f_int},           {"items", f_items},         {"join", f_join},
-        {"last", f_last},         {"length", f_length},       {"list", f_list},
-        {"lower", f_lower},       {"map", f_map},             {"max", f_max},
-        {"min", f_min},           {"pprint", f_pprint},       {"random", f_random},
-        {"reject", f_reject},     {"rejectattr", f_rejectattr}, {"replace", f_replace},
-        {"reverse", f_reverse},   {"round", f_round},         {"safe", f_safe},
-        {"select", f_select},     {"selectattr", f_selectattr}, {"slice", f_slice},
-        {"sort", f_sort},         {"string", f_string},       {"striptags", f_striptags},
-        {"sum", f_sum},           {"title", f_title},         {"tojson", f_tojson},
-        {"trim", f_trim},         {"truncate", f_truncate},   {"unique", f_unique},
-        {"upper", f_upper},       {"urlencode", f_urlencode}, {"urlize", f_urlize},
-        {"wordcount", f_wordcount}, {"wordwrap", f_wordwrap}, {"xmlattr", f_xmlattr},
+        {"abs", f_abs},
+        {"attr", f_attr},
+        {"batch", f_batch},
+        {"capitalize", f_capitalize},
+        {"center", f_center},
+        {"count", f_length},
+        {"d", f_default},
+        {"default", f_default},
+        {"dictsort", f_dictsort},
+        {"e", f_escape},
+        {"escape", f_escape},
+        {"filesizeformat", f_filesizeformat},
+        {"first", f_first},
+        {"float", f_float},
+        {"forceescape", f_forceescape},
+        {"format", f_format},
+        {"groupby", f_groupby},
+        {"indent", f_indent},
+        {"int", f_int},
+        {"items", f_items},
+        {"join", f_join},
+        {"last", f_last},
+        {"length", f_length},
+        {"list", f_list},
+        {"lower", f_lower},
+        {"map", f_map},
+        {"max", f_max},
+        {"min", f_min},
+        {"pprint", f_pprint},
+        {"random", f_random},
+        {"reject", f_reject},
+        {"rejectattr", f_rejectattr},
+        {"replace", f_replace},
+        {"reverse", f_reverse},
+        {"round", f_round},
+        {"safe", f_safe},
+        {"select", f_select},
+        {"selectattr", f_selectattr},
+        {"slice", f_slice},
+        {"sort", f_sort},
+        {"string", f_string},
+        {"striptags", f_striptags},
+        {"sum", f_sum},
+        {"title", f_title},
+        {"tojson", f_tojson},
+        {"trim", f_trim},
+        {"truncate", f_truncate},
+        {"unique", f_unique},
+        {"upper", f_upper},
+        {"urlencode", f_urlencode},
+        {"urlize", f_urlize},
+        {"wordcount", f_wordcount},
+        {"wordwrap", f_wordwrap},
+        {"xmlattr", f_xmlattr},
     };
     return table;
 }
 
 const std::unordered_map<std::string, test_fn>& tests() {
     static const std::unordered_map<std::string, test_fn> table = {
-        {"defined", t_defined},   {"undefined", t_undefined}, {"none", t_none},         {"boolean", t_boolean},
-        {"true", t_true},         {"false", t_false},         {"integer", t_integer},   {"float", t_float},
-        {"number", t_number},     {"string", t_string},       {"mapping", t_mapping},   {"iterable", t_iterable},
-        {"sequence", t_sequence}, {"callable", t_callable},   {"odd", t_odd},           {"even", t_even},
-        {"divisibleby", t_divisibleby}, {"eq", t_eq},         {"equalto", t_eq},        {"==", t_eq},
-        {"ne", t_ne},             {"!=", t_ne},               {"lt", t_lt},             {"lessthan", t_lt},
-        {"<", t_lt},              {"le", t_le},               {"<=", t_le},             {"gt", t_gt},
-        {"greaterthan", t_gt},    {">", t_gt},                {"ge", t_ge},             {">=", t_ge},
-        {"sameas", t_sameas},     {"in", t_in},               {"lower", t_lower},       {"upper", t_upper},
-        {"escaped", t_escaped},   {"filter", t_filter},       {"test", t_test},
+        {"defined", t_defined},
+        {"undefined", t_undefined},
+        {"none", t_none},
+        {"boolean", t_boolean},
+        {"true", t_true},
+        {"false", t_false},
+        {"integer", t_integer},
+        {"float", t_float},
+        {"number", t_number},
+        {"string", t_string},
+        {"mapping", t_mapping},
+        {"iterable", t_iterable},
+        {"sequence", t_sequence},
+        {"callable", t_callable},
+        {"odd", t_odd},
+        {"even", t_even},
+        {"divisibleby", t_divisibleby},
+        {"eq", t_eq},
+        {"equalto", t_eq},
+        {"==", t_eq},
+        {"ne", t_ne},
+        {"!=", t_ne},
+        {"lt", t_lt},
+        {"lessthan", t_lt},
+        {"<", t_lt},
+        {"le", t_le},
+        {"<=", t_le},
+        {"gt", t_gt},
+        {"greaterthan", t_gt},
+        {">", t_gt},
+        {"ge", t_ge},
+        {">=", t_ge},
+        {"sameas", t_sameas},
+        {"in", t_in},
+        {"lower", t_lower},
+        {"upper", t_upper},
+        {"escaped", t_escaped},
+        {"filter", t_filter},
+        {"test", t_test},
     };
     return table;
 }
@@ -1332,7 +1487,11 @@ test_fn find_test(const std::string& name) {
     return it == tests().end() ? nullptr : it->second;
 }
 
-bool has_filter(const std::string& name) { return find_filter(name) != nullptr; }
-bool has_test(const std::string& name) { return find_test(name) != nullptr; }
+bool has_filter(const std::string& name) {
+    return find_filter(name) != nullptr;
+}
+bool has_test(const std::string& name) {
+    return find_test(name) != nullptr;
+}
 
 } // namespace tessera::jinja

@@ -32,13 +32,13 @@ class template_ {
 };
 
 struct options {
-    std::function<std::tm()> now;        // strftime_now's clock; empty: the local time now
-    size_t max_output = 16u << 20;       // bytes of output, and of any one string the template builds
-    size_t max_memory = 512u << 20;      // bytes of strings and lists made during one render (all of them, freed or
-                                         // not: a bound on the work as much as on what is held)
-    uint64_t max_steps = 2'000'000;      // expressions, statements, filter calls (~0.3 s; a 400-turn chat on the
-                                         // longest real template takes ~50k)
-    int max_depth = 200;                 // nested macro calls, loops and expressions
+    std::function<std::tm()> now;   // strftime_now's clock; empty: the local time now
+    size_t max_output = 16u << 20;  // bytes of output, and of any one string the template builds
+    size_t max_memory = 512u << 20; // bytes of strings and lists made during one render (all of them, freed or
+                                    // not: a bound on the work as much as on what is held)
+    uint64_t max_steps = 2'000'000; // expressions, statements, filter calls (~0.3 s; a 400-turn chat on the
+                                    // longest real template takes ~50k)
+    int max_depth = 200;            // nested macro calls, loops and expressions
 };
 
 // Parses jinja2 syntax; a syntax error is a tessera::error "chat template: line N: ...".
@@ -52,7 +52,7 @@ std::string render(const template_& t, const nlohmann::ordered_json& context, co
 // add_generation_prompt, bos_token, eos_token, then the extra keyword arguments (e.g. enable_thinking).
 struct chat_inputs {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    nlohmann::ordered_json tools;                                      // null: none
+    nlohmann::ordered_json tools;                                     // null: none
     nlohmann::ordered_json kwargs = nlohmann::ordered_json::object(); // extra variables, override the above
     bool add_generation_prompt = true;
     std::string bos_token, eos_token;

@@ -22,10 +22,12 @@ namespace tessera::jinja {
 
 namespace {
 
-constexpr int max_nesting = 100;      // statement blocks or parenthesised expressions inside each other
-constexpr int max_expr_depth = 400;   // depth of one expression tree (a+a+a+... is left-deep)
+constexpr int max_nesting = 100;    // statement blocks or parenthesised expressions inside each other
+constexpr int max_expr_depth = 400; // depth of one expression tree (a+a+a+... is left-deep)
 
-[[noreturn]] void syntax_error(int line, std::string msg) { throw eval_error{std::move(msg), line}; }
+[[noreturn]] void syntax_error(int line, std::string msg) {
+    throw eval_error{std::move(msg), line};
+}
 
 enum class tok : uint8_t { data, var_begin, var_end, block_begin, block_end, name, string, integer, floating, op, eof };
 
@@ -92,19 +94,44 @@ std::string unescape(std::string_view s, int line) {
             return v;
         };
         switch (c) {
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'v': out += '\v'; break;
-        case '\n': break;
-        case 'x': utf8_append(out, hex(2)); break;
-        case 'u': utf8_append(out, hex(4)); break;
+        case '\\':
+            out += '\\';
+            break;
+        case '\'':
+            out += '\'';
+            break;
+        case '"':
+            out += '"';
+            break;
+        case 'a':
+            out += '\a';
+            break;
+        case 'b':
+            out += '\b';
+            break;
+        case 'f':
+            out += '\f';
+            break;
+        case 'n':
+            out += '\n';
+            break;
+        case 'r':
+            out += '\r';
+            break;
+        case 't':
+            out += '\t';
+            break;
+        case 'v':
+            out += '\v';
+            break;
+        case '\n':
+            break;
+        case 'x':
+            utf8_append(out, hex(2));
+            break;
+        case 'u':
+            utf8_append(out, hex(4));
+            break;
         case 'U': {
             const uint32_t v = hex(8);
             if (v > 0x10ffff) syntax_error(line, "illegal Unicode character in a string");
@@ -313,7 +340,8 @@ class lexer {
                 while (q < src_.size() && src_[q] != c) q += src_[q] == '\\' ? 2 : 1;
                 if (q >= src_.size()) syntax_error(line_at(p), "unexpected end of string literal");
                 const int line = line_at(p);
-                tokens_.push_back({tok::string, unescape(std::string_view(src_).substr(p + 1, q - p - 1), line), line, {}});
+                tokens_.push_back(
+                    {tok::string, unescape(std::string_view(src_).substr(p + 1, q - p - 1), line), line, {}});
                 p = q + 1;
                 continue;
             }
@@ -341,8 +369,8 @@ class lexer {
         const int line = line_at(p);
         auto digits = [&](size_t q, auto is_digit) {
             size_t r = q;
-            while (r < src_.size() && (is_digit(src_[r]) || (src_[r] == '_' && r + 1 < src_.size() && r > q &&
-                                                             is_digit(src_[r + 1]))))
+            while (r < src_.size() &&
+                   (is_digit(src_[r]) || (src_[r] == '_' && r + 1 < src_.size() && r > q && is_digit(src_[r + 1]))))
                 r++;
             return r;
         };
@@ -351,8 +379,9 @@ class lexer {
         if (src_[p] == '0' && p + 1 < src_.size() && std::strchr("bBoOxX", src_[p + 1])) {
             const char base = char(src_[p + 1] | 0x20);
             auto ok = [base](char ch) {
-                return base == 'b' ? (ch == '0' || ch == '1')
-                                   : base == 'o' ? (ch >= '0' && ch <= '7') : std::isxdigit(static_cast<unsigned char>(ch)) != 0;
+                return base == 'b'   ? (ch == '0' || ch == '1')
+                       : base == 'o' ? (ch >= '0' && ch <= '7')
+                                     : std::isxdigit(static_cast<unsigned char>(ch)) != 0;
             };
             size_t q = p + 2;
             if (q < src_.size() && src_[q] == '_') q++;
@@ -361,7 +390,10 @@ class lexer {
                 for (size_t i = q; i < end; i++)
                     if (src_[i] != '_') clean += src_[i];
                 errno = 0;
-                const unsigned long long v = std::strtoull(clean.c_str(), nullptr, base == 'b' ? 2 : base == 'o' ? 8 : 16);
+                const unsigned long long v = std::strtoull(clean.c_str(), nullptr,
+                                                           base == 'b'   ? 2
+                                                           : base == 'o' ? 8
+                                                                         : 16);
                 if (errno || v > uint64_t(INT64_MAX)) syntax_error(line, "integer literal too large");
                 tokens_.push_back({tok::integer, src_.substr(p, end - p), line, value::integer(int64_t(v))});
                 return end;
@@ -446,12 +478,18 @@ class parser {
     }
     static std::string describe(const token& t) {
         switch (t.type) {
-        case tok::eof: return "end of template";
-        case tok::block_end: return "end of statement block";
-        case tok::var_end: return "end of print statement";
-        case tok::data: return "template data";
-        case tok::string: return "string";
-        default: return "'" + t.text + "'";
+        case tok::eof:
+            return "end of template";
+        case tok::block_end:
+            return "end of statement block";
+        case tok::var_end:
+            return "end of print statement";
+        case tok::data:
+            return "template data";
+        case tok::string:
+            return "string";
+        default:
+            return "'" + t.text + "'";
         }
     }
     [[noreturn]] void unexpected(const char* expected) const {
@@ -532,7 +570,9 @@ class parser {
                 for (const auto& f : s->filters) check_names(f.get(), false);
                 check_names(s->main, false);
                 break;
-            case st::generation: check_names(s->main, false); break;
+            case st::generation:
+                check_names(s->main, false);
+                break;
             case st::with:
                 for (const auto& c : s->conds) check_names(c.get(), soft);
                 check_names(s->main, false);
@@ -542,7 +582,8 @@ class parser {
                 check_names(s->e.get(), soft);
                 check_names(s->main, false);
                 break;
-            default: check_names(s->e.get(), soft);
+            default:
+                check_names(s->e.get(), soft);
             }
         }
     }
@@ -761,7 +802,8 @@ class parser {
             if (is_op(")")) break;
             std::string n = expect_name();
             expr_ptr def;
-            if (skip_op("=")) def = parse_expression(true);
+            if (skip_op("="))
+                def = parse_expression(true);
             else if (!params.empty() && params.back().second)
                 syntax_error(line(), "non-default argument follows default argument");
             params.emplace_back(std::move(n), std::move(def));
@@ -919,9 +961,8 @@ class parser {
         std::vector<expr_ptr> rest;
         while (true) {
             std::string op;
-            if (cur().type == tok::op &&
-                (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" ||
-                 cur().text == ">" || cur().text == ">=")) {
+            if (cur().type == tok::op && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
+                                          cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
                 op = cur().text;
                 next();
             } else if (is_name("in")) {
@@ -1011,9 +1052,12 @@ class parser {
         const int ln = t.line;
         if (t.type == tok::name) {
             auto e = node(ex::literal, ln);
-            if (t.text == "true" || t.text == "True") e->lit = value::boolean(true);
-            else if (t.text == "false" || t.text == "False") e->lit = value::boolean(false);
-            else if (t.text == "none" || t.text == "None") e->lit = value::none();
+            if (t.text == "true" || t.text == "True")
+                e->lit = value::boolean(true);
+            else if (t.text == "false" || t.text == "False")
+                e->lit = value::boolean(false);
+            else if (t.text == "none" || t.text == "None")
+                e->lit = value::none();
             else {
                 e->type = ex::name;
                 e->name = t.text;
@@ -1241,8 +1285,8 @@ class parser {
         const token& t = cur();
         if (is_op("(")) {
             parse_args(e->args);
-        } else if ((t.type == tok::name || t.type == tok::string || t.type == tok::integer ||
-                    t.type == tok::floating || is_op("[") || is_op("{")) &&
+        } else if ((t.type == tok::name || t.type == tok::string || t.type == tok::integer || t.type == tok::floating ||
+                    is_op("[") || is_op("{")) &&
                    !is_name("else") && !is_name("or") && !is_name("and")) {
             if (is_name("is")) syntax_error(line(), "You cannot chain multiple tests with is");
             e->args.pos.push_back(parse_postfix(parse_primary()));

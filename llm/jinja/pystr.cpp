@@ -27,8 +27,12 @@ int64_t int_arg(const value& v, std::string_view fn) {
     return v.as_int();
 }
 
-bool is_cased(uint32_t c) { return ucd::has(c, ucd::cased); }
-bool is_ignorable(uint32_t c) { return ucd::has(c, ucd::case_ignorable); }
+bool is_cased(uint32_t c) {
+    return ucd::has(c, ucd::cased);
+}
+bool is_ignorable(uint32_t c) {
+    return ucd::has(c, ucd::case_ignorable);
+}
 
 // CPython's handle_capital_sigma: U+03A3 at i lowers to the final form after a cased letter (case-ignorable ones
 // skipped) that no cased letter follows
@@ -56,8 +60,10 @@ uint32_t sigma_at(const std::vector<uint32_t>& cps, size_t i) {
 }
 
 void append_lower(std::string& out, const std::vector<uint32_t>& cps, size_t i) {
-    if (cps[i] == 0x3a3) utf8_append(out, sigma_at(cps, i));
-    else ucd::append_mapped(out, mapping::lower, cps[i]);
+    if (cps[i] == 0x3a3)
+        utf8_append(out, sigma_at(cps, i));
+    else
+        ucd::append_mapped(out, mapping::lower, cps[i]);
 }
 
 template <class F> std::string map_each(std::string_view s, F f) {
@@ -109,13 +115,17 @@ int64_t find_cps(const std::vector<uint32_t>& cps, const std::vector<uint32_t>& 
 
 } // namespace
 
-bool is_space(uint32_t cp) { return ucd::has(cp, ucd::space); }
+bool is_space(uint32_t cp) {
+    return ucd::has(cp, ucd::space);
+}
 
 std::string upper(std::string_view s) {
     return map_each(s, [](std::string& o, const auto& c, size_t i) { ucd::append_mapped(o, mapping::upper, c[i]); });
 }
 
-std::string lower(std::string_view s) { return map_each(s, append_lower); }
+std::string lower(std::string_view s) {
+    return map_each(s, append_lower);
+}
 
 std::string casefold(std::string_view s) {
     return map_each(s, [](std::string& o, const auto& c, size_t i) { ucd::append_mapped(o, mapping::fold, c[i]); });
@@ -123,25 +133,32 @@ std::string casefold(std::string_view s) {
 
 std::string swapcase(std::string_view s) {
     return map_each(s, [](std::string& o, const auto& c, size_t i) {
-        if (ucd::has(c[i], ucd::upper)) append_lower(o, c, i);
-        else if (ucd::has(c[i], ucd::lower)) ucd::append_mapped(o, mapping::upper, c[i]);
-        else utf8_append(o, c[i]);
+        if (ucd::has(c[i], ucd::upper))
+            append_lower(o, c, i);
+        else if (ucd::has(c[i], ucd::lower))
+            ucd::append_mapped(o, mapping::upper, c[i]);
+        else
+            utf8_append(o, c[i]);
     });
 }
 
 std::string title(std::string_view s) {
     bool previous_cased = false;
     return map_each(s, [&](std::string& o, const auto& c, size_t i) {
-        if (previous_cased) append_lower(o, c, i);
-        else ucd::append_mapped(o, mapping::title, c[i]);
+        if (previous_cased)
+            append_lower(o, c, i);
+        else
+            ucd::append_mapped(o, mapping::title, c[i]);
         previous_cased = is_cased(c[i]);
     });
 }
 
 std::string capitalize(std::string_view s) {
     return map_each(s, [](std::string& o, const auto& c, size_t i) {
-        if (i == 0) ucd::append_mapped(o, mapping::title, c[i]);
-        else append_lower(o, c, i);
+        if (i == 0)
+            ucd::append_mapped(o, mapping::title, c[i]);
+        else
+            append_lower(o, c, i);
     });
 }
 
@@ -332,12 +349,23 @@ std::string html_escape(std::string_view s) {
     out.reserve(s.size());
     for (char c : s) {
         switch (c) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&#34;"; break;
-        case '\'': out += "&#39;"; break;
-        default: out += c;
+        case '&':
+            out += "&amp;";
+            break;
+        case '<':
+            out += "&lt;";
+            break;
+        case '>':
+            out += "&gt;";
+            break;
+        case '"':
+            out += "&#34;";
+            break;
+        case '\'':
+            out += "&#39;";
+            break;
+        default:
+            out += c;
         }
     }
     check_string_size(out.size());
@@ -346,10 +374,11 @@ std::string html_escape(std::string_view s) {
 
 std::string html_unescape(std::string_view s) {
     static const std::pair<const char*, uint32_t> named[] = {
-        {"amp", '&'}, {"lt", '<'}, {"gt", '>'}, {"quot", '"'}, {"apos", '\''}, {"nbsp", 0xa0}, {"copy", 0xa9},
-        {"reg", 0xae}, {"laquo", 0xab}, {"raquo", 0xbb}, {"hellip", 0x2026}, {"mdash", 0x2014}, {"ndash", 0x2013},
-        {"lsquo", 0x2018}, {"rsquo", 0x2019}, {"ldquo", 0x201c}, {"rdquo", 0x201d}, {"middot", 0xb7},
-        {"times", 0xd7}, {"euro", 0x20ac}, {"deg", 0xb0}, {"bull", 0x2022}, {"trade", 0x2122}};
+        {"amp", '&'},       {"lt", '<'},       {"gt", '>'},       {"quot", '"'},     {"apos", '\''},
+        {"nbsp", 0xa0},     {"copy", 0xa9},    {"reg", 0xae},     {"laquo", 0xab},   {"raquo", 0xbb},
+        {"hellip", 0x2026}, {"mdash", 0x2014}, {"ndash", 0x2013}, {"lsquo", 0x2018}, {"rsquo", 0x2019},
+        {"ldquo", 0x201c},  {"rdquo", 0x201d}, {"middot", 0xb7},  {"times", 0xd7},   {"euro", 0x20ac},
+        {"deg", 0xb0},      {"bull", 0x2022},  {"trade", 0x2122}};
     std::string out;
     for (size_t i = 0; i < s.size();) {
         if (s[i] != '&') {
@@ -386,20 +415,20 @@ std::string html_unescape(std::string_view s) {
 namespace {
 
 const char* const str_methods[] = {
-    "capitalize", "casefold",  "center",       "count",        "endswith",  "expandtabs", "find",       "format",
-    "format_map", "index",     "isalnum",      "isalpha",      "isascii",   "isdecimal",  "isdigit",    "isidentifier",
-    "islower",    "isnumeric", "isprintable",  "isspace",      "istitle",   "isupper",    "join",       "ljust",
-    "lower",      "lstrip",    "partition",    "removeprefix", "removesuffix", "replace", "rfind",      "rindex",
-    "rjust",      "rpartition", "rsplit",      "rstrip",       "split",     "splitlines", "startswith", "strip",
-    "swapcase",   "title",     "translate",    "upper",        "zfill",     "encode",     "maketrans"};
+    "capitalize",   "casefold",     "center",     "count",      "endswith",    "expandtabs", "find",
+    "format",       "format_map",   "index",      "isalnum",    "isalpha",     "isascii",    "isdecimal",
+    "isdigit",      "isidentifier", "islower",    "isnumeric",  "isprintable", "isspace",    "istitle",
+    "isupper",      "join",         "ljust",      "lower",      "lstrip",      "partition",  "removeprefix",
+    "removesuffix", "replace",      "rfind",      "rindex",     "rjust",       "rpartition", "rsplit",
+    "rstrip",       "split",        "splitlines", "startswith", "strip",       "swapcase",   "title",
+    "translate",    "upper",        "zfill",      "encode",     "maketrans"};
 // Markup's methods that return Markup (markupsafe 3); of their arguments only replace's new, the fill characters,
 // join's items and format's fields are escaped
-const char* const markup_wrapped[] = {"capitalize", "title",        "lower",        "upper",     "replace",
-                                      "ljust",      "rjust",        "lstrip",       "rstrip",    "center",
-                                      "strip",      "translate",    "expandtabs",   "swapcase",  "zfill",
-                                      "casefold",   "removeprefix", "removesuffix", "split",     "rsplit",
-                                      "splitlines", "partition",    "rpartition",   "format",    "format_map",
-                                      "join"};
+const char* const markup_wrapped[] = {
+    "capitalize", "title",      "lower",        "upper",        "replace",   "ljust",      "rjust",
+    "lstrip",     "rstrip",     "center",       "strip",        "translate", "expandtabs", "swapcase",
+    "zfill",      "casefold",   "removeprefix", "removesuffix", "split",     "rsplit",     "splitlines",
+    "partition",  "rpartition", "format",       "format_map",   "join"};
 
 template <size_t N> bool in(const char* const (&names)[N], std::string_view n) {
     for (const char* x : names)
@@ -407,7 +436,9 @@ template <size_t N> bool in(const char* const (&names)[N], std::string_view n) {
     return false;
 }
 
-value str_value(std::string s, bool markup = false) { return value::string(std::move(s), markup); }
+value str_value(std::string s, bool markup = false) {
+    return value::string(std::move(s), markup);
+}
 
 value plain_str_method(evaluator& ev, const std::string& s, const std::string& name, call_args& a, bool markup) {
     auto want = [&](size_t max_pos, size_t min_pos = 0) {
@@ -424,8 +455,12 @@ value plain_str_method(evaluator& ev, const std::string& s, const std::string& n
     if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" || name == "swapcase" ||
         name == "casefold") {
         want(0);
-        return str_value(name == "upper" ? upper(s) : name == "lower" ? lower(s) : name == "title" ? title(s)
-                         : name == "capitalize" ? capitalize(s) : name == "swapcase" ? swapcase(s) : casefold(s));
+        return str_value(name == "upper"        ? upper(s)
+                         : name == "lower"      ? lower(s)
+                         : name == "title"      ? title(s)
+                         : name == "capitalize" ? capitalize(s)
+                         : name == "swapcase"   ? swapcase(s)
+                                                : casefold(s));
     }
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
         want(1);
@@ -575,11 +610,16 @@ value plain_str_method(evaluator& ev, const std::string& s, const std::string& n
         std::string out;
         for (uint32_t c : code_points(s)) {
             value to = ev.get_item(a.pos[0], value::integer(c));
-            if (to.is_undefined()) utf8_append(out, c);
-            else if (to.is_none()) continue;
-            else if (to.is_int()) utf8_append(out, uint32_t(to.as_int()));
-            else if (to.is_string()) out += to.str();
-            else fail("character mapping must return integer, None or str");
+            if (to.is_undefined())
+                utf8_append(out, c);
+            else if (to.is_none())
+                continue;
+            else if (to.is_int())
+                utf8_append(out, uint32_t(to.as_int()));
+            else if (to.is_string())
+                out += to.str();
+            else
+                fail("character mapping must return integer, None or str");
             check_string_size(out.size());
         }
         return str_value(std::move(out));
@@ -591,11 +631,13 @@ value plain_str_method(evaluator& ev, const std::string& s, const std::string& n
     if (name == "isdigit") return value::boolean(flagged(ucd::digit));
     if (name == "isnumeric") return value::boolean(flagged(ucd::numeric));
     if (name == "isspace") return value::boolean(flagged(ucd::space));
-    if (name == "isalnum")
-        return value::boolean(flagged(ucd::alpha | ucd::decimal | ucd::digit | ucd::numeric));
+    if (name == "isalnum") return value::boolean(flagged(ucd::alpha | ucd::decimal | ucd::digit | ucd::numeric));
     if (name == "isprintable")
-        return value::boolean(all_of_cps(s, [](uint32_t c) { return ucd::has(c, ucd::printable); }, true));
-    if (name == "isascii") return value::boolean(all_of_cps(s, [](uint32_t c) { return c < 0x80; }, true));
+        return value::boolean(all_of_cps(
+            s, [](uint32_t c) { return ucd::has(c, ucd::printable); }, true));
+    if (name == "isascii")
+        return value::boolean(all_of_cps(
+            s, [](uint32_t c) { return c < 0x80; }, true));
     if (name == "islower") return value::boolean(islower(s));
     if (name == "isupper") return value::boolean(isupper(s));
     if (name == "istitle") return value::boolean(istitle(s));
@@ -658,10 +700,12 @@ value call_str_method(evaluator& ev, const value& self, const std::string& name,
     // Markup: the result (or its pieces) Markup
     call_args esc = a;
     if (name == "replace" && esc.pos.size() > 1) esc.pos[1] = escaped(esc.pos[1]);
-    if ((name == "ljust" || name == "rjust" || name == "center") && esc.pos.size() > 1) esc.pos[1] = escaped(esc.pos[1]);
+    if ((name == "ljust" || name == "rjust" || name == "center") && esc.pos.size() > 1)
+        esc.pos[1] = escaped(esc.pos[1]);
     if (name == "join" && !esc.pos.empty()) {
         std::vector<value> items;
-        for (const value& x : ev.iterate(esc.pos[0])) items.push_back(escaped(x.is_string() ? x : value::string(to_str(x))));
+        for (const value& x : ev.iterate(esc.pos[0]))
+            items.push_back(escaped(x.is_string() ? x : value::string(to_str(x))));
         esc.pos[0] = value::list(std::move(items));
     }
     return markup_of(plain_str_method(ev, s, name, esc, true));

@@ -16,7 +16,9 @@ namespace tessera::jinja::py {
 
 namespace {
 
-bool ascii_digit(char c) { return c >= '0' && c <= '9'; }
+bool ascii_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 std::string ascii_repr(const value& v) {
     // ascii(v): repr with every non-ASCII code point escaped
@@ -24,10 +26,14 @@ std::string ascii_repr(const value& v) {
     std::string out;
     for (size_t i = 0; i < r.size();) {
         const uint32_t c = utf8_decode(r, i);
-        if (c < 0x80) out += char(c);
-        else if (c < 0x100) out += fmt::format("\\x{:02x}", c);
-        else if (c < 0x10000) out += fmt::format("\\u{:04x}", c);
-        else out += fmt::format("\\U{:08x}", c);
+        if (c < 0x80)
+            out += char(c);
+        else if (c < 0x100)
+            out += fmt::format("\\x{:02x}", c);
+        else if (c < 0x10000)
+            out += fmt::format("\\u{:04x}", c);
+        else
+            out += fmt::format("\\U{:08x}", c);
     }
     return out;
 }
@@ -43,7 +49,9 @@ std::string c_format(const char* spec_fmt, int precision, double x) {
     return big;
 }
 
-uint64_t magnitude(int64_t n) { return n < 0 ? uint64_t(-(n + 1)) + 1 : uint64_t(n); }
+uint64_t magnitude(int64_t n) {
+    return n < 0 ? uint64_t(-(n + 1)) + 1 : uint64_t(n);
+}
 
 std::string group_digits(const std::string& digits, char sep, size_t every) {
     // digits: the integer part only
@@ -63,13 +71,19 @@ std::string float_digits(double x, char type, int precision, bool alt) {
     if (std::isnan(x)) return std::isupper(static_cast<unsigned char>(type)) ? "NAN" : "nan";
     const bool has_prec = precision >= 0;
     switch (type) {
-    case 'f': case 'F': return c_format(alt ? "%#.*f" : "%.*f", has_prec ? precision : 6, x);
-    case 'e': case 'E': return c_format(type == 'e' ? (alt ? "%#.*e" : "%.*e") : (alt ? "%#.*E" : "%.*E"),
-                                        has_prec ? precision : 6, x);
-    case 'g': case 'G': case 'n':
+    case 'f':
+    case 'F':
+        return c_format(alt ? "%#.*f" : "%.*f", has_prec ? precision : 6, x);
+    case 'e':
+    case 'E':
+        return c_format(type == 'e' ? (alt ? "%#.*e" : "%.*e") : (alt ? "%#.*E" : "%.*E"), has_prec ? precision : 6, x);
+    case 'g':
+    case 'G':
+    case 'n':
         return c_format(type == 'G' ? (alt ? "%#.*G" : "%.*G") : (alt ? "%#.*g" : "%.*g"),
                         has_prec ? std::max(precision, 1) : 6, x);
-    case '%': return c_format(alt ? "%#.*f" : "%.*f", has_prec ? precision : 6, x * 100) + "%";
+    case '%':
+        return c_format(alt ? "%#.*f" : "%.*f", has_prec ? precision : 6, x * 100) + "%";
     default: {
         if (!has_prec) return float_repr(x);
         std::string r = c_format(alt ? "%#.*g" : "%.*g", std::max(precision, 1), x);
@@ -120,7 +134,8 @@ std::string format_value(const value& v, std::string_view spec) {
         p++;
     }
     int64_t width = 0;
-    while (p < spec.size() && ascii_digit(spec[p])) width = std::min<int64_t>(width * 10 + (spec[p++] - '0'), int64_t(1) << 40);
+    while (p < spec.size() && ascii_digit(spec[p]))
+        width = std::min<int64_t>(width * 10 + (spec[p++] - '0'), int64_t(1) << 40);
     char grouping = 0;
     if (p < spec.size() && (spec[p] == ',' || spec[p] == '_')) grouping = spec[p++];
     int precision = -1;
@@ -131,7 +146,8 @@ std::string format_value(const value& v, std::string_view spec) {
         while (p < spec.size() && ascii_digit(spec[p])) precision = std::min(precision * 10 + (spec[p++] - '0'), 1000);
     }
     char type = p < spec.size() ? spec[p++] : 0;
-    if (p != spec.size()) fail(fmt::format("Invalid format specifier '{}' for object of type '{}'", spec, type_name(v)));
+    if (p != spec.size())
+        fail(fmt::format("Invalid format specifier '{}' for object of type '{}'", spec, type_name(v)));
 
     std::string body;
     bool numeric = false;
@@ -155,18 +171,33 @@ std::string format_value(const value& v, std::string_view spec) {
             const uint64_t mag = magnitude(n);
             neg = n < 0;
             switch (type) {
-            case 'x': digits = fmt::format("{:x}", mag); prefix = alt ? "0x" : ""; break;
-            case 'X': digits = fmt::format("{:X}", mag); prefix = alt ? "0X" : ""; break;
-            case 'o': digits = fmt::format("{:o}", mag); prefix = alt ? "0o" : ""; break;
-            case 'b': digits = fmt::format("{:b}", mag); prefix = alt ? "0b" : ""; break;
+            case 'x':
+                digits = fmt::format("{:x}", mag);
+                prefix = alt ? "0x" : "";
+                break;
+            case 'X':
+                digits = fmt::format("{:X}", mag);
+                prefix = alt ? "0X" : "";
+                break;
+            case 'o':
+                digits = fmt::format("{:o}", mag);
+                prefix = alt ? "0o" : "";
+                break;
+            case 'b':
+                digits = fmt::format("{:b}", mag);
+                prefix = alt ? "0b" : "";
+                break;
             case 'c':
                 if (n < 0 || n > 0x10ffff) fail("%c arg not in range(0x110000)");
                 utf8_append(digits, uint32_t(n));
                 neg = false;
                 break;
-            default: digits = std::to_string(mag);
+            default:
+                digits = std::to_string(mag);
             }
-            if (grouping) digits = group_digits(digits, grouping, type == 'x' || type == 'X' || type == 'o' || type == 'b' ? 4 : 3);
+            if (grouping)
+                digits =
+                    group_digits(digits, grouping, type == 'x' || type == 'X' || type == 'o' || type == 'b' ? 4 : 3);
         } else if (type == 0 || std::strchr("eEfFgGn%", type)) {
             const double d = v.as_float();
             neg = std::signbit(d) && !(no_neg_zero && d == 0) && !std::isnan(d);
@@ -208,8 +239,10 @@ std::string format(evaluator& ev, std::string_view f, const call_args& args, boo
     for (size_t i = 0; i < f.size(); i++) {
         const char c = f[i];
         if (c == '}') {
-            if (i + 1 < f.size() && f[i + 1] == '}') i++;
-            else fail("Single '}' encountered in format string");
+            if (i + 1 < f.size() && f[i + 1] == '}')
+                i++;
+            else
+                fail("Single '}' encountered in format string");
             out += '}';
             continue;
         }
@@ -226,8 +259,10 @@ std::string format(evaluator& ev, std::string_view f, const call_args& args, boo
         size_t close = i + 1;
         int level = 1;
         for (; close < f.size(); close++) {
-            if (f[close] == '{') level++;
-            else if (f[close] == '}' && --level == 0) break;
+            if (f[close] == '{')
+                level++;
+            else if (f[close] == '}' && --level == 0)
+                break;
         }
         if (close >= f.size()) fail("expected '}' before end of string");
         std::string field(f.substr(i + 1, close - i - 1));
@@ -235,10 +270,14 @@ std::string format(evaluator& ev, std::string_view f, const call_args& args, boo
         std::string spec, conv;
         size_t colon = std::string::npos, bang = std::string::npos;
         for (size_t k = 0, depth = 0; k < field.size(); k++) {
-            if (field[k] == '[') depth++;
-            else if (field[k] == ']' && depth) depth--;
-            else if (!depth && field[k] == '!' && bang == std::string::npos && colon == std::string::npos) bang = k;
-            else if (!depth && field[k] == ':' && colon == std::string::npos) colon = k;
+            if (field[k] == '[')
+                depth++;
+            else if (field[k] == ']' && depth)
+                depth--;
+            else if (!depth && field[k] == '!' && bang == std::string::npos && colon == std::string::npos)
+                bang = k;
+            else if (!depth && field[k] == ':' && colon == std::string::npos)
+                colon = k;
         }
         if (colon != std::string::npos) {
             spec = field.substr(colon + 1);
@@ -256,13 +295,15 @@ std::string format(evaluator& ev, std::string_view f, const call_args& args, boo
         if (head.empty()) {
             if (used_manual) fail("cannot switch from manual field specification to automatic field numbering");
             used_auto = true;
-            if (auto_index >= args.pos.size()) fail(fmt::format("Replacement index {} out of range for positional args tuple", auto_index));
+            if (auto_index >= args.pos.size())
+                fail(fmt::format("Replacement index {} out of range for positional args tuple", auto_index));
             v = args.pos[auto_index++];
         } else if (std::all_of(head.begin(), head.end(), ascii_digit)) {
             if (used_auto) fail("cannot switch from automatic field numbering to manual field specification");
             used_manual = true;
             const size_t idx = std::stoul(head.substr(0, 9));
-            if (idx >= args.pos.size()) fail(fmt::format("Replacement index {} out of range for positional args tuple", idx));
+            if (idx >= args.pos.size())
+                fail(fmt::format("Replacement index {} out of range for positional args tuple", idx));
             v = args.pos[idx];
         } else {
             const value* kw = args.keyword(head);
@@ -285,9 +326,12 @@ std::string format(evaluator& ev, std::string_view f, const call_args& args, boo
                     fail("Only '.' or '[' may follow ']' in format field specifier");
             }
         }
-        if (conv == "r") v = value::string(to_repr(v));
-        else if (conv == "s") v = value::string(to_str(v));
-        else if (conv == "a") v = value::string(ascii_repr(v));
+        if (conv == "r")
+            v = value::string(to_repr(v));
+        else if (conv == "s")
+            v = value::string(to_str(v));
+        else if (conv == "a")
+            v = value::string(ascii_repr(v));
         std::string piece = format_value(v, spec);
         if (markup && !(v.is_string() && v.markup)) piece = html_escape(piece);
         out += piece;
@@ -330,8 +374,10 @@ std::string percent(std::string_view f, const value& args, bool markup) {
             if (!args.is_dict()) fail("format requires a mapping");
             size_t depth = 1, close = i + 1;
             for (; close < f.size() && depth; close++) {
-                if (f[close] == '(') depth++;
-                else if (f[close] == ')') depth--;
+                if (f[close] == '(')
+                    depth++;
+                else if (f[close] == ')')
+                    depth--;
             }
             if (depth) fail("incomplete format key");
             const std::string key(f.substr(i + 1, close - i - 2));
@@ -378,9 +424,15 @@ std::string percent(std::string_view f, const value& args, bool markup) {
         std::string body;
         bool numeric = false;
         switch (c) {
-        case 's': body = to_str(v); break;
-        case 'r': body = to_repr(v); break;
-        case 'a': body = ascii_repr(v); break;
+        case 's':
+            body = to_str(v);
+            break;
+        case 'r':
+            body = to_repr(v);
+            break;
+        case 'a':
+            body = ascii_repr(v);
+            break;
         case 'c':
             if (v.is_string()) {
                 if (n_code_points(v.str()) != 1) fail("%c requires int or char");
@@ -392,7 +444,12 @@ std::string percent(std::string_view f, const value& args, bool markup) {
                 fail("%c requires int or char");
             }
             break;
-        case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': {
+        case 'd':
+        case 'i':
+        case 'u':
+        case 'x':
+        case 'X':
+        case 'o': {
             numeric = true;
             if (!v.is_number() || ((c == 'x' || c == 'X' || c == 'o') && !v.is_int()))
                 fail(fmt::format("%{} format: {} is required, not {}", c,
@@ -400,14 +457,21 @@ std::string percent(std::string_view f, const value& args, bool markup) {
             if (v.k == kind::floating && !std::isfinite(v.f)) fail("cannot convert float infinity or NaN to integer");
             const int64_t n = v.is_int() ? v.as_int() : int64_t(std::trunc(v.f));
             const uint64_t mag = magnitude(n);
-            std::string digits = c == 'x' ? fmt::format("{:x}", mag) : c == 'X' ? fmt::format("{:X}", mag)
-                               : c == 'o' ? fmt::format("{:o}", mag) : std::to_string(mag);
+            std::string digits = c == 'x'   ? fmt::format("{:x}", mag)
+                                 : c == 'X' ? fmt::format("{:X}", mag)
+                                 : c == 'o' ? fmt::format("{:o}", mag)
+                                            : std::to_string(mag);
             if (precision > int(digits.size())) digits = std::string(size_t(precision) - digits.size(), '0') + digits;
             if (alt && (c == 'x' || c == 'X' || c == 'o')) digits = (c == 'o' ? "0o" : c == 'x' ? "0x" : "0X") + digits;
             body = (n < 0 ? "-" : plus ? "+" : space ? " " : "") + digits;
             break;
         }
-        case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': {
+        case 'f':
+        case 'F':
+        case 'e':
+        case 'E':
+        case 'g':
+        case 'G': {
             numeric = true;
             if (!v.is_number()) fail(fmt::format("must be real number, not {}", type_name(v)));
             const double d = v.as_float();
@@ -415,7 +479,8 @@ std::string percent(std::string_view f, const value& args, bool markup) {
             body = (std::signbit(d) && !std::isnan(d) ? "-" : plus ? "+" : space ? " " : "") + body;
             break;
         }
-        default: fail(fmt::format("unsupported format character '{}' (0x{:x}) at index {}", c, int(c), i));
+        default:
+            fail(fmt::format("unsupported format character '{}' (0x{:x}) at index {}", c, int(c), i));
         }
         if ((c == 's' || c == 'r' || c == 'a') && precision >= 0) {
             const std::vector<uint32_t> cps = code_points(body);

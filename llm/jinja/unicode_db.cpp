@@ -27,10 +27,10 @@ struct case_multi {
 
 #include "llm/jinja/unicode_db_tables.inc"
 
-template <size_t N> void map_with(std::string& out, const case_run (&runs)[N], const case_multi* multi, size_t n_multi,
-                                  uint32_t cp) {
-    const case_multi* m = std::lower_bound(multi, multi + n_multi, cp,
-                                           [](const case_multi& x, uint32_t c) { return x.cp < c; });
+template <size_t N>
+void map_with(std::string& out, const case_run (&runs)[N], const case_multi* multi, size_t n_multi, uint32_t cp) {
+    const case_multi* m =
+        std::lower_bound(multi, multi + n_multi, cp, [](const case_multi& x, uint32_t c) { return x.cp < c; });
     if (m != multi + n_multi && m->cp == cp) {
         for (uint32_t c : m->to)
             if (c) utf8_append(out, c);
@@ -59,10 +59,18 @@ uint32_t flags(uint32_t cp) {
 
 void append_mapped(std::string& out, mapping m, uint32_t cp) {
     switch (m) {
-    case mapping::upper: map_with(out, upper_runs, upper_multi, std::size(upper_multi), cp); return;
-    case mapping::lower: map_with(out, lower_runs, lower_multi, std::size(lower_multi), cp); return;
-    case mapping::title: map_with(out, title_runs, title_multi, std::size(title_multi), cp); return;
-    case mapping::fold: map_with(out, fold_runs, fold_multi, std::size(fold_multi), cp); return;
+    case mapping::upper:
+        map_with(out, upper_runs, upper_multi, std::size(upper_multi), cp);
+        return;
+    case mapping::lower:
+        map_with(out, lower_runs, lower_multi, std::size(lower_multi), cp);
+        return;
+    case mapping::title:
+        map_with(out, title_runs, title_multi, std::size(title_multi), cp);
+        return;
+    case mapping::fold:
+        map_with(out, fold_runs, fold_multi, std::size(fold_multi), cp);
+        return;
     }
 }
 

@@ -13,7 +13,9 @@
 
 namespace tessera::jinja {
 
-void fail(std::string msg) { throw eval_error{std::move(msg), 0}; }
+void fail(std::string msg) {
+    throw eval_error{std::move(msg), 0};
+}
 
 memory_bounds*& current_bounds() {
     thread_local memory_bounds* bounds = nullptr;
@@ -81,13 +83,21 @@ value value::undefined(std::string why) {
     return r;
 }
 
-std::string object::repr() const { return "<" + type_name() + " object>"; }
+std::string object::repr() const {
+    return "<" + type_name() + " object>";
+}
 
-std::vector<value> object::iterate() { fail(fmt::format("'{}' object is not iterable", type_name())); }
+std::vector<value> object::iterate() {
+    fail(fmt::format("'{}' object is not iterable", type_name()));
+}
 
-bool object::getitem(const value&, value&) const { return false; }
+bool object::getitem(const value&, value&) const {
+    return false;
+}
 
-value object::call(evaluator&, call_args&) { fail(fmt::format("'{}' object is not callable", type_name())); }
+value object::call(evaluator&, call_args&) {
+    fail(fmt::format("'{}' object is not callable", type_name()));
+}
 
 std::string namespace_object::repr() const {
     if (in_repr) return "<Namespace {...}>";
@@ -177,14 +187,22 @@ void dict_data::set(value key, value v) {
 bool truthy(const value& v) {
     switch (v.k) {
     case kind::undefined:
-    case kind::none: return false;
-    case kind::boolean: return v.b;
-    case kind::integer: return v.i != 0;
-    case kind::floating: return v.f != 0;
-    case kind::string: return !v.s->empty();
-    case kind::list: return !v.l->empty();
-    case kind::dict: return !v.d->items.empty();
-    case kind::object: return v.o->truthy();
+    case kind::none:
+        return false;
+    case kind::boolean:
+        return v.b;
+    case kind::integer:
+        return v.i != 0;
+    case kind::floating:
+        return v.f != 0;
+    case kind::string:
+        return !v.s->empty();
+    case kind::list:
+        return !v.l->empty();
+    case kind::dict:
+        return !v.d->items.empty();
+    case kind::object:
+        return v.o->truthy();
     }
     return false;
 }
@@ -201,8 +219,10 @@ bool equal(const value& a, const value& b) {
     if (a.k != b.k) return false;
     switch (a.k) {
     case kind::undefined:
-    case kind::none: return true;
-    case kind::string: return *a.s == *b.s;
+    case kind::none:
+        return true;
+    case kind::string:
+        return *a.s == *b.s;
     case kind::list:
         if (a.tuple != b.tuple || a.l->size() != b.l->size()) return false;
         for (size_t i = 0; i < a.l->size(); i++)
@@ -215,8 +235,10 @@ bool equal(const value& a, const value& b) {
             if (!o || !equal(v, *o)) return false;
         }
         return true;
-    case kind::object: return a.o->equals(*b.o);
-    default: return false;
+    case kind::object:
+        return a.o->equals(*b.o);
+    default:
+        return false;
     }
 }
 
@@ -244,15 +266,24 @@ int compare(const value& a, const value& b, const char* op) {
 
 std::string type_name(const value& v) {
     switch (v.k) {
-    case kind::undefined: return "Undefined";
-    case kind::none: return "NoneType";
-    case kind::boolean: return "bool";
-    case kind::integer: return "int";
-    case kind::floating: return "float";
-    case kind::string: return v.markup ? "Markup" : "str";
-    case kind::list: return v.group ? "_GroupTuple" : v.tuple ? "tuple" : "list";
-    case kind::dict: return "dict";
-    case kind::object: return v.o->type_name();
+    case kind::undefined:
+        return "Undefined";
+    case kind::none:
+        return "NoneType";
+    case kind::boolean:
+        return "bool";
+    case kind::integer:
+        return "int";
+    case kind::floating:
+        return "float";
+    case kind::string:
+        return v.markup ? "Markup" : "str";
+    case kind::list:
+        return v.group ? "_GroupTuple" : v.tuple ? "tuple" : "list";
+    case kind::dict:
+        return "dict";
+    case kind::object:
+        return v.o->type_name();
     }
     return "?";
 }
@@ -328,20 +359,29 @@ std::string repr_string(std::string_view s) {
 
 std::string to_str(const value& v) {
     switch (v.k) {
-    case kind::undefined: return "";
-    case kind::string: return *v.s;
-    default: return to_repr(v);
+    case kind::undefined:
+        return "";
+    case kind::string:
+        return *v.s;
+    default:
+        return to_repr(v);
     }
 }
 
 std::string to_repr(const value& v) {
     switch (v.k) {
-    case kind::undefined: return "Undefined";
-    case kind::none: return "None";
-    case kind::boolean: return v.b ? "True" : "False";
-    case kind::integer: return std::to_string(v.i);
-    case kind::floating: return float_repr(v.f);
-    case kind::string: return v.markup ? "Markup(" + repr_string(*v.s) + ")" : repr_string(*v.s);
+    case kind::undefined:
+        return "Undefined";
+    case kind::none:
+        return "None";
+    case kind::boolean:
+        return v.b ? "True" : "False";
+    case kind::integer:
+        return std::to_string(v.i);
+    case kind::floating:
+        return float_repr(v.f);
+    case kind::string:
+        return v.markup ? "Markup(" + repr_string(*v.s) + ")" : repr_string(*v.s);
     case kind::list: {
         std::string out = v.tuple ? "(" : "[";
         for (size_t i = 0; i < v.l->size(); i++) {
@@ -363,7 +403,8 @@ std::string to_repr(const value& v) {
         }
         return out + "}";
     }
-    case kind::object: return v.o->repr();
+    case kind::object:
+        return v.o->repr();
     }
     return "";
 }
@@ -377,16 +418,32 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
         if (ch < 0x80) {
             i++;
             switch (ch) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            case '\b':
+                out += "\\b";
+                break;
+            case '\f':
+                out += "\\f";
+                break;
             default:
-                if (ch < 0x20) out += fmt::format("\\u{:04x}", ch);
-                else out += char(ch);
+                if (ch < 0x20)
+                    out += fmt::format("\\u{:04x}", ch);
+                else
+                    out += char(ch);
             }
             continue;
         }
@@ -405,12 +462,18 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
 
 static std::string json_key(const value& k) {
     switch (k.k) {
-    case kind::string: return *k.s;
-    case kind::integer: return std::to_string(k.i);
-    case kind::floating: return float_repr(k.f);
-    case kind::boolean: return k.b ? "true" : "false";
-    case kind::none: return "null";
-    default: fail(fmt::format("keys must be str, int, float, bool or None, not {}", type_name(k)));
+    case kind::string:
+        return *k.s;
+    case kind::integer:
+        return std::to_string(k.i);
+    case kind::floating:
+        return float_repr(k.f);
+    case kind::boolean:
+        return k.b ? "true" : "false";
+    case kind::none:
+        return "null";
+    default:
+        fail(fmt::format("keys must be str, int, float, bool or None, not {}", type_name(k)));
     }
 }
 
@@ -422,15 +485,26 @@ static void json_write(std::string& out, const value& v, const json_style& st, i
         for (int i = 0; i < lvl; i++) out += st.indent;
     };
     switch (v.k) {
-    case kind::none: out += "null"; return;
-    case kind::boolean: out += v.b ? "true" : "false"; return;
-    case kind::integer: out += std::to_string(v.i); return;
-    case kind::floating:
-        if (std::isnan(v.f)) out += "NaN";
-        else if (std::isinf(v.f)) out += v.f < 0 ? "-Infinity" : "Infinity";
-        else out += float_repr(v.f);
+    case kind::none:
+        out += "null";
         return;
-    case kind::string: json_string(out, *v.s, st.ensure_ascii); return;
+    case kind::boolean:
+        out += v.b ? "true" : "false";
+        return;
+    case kind::integer:
+        out += std::to_string(v.i);
+        return;
+    case kind::floating:
+        if (std::isnan(v.f))
+            out += "NaN";
+        else if (std::isinf(v.f))
+            out += v.f < 0 ? "-Infinity" : "Infinity";
+        else
+            out += float_repr(v.f);
+        return;
+    case kind::string:
+        json_string(out, *v.s, st.ensure_ascii);
+        return;
     case kind::list: {
         if (v.l->empty()) {
             out += "[]";
@@ -454,7 +528,8 @@ static void json_write(std::string& out, const value& v, const json_style& st, i
         std::vector<std::pair<std::string, const value*>> items;
         for (const auto& [k, x] : v.d->items) items.emplace_back(json_key(k), &x);
         if (st.sort_keys)
-            std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+            std::stable_sort(items.begin(), items.end(),
+                             [](const auto& a, const auto& b) { return a.first < b.first; });
         out += '{';
         for (size_t i = 0; i < items.size(); i++) {
             if (i) out += st.item_sep;
@@ -468,7 +543,8 @@ static void json_write(std::string& out, const value& v, const json_style& st, i
         return;
     }
     case kind::undefined:
-    case kind::object: fail(fmt::format("Object of type {} is not JSON serializable", type_name(v)));
+    case kind::object:
+        fail(fmt::format("Object of type {} is not JSON serializable", type_name(v)));
     }
 }
 
@@ -480,21 +556,28 @@ std::string to_json(const value& v, const json_style& style) {
 
 static value from_json_at(const nlohmann::ordered_json& j, int level);
 
-value from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
+value from_json(const nlohmann::ordered_json& j) {
+    return from_json_at(j, 0);
+}
 
 static value from_json_at(const nlohmann::ordered_json& j, int level) {
     if (level > max_value_nesting) fail(fmt::format("the variables nest deeper than {}", max_value_nesting));
     using t = nlohmann::ordered_json::value_t;
     switch (j.type()) {
-    case t::null: return value::none();
-    case t::boolean: return value::boolean(j.get<bool>());
-    case t::number_integer: return value::integer(j.get<int64_t>());
+    case t::null:
+        return value::none();
+    case t::boolean:
+        return value::boolean(j.get<bool>());
+    case t::number_integer:
+        return value::integer(j.get<int64_t>());
     case t::number_unsigned: {
         const uint64_t u = j.get<uint64_t>();
         return u > uint64_t(INT64_MAX) ? value::floating(double(u)) : value::integer(int64_t(u));
     }
-    case t::number_float: return value::floating(j.get<double>());
-    case t::string: return value::string(j.get<std::string>());
+    case t::number_float:
+        return value::floating(j.get<double>());
+    case t::string:
+        return value::string(j.get<std::string>());
     case t::array: {
         std::vector<value> items;
         items.reserve(j.size());
@@ -506,11 +589,14 @@ static value from_json_at(const nlohmann::ordered_json& j, int level) {
         for (const auto& [k, x] : j.items()) d.set(value::string(k), from_json_at(x, level + 1));
         return value::dict(std::move(d));
     }
-    default: return value::none(); // binary and discarded values do not come from JSON text
+    default:
+        return value::none(); // binary and discarded values do not come from JSON text
     }
 }
 
-std::vector<uint32_t> code_points(std::string_view s) { return utf8_decode_all(s); }
+std::vector<uint32_t> code_points(std::string_view s) {
+    return utf8_decode_all(s);
+}
 
 std::string from_code_points(const std::vector<uint32_t>& cps, size_t begin, size_t end) {
     std::string out;

@@ -1,9 +1,9 @@
 // value.h: the values a Jinja template computes with, as python sees them (jinja2 runs on python): undefined, None,
 // bool, int, float, str (and markupsafe's Markup, a str that escapes what is added to it), list, tuple, dict, and
 // objects (namespaces, macros, loops, generators, range, dict views, bound methods...) that speak python's protocols
-// (len, iter, [], repr, ==, truth) through virtual functions. Lists, tuples and dicts are immutable, as in transformers'
-// ImmutableSandboxedEnvironment; objects live in the render's arena (evaluator.h), so a namespace that holds itself is
-// no leak. str() / repr() / json.dumps() of values live here too.
+// (len, iter, [], repr, ==, truth) through virtual functions. Lists, tuples and dicts are immutable, as in
+// transformers' ImmutableSandboxedEnvironment; objects live in the render's arena (evaluator.h), so a namespace that
+// holds itself is no leak. str() / repr() / json.dumps() of values live here too.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -51,10 +51,10 @@ struct value {
     uint16_t nest = 0; // list / dict / object: 1 + the deepest nesting inside (bounded by max_value_nesting)
     int64_t i = 0;
     double f = 0;
-    object* o = nullptr;                   // kind::object, owned by the render's arena
-    std::shared_ptr<const std::string> s;  // kind::string; for undefined: the message an access to it raises
-    list_ptr l;                            // kind::list
-    dict_ptr d;                            // kind::dict
+    object* o = nullptr;                  // kind::object, owned by the render's arena
+    std::shared_ptr<const std::string> s; // kind::string; for undefined: the message an access to it raises
+    list_ptr l;                           // kind::list
+    dict_ptr d;                           // kind::dict
 
     static value none() { return with_kind(kind::none); }
     static value boolean(bool v) {
@@ -87,10 +87,10 @@ struct value {
     bool is_object() const { return k == kind::object; }
     bool is_int() const { return k == kind::integer || k == kind::boolean; } // python's int includes bool
     bool is_number() const { return k == kind::boolean || k == kind::integer || k == kind::floating; }
-    int64_t as_int() const { return k == kind::integer ? i : int64_t(b); } // is_int() only
+    int64_t as_int() const { return k == kind::integer ? i : int64_t(b); }         // is_int() only
     double as_float() const { return k == kind::floating ? f : double(as_int()); } // is_number() only
-    const std::string& str() const { return *s; }          // kind::string only
-    const std::vector<value>& items() const { return *l; } // kind::list only
+    const std::string& str() const { return *s; }                                  // kind::string only
+    const std::vector<value>& items() const { return *l; }                         // kind::list only
 
   private:
     static value with_kind(kind kk) {
@@ -147,12 +147,12 @@ struct namespace_object final : object {
 bool truthy(const value& v);
 bool equal(const value& a, const value& b);                  // ==, as python (1 == 1.0 == True, [1] != (1,))
 int compare(const value& a, const value& b, const char* op); // <0, 0, >0 for ordering; a TypeError otherwise
-std::string type_name(const value& v);                      // python's type name: 'str', 'list', 'NoneType', ...
-std::string float_repr(double f);                           // python's repr(float): 1.0, 1e+16, 0.0001, 1e-05
-std::string to_str(const value& v);                         // str(v); undefined -> ""
-std::string to_repr(const value& v);                        // repr(v)
-std::string repr_string(std::string_view s);                // repr(str): quotes, escapes of unprintables
-void check_hashable(const value& key);                      // fails as python's dict does for a list or dict key
+std::string type_name(const value& v);                       // python's type name: 'str', 'list', 'NoneType', ...
+std::string float_repr(double f);                            // python's repr(float): 1.0, 1e+16, 0.0001, 1e-05
+std::string to_str(const value& v);                          // str(v); undefined -> ""
+std::string to_repr(const value& v);                         // repr(v)
+std::string repr_string(std::string_view s);                 // repr(str): quotes, escapes of unprintables
+void check_hashable(const value& key);                       // fails as python's dict does for a list or dict key
 
 // json.dumps(v, ensure_ascii, indent, separators, sort_keys) as python writes it.
 struct json_style {

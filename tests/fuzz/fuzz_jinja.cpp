@@ -54,20 +54,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const uint8_t kind = f.empty() ? 1 : uint8_t(f[0]);
         const std::string content = f.empty() ? "" : f.substr(1);
         ojson m = {{"role", roles[kind & 3]}};
-        if (kind & 8) m["content"] = ojson::array({{{"type", "text"}, {"text", content}}});
-        else m["content"] = content;
+        if (kind & 8)
+            m["content"] = ojson::array({{{"type", "text"}, {"text", content}}});
+        else
+            m["content"] = content;
         if ((kind & 3) == 2 && (kind & 4))
-            m["tool_calls"] = ojson::array({{{"id", "call0001"}, {"type", "function"},
-                                             {"function", {{"name", "get_weather"}, {"arguments", {{"city", content}}}}}}});
+            m["tool_calls"] =
+                ojson::array({{{"id", "call0001"},
+                               {"type", "function"},
+                               {"function", {{"name", "get_weather"}, {"arguments", {{"city", content}}}}}}});
         if ((kind & 3) == 3) m["tool_call_id"] = "call0001";
         in.messages.push_back(std::move(m));
     }
     static const ojson tools = ojson::array(
         {{{"type", "function"},
-          {"function", {{"name", "get_weather"}, {"description", "Weather of a city."},
-                        {"parameters", {{"type", "object"},
-                                        {"properties", {{"city", {{"type", "string"}}}}},
-                                        {"required", {"city"}}}}}}}});
+          {"function",
+           {{"name", "get_weather"},
+            {"description", "Weather of a city."},
+            {"parameters",
+             {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}}}}}}});
     in.tools = tools;
     in.add_generation_prompt = fields.size() % 2 == 1;
     in.kwargs["enable_thinking"] = fields.size() % 4 < 2;
