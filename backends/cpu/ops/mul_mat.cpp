@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "backends/cpu/quant/float16.h"
 #include "backends/cpu/quant/repack.h"
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
@@ -72,6 +73,68 @@ void mul_mat_x16(const compute_params& p, tensor& dst, const repacked_weight& rw
     }
 }
 
+// f16 / bf16 weights in llama.cpp's float orders (float16.h). 1) activation rows rounded to the weight's type into the
+// scratch (halves, as ggml's vec_dot_type); 2) prompts (where llama.cpp takes tinyBLAS): jobs of 16 weight rows x a
+// block of ~84 activation rows, weight blocks fastest (the activation block stays in L2 while the weights stream
+// past it); otherwise row dots, the rows handed out in runs (~4 a thread), each run read by the kernel's gemv as 4
+// prefetched streams.
+void mul_mat_float16(const compute_params& p, tensor& dst, const float16_kernels& kern) {
+    const tensor& w = *dst.src[0];
+    const tensor& x = *dst.src[1];
+    const int64_t k = w.ne[0], n = w.ne[1];
+    const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];
+    const int64_t r2 = ne2 / w.ne[2], r3 = ne3 / w.ne[3];
+    auto* counter = reinterpret_cast<std::atomic<int64_t>*>(p.wdata);
+    uint16_t* act = reinterpret_cast<uint16_t*>(p.wdata + 64);
+    const int64_t n_x_rows = m * ne2 * ne3;
+    int64_t a0, a1;
+    split(n_x_rows, p.ith, p.nth, a0, a1);
+    for (int64_t r = a0; r < a1; r++)
+        kern.from_float(at<float>(x, 0, r % m, (r / m) % ne2, r / (m * ne2)), act + size_t(r) * size_t(k), k);
+    if (p.ith == 0) counter->store(0, std::memory_order_relaxed);
+    p.barrier();
+
+    const size_t ws = w.nb[1] / sizeof(uint16_t), ys = dst.nb[1] / sizeof(float);
+    auto w_row = [&](int64_t i, int64_t i2, int64_t i3) { return at<uint16_t>(w, 0, i, i2 / r2, i3 / r3); };
+    auto scale = [&](float* y, int64_t rows, int64_t cols) {
+        if (p.out_scale != 1.0f) // a fused `mul` by a scalar: the same single rounding as the mul op
+            for (int64_t j = 0; j < cols; j++)
+                for (int64_t i = 0; i < rows; i++) y[j * int64_t(ys) + i] *= p.out_scale;
+    };
+    if (m >= 2 && k % 16 == 0 && n % 4 == 0) { // where llama.cpp takes tinyBLAS
+        // blocks of ~84 activation rows (a multiple of the tile's 3), of even size: a weight block is read from
+        // memory once per activation block, and converted (bf16) once per job
+        constexpr int64_t ROWS_B = 16, COLS_B = 84;
+        const int64_t blocks_m = (m + COLS_B - 1) / COLS_B;
+        const int64_t cols_b = ((m + blocks_m - 1) / blocks_m + 2) / 3 * 3;
+        const int64_t blocks_n = (n + ROWS_B - 1) / ROWS_B;
+        const int64_t n_jobs = blocks_n * blocks_m * ne2 * ne3;
+        for (int64_t t = counter->fetch_add(1, std::memory_order_relaxed); t < n_jobs;
+             t = counter->fetch_add(1, std::memory_order_relaxed)) {
+            const int64_t bn = t % blocks_n, bm = (t / blocks_n) % blocks_m, i23 = t / (blocks_n * blocks_m);
+            const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
+            const int64_t n0 = bn * ROWS_B, rows = std::min(n, n0 + ROWS_B) - n0;
+            const int64_t m0 = bm * cols_b, cols = std::min(m, m0 + cols_b) - m0;
+            float* y = at<float>(dst, n0, m0, i2, i3);
+            kern.gemm(w_row(n0, i2, i3), ws, rows, act + size_t(i23 * m + m0) * size_t(k), size_t(k), cols, k, y, ys);
+            scale(y, rows, cols);
+        }
+        return;
+    }
+    const int64_t run = std::max<int64_t>(16, (n + 4 * p.nth - 1) / (4 * p.nth)); // ~4 runs a thread
+    const int64_t runs = (n + run - 1) / run, n_jobs = runs * ne2 * ne3;
+    for (int64_t t = counter->fetch_add(1, std::memory_order_relaxed); t < n_jobs;
+         t = counter->fetch_add(1, std::memory_order_relaxed)) {
+        const int64_t i23 = t / runs, i2 = i23 % ne2, i3 = i23 / ne2;
+        const int64_t n0 = (t % runs) * run, n1 = std::min(n, n0 + run);
+        for (int64_t j = 0; j < m; j++) {
+            float* y = at<float>(dst, n0, j, i2, i3);
+            kern.gemv(w_row(n0, i2, i3), ws, n1 - n0, act + size_t(i23 * m + j) * size_t(k), k, y, 1);
+            scale(y, n1 - n0, 1);
+        }
+    }
+}
+
 } // namespace
 
 size_t mul_mat_work_size(const tensor& node) {
@@ -81,6 +144,8 @@ size_t mul_mat_work_size(const tensor& node) {
     const size_t act = row_size(ops->dot_type, x.ne[0]) * rows;
     // tile counter, activations, then (for weights that may be repacked) at most one int32 correction per 4 elements
     const type t = node.src[0]->t;
+    if (t == type::f16 || t == type::bf16) // float16.h: activations as halves
+        return 64 + (size_t(x.ne[0]) * 2 * rows + 63) / 64 * 64;
     const bool may_repack = t == type::q4_0 || t == type::q8_0 || t == type::nvfp4 || t == type::awq4 ||
                             t == type::awq4_g64 || t == type::tq2_0;
     return 64 + (act + 63) / 64 * 64 + (may_repack ? size_t(x.ne[0] / 4) * 4 * rows : 0);
@@ -92,6 +157,12 @@ void mul_mat(const compute_params& p, tensor& dst) {
     if (const repacked_weight* rw = p.repacked ? p.repacked->find(w) : nullptr) {
         TS_ASSERT(x.t == type::f32 && x.nb[0] == 4 && rw->k == w.ne[0] && rw->n == w.ne[1]);
         mul_mat_x16(p, dst, *rw);
+        return;
+    }
+    const float16_kernels* f16k = p.reference || w.nb[0] != 2 ? nullptr : find_float16_kernels(w.t);
+    if (const float16_kernels* kern = f16k) {
+        TS_ASSERT(x.t == type::f32 && x.nb[0] == 4);
+        mul_mat_float16(p, dst, *kern);
         return;
     }
     const cpu_type_ops* base_ops = find_cpu_ops(w.t, p.reference);

@@ -1,0 +1,45 @@
+// float16.h: mul_mat kernels for f16 and bf16 weights, in the float orders of llama.cpp's CPU backend built for
+// AVX-512 (the orders the rest of the CPU backend follows, see NOTES.md), so that results are bit-identical to it:
+//   - activations are rounded to the weight's type (ggml's vec_dot_type: f16 round-to-nearest-even, bf16 as
+//     ggml_compute_fp32_to_bf16) and stored as halves, as ggml stores them;
+//   - prompts (>= 2 activation rows, k % 16 == 0, rows % 4 == 0): llamafile's tinyBLAS<16, __m512>: per output one
+//     16-lane accumulator, acc[l] = fma(w[i + l], a[i + l], acc[l]) for i = 0, 16, 32, ..., then reduced as
+//     _mm512_reduce_add_ps (lanes 8..15 + 0..7, then 4..7 + 0..3, then (0 + 2) + (1 + 3));
+//   - otherwise (decode) ggml_vec_dot_f16: 4 accumulators of 16 lanes over 64-element steps, folded (0 + 2) + (1 + 3)
+//     and reduced as above, elements past the last multiple of 64 added in double; ggml_vec_dot_bf16: 2 accumulators
+//     of 16 lanes over 32-element steps, each reduced and added in double, the rest in double.
+// A product of two f16 (or two bf16) values is exact in f32, so fma and mul + add agree: the orders above are all
+// that matters. Not followed: llama.cpp on a CPU with AVX512_BF16 (bf16 through vdpbf16ps, pairs of elements per
+// lane) and on AVX2-only CPUs (8 lanes).
+// The scalar versions (float16.cpp) write those orders out plainly; the AVX2 ones (float16_avx2.cpp) give the same
+// bits (test_float16). TESSERA_CPU_REFERENCE=1 uses neither: it keeps the double-precision row dots of vec_dot.cpp.
+#pragma once
+
+#include "ggml-like/types.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::cpu {
+
+struct float16_kernels {
+    // x (n floats) -> y (n halves of the weight's type), rounded as ggml rounds
+    void (*from_float)(const float* x, uint16_t* y, int64_t n);
+    // y[j * ys + i] = w_i . a_j in tinyBLAS's order, i < n_w (a multiple of 4), j < n_a; w_i at w + i * ws halves,
+    // a_j at a + j * as halves; k % 16 == 0
+    void (*gemm)(const uint16_t* w, size_t ws, int64_t n_w, const uint16_t* a, size_t as, int64_t n_a, int64_t k,
+                 float* y, size_t ys);
+    // y[i * ys] = w_i . a for i < n (w_i at w + i * ws halves, k elements each) in ggml_vec_dot_f16's /
+    // ggml_vec_dot_bf16's order
+    void (*gemv)(const uint16_t* w, size_t ws, int64_t n, const uint16_t* a, int64_t k, float* y, size_t ys);
+};
+
+// f16 or bf16 (nullptr for other types, or without AVX2 unless `reference`): the AVX2 kernels, or with `reference`
+// the scalar ones
+const float16_kernels* find_float16_kernels(type t, bool reference = false);
+
+namespace avx2 {
+const float16_kernels* float16_kernels_for(type t);
+}
+
+} // namespace tessera::cpu

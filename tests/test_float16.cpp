@@ -1,0 +1,258 @@
+// test_float16.cpp: the CPU's f16 / bf16 mul_mat (backends/cpu/quant/float16*, mul_mat_float16 in mul_mat.cpp).
+//   1. The AVX2 kernels give exactly the bits of the scalar ones (llama.cpp's AVX-512 float orders written out).
+//   2. The whole op gives exactly the bits of those orders, picked the way llama.cpp picks them (tinyBLAS for m >= 2,
+//      k % 16 == 0, rows % 4 == 0; ggml's row dots otherwise): odd shapes, broadcast over dims 2 and 3, a fused
+//      scalar mul, 1 and 2 threads, outputs poisoned with NaN beforehand.
+//   3. It agrees with the reference path (TESSERA_CPU_REFERENCE=1: row dots in double) within a stated bound.
+// Inputs are seeded random values, never zeros.
+#include "helpers.h"
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/quant/float16.h"
+#include "backends/cpu/quant/vec_dot.h"
+#include "ggml-like/alloc.h"
+#include "ggml-like/fp16.h"
+#include "ggml-like/ops.h"
+#include "quant/format.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+using namespace tessera;
+using tessera::test::nmse;
+using tessera::test::random_normal;
+
+namespace {
+
+float round_to(type t, float x) {
+    return t == type::f16 ? fp16_to_fp32(fp32_to_fp16(x)) : bf16_to_fp32(fp32_to_bf16(x));
+}
+std::vector<uint16_t> to_halves(type t, const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); i++) h[i] = t == type::f16 ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
+    return h;
+}
+float from_half(type t, uint16_t h) {
+    return t == type::f16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+}
+
+// the fast kernels; without AVX2 there are none (mul_mat then takes the reference row dots) and the tests skip
+#define TS_FAST_KERNELS(t, fast)                                                                                       \
+    const cpu::float16_kernels* fast = cpu::find_float16_kernels(t);                                                   \
+    if (!fast) {                                                                                                       \
+        GTEST_SKIP() << "no AVX2 on this CPU: f16 / bf16 mul_mat takes the reference row dots";                        \
+    }                                                                                                                  \
+    static_assert(true)
+
+} // namespace
+
+// from_float: every float (normal, subnormal, huge, inf, nan, halfway cases) rounds as ggml's conversion. Bound: bits.
+TEST(float16_kernels, from_float_same_bits) {
+    for (type t : {type::f16, type::bf16}) {
+        TS_FAST_KERNELS(t, fast);
+        const cpu::float16_kernels* ref = cpu::find_float16_kernels(t, true);
+        std::vector<float> x = random_normal(1003, 1, 100.0f);
+        constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+        // infinities, nans (one signalling), f16's largest and its overflow, out of range both ways, halfway cases
+        const uint32_t special_bits[] = {0x7f800001u, 0x3f808000u, 0x3f818000u, 0x3f801000u, 0x00000001u};
+        std::vector<float> specials = {inf, -inf, nan, -nan, 65504.0f, 65520.0f, 1e30f, -1e-30f, 1e-7f};
+        for (uint32_t b : special_bits) specials.push_back(std::bit_cast<float>(b));
+        for (size_t i = 0; i < std::size(specials); i++) x[7 * i + 3] = specials[i];
+        std::vector<uint16_t> a(x.size()), b(x.size());
+        fast->from_float(x.data(), a.data(), int64_t(x.size()));
+        ref->from_float(x.data(), b.data(), int64_t(x.size()));
+        const std::vector<uint16_t> want = to_halves(t, x); // ggml-like/fp16.h: ggml's conversions
+        for (size_t i = 0; i < x.size(); i++) {
+            ASSERT_EQ(a[i], b[i]) << type_name(t) << " at " << i;
+            ASSERT_EQ(a[i], want[i]) << type_name(t) << " at " << i;
+        }
+    }
+}
+
+// gemv (one row for every k from 1 to 200 and model sizes; many strided rows) and gemm (tiles of 3, 2 and 1
+// activation rows, 4 to 16 weight rows, strided rows and outputs). Bound: bits.
+TEST(float16_kernels, dot_and_gemm_same_bits) {
+    for (type t : {type::f16, type::bf16}) {
+        TS_FAST_KERNELS(t, fast);
+        const cpu::float16_kernels* ref = cpu::find_float16_kernels(t, true);
+        std::vector<int64_t> ks;
+        for (int64_t k = 1; k <= 200; k++) ks.push_back(k);
+        for (int64_t k : {576, 1000, 1536}) ks.push_back(k);
+        for (int64_t k : ks) {
+            const auto w = to_halves(t, random_normal(size_t(k), uint32_t(k)));
+            const auto a = to_halves(t, random_normal(size_t(k), uint32_t(k + 1000)));
+            float f = 0, r = 0;
+            fast->gemv(w.data(), size_t(k), 1, a.data(), k, &f, 1);
+            ref->gemv(w.data(), size_t(k), 1, a.data(), k, &r, 1);
+            ASSERT_EQ(std::bit_cast<uint32_t>(f), std::bit_cast<uint32_t>(r)) << type_name(t) << " k=" << k;
+        }
+        for (int64_t k : {33, 64, 576})
+            for (int64_t n : {2, 3, 5, 8, 17, 64}) { // gemv over many rows (4 interleaved streams), strided
+                const size_t ws = size_t(k) + 8, ys = 3;
+                const auto w = to_halves(t, random_normal(ws * size_t(n), uint32_t(k * n)));
+                const auto a = to_halves(t, random_normal(size_t(k), uint32_t(k + n)));
+                std::vector<float> yf(ys * size_t(n), std::nanf("")), yr = yf;
+                fast->gemv(w.data(), ws, n, a.data(), k, yf.data(), ys);
+                ref->gemv(w.data(), ws, n, a.data(), k, yr.data(), ys);
+                for (int64_t i = 0; i < n; i++)
+                    ASSERT_EQ(std::bit_cast<uint32_t>(yf[size_t(i) * ys]), std::bit_cast<uint32_t>(yr[size_t(i) * ys]))
+                        << type_name(t) << " k=" << k << " n=" << n << " at " << i;
+            }
+        for (int64_t k : {16, 48, 576, 1536})
+            for (int64_t n_w : {4, 8, 16})
+                for (int64_t n_a : {1, 2, 3, 4, 5, 7, 11}) {
+                    const size_t ws = size_t(k) + 24, as = size_t(k) + 40, ys = size_t(n_w) + 3;
+                    const auto w = to_halves(t, random_normal(ws * size_t(n_w), uint32_t(k * n_w)));
+                    const auto a = to_halves(t, random_normal(as * size_t(n_a), uint32_t(k + n_a)));
+                    std::vector<float> yf(ys * size_t(n_a), std::nanf("")), yr = yf;
+                    fast->gemm(w.data(), ws, n_w, a.data(), as, n_a, k, yf.data(), ys);
+                    ref->gemm(w.data(), ws, n_w, a.data(), as, n_a, k, yr.data(), ys);
+                    for (int64_t j = 0; j < n_a; j++)
+                        for (int64_t i = 0; i < n_w; i++) {
+                            const size_t o = size_t(j) * ys + size_t(i);
+                            ASSERT_EQ(std::bit_cast<uint32_t>(yf[o]), std::bit_cast<uint32_t>(yr[o]))
+                                << type_name(t) << " k=" << k << " n_w=" << n_w << " n_a=" << n_a << " at " << i << ","
+                                << j;
+                        }
+                }
+    }
+}
+
+namespace {
+
+struct mm_shape {
+    int64_t k, n, m;
+    int64_t w2 = 1, w3 = 1, x2 = 1, x3 = 1; // weight and activation dims 2, 3 (weights broadcast over them)
+};
+
+struct mm_result {
+    std::vector<float> y;    // (n, m, x2, x3)
+    std::vector<uint16_t> w; // the weights' halves (k, n, w2, w3)
+    std::vector<float> x;    // the activations (k, m, x2, x3)
+};
+
+// mul_mat (optionally times a one-element tensor, fused by the backend) on a CPU backend; every computed tensor is
+// poisoned with NaN before the run
+mm_result run_mul_mat(type t, const mm_shape& s, int n_threads, bool reference, float out_scale) {
+    mm_result r;
+    r.w = to_halves(t, random_normal(size_t(s.k * s.n * s.w2 * s.w3), uint32_t(s.k * 7 + s.n), 0.5f));
+    r.x = random_normal(size_t(s.k * s.m * s.x2 * s.x3), uint32_t(s.m * 13 + s.k));
+    context ctx;
+    tensor* w = ctx.new_tensor(t, {s.k, s.n, s.w2, s.w3});
+    w->data = r.w.data();
+    w->flags |= flag_param;
+    tensor* x = ctx.new_tensor(type::f32, {s.k, s.m, s.x2, s.x3});
+    x->data = r.x.data();
+    float sc_value = out_scale;
+    tensor* y = mul_mat(ctx, w, x);
+    if (out_scale != 1.0f) {
+        tensor* sc = ctx.new_tensor(type::f32, {1});
+        sc->data = &sc_value;
+        y = mul(ctx, y, sc);
+    }
+    y->flags |= flag_output;
+    graph g;
+    g.expand(y);
+    memory_plan plan = plan_memory(g);
+    std::vector<uint8_t> mem(plan.size + 64);
+    bind_memory(g, plan, mem.data());
+    for (tensor* node : g.nodes)
+        if (!node->view_src) std::fill_n(static_cast<float*>(node->data), node->n_bytes() / 4, std::nanf(""));
+    cpu::cpu_backend be(cpu::cpu_options{n_threads, reference});
+    be.compute(g);
+    const float* out = static_cast<const float*>(y->data);
+    r.y.assign(out, out + y->n_elements());
+    return r;
+}
+
+// llama.cpp's result written out with the scalar kernels: activations rounded to the weight's type, then tinyBLAS
+// where llama.cpp takes it (m >= 2, k % 16 == 0, n % 4 == 0), else the row dot; times the scale (one rounding)
+std::vector<float> expected_bits(type t, const mm_shape& s, const mm_result& r, float out_scale) {
+    const cpu::float16_kernels* ref = cpu::find_float16_kernels(t, true);
+    std::vector<uint16_t> a(r.x.size());
+    std::vector<float> y(size_t(s.n * s.m * s.x2 * s.x3));
+    ref->from_float(r.x.data(), a.data(), int64_t(a.size()));
+    const bool tiny = s.m >= 2 && s.k % 16 == 0 && s.n % 4 == 0;
+    for (int64_t i3 = 0; i3 < s.x3; i3++)
+        for (int64_t i2 = 0; i2 < s.x2; i2++) {
+            const uint16_t* w = r.w.data() + size_t(((i3 / (s.x3 / s.w3)) * s.w2 + i2 / (s.x2 / s.w2)) * s.n * s.k);
+            const uint16_t* ab = a.data() + size_t((i3 * s.x2 + i2) * s.m * s.k);
+            float* yb = y.data() + size_t((i3 * s.x2 + i2) * s.m * s.n);
+            if (tiny) {
+                ref->gemm(w, size_t(s.k), s.n, ab, size_t(s.k), s.m, s.k, yb, size_t(s.n));
+            } else {
+                for (int64_t j = 0; j < s.m; j++)
+                    for (int64_t i = 0; i < s.n; i++) {
+                        float* yi = yb + j * s.n + i;
+                        ref->gemv(w + size_t(i * s.k), size_t(s.k), 1, ab + size_t(j * s.k), s.k, yi, 1);
+                    }
+            }
+        }
+    if (out_scale != 1.0f)
+        for (float& v : y) v *= out_scale;
+    return y;
+}
+
+const mm_shape mm_shapes[] = {
+    {16, 4, 1},
+    {16, 4, 2},
+    {40, 6, 3},
+    {72, 17, 7},
+    {64, 64, 64},
+    {576, 48, 1},
+    {576, 20, 2},
+    {576, 36, 3},
+    {200, 12, 300},
+    {1000, 8, 7},
+    {1536, 16, 64},
+    {96, 10, 300},
+    {48, 8, 5, 2, 3, 4, 3},
+    {100, 7, 1, 1, 2, 1, 4},
+    {64, 12, 3, 2, 1, 2, 1},
+};
+
+} // namespace
+
+// The op: llama.cpp's orders (bound: bits) and the reference path (bound below), fast kernels with 1 and 2 threads.
+TEST(float16_mul_mat, llama_cpp_bits_and_reference_agreement) {
+    for (type t : {type::f16, type::bf16}) {
+        TS_FAST_KERNELS(t, fast);
+        (void)fast;
+        for (const mm_shape& s : mm_shapes)
+            for (float out_scale : {1.0f, 0.7f}) {
+                const mm_result ref = run_mul_mat(t, s, 2, true, out_scale);
+                const std::vector<float> want = expected_bits(t, s, ref, out_scale);
+                for (int n_threads : {1, 2}) {
+                    const mm_result got = run_mul_mat(t, s, n_threads, false, out_scale);
+                    ASSERT_EQ(got.y.size(), want.size());
+                    for (size_t i = 0; i < want.size(); i++)
+                        ASSERT_EQ(std::bit_cast<uint32_t>(got.y[i]), std::bit_cast<uint32_t>(want[i]))
+                            << type_name(t) << " k=" << s.k << " n=" << s.n << " m=" << s.m << " dims " << s.x2 << "x"
+                            << s.x3 << " scale=" << out_scale << " threads=" << n_threads << " at " << i;
+                }
+                // bound against the double-precision reference: both see the same halves (products exact in f32),
+                // so the difference is the f32 sums: |y - y_ref| <= (k + 2) * 2^-24 * sum |w_i a_i| * |scale|
+                // (a sum of k terms in f32 has error <= (k - 1) u sum |terms|, plus the final roundings)
+                const mm_result got = run_mul_mat(t, s, 2, false, out_scale);
+                for (int64_t i3 = 0; i3 < s.x3; i3++)
+                    for (int64_t i2 = 0; i2 < s.x2; i2++)
+                        for (int64_t j = 0; j < s.m; j++)
+                            for (int64_t i = 0; i < s.n; i++) {
+                                const int64_t wb = (i3 / (s.x3 / s.w3)) * s.w2 + i2 / (s.x2 / s.w2);
+                                const uint16_t* w = ref.w.data() + size_t((wb * s.n + i) * s.k);
+                                const float* x = ref.x.data() + size_t(((i3 * s.x2 + i2) * s.m + j) * s.k);
+                                double mag = 0;
+                                for (int64_t l = 0; l < s.k; l++)
+                                    mag += std::fabs(double(from_half(t, w[l])) * double(round_to(t, x[l])));
+                                const size_t o = size_t(((i3 * s.x2 + i2) * s.m + j) * s.n + i);
+                                const double bound = double(s.k + 2) * 0x1p-24 * mag * std::fabs(out_scale);
+                                ASSERT_LE(std::fabs(double(got.y[o]) - double(ref.y[o])), bound)
+                                    << type_name(t) << " k=" << s.k << " n=" << s.n << " m=" << s.m << " at " << o;
+                            }
+                EXPECT_LT(nmse(got.y.data(), ref.y.data(), ref.y.size()), 1e-12)
+                    << type_name(t) << " k=" << s.k << " n=" << s.n << " m=" << s.m;
+            }
+    }
+}
