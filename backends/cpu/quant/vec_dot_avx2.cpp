@@ -531,6 +531,17 @@ double softmax_tile(float* s, float m) {
 
 void pv_tile(float* acc, const float* p, const float* v, int64_t n, int64_t hd) {
     int64_t d = 0;
+    // 64 dimensions at a time: their 8 chains over the keys interleaved (one chain alone waits on each FMA's latency;
+    // pv_tile went from 11% to 5% of a SmolLM2 f16 pp512 on one thread, perf, AMD EPYC Zen 3, 2026-11-25)
+    for (; d + 64 <= hd; d += 64) {
+        __m256 a[8];
+        for (int r = 0; r < 8; r++) a[r] = _mm256_loadu_ps(acc + d + 8 * r);
+        for (int64_t j = 0; j < n; j++) {
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            for (int r = 0; r < 8; r++) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(v + j * hd + d + 8 * r), pj, a[r]);
+        }
+        for (int r = 0; r < 8; r++) _mm256_storeu_ps(acc + d + 8 * r, a[r]);
+    }
     for (; d + 8 <= hd; d += 8) {
         __m256 a = _mm256_loadu_ps(acc + d);
         for (int64_t j = 0; j < n; j++) a = _mm256_fmadd_ps(_mm256_loadu_ps(v + j * hd + d), _mm256_set1_ps(p[j]), a);
