@@ -751,6 +751,14 @@ TEST(jinja_sandbox, calling_what_is_not_callable_fails) {
 }
 
 // A hostile template is one error, fast: each case below must fail in well under a second.
+// "Quickly": about 0.4 s for the slowest case in an optimized build on a busy 2-core machine; a sanitizer build runs
+// the same work 5-10x slower, so its bound is wider. Either way a hostile template is stopped in seconds, not hours.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(NDEBUG)
+constexpr double kQuickSeconds = 20.0;
+#else
+constexpr double kQuickSeconds = 2.0;
+#endif
+
 TEST(jinja_limits, hostile_templates_fail_quickly) {
     const std::string deep_parens = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
     const std::string deep_brackets = "{{ " + std::string(100000, '[') + "1" + std::string(100000, ']') + " }}";
@@ -823,7 +831,7 @@ TEST(jinja_limits, hostile_templates_fail_quickly) {
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         EXPECT_TRUE(starts_with(err, "chat template: line 1: ")) << err;
         EXPECT_EQ(err.find('\n'), std::string::npos) << err;
-        EXPECT_LT(seconds, 1.0);
+        EXPECT_LT(seconds, kQuickSeconds);
         if (std::getenv("TESSERA_JINJA_TIMES")) std::fprintf(stderr, "%.3f s: %.60s\n", seconds, t.c_str());
     }
 }
