@@ -88,8 +88,9 @@ tensor* permute(context& ctx, tensor* a, int axis0, int axis1, int axis2, int ax
 tensor* transpose(context& ctx, tensor* a) { return permute(ctx, a, 1, 0, 2, 3); }
 
 tensor* get_rows(context& ctx, tensor* a, tensor* ids) {
-    TS_ASSERT(ids->t == type::i32 && ids->ne[1] == 1);
-    tensor* r = ctx.new_tensor(type::f32, {a->ne[0], ids->ne[0]});
+    TS_ASSERT(ids->t == type::i32 && ids->ne[2] == 1 && ids->ne[3] == 1 && a->ne[3] == 1);
+    TS_ASSERT(ids->ne[1] == a->ne[2] && (ids->ne[1] == 1 || a->t == type::f32));
+    tensor* r = ctx.new_tensor(type::f32, {a->ne[0], ids->ne[0], ids->ne[1]});
     r->o = op::get_rows;
     r->src[0] = a;
     r->src[1] = ids;
@@ -118,6 +119,14 @@ tensor* add(context& ctx, tensor* a, tensor* b) {
 tensor* mul(context& ctx, tensor* a, tensor* b) {
     TS_ASSERT(can_broadcast(*a, *b));
     tensor* r = new_result(ctx, op::mul, *a);
+    r->src[0] = a;
+    r->src[1] = b;
+    return r;
+}
+
+tensor* div(context& ctx, tensor* a, tensor* b) {
+    TS_ASSERT(can_broadcast(*a, *b));
+    tensor* r = new_result(ctx, op::div, *a);
     r->src[0] = a;
     r->src[1] = b;
     return r;
@@ -216,6 +225,32 @@ tensor* relu2_glu(context& ctx, tensor* gate, tensor* up) {
     return r;
 }
 
+tensor* swiglu_oai(context& ctx, tensor* gate, tensor* up, float alpha, float limit) {
+    TS_ASSERT(same_shape(*gate, *up));
+    tensor* r = new_result(ctx, op::swiglu_oai, *gate);
+    r->src[0] = gate;
+    r->src[1] = up;
+    r->op_params.f[0] = alpha;
+    r->op_params.f[1] = limit;
+    return r;
+}
+
+tensor* clamp(context& ctx, tensor* a, float lo, float hi) {
+    tensor* r = new_result(ctx, op::clamp, *a);
+    r->src[0] = a;
+    r->op_params.f[0] = lo;
+    r->op_params.f[1] = hi;
+    return r;
+}
+
+tensor* sum_rows(context& ctx, tensor* a) {
+    TS_ASSERT(a->t == type::f32);
+    tensor* r = ctx.new_tensor(type::f32, {1, a->ne[1], a->ne[2], a->ne[3]});
+    r->o = op::sum_rows;
+    r->src[0] = a;
+    return r;
+}
+
 tensor* score(context& ctx, tensor* logits, tensor* targets, tensor* base, score_mode mode) {
     TS_ASSERT(logits->t == type::f32 && logits->nb[0] == 4 && logits->ne[2] == 1 && logits->ne[3] == 1);
     TS_ASSERT(targets->t == type::i32 && targets->n_elements() == logits->ne[1]);
@@ -232,11 +267,12 @@ tensor* score(context& ctx, tensor* logits, tensor* targets, tensor* base, score
     return r;
 }
 
-tensor* top_k(context& ctx, tensor* a, int64_t k) {
+tensor* top_k(context& ctx, tensor* a, int64_t k, bool sorted) {
     TS_ASSERT(a->t == type::f32 && a->nb[0] == 4 && k >= 1 && k <= a->ne[0] && a->ne[2] == 1 && a->ne[3] == 1);
     tensor* r = ctx.new_tensor(type::i32, {k, a->ne[1]});
     r->o = op::top_k;
     r->src[0] = a;
+    r->op_params.i[0] = sorted ? 1 : 0;
     return r;
 }
 
@@ -247,6 +283,17 @@ tensor* mul_mat_id(context& ctx, tensor* experts, tensor* b, tensor* ids) {
     tensor* r = ctx.new_tensor(type::f32, {experts->ne[1], ids->ne[0], b->ne[2]});
     r->o = op::mul_mat_id;
     r->src[0] = experts;
+    r->src[1] = b;
+    r->src[2] = ids;
+    return r;
+}
+
+tensor* add_id(context& ctx, tensor* a, tensor* b, tensor* ids) {
+    TS_ASSERT(a->t == type::f32 && b->t == type::f32 && ids->t == type::i32 && a->ne[3] == 1);
+    TS_ASSERT(b->ne[0] == a->ne[0] && b->ne[2] == 1 && b->ne[3] == 1);
+    TS_ASSERT(ids->ne[0] == a->ne[1] && ids->ne[1] == a->ne[2] && ids->ne[2] == 1 && ids->ne[3] == 1);
+    tensor* r = new_result(ctx, op::add_id, *a);
+    r->src[0] = a;
     r->src[1] = b;
     r->src[2] = ids;
     return r;
@@ -280,8 +327,9 @@ tensor* set_rows(context& ctx, tensor* dst, tensor* a, tensor* idx) {
     return r;
 }
 
-tensor* attention(context& ctx, tensor* q, tensor* k, tensor* v, tensor* mask, float scale) {
+tensor* attention(context& ctx, tensor* q, tensor* k, tensor* v, tensor* mask, float scale, tensor* sinks) {
     TS_ASSERT(q->t == type::f32 && q->ne[0] == k->ne[0] && k->ne[0] == v->ne[0]);
+    TS_ASSERT(!sinks || (sinks->t == type::f32 && sinks->nb[0] == 4 && sinks->ne[0] == q->ne[1]));
     TS_ASSERT(k->ne[1] == v->ne[1] && k->ne[2] == v->ne[2] && q->ne[1] % k->ne[1] == 0);
     TS_ASSERT(!mask || (mask->t == type::f32 && mask->ne[0] == k->ne[2] && mask->ne[1] >= q->ne[2]));
     tensor* r = ctx.new_tensor(type::f32, {q->ne[0], q->ne[1], q->ne[2]});
@@ -290,6 +338,7 @@ tensor* attention(context& ctx, tensor* q, tensor* k, tensor* v, tensor* mask, f
     r->src[1] = k;
     r->src[2] = v;
     r->src[3] = mask;
+    r->src[4] = sinks;
     r->op_params.f[0] = scale;
     return r;
 }

@@ -19,12 +19,14 @@ tensor* permute(context& ctx, tensor* a, int axis0, int axis1, int axis2, int ax
 tensor* transpose(context& ctx, tensor* a);
 
 // ---- compute ----
-// a (n_embd, n_rows) any computable type, ids (n) i32 -> (n_embd, n) f32
+// a (n_embd, n_rows) any computable type, ids (n) i32 -> (n_embd, n) f32. Batched (ggml's 3-D form): a (ne0, n_rows,
+// n_b) f32, ids (n, n_b) -> (ne0, n, n_b), dst[:, i, b] = a[:, ids[i, b], b] (the chosen experts' router weights).
 tensor* get_rows(context& ctx, tensor* a, tensor* ids);
 // a (k, n, ...) weights of any computable type, b (k, m, ...) f32 -> (n, m, ...) f32; a broadcast over dims 2,3
 tensor* mul_mat(context& ctx, tensor* a, tensor* b);
 tensor* add(context& ctx, tensor* a, tensor* b); // b broadcast to a's shape (each b.ne[d] divides a.ne[d])
 tensor* mul(context& ctx, tensor* a, tensor* b);
+tensor* div(context& ctx, tensor* a, tensor* b); // a / b, b broadcast as for add
 tensor* scale(context& ctx, tensor* a, float s);
 tensor* rms_norm(context& ctx, tensor* a, float eps);
 
@@ -59,19 +61,30 @@ tensor* silu(context& ctx, tensor* a);
 tensor* swiglu(context& ctx, tensor* gate, tensor* up); // silu(gate) * up
 tensor* geglu(context& ctx, tensor* gate, tensor* up);  // gelu(gate) * up, gelu's tanh approximation
 tensor* relu2_glu(context& ctx, tensor* gate, tensor* up); // relu(gate)^2 * up
+// gpt-oss's clamped SwiGLU (ggml_swiglu_oai): x = min(gate, limit), y = clamp(up, -limit, limit),
+// x / (1 + e^(-alpha x)) * (y + 1), with libm's expf. op_params.f[0] alpha, f[1] limit.
+tensor* swiglu_oai(context& ctx, tensor* gate, tensor* up, float alpha, float limit);
+tensor* clamp(context& ctx, tensor* a, float lo, float hi); // max(min(a, hi), lo), as ggml
+// a (n, rows...) f32 -> (1, rows...): each row summed in double, then rounded (ggml_sum_rows)
+tensor* sum_rows(context& ctx, tensor* a);
 // Per-row perplexity / KL-divergence words (score.h) of logits (n_vocab, n_rows) f32 for targets (n_rows) i32; base
 // (kld_record_size(n_vocab) / 2, n_rows) i32 holds the base file's records in compare mode (nullptr otherwise).
 // dst: i32 (score_row_words(mode, n_vocab), n_rows), op_params.i[0] = mode.
 tensor* score(context& ctx, tensor* logits, tensor* targets, tensor* base, score_mode mode);
 // Expert routing (mixture-of-experts feed-forward), as ggml's ops:
 // top_k: a (n, rows) f32 -> i32 (k, rows), the indices of each row's k largest values in the order ggml's CPU gives
-// them (std::partial_sort by value, descending, then the first two swapped: the order carries no meaning, but the
-// experts' outputs are summed in it). k <= n.
-tensor* top_k(context& ctx, tensor* a, int64_t k);
+// them. The experts' outputs are summed in this order, so it matters for the bits: ggml_top_k (sorted = false):
+// std::partial_sort by value, descending, then the first two swapped; ggml_argsort_top_k (sorted = true, what
+// llama.cpp's build_moe_ffn uses): std::sort of the whole row, descending, the first k. k <= n; op_params.i[0] =
+// sorted.
+tensor* top_k(context& ctx, tensor* a, int64_t k, bool sorted = false);
 // mul_mat_id: experts (k, n, n_expert) weights of any computable type, b (k, n_b, n_tok) f32 with n_b = n_used (each
 // chosen expert its own activations) or 1 (shared), ids (n_used, n_tok) i32 in [0, n_expert)
 //   -> (n, n_used, n_tok) f32: dst[:, i, t] = experts[:, :, ids[i, t]]^T b[:, i % n_b, t].
 tensor* mul_mat_id(context& ctx, tensor* experts, tensor* b, tensor* ids);
+// add_id: a (n, n_used, n_tok) f32 + b (n, n_expert) f32 at each slot's expert, ids (n_used, n_tok) i32 in
+// [0, n_expert): dst[:, i, t] = a[:, i, t] + b[:, ids[i, t]] (ggml_add_id: gpt-oss's per-expert biases).
+tensor* add_id(context& ctx, tensor* a, tensor* b, tensor* ids);
 tensor* tanh(context& ctx, tensor* a);
 // Writes a (converted to dst's type) into the memory dst views; returns a tensor aliasing dst.
 tensor* cpy(context& ctx, tensor* a, tensor* dst);
@@ -82,8 +95,10 @@ tensor* cpy(context& ctx, tensor* a, tensor* dst);
 tensor* set_rows(context& ctx, tensor* dst, tensor* a, tensor* idx);
 // Attention over a KV cache (the core of llama.cpp's flash_attn_ext):
 //   q (hd, n_head, n_tok) f32; k, v (hd, n_head_kv, n_kv) f16/f32 (views of the cache; strides free);
-//   mask (n_kv, n_tok) f32 additive (0 / -inf) or null.
+//   mask (n_kv, n_tok) f32 additive (0 / -inf) or null; sinks (n_head) f32 or null (src[4]).
 //   dst (hd, n_head, n_tok) f32: O = softmax(scale * Q K^T + mask) V, query head h uses KV head h / (n_head/n_head_kv).
-tensor* attention(context& ctx, tensor* q, tensor* k, tensor* v, tensor* mask, float scale);
+// Sinks (gpt-oss): one learned logit per head joins each softmax's denominator with no value of its own,
+// O = sum_j e^(s_j - M) v_j / (sum_j e^(s_j - M) + e^(sink_h - M)), M the max over the scores and the sink.
+tensor* attention(context& ctx, tensor* q, tensor* k, tensor* v, tensor* mask, float scale, tensor* sinks = nullptr);
 
 } // namespace tessera

@@ -24,6 +24,11 @@ const char* op_name(op o) {
     case op::score: return "score";
     case op::top_k: return "top_k";
     case op::mul_mat_id: return "mul_mat_id";
+    case op::add_id: return "add_id";
+    case op::sum_rows: return "sum_rows";
+    case op::div: return "div";
+    case op::clamp: return "clamp";
+    case op::swiglu_oai: return "swiglu_oai";
     case op::tanh: return "tanh";
     case op::cpy: return "cpy";
     case op::set_rows: return "set_rows";

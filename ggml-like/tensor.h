@@ -34,11 +34,16 @@ enum class op : uint8_t {
     score,     // dst i32 (words, n_rows): perplexity / KL-divergence words of each row of logits (score.h)
     top_k,     // dst i32 (k, rows): the indices of each row's k largest values (ggml's order, see ops.h)
     mul_mat_id, // dst (n, n_used, n_tok) = expert src2[i, t] of src0 (k, n, n_expert) applied to src1 (k, *, n_tok)
+    add_id,     // dst[:, i, t] = src0[:, i, t] + src1[:, src2[i, t]] (a per-expert bias added to each chosen slot)
+    sum_rows,   // dst (1, rows) = the sum of each row of src0, in double
+    div,        // dst = src0 / src1 (broadcast)
+    clamp,      // dst = max(min(src0, op_params.f[1]), op_params.f[0])
+    swiglu_oai, // dst = x / (1 + e^(-alpha x)) * (y + 1), x = min(src0, limit), y = clamp(src1, -limit, limit)
 };
 const char* op_name(op o);
 
 constexpr int TS_MAX_DIMS = 4;
-constexpr int TS_MAX_SRC = 4;
+constexpr int TS_MAX_SRC = 5; // attention: q, k, v, mask, sinks
 constexpr int TS_MAX_OP_PARAMS = 8;
 
 enum tensor_flags : uint32_t {

@@ -244,25 +244,30 @@ TEST(ops, rope_yarn_and_attn_factor) {
     }
 }
 
+// rows of 19 (libm's expf alone) and 133 (ggml's vector expf over 8 groups of 16, then libm's)
 TEST(ops, soft_max_with_mask) {
-    harness h;
-    const int64_t n_kv = 19, n_rows = 6;
-    tensor* a = h.leaf_f32({n_kv, n_rows}, 8, 4.0f);
-    tensor* mask = h.leaf_f32({n_kv, n_rows}, 9);
-    for (int64_t r = 0; r < n_rows; r++)
-        for (int64_t j = 0; j < n_kv; j++)
-            static_cast<float*>(mask->data)[r * n_kv + j] = j <= r + 10 ? 0.0f : -INFINITY;
-    auto out = h.run(soft_max(h.ctx, a, mask, 0.3f));
-    std::vector<float> e(out.size());
-    for (int64_t r = 0; r < n_rows; r++) {
-        double mx = -1e300, sum = 0;
-        for (int64_t j = 0; j <= std::min(n_kv - 1, r + 10); j++) mx = std::max(mx, 0.3 * f32(a)[r * n_kv + j]);
-        for (int64_t j = 0; j < n_kv; j++)
-            if (j <= r + 10) sum += std::exp(0.3 * f32(a)[r * n_kv + j] - mx);
-        for (int64_t j = 0; j < n_kv; j++)
-            e[size_t(r * n_kv + j)] = j <= r + 10 ? float(std::exp(0.3 * f32(a)[r * n_kv + j] - mx) / sum) : 0.0f;
+    for (int64_t n_kv : {int64_t(19), int64_t(133)}) {
+        harness h;
+        const int64_t n_rows = 6;
+        tensor* a = h.leaf_f32({n_kv, n_rows}, 8, 4.0f);
+        tensor* mask = h.leaf_f32({n_kv, n_rows}, 9);
+        for (int64_t r = 0; r < n_rows; r++)
+            for (int64_t j = 0; j < n_kv; j++)
+                static_cast<float*>(mask->data)[r * n_kv + j] = j <= r + n_kv - 9 ? 0.0f : -INFINITY;
+        auto out = h.run(soft_max(h.ctx, a, mask, 0.3f));
+        std::vector<float> e(out.size());
+        for (int64_t r = 0; r < n_rows; r++) {
+            double mx = -1e300, sum = 0;
+            for (int64_t j = 0; j <= std::min(n_kv - 1, r + n_kv - 9); j++)
+                mx = std::max(mx, 0.3 * f32(a)[r * n_kv + j]);
+            for (int64_t j = 0; j < n_kv; j++)
+                if (j <= r + n_kv - 9) sum += std::exp(0.3 * f32(a)[r * n_kv + j] - mx);
+            for (int64_t j = 0; j < n_kv; j++)
+                e[size_t(r * n_kv + j)] =
+                    j <= r + n_kv - 9 ? float(std::exp(0.3 * f32(a)[r * n_kv + j] - mx) / sum) : 0.0f;
+        }
+        EXPECT_LT(nmse(out.data(), e.data(), e.size()), 1e-12) << n_kv;
     }
-    EXPECT_LT(nmse(out.data(), e.data(), e.size()), 1e-12);
 }
 
 // i2_s is left out: get_rows does not apply its per-tensor scale yet (BitNet files keep token_embd in f16).
@@ -494,54 +499,68 @@ TEST(ops, set_rows_matches_cpy_into_a_view) {
 class attention_case : public ::testing::TestWithParam<int64_t> {};
 INSTANTIATE_TEST_SUITE_P(ops, attention_case, ::testing::Values(1, 5, 70));
 TEST_P(attention_case, gqa_causal) {
-    harness h;
-    const int64_t hd = 64, n_head = 6, n_head_kv = 2, n_tok = GetParam(), n_kv = n_tok + 8;
-    tensor* q = h.leaf_f32({hd, n_head, n_tok}, 16);
-    tensor* kf = h.leaf_f32({hd * n_head_kv, n_kv}, 17);
-    tensor* vf = h.leaf_f32({hd * n_head_kv, n_kv}, 18);
-    // f16 caches built from the f32 values
-    std::vector<uint16_t> k16(size_t(hd * n_head_kv * n_kv)), v16(k16.size());
-    for (size_t i = 0; i < k16.size(); i++) {
-        k16[i] = fp32_to_fp16(f32(kf)[i]);
-        v16[i] = fp32_to_fp16(f32(vf)[i]);
-    }
-    tensor* kc = h.ctx.new_tensor(type::f16, {hd * n_head_kv, n_kv});
-    tensor* vc = h.ctx.new_tensor(type::f16, {hd * n_head_kv, n_kv});
-    kc->data = k16.data();
-    vc->data = v16.data();
-    tensor* mask = h.leaf_f32({n_kv, n_tok}, 19);
-    const int64_t n_past = n_kv - n_tok;
-    for (int64_t t = 0; t < n_tok; t++)
-        for (int64_t j = 0; j < n_kv; j++)
-            static_cast<float*>(mask->data)[t * n_kv + j] = j <= n_past + t ? 0.0f : -INFINITY;
-    tensor* kv = view_3d(h.ctx, kc, hd, n_head_kv, n_kv, hd * 2, kc->nb[1], 0);
-    tensor* vv = view_3d(h.ctx, vc, hd, n_head_kv, n_kv, hd * 2, vc->nb[1], 0);
-    const float sc = 1.0f / 8.0f;
-    auto r = h.run(attention(h.ctx, q, kv, vv, mask, sc));
-    std::vector<float> e(r.size());
-    for (int64_t t = 0; t < n_tok; t++)
-        for (int64_t hh = 0; hh < n_head; hh++) {
-            const int64_t hk = hh / (n_head / n_head_kv);
-            std::vector<double> s(static_cast<size_t>(n_kv));
-            double mx = -1e300;
-            for (int64_t j = 0; j <= n_past + t; j++) {
-                double d = 0;
-                for (int64_t i = 0; i < hd; i++)
-                    d += double(f32(q)[(t * n_head + hh) * hd + i]) * fp16_to_fp32(k16[size_t(j * hd * n_head_kv + hk * hd + i)]);
-                s[size_t(j)] = d * sc;
-                mx = std::max(mx, s[size_t(j)]);
-            }
-            double sum = 0;
-            for (int64_t j = 0; j <= n_past + t; j++) sum += std::exp(s[size_t(j)] - mx);
-            for (int64_t i = 0; i < hd; i++) {
-                double o = 0;
-                for (int64_t j = 0; j <= n_past + t; j++)
-                    o += std::exp(s[size_t(j)] - mx) / sum * fp16_to_fp32(v16[size_t(j * hd * n_head_kv + hk * hd + i)]);
-                e[size_t((t * n_head + hh) * hd + i)] = float(o);
-            }
+    for (bool with_sinks : {false, true}) {
+        harness h;
+        const int64_t hd = 64, n_head = 6, n_head_kv = 2, n_tok = GetParam(), n_kv = n_tok + 8;
+        tensor* q = h.leaf_f32({hd, n_head, n_tok}, 16);
+        tensor* kf = h.leaf_f32({hd * n_head_kv, n_kv}, 17);
+        tensor* vf = h.leaf_f32({hd * n_head_kv, n_kv}, 18);
+        // f16 caches built from the f32 values
+        std::vector<uint16_t> k16(size_t(hd * n_head_kv * n_kv)), v16(k16.size());
+        for (size_t i = 0; i < k16.size(); i++) {
+            k16[i] = fp32_to_fp16(f32(kf)[i]);
+            v16[i] = fp32_to_fp16(f32(vf)[i]);
         }
-    // bound: f32 accumulation ~1e-7 relative -> NMSE 1e-12; f16 accumulator (11-bit mantissa) -> NMSE ~1e-7
-    EXPECT_LT(nmse(r.data(), e.data(), e.size()), n_tok < 64 ? 2e-6 : 1e-10) << "n_tok " << n_tok;
+        tensor* kc = h.ctx.new_tensor(type::f16, {hd * n_head_kv, n_kv});
+        tensor* vc = h.ctx.new_tensor(type::f16, {hd * n_head_kv, n_kv});
+        kc->data = k16.data();
+        vc->data = v16.data();
+        tensor* mask = h.leaf_f32({n_kv, n_tok}, 19);
+        const int64_t n_past = n_kv - n_tok;
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t j = 0; j < n_kv; j++)
+                static_cast<float*>(mask->data)[t * n_kv + j] = j <= n_past + t ? 0.0f : -INFINITY;
+        tensor* kv = view_3d(h.ctx, kc, hd, n_head_kv, n_kv, hd * 2, kc->nb[1], 0);
+        tensor* vv = view_3d(h.ctx, vc, hd, n_head_kv, n_kv, hd * 2, vc->nb[1], 0);
+        const float sc = 1.0f / 8.0f;
+        // sinks (gpt-oss): one logit per head in the softmax's denominator; heads 0 and 3 far above every score (the
+        // accumulator is rescaled at the end), head 1 far below
+        tensor* sinks = with_sinks ? h.leaf_f32({n_head}, 22, 2.0f) : nullptr;
+        if (sinks) {
+            static_cast<float*>(sinks->data)[0] = 30.0f;
+            static_cast<float*>(sinks->data)[1] = -30.0f;
+            static_cast<float*>(sinks->data)[3] = 12.0f;
+        }
+        auto r = h.run(attention(h.ctx, q, kv, vv, mask, sc, sinks));
+        std::vector<float> e(r.size());
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t hh = 0; hh < n_head; hh++) {
+                const int64_t hk = hh / (n_head / n_head_kv);
+                std::vector<double> s(static_cast<size_t>(n_kv));
+                double mx = -1e300;
+                for (int64_t j = 0; j <= n_past + t; j++) {
+                    double d = 0;
+                    for (int64_t i = 0; i < hd; i++)
+                        d += double(f32(q)[(t * n_head + hh) * hd + i]) *
+                             fp16_to_fp32(k16[size_t(j * hd * n_head_kv + hk * hd + i)]);
+                    s[size_t(j)] = d * sc;
+                    mx = std::max(mx, s[size_t(j)]);
+                }
+                if (sinks) mx = std::max(mx, double(f32(sinks)[hh]));
+                double sum = sinks ? std::exp(f32(sinks)[hh] - mx) : 0.0;
+                for (int64_t j = 0; j <= n_past + t; j++) sum += std::exp(s[size_t(j)] - mx);
+                for (int64_t i = 0; i < hd; i++) {
+                    double o = 0;
+                    for (int64_t j = 0; j <= n_past + t; j++)
+                        o += std::exp(s[size_t(j)] - mx) / sum *
+                             fp16_to_fp32(v16[size_t(j * hd * n_head_kv + hk * hd + i)]);
+                    e[size_t((t * n_head + hh) * hd + i)] = float(o);
+                }
+            }
+        // bound: f32 accumulation ~1e-7 relative -> NMSE 1e-12; f16 accumulator (11-bit mantissa) -> NMSE ~1e-7
+        EXPECT_LT(nmse(r.data(), e.data(), e.size()), n_tok < 64 ? 2e-6 : 1e-10)
+            << "n_tok " << n_tok << " sinks " << with_sinks;
+    }
 }
 
 // The score op (score.h) against plain double-precision log-softmax code: NLL, the KL-divergence base record (codes
@@ -725,6 +744,84 @@ TEST(ops, mul_mat_id_every_type) {
             // f32: summation order only; the others: the activations' q8_0 / f16 rounding
             EXPECT_LT(num / den, t == type::f32 ? 1e-10 : 1e-3) << type_name(t) << " n_b " << n_b;
         }
+}
+
+// top_k in ggml_argsort_top_k's order (build_moe_ffn's): the k largest, descending.
+TEST(ops, top_k_sorted_descending) {
+    for (int64_t n : {int64_t(8), int64_t(37), int64_t(128)})
+        for (int64_t k : {int64_t(1), int64_t(3), int64_t(8)}) {
+            harness h;
+            const int64_t rows = 4;
+            tensor* a = h.leaf_f32({n, rows}, uint32_t(80 + n + k));
+            const auto bytes = h.run_bytes(top_k(h.ctx, a, k, true));
+            for (int64_t r = 0; r < rows; r++) {
+                const float* xr = f32(a) + r * n;
+                std::vector<int32_t> want(static_cast<size_t>(n));
+                for (int64_t j = 0; j < n; j++) want[size_t(j)] = int32_t(j);
+                std::stable_sort(want.begin(), want.end(), [xr](int32_t i, int32_t j) { return xr[i] > xr[j]; });
+                const auto* y = reinterpret_cast<const int32_t*>(bytes.data()) + r * k;
+                for (int64_t j = 0; j < k; j++) EXPECT_EQ(y[j], want[size_t(j)]) << n << " " << k << " " << r;
+            }
+        }
+}
+
+// The routing arithmetic of build_moe_ffn, op by op against plain code: the chosen probabilities gathered by a
+// batched get_rows, their sum per token (sum_rows), clamped, divided (broadcast), and a per-expert bias by id (add_id).
+// Exact: each is one f32 operation per element (sums in double, rounded once).
+TEST(ops, moe_routing_ops) {
+    harness h;
+    const int64_t n_expert = 7, n_used = 3, n_tok = 5, n = 37;
+    tensor* probs = h.leaf_f32({n_expert, n_tok}, 90);
+    const std::vector<int32_t> idv = {6, 0, 3, 3, 2, 1, 0, 5, 4, 2, 2, 6, 1, 4, 0};
+    tensor* ids = reshape_2d(h.ctx, h.leaf_i32(idv), n_used, n_tok);
+    const auto w = h.run(get_rows(h.ctx, reshape_3d(h.ctx, probs, 1, n_expert, n_tok), ids));
+    ASSERT_EQ(w.size(), size_t(n_used * n_tok));
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < n_used; i++)
+            EXPECT_EQ(w[size_t(t * n_used + i)], f32(probs)[t * n_expert + idv[size_t(t * n_used + i)]]);
+
+    tensor* x = h.leaf_f32({n_used, n_tok}, 91);
+    static_cast<float*>(x->data)[3] = static_cast<float*>(x->data)[4] = static_cast<float*>(x->data)[5] = 1e-9f;
+    tensor* sum = sum_rows(h.ctx, x);
+    const auto rs = h.run(sum);
+    const auto rc = h.run(clamp(h.ctx, sum, 6.103515625e-5f, INFINITY));
+    const auto rd = h.run(div(h.ctx, x, clamp(h.ctx, sum, 6.103515625e-5f, INFINITY)));
+    for (int64_t t = 0; t < n_tok; t++) {
+        double s = 0;
+        for (int64_t i = 0; i < n_used; i++) s += f32(x)[t * n_used + i];
+        EXPECT_EQ(rs[size_t(t)], float(s));
+        const float c = std::max(std::min(float(s), INFINITY), 6.103515625e-5f);
+        EXPECT_EQ(rc[size_t(t)], c);
+        for (int64_t i = 0; i < n_used; i++) EXPECT_EQ(rd[size_t(t * n_used + i)], f32(x)[t * n_used + i] / c);
+    }
+    EXPECT_EQ(rc[1], 6.103515625e-5f); // token 1's weights sum to ~3e-9: clamped
+
+    tensor* a = h.leaf_f32({n, n_used, n_tok}, 92);
+    tensor* b = h.leaf_f32({n, n_expert}, 93);
+    const auto ra = h.run(add_id(h.ctx, a, b, ids));
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < n_used; i++)
+            for (int64_t j = 0; j < n; j++) {
+                const size_t o = size_t((t * n_used + i) * n + j);
+                EXPECT_EQ(ra[o], f32(a)[o] + f32(b)[idv[size_t(t * n_used + i)] * n + j]);
+            }
+}
+
+// swiglu_oai (gpt-oss) against double arithmetic, inputs spread past the limit on both sides. bound: f32 expf and
+// three f32 operations, ~1e-7 relative.
+TEST(ops, swiglu_oai_clamped) {
+    harness h;
+    tensor* g = h.leaf_f32({131, 7}, 94, 6.0f);
+    tensor* u = h.leaf_f32({131, 7}, 95, 6.0f);
+    const float alpha = 1.702f, limit = 7.0f;
+    const auto r = h.run(swiglu_oai(h.ctx, g, u, alpha, limit));
+    std::vector<float> e(r.size());
+    for (size_t i = 0; i < e.size(); i++) {
+        const double x = std::min(double(f32(g)[i]), double(limit));
+        const double y = std::clamp(double(f32(u)[i]), -double(limit), double(limit));
+        e[i] = float(x / (1.0 + std::exp(-double(alpha) * x)) * (y + 1.0));
+    }
+    EXPECT_LT(nmse(r.data(), e.data(), e.size()), 1e-12);
 }
 
 // The planner must not hand a live tensor's memory to another: a long chain with a late reader.

@@ -80,10 +80,18 @@ bool cpu_backend::supports(const tensor& node) const {
     switch (node.o) {
     case op::none: return true;
     case op::view: return true;
-    case op::get_rows: return computable(node.src[0]) && node.src[1]->t == type::i32;
+    case op::get_rows:
+        return computable(node.src[0]) && node.src[1]->t == type::i32 && (node.src[1]->ne[1] == 1 || f32(node.src[0]));
     case op::mul_mat: return computable(node.src[0]) && f32(node.src[1]);
     case op::mul_mat_id: return computable(node.src[0]) && f32(node.src[1]) && node.src[2]->t == type::i32;
     case op::top_k: return f32(node.src[0]) && node.src[0]->nb[0] == 4;
+    case op::add_id:
+        return f32(node.src[0]) && node.src[0]->nb[0] == 4 && f32(node.src[1]) && node.src[1]->nb[0] == 4 &&
+               node.src[2]->t == type::i32;
+    case op::sum_rows: return f32(node.src[0]);
+    case op::div: return f32(node.src[0]) && f32(node.src[1]);
+    case op::clamp: return f32(node.src[0]);
+    case op::swiglu_oai: return f32(node.src[0]) && f32(node.src[1]);
     case op::add: return f32(node.src[0]) && f32(node.src[1]);
     case op::mul: return f32(node.src[0]) && f32(node.src[1]);
     case op::scale: return f32(node.src[0]);
@@ -101,7 +109,9 @@ bool cpu_backend::supports(const tensor& node) const {
     case op::set_rows:
         return f32(node.src[0]) && node.src[0]->nb[0] == 4 && find_cpu_ops(node.t) != nullptr &&
                (node.src[2]->t == type::i32 || node.src[2]->t == type::i64);
-    case op::attention: return f32(node.src[0]) && (node.src[1]->t == type::f16 || node.src[1]->t == type::f32);
+    case op::attention:
+        return f32(node.src[0]) && (node.src[1]->t == type::f16 || node.src[1]->t == type::f32) &&
+               (!node.src[4] || f32(node.src[4]));
     }
     return false;
 }
@@ -198,6 +208,11 @@ void cpu_backend::compute(graph& g) {
             case op::mul_mat: mul_mat(p, *n); break;
             case op::mul_mat_id: mul_mat_id(p, *n); break;
             case op::top_k: top_k(p, *n); break;
+            case op::add_id: add_id(p, *n); break;
+            case op::sum_rows: sum_rows(p, *n); break;
+            case op::div: div(p, *n); break;
+            case op::clamp: clamp(p, *n); break;
+            case op::swiglu_oai: swiglu_oai(p, *n); break;
             case op::add: add(p, *n); break;
             case op::mul: mul(p, *n); break;
             case op::scale: scale(p, *n); break;

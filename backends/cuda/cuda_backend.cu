@@ -324,7 +324,12 @@ bool cuda_backend::supports(const tensor& node) const {
     case op::attention:
         return attention_supported(node);
     case op::top_k:
-    case op::mul_mat_id: // expert routing: the CPU only so far (#22)
+    case op::mul_mat_id: // expert routing and gpt-oss's ops: the CPU only so far (#22)
+    case op::add_id:
+    case op::sum_rows:
+    case op::div:
+    case op::clamp:
+    case op::swiglu_oai:
         return false;
     }
     return false;
@@ -729,6 +734,11 @@ void cuda_backend::launch_nodes(graph& g) {
             break;
         case op::top_k:
         case op::mul_mat_id:
+        case op::add_id:
+        case op::sum_rows:
+        case op::div:
+        case op::clamp:
+        case op::swiglu_oai:
             TS_ASSERT(!"compute: an op supports() refuses");
             break;
         }

@@ -91,6 +91,8 @@ void attention_tiled(const compute_params& p, tensor& dst, const float_kernels& 
                 fk.pv_tile(acc + r * hd, sc, vt, kv_tile, hd);
             }
         }
+        if (const tensor* sinks = dst.src[4])
+            for (int64_t r = 0; r < rows; r++) attention_sink(*at<float>(*sinks, h), M[r], S[r], acc + r * hd, hd);
         for (int64_t r = 0; r < rows; r++) {
             float* o = at<float>(dst, 0, h, t0 + r);
             const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
@@ -166,6 +168,7 @@ void attention(const compute_params& p, tensor& dst) {
                 fk.mad(acc, reinterpret_cast<const float*>(vr), vs, hd, false);
             S = std::fma(S, ms, vs);
         }
+        if (const tensor* sinks = dst.src[4]) attention_sink(*at<float>(*sinks, h), M, S, acc, hd);
         float* o = at<float>(dst, 0, h, t);
         const float inv = S == 0.0f ? 0.0f : 1.0f / S;
         for (int64_t i = 0; i < hd; i++) o[i] = acc[i] * inv;

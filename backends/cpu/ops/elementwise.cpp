@@ -1,5 +1,5 @@
-// elementwise.cpp: add, mul (with broadcast of src1), scale, silu, swiglu, geglu, relu2_glu, tanh, cpy (with type
-// conversion), set_rows.
+// elementwise.cpp: add, mul, div (with broadcast of src1), scale, clamp, silu, swiglu, geglu, relu2_glu, swiglu_oai,
+// tanh, cpy (with type conversion), set_rows.
 #include "ops.h"
 
 #include "backends/cpu/quant/vec_dot.h"
@@ -7,6 +7,7 @@
 #include "ggml-like/gelu.h"
 #include "quant/format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -40,6 +41,20 @@ void add(const compute_params& p, tensor& dst) {
 
 void mul(const compute_params& p, tensor& dst) {
     binary(p, dst, [](float x, float y) { return x * y; });
+}
+
+void div(const compute_params& p, tensor& dst) {
+    binary(p, dst, [](float x, float y) { return x / y; });
+}
+
+void clamp(const compute_params& p, tensor& dst) {
+    const tensor& a = *dst.src[0];
+    const float lo = dst.op_params.f[0], hi = dst.op_params.f[1];
+    for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+        const float* x = at<float>(a, 0, i1, i2, i3);
+        const size_t xs = a.nb[0] / 4;
+        for (int64_t i = 0; i < dst.ne[0]; i++) y[i] = std::max(std::min(x[i * xs], hi), lo);
+    });
 }
 
 void scale(const compute_params& p, tensor& dst) {
@@ -97,6 +112,26 @@ void relu2_glu(const compute_params& p, tensor& dst) {
         for (int64_t i = 0; i < dst.ne[0]; i++) {
             const float r = x[i] > 0.0f ? x[i] : 0.0f;
             y[i] = (r * r) * z[i];
+        }
+    });
+}
+
+// gpt-oss's clamped SwiGLU in ggml's order: the gate capped above at limit, up clamped to [-limit, limit],
+// x / (1 + expf(alpha * -x)) * (y + 1) with libm's expf
+void swiglu_oai(const compute_params& p, tensor& dst) {
+    const tensor& g = *dst.src[0];
+    const tensor& u = *dst.src[1];
+    TS_ASSERT(g.nb[0] == 4 && u.nb[0] == 4);
+    const float alpha = dst.op_params.f[0], limit = dst.op_params.f[1];
+    for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+        const float* gv = at<float>(g, 0, i1, i2, i3);
+        const float* uv = at<float>(u, 0, i1, i2, i3);
+        for (int64_t i = 0; i < dst.ne[0]; i++) {
+            const float x = std::min(gv[i], limit);
+            const float v = std::clamp(uv[i], -limit, limit);
+            const float e = std::exp(alpha * (-x));
+            const float glu = x / (1.0f + e);
+            y[i] = glu * (v + 1.0f);
         }
     });
 }

@@ -1,5 +1,5 @@
-// moe.cpp: expert routing ops (ops.h in ggml-like): top_k, and mul_mat_id, which touches each chosen expert's matrix
-// once per batch for every (token, slot) that chose it.
+// moe.cpp: expert routing ops (ops.h in ggml-like): top_k, mul_mat_id, which touches each chosen expert's matrix
+// once per batch for every (token, slot) that chose it, and add_id (a per-expert bias on each chosen slot).
 #include "backends/cpu/ops/ops.h"
 
 #include "backends/cpu/quant/vec_dot.h"
@@ -15,16 +15,22 @@ namespace tessera::cpu {
 void top_k(const compute_params& p, tensor& dst) {
     const tensor& a = *dst.src[0];
     const int64_t n = a.ne[0], k = dst.ne[0];
+    const bool sorted = dst.op_params.i[0] != 0;
     std::vector<int32_t> idx(static_cast<size_t>(n));
     int64_t r0, r1;
     split(a.ne[1], p.ith, p.nth, r0, r1);
     for (int64_t r = r0; r < r1; r++) {
         const auto* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.data) + r * a.nb[1]);
         for (int64_t j = 0; j < n; j++) idx[size_t(j)] = int32_t(j);
-        // ggml_compute_forward_top_k_f32: the same partial sort (so the same order among equal values), then the
-        // first two swapped
-        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [x](int32_t i, int32_t j) { return x[i] > x[j]; });
+        auto greater = [x](int32_t i, int32_t j) { return x[i] > x[j]; };
         auto* y = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(dst.data) + r * dst.nb[1]);
+        if (sorted) { // ggml_argsort_top_k: the same std::sort, so the same order among equal values
+            std::sort(idx.begin(), idx.end(), greater);
+            std::copy(idx.begin(), idx.begin() + k, y);
+            continue;
+        }
+        // ggml_compute_forward_top_k_f32: the same partial sort, then the first two swapped
+        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), greater);
         std::copy(idx.begin(), idx.begin() + k, y);
         if (k > 1) std::swap(y[0], y[1]);
     }
@@ -110,6 +116,21 @@ void mul_mat_id(const compute_params& p, tensor& dst) {
             }
         }
     }
+}
+
+void add_id(const compute_params& p, tensor& dst) {
+    const tensor& a = *dst.src[0];
+    const tensor& b = *dst.src[1];
+    const tensor& ids = *dst.src[2];
+    TS_ASSERT(a.nb[0] == 4 && b.nb[0] == 4);
+    for_rows(p, dst, [&](int64_t i, int64_t t, int64_t) {
+        const int32_t e = *at<int32_t>(ids, i, t);
+        TS_ASSERT(e >= 0 && e < b.ne[1]);
+        const float* x = at<float>(a, 0, i, t);
+        const float* z = at<float>(b, 0, e);
+        float* y = at<float>(dst, 0, i, t);
+        for (int64_t j = 0; j < dst.ne[0]; j++) y[j] = x[j] + z[j];
+    });
 }
 
 } // namespace tessera::cpu

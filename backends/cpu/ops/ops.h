@@ -47,6 +47,9 @@ void get_rows(const compute_params& p, tensor& dst);
 void mul_mat(const compute_params& p, tensor& dst);
 void add(const compute_params& p, tensor& dst);
 void mul(const compute_params& p, tensor& dst);
+void div(const compute_params& p, tensor& dst);
+void clamp(const compute_params& p, tensor& dst);
+void sum_rows(const compute_params& p, tensor& dst);
 void scale(const compute_params& p, tensor& dst);
 void rms_norm(const compute_params& p, tensor& dst);
 void rope(const compute_params& p, tensor& dst);
@@ -55,14 +58,21 @@ void silu(const compute_params& p, tensor& dst);
 void swiglu(const compute_params& p, tensor& dst);
 void geglu(const compute_params& p, tensor& dst);
 void relu2_glu(const compute_params& p, tensor& dst);
+void swiglu_oai(const compute_params& p, tensor& dst);
 void tanh(const compute_params& p, tensor& dst);
 void score(const compute_params& p, tensor& dst);
 void top_k(const compute_params& p, tensor& dst);
 void mul_mat_id(const compute_params& p, tensor& dst);
 size_t mul_mat_id_work_size(const tensor& node);
+void add_id(const compute_params& p, tensor& dst);
 void cpy(const compute_params& p, tensor& dst);
 void set_rows(const compute_params& p, tensor& dst);
 void attention(const compute_params& p, tensor& dst);
+// Attention sinks (gpt-oss, the attention op's src[4]): after the last key of a row, the head's learned logit joins
+// the online softmax as ggml adds it: above the running max M, the accumulator acc (hd) is rescaled by e^(M - sink)
+// in f32 and the sink counts 1, else it counts e^(sink - M); S = S * ms + vs as one fma (GCC's contraction of ggml's
+// statement). Called by both attention paths (attention.cpp); lives in softmax.cpp.
+void attention_sink(float sink, float M, float& S, float* acc, int64_t hd);
 
 // Element address helper: t->data + i0*nb0 + i1*nb1 + i2*nb2 + i3*nb3
 template <class T> inline T* at(const tensor& t, int64_t i0, int64_t i1 = 0, int64_t i2 = 0, int64_t i3 = 0) {

@@ -986,7 +986,8 @@ bool attention_supported(const tensor& dst) {
     const int64_t hd = q.ne[0];
     return q.t == type::f32 && q.nb[0] == 4 && k.t == type::f16 && v.t == type::f16 && k.nb[0] == 2 && v.nb[0] == 2 &&
            k.nb[1] == v.nb[1] && k.nb[2] == v.nb[2] && k.nb[1] % 4 == 0 && k.nb[2] % 4 == 0 && hd % 2 == 0 &&
-           hd <= HD_MAX && q.ne[3] == 1 && k.ne[3] == 1 && (!mask || mask->nb[0] == 4) && dst.nb[0] == 4;
+           hd <= HD_MAX && q.ne[3] == 1 && k.ne[3] == 1 && (!mask || mask->nb[0] == 4) && dst.nb[0] == 4 &&
+           !dst.src[4]; // attention sinks (gpt-oss): the CPU only so far (#22)
 }
 
 namespace {

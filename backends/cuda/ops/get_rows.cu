@@ -99,7 +99,7 @@ void get_rows_launch(const uint8_t* w, int64_t w_nb1, int64_t n_rows, const int3
 bool get_rows_supported(const tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& ids = *dst.src[1];
-    return ids.t == type::i32 && ids.is_contiguous() && dst.nb[0] == 4 && w.nb[0] == type_size(w.t) &&
+    return ids.t == type::i32 && ids.is_contiguous() && ids.ne[1] == 1 && dst.nb[0] == 4 && w.nb[0] == type_size(w.t) &&
            weight_type_supported(w.t);
 }
 
