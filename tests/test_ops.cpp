@@ -494,6 +494,54 @@ TEST(ops, set_rows_matches_cpy_into_a_view) {
     EXPECT_NE(m1[size_t(n_past * ne0)], 0); // written
 }
 
+// The fast attention (AVX2 kernels, several query rows a pass, jobs per KV head) equals the scalar reference path bit
+// for bit (bound zero: the prefill path reproduces ggml's float order, which greedy agreement with llama.cpp needs):
+// prefill sizes across the 64-token tiles, GQA groups 1, 3 and 4 (row chunks of 12 with remainders), head sizes 64,
+// 128 and 80 (the kernels' 32-wide passes and their tails), f16 and f32 caches, with and without sinks, 1 and 3 threads.
+TEST(ops, attention_fast_equals_reference_bit_for_bit) {
+    struct shape {
+        int64_t hd, n_head, n_head_kv, n_tok, n_past;
+    };
+    for (const shape& c : {shape{64, 9, 3, 130, 0}, shape{128, 8, 2, 64, 7}, shape{80, 4, 4, 70, 100},
+                           shape{64, 3, 1, 200, 33}})
+        for (type kt : {type::f16, type::f32})
+            for (bool with_sinks : {false, true})
+                for (int threads : {1, 3}) {
+                    std::vector<uint8_t> out[2];
+                    for (bool reference : {false, true}) {
+                        harness h(threads, reference);
+                        const int64_t n_kv = c.n_past + c.n_tok;
+                        tensor* q = h.leaf_f32({c.hd, c.n_head, c.n_tok}, 60);
+                        tensor* kf = h.leaf_f32({c.hd * c.n_head_kv, n_kv}, 61);
+                        tensor* vf = h.leaf_f32({c.hd * c.n_head_kv, n_kv}, 62);
+                        tensor* k = kf;
+                        tensor* v = vf;
+                        std::vector<uint16_t> k16, v16;
+                        if (kt == type::f16) {
+                            for (int64_t i = 0; i < kf->n_elements(); i++) {
+                                k16.push_back(fp32_to_fp16(f32(kf)[i]));
+                                v16.push_back(fp32_to_fp16(f32(vf)[i]));
+                            }
+                            k = h.ctx.new_tensor(type::f16, {c.hd * c.n_head_kv, n_kv});
+                            v = h.ctx.new_tensor(type::f16, {c.hd * c.n_head_kv, n_kv});
+                            k->data = k16.data();
+                            v->data = v16.data();
+                        }
+                        tensor* mask = h.leaf_f32({n_kv, c.n_tok}, 63);
+                        for (int64_t t = 0; t < c.n_tok; t++)
+                            for (int64_t j = 0; j < n_kv; j++)
+                                static_cast<float*>(mask->data)[t * n_kv + j] = j <= c.n_past + t ? 0.0f : -INFINITY;
+                        tensor* kv = view_3d(h.ctx, k, c.hd, c.n_head_kv, n_kv, k->nb[0] * size_t(c.hd), k->nb[1], 0);
+                        tensor* vv = view_3d(h.ctx, v, c.hd, c.n_head_kv, n_kv, v->nb[0] * size_t(c.hd), v->nb[1], 0);
+                        tensor* sinks = with_sinks ? h.leaf_f32({c.n_head}, 64, 3.0f) : nullptr;
+                        out[reference] = h.run_bytes(attention(h.ctx, q, kv, vv, mask, 0.125f, sinks));
+                    }
+                    EXPECT_TRUE(out[0] == out[1]) << "hd " << c.hd << " heads " << c.n_head << "/" << c.n_head_kv
+                                                  << " n_tok " << c.n_tok << " " << type_name(kt) << " sinks "
+                                                  << with_sinks << " threads " << threads;
+                }
+}
+
 // attention against softmax(QK^T * scale + mask) V computed naively, with GQA and a causal mask over a cache.
 // Fewer than 64 queries take ggml's decode numerics (Q and the V accumulator rounded to f16); 64 or more stay in f32.
 class attention_case : public ::testing::TestWithParam<int64_t> {};

@@ -120,11 +120,7 @@ size_t work_size(const tensor& node, int n_threads) {
     switch (node.o) {
     case op::mul_mat: return mul_mat_work_size(node);
     case op::mul_mat_id: return mul_mat_id_work_size(node);
-    case op::attention: {
-        const int64_t hd = node.src[0]->ne[0];
-        // decode: 4 rows of hd per thread; prefill: K, V, accumulator tiles (64 x hd each) and 3 x 64 floats
-        return size_t(n_threads) * size_t(std::max<int64_t>(4 * hd, 3 * 64 * hd + 3 * 64)) * sizeof(float);
-    }
+    case op::attention: return attention_work_size(node, n_threads);
     default: return 0;
     }
 }

@@ -1,12 +1,15 @@
 // attention.cpp: O = softmax(scale * Q K^T + mask) V over an f16 (or f32) KV cache, one (token, head) pair per task.
 // q (hd, n_head, n_tok) f32; k, v (hd, n_head_kv, n_kv); mask (n_kv, n_tok) additive; query head h reads KV head
-// h / (n_head / n_head_kv). One pass with an online softmax: M = running max, S = sum exp(s - M), O = sum exp(s - M) v / S.
+// h / (n_head / n_head_kv). One pass with an online softmax: M = running max, S = sum exp(s - M), O = sum exp(s - M) v
+// / S.
 #include "ops.h"
 
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
 #include "ggml-like/fp16.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -22,11 +25,15 @@ inline void load_row_f32(const tensor& t, const uint8_t* src, float* dst, int64_
 }
 
 constexpr int64_t TILE = 64; // keys per tile and queries per job in the prefill path, as ggml's tiled attention
+constexpr int ROWS = 12;     // query rows scored together against a tile (the kernels take them 3 at a time)
 
-// Prefill (>= 64 queries): ggml's tiled flash attention, reproduced step for step: per tile of 64 keys,
-// S = scale * Q K^T + mask (an FMA chain over the head dimension), a running max M, P = expf_ggml(S - M) summed 16 at a
-// time in double, O += P V (an FMA chain over the keys), O *= expf(M_old - M_new) when the max grows; O / sum at the end.
-// Jobs are (query head, 64 consecutive tokens); the K and V tiles are converted to f32 once per job.
+// Prefill (>= 64 queries): ggml's tiled flash attention, reproduced step for step for every (query head, token): per
+// tile of 64 keys, S = scale * Q K^T + mask (an FMA chain over the head dimension), a running max M,
+// P = expf_ggml(S - M) summed 16 at a time in double, O += P V (an FMA chain over the keys), O *= expf(M_old - M_new)
+// when the max grows; O / sum at the end. What differs from ggml is only the grouping, which no result depends on:
+// a job is (KV head, 64 consecutive tokens) with all the query heads that read that KV head, so each K and V tile is
+// converted to f32 once per job, and the kernels take several query rows per pass over a tile (each K or V vector
+// loaded feeds several FMAs). Jobs are handed out by a counter, the last tokens' (they see the most keys) first.
 void attention_tiled(const compute_params& p, tensor& dst, const float_kernels& fk, to_float_fn f16_to_f32) {
     const tensor& q = *dst.src[0];
     const tensor& k = *dst.src[1];
@@ -37,64 +44,85 @@ void attention_tiled(const compute_params& p, tensor& dst, const float_kernels& 
     const int64_t group = n_head / n_head_kv, n_blocks = (n_tok + TILE - 1) / TILE;
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
-    // per-thread scratch: kt (hd x 64), vt (64 x hd), acc (64 x hd), s (64), m (64), sum (64)
-    float* kt = reinterpret_cast<float*>(p.wdata) + size_t(p.ith) * size_t(3 * TILE * hd + 3 * TILE);
+    // shared: the job counter (a cache line); per thread (attention_work_size): kt (hd x 64), vt (64 x hd), a K row
+    // (hd), acc (group * 64 x hd), scores (ROWS x 64), M and S (group * 64 each)
+    auto* counter = reinterpret_cast<std::atomic<int64_t>*>(p.wdata);
+    const size_t per_thread = size_t(2 * TILE * hd + hd + group * TILE * hd + ROWS * TILE + 2 * group * TILE);
+    float* kt = reinterpret_cast<float*>(p.wdata + 64) + size_t(p.ith) * per_thread;
     float* vt = kt + TILE * hd;
-    float* acc = vt + TILE * hd;
-    float* sc = acc + TILE * hd;
-    float* M = sc + TILE;
-    float* S = M + TILE;
+    float* krow = vt + TILE * hd;
+    float* acc = krow + hd;
+    float* sc = acc + group * TILE * hd;
+    float* M = sc + ROWS * TILE;
+    float* S = M + group * TILE;
+    if (p.ith == 0) counter->store(0, std::memory_order_relaxed);
+    p.barrier();
 
-    int64_t j0, j1;
-    split(n_head * n_blocks, p.ith, p.nth, j0, j1);
-    for (int64_t job = j0; job < j1; job++) {
-        const int64_t h = job / n_blocks, t0 = (job % n_blocks) * TILE, rows = std::min(TILE, n_tok - t0);
-        const int64_t hk = h / group;
-        std::fill(acc, acc + rows * hd, 0.0f);
-        std::fill(M, M + rows, neg_inf);
-        std::fill(S, S + rows, 0.0f);
+    const int64_t n_jobs = n_head_kv * n_blocks;
+    for (int64_t job = counter->fetch_add(1, std::memory_order_relaxed); job < n_jobs;
+         job = counter->fetch_add(1, std::memory_order_relaxed)) {
+        const int64_t hk = job % n_head_kv, t0 = (n_blocks - 1 - job / n_head_kv) * TILE;
+        const int64_t n_rows_tok = std::min(TILE, n_tok - t0), n_rows = group * n_rows_tok;
+        // row r: query head hk * group + r / n_rows_tok, token t0 + r % n_rows_tok
+        auto q_row = [&](int64_t r) { return at<float>(q, 0, hk * group + r / n_rows_tok, t0 + r % n_rows_tok); };
+        std::fill(acc, acc + n_rows * hd, 0.0f);
+        std::fill(M, M + n_rows, neg_inf);
+        std::fill(S, S + n_rows, 0.0f);
         for (int64_t ic = 0; ic < n_kv; ic += TILE) {
             const int64_t kv_tile = std::min(TILE, n_kv - ic);
             if (mask) { // a tile every row masks out entirely is skipped
                 bool all_masked = true;
-                for (int64_t r = 0; r < rows && all_masked; r++) {
+                for (int64_t r = 0; r < n_rows_tok && all_masked; r++) {
                     const float* m = at<float>(*mask, ic, t0 + r);
                     for (int64_t j = 0; j < kv_tile && all_masked; j++) all_masked = m[j] == neg_inf;
                 }
                 if (all_masked) continue;
             }
             for (int64_t j = 0; j < kv_tile; j++) {
-                // K row j goes through V's row j (hd floats; sc holds only 64) before V takes its place
-                load_row_f32(k, at<uint8_t>(k, 0, hk, ic + j), vt + j * hd, hd, f16_to_f32);
-                for (int64_t d = 0; d < hd; d++) kt[d * TILE + j] = vt[j * hd + d];
+                load_row_f32(k, at<uint8_t>(k, 0, hk, ic + j), krow, hd, f16_to_f32);
+                for (int64_t d = 0; d < hd; d++) kt[d * TILE + j] = krow[d];
                 load_row_f32(v, at<uint8_t>(v, 0, hk, ic + j), vt + j * hd, hd, f16_to_f32);
             }
-            for (int64_t j = kv_tile; j < TILE; j++)
-                for (int64_t d = 0; d < hd; d++) kt[d * TILE + j] = 0.0f;
-            for (int64_t r = 0; r < rows; r++) {
-                fk.kq_tile(at<float>(q, 0, h, t0 + r), kt, hd, sc);
-                const float* m = mask ? at<float>(*mask, ic, t0 + r) : nullptr;
-                float tile_max = neg_inf;
-                for (int64_t j = 0; j < TILE; j++) {
-                    sc[j] = j < kv_tile ? sc[j] * scale + (m ? m[j] : 0.0f) : neg_inf;
-                    tile_max = std::max(tile_max, sc[j]);
+            for (int64_t d = 0; d < hd; d++)
+                for (int64_t j = kv_tile; j < TILE; j++) kt[d * TILE + j] = 0.0f;
+            for (int64_t r0 = 0; r0 < n_rows; r0 += ROWS) {
+                const int nr = int(std::min<int64_t>(ROWS, n_rows - r0));
+                const float* qs[ROWS];
+                for (int i = 0; i < nr; i++) qs[i] = q_row(r0 + i);
+                fk.kq_tile(qs, nr, kt, hd, sc);
+                // per row: scale, mask, the running max and sum; rows the tile masks out entirely take no P V
+                float* accs[ROWS];
+                const float* ps[ROWS];
+                int n_live = 0;
+                for (int i = 0; i < nr; i++) {
+                    const int64_t r = r0 + i;
+                    float* s = sc + i * TILE;
+                    const float* m = mask ? at<float>(*mask, ic, t0 + r % n_rows_tok) : nullptr;
+                    float tile_max = neg_inf;
+                    for (int64_t j = 0; j < TILE; j++) {
+                        s[j] = j < kv_tile ? s[j] * scale + (m ? m[j] : 0.0f) : neg_inf;
+                        tile_max = std::max(tile_max, s[j]);
+                    }
+                    if (tile_max == neg_inf) continue;
+                    const float m_new = std::fmax(M[r], tile_max);
+                    if (m_new > M[r]) {
+                        const float ms = std::exp(M[r] - m_new);
+                        for (int64_t d = 0; d < hd; d++) acc[r * hd + d] *= ms;
+                        S[r] *= ms;
+                    }
+                    M[r] = m_new;
+                    S[r] = float(double(S[r]) + fk.softmax_tile(s, m_new));
+                    accs[n_live] = acc + r * hd;
+                    ps[n_live++] = s;
                 }
-                if (tile_max == neg_inf) continue;
-                const float m_new = std::fmax(M[r], tile_max);
-                if (m_new > M[r]) {
-                    const float ms = std::exp(M[r] - m_new);
-                    for (int64_t d = 0; d < hd; d++) acc[r * hd + d] *= ms;
-                    S[r] *= ms;
-                }
-                M[r] = m_new;
-                S[r] = float(double(S[r]) + fk.softmax_tile(sc, m_new));
-                fk.pv_tile(acc + r * hd, sc, vt, kv_tile, hd);
+                fk.pv_tile(accs, ps, n_live, vt, kv_tile, hd);
             }
         }
         if (const tensor* sinks = dst.src[4])
-            for (int64_t r = 0; r < rows; r++) attention_sink(*at<float>(*sinks, h), M[r], S[r], acc + r * hd, hd);
-        for (int64_t r = 0; r < rows; r++) {
-            float* o = at<float>(dst, 0, h, t0 + r);
+            for (int64_t r = 0; r < n_rows; r++)
+                attention_sink(*at<float>(*sinks, hk * group + r / n_rows_tok), M[r], S[r], acc + r * hd, hd);
+        for (int64_t r = 0; r < n_rows; r++) {
+            float* o = at<float>(dst, 0, hk * group + r / n_rows_tok, t0 + r % n_rows_tok);
             const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
             for (int64_t d = 0; d < hd; d++) o[d] = acc[r * hd + d] * inv;
         }
@@ -102,6 +130,14 @@ void attention_tiled(const compute_params& p, tensor& dst, const float_kernels& 
 }
 
 } // namespace
+
+size_t attention_work_size(const tensor& node, int n_threads) {
+    const int64_t hd = node.src[0]->ne[0], group = node.src[0]->ne[1] / node.src[1]->ne[1];
+    // decode: 4 rows of hd per thread; prefill: a counter's cache line, then attention_tiled's per-thread scratch
+    const size_t decode = size_t(4 * hd),
+                 prefill = size_t(2 * TILE * hd + hd + group * TILE * hd + ROWS * TILE + 2 * group * TILE);
+    return 64 + size_t(n_threads) * std::max(decode, prefill) * sizeof(float);
+}
 
 void attention(const compute_params& p, tensor& dst) {
     const tensor& q = *dst.src[0];

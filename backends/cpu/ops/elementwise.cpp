@@ -29,7 +29,10 @@ template <class Op> void binary(const compute_params& p, tensor& dst, Op op) {
         const float* z = at<float>(b, 0, i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]);
         const int64_t n = dst.ne[0], nb0 = b.ne[0];
         const size_t xs = a.nb[0] / 4, zs = b.nb[0] / 4;
-        for (int64_t i = 0; i < n; i++) y[i] = op(x[i * xs], z[(i % nb0) * zs]);
+        if (xs == 1 && zs == 1 && nb0 == n) // the common case, in a form the compiler vectorizes
+            for (int64_t i = 0; i < n; i++) y[i] = op(x[i], z[i]);
+        else
+            for (int64_t i = 0; i < n; i++) y[i] = op(x[i * xs], z[(i % nb0) * zs]);
     });
 }
 
@@ -72,7 +75,9 @@ void silu(const compute_params& p, tensor& dst) {
     const tensor& a = *dst.src[0];
     TS_ASSERT(a.nb[0] == 4);
     const float_kernels& fk = find_float_kernels(p.reference);
-    for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) { fk.silu(at<float>(a, 0, i1, i2, i3), y, dst.ne[0]); });
+    for_f32_rows(p, dst, [&](float* y, int64_t i1, int64_t i2, int64_t i3) {
+        fk.silu(at<float>(a, 0, i1, i2, i3), y, dst.ne[0]);
+    });
 }
 
 void swiglu(const compute_params& p, tensor& dst) {

@@ -73,6 +73,7 @@ void attention(const compute_params& p, tensor& dst);
 // in f32 and the sink counts 1, else it counts e^(sink - M); S = S * ms + vs as one fma (GCC's contraction of ggml's
 // statement). Called by both attention paths (attention.cpp); lives in softmax.cpp.
 void attention_sink(float sink, float M, float& S, float* acc, int64_t hd);
+size_t attention_work_size(const tensor& node, int n_threads); // scratch: see attention.cpp
 
 // Element address helper: t->data + i0*nb0 + i1*nb1 + i2*nb2 + i3*nb3
 template <class T> inline T* at(const tensor& t, int64_t i0, int64_t i1 = 0, int64_t i2 = 0, int64_t i3 = 0) {

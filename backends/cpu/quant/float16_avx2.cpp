@@ -122,7 +122,13 @@ inline void tiles(const W& w, const uint16_t* a, size_t as, int64_t n_a, int64_t
 
 void gemm_f16(const uint16_t* w, size_t ws, int64_t n_w, const uint16_t* a, size_t as, int64_t n_a, int64_t k, float* y,
               size_t ys) {
-    for (int64_t i = 0; i < n_w; i += 4) tiles<f16_t>(rows_f16{w + size_t(i) * ws, ws}, a, as, n_a, k, y + i, ys);
+    // activation triples outer, the weight rows inner: the job's weight rows and the tile's activations both stay in L1
+    int64_t j = 0;
+    for (; j + 3 <= n_a; j += 3)
+        for (int64_t i = 0; i < n_w; i += 4)
+            tile<f16_t, 3>(rows_f16{w + size_t(i) * ws, ws}, a + size_t(j) * as, as, k, y + size_t(j) * ys + i, ys);
+    for (int64_t i = 0; i < n_w; i += 4)
+        tiles<f16_t>(rows_f16{w + size_t(i) * ws, ws}, a + size_t(j) * as, as, n_a - j, k, y + size_t(j) * ys + i, ys);
 }
 
 void gemm_bf16(const uint16_t* w, size_t ws, int64_t n_w, const uint16_t* a, size_t as, int64_t n_a, int64_t k,

@@ -48,9 +48,9 @@ void mad_f16(float* acc, const uint16_t* v, float s, int64_t n, bool round_f16);
 void scale(float* acc, float s, int64_t n, bool round_f16);
 void swiglu(const float* g, const float* u, float* y, int64_t n);
 void silu(const float* x, float* y, int64_t n);
-void kq_tile(const float* q, const float* kt, int64_t hd, float* s);
+void kq_tile(const float* const* q, int nr, const float* kt, int64_t hd, float* s);
 double softmax_tile(float* s, float m);
-void pv_tile(float* acc, const float* p, const float* v, int64_t n, int64_t hd);
+void pv_tile(float* const* acc, const float* const* p, int nr, const float* v, int64_t n, int64_t hd);
 } // namespace avx2
 
 // The integer-dot kernels again, built with AVX-512 VNNI (vec_dot_vnni.cpp)
@@ -243,12 +243,13 @@ void silu(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < nv; i++) y[i] = x[i] / (1.0f + expf_ggml(0.0f - x[i]));
     for (int64_t i = nv; i < n; i++) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
-void kq_tile(const float* q, const float* kt, int64_t hd, float* s) {
-    for (int j = 0; j < 64; j++) {
-        float acc = 0.0f;
-        for (int64_t d = 0; d < hd; d++) acc = std::fma(q[d], kt[d * 64 + j], acc);
-        s[j] = acc;
-    }
+void kq_tile(const float* const* q, int nr, const float* kt, int64_t hd, float* s) {
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < 64; j++) {
+            float acc = 0.0f;
+            for (int64_t d = 0; d < hd; d++) acc = std::fma(q[i][d], kt[d * 64 + j], acc);
+            s[i * 64 + j] = acc;
+        }
 }
 
 double softmax_tile(float* s, float m) {
@@ -264,9 +265,10 @@ double softmax_tile(float* s, float m) {
     return sum;
 }
 
-void pv_tile(float* acc, const float* p, const float* v, int64_t n, int64_t hd) {
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t d = 0; d < hd; d++) acc[d] = std::fma(v[j * hd + d], p[j], acc[d]);
+void pv_tile(float* const* acc, const float* const* p, int nr, const float* v, int64_t n, int64_t hd) {
+    for (int i = 0; i < nr; i++)
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t d = 0; d < hd; d++) acc[i][d] = std::fma(v[j * hd + d], p[i][j], acc[i][d]);
 }
 
 } // namespace ref

@@ -46,13 +46,13 @@ struct float_kernels {
     void (*scale)(float* acc, float s, int64_t n, bool round_f16);                // acc = acc * s
     void (*swiglu)(const float* g, const float* u, float* y, int64_t n);          // y = silu(g) * u, ggml's expf
     void (*silu)(const float* x, float* y, int64_t n);
-    // prefill attention tile (ggml's tiled flash attention): s[j] = fma-chain over d of q[d] * kt[d * 64 + j]
-    // (kt: a 64-key tile transposed), for the 64 keys of the tile
-    void (*kq_tile)(const float* q, const float* kt, int64_t hd, float* s);
+    // prefill attention tile (ggml's tiled flash attention), for nr query rows at once: s[i * 64 + j] = fma-chain over
+    // d of q[i][d] * kt[d * 64 + j] (kt: a 64-key tile transposed), for the 64 keys of the tile
+    void (*kq_tile)(const float* const* q, int nr, const float* kt, int64_t hd, float* s);
     // p[j] = expf_ggml(s[j] - m) in place for 64 scores; returns their sum, 16 at a time (AVX-512 order) in double
     double (*softmax_tile)(float* s, float m);
-    // acc[d] = fma-chain over j < n of v[j * hd + d] * p[j]
-    void (*pv_tile)(float* acc, const float* p, const float* v, int64_t n, int64_t hd);
+    // for nr rows i: acc[i][d] = fma-chain over j < n of v[j * hd + d] * p[i][j]
+    void (*pv_tile)(float* const* acc, const float* const* p, int nr, const float* v, int64_t n, int64_t hd);
     // dot and mad with the second operand in f16 (the KV cache): the same bits as converting it to f32 first
     float (*dot_f16)(const float* x, const uint16_t* y, int64_t n);
     void (*mad_f16)(float* acc, const uint16_t* v, float s, int64_t n, bool round_f16);

@@ -52,7 +52,9 @@ inline __m256 dot_ss(__m256i x, __m256i y) {
     return dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
-inline float h2f(f16 h) { return _cvtsh_ss(h.bits); }
+inline float h2f(f16 h) {
+    return _cvtsh_ss(h.bits);
+}
 
 inline int hsum_i32_8(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -113,7 +115,8 @@ inline void gemm4_loop(const void* w, size_t ws, const void* a, size_t as, int64
 }
 
 // block b of each of the NA activation rows: its 32 int8 values and its scale
-template <int NA, class A> inline void load_acts(const A* const (&ar)[NA], int64_t b, __m256i (&q8)[NA], float (&da)[NA]) {
+template <int NA, class A>
+inline void load_acts(const A* const (&ar)[NA], int64_t b, __m256i (&q8)[NA], float (&da)[NA]) {
     for (int j = 0; j < NA; j++) {
         q8[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar[j][b].qs));
         da[j] = h2f(ar[j][b].d);
@@ -124,20 +127,21 @@ template <int NA, class A> inline void load_acts(const A* const (&ar)[NA], int64
 
 template <int NA>
 void gemm_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
-    gemm4_loop<block_q4_1, block_q8_1, NA>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto& ex) {
-        __m256i q8[NA];
-        float da[NA], sa[NA];
-        load_acts<NA>(ar, b, q8, da);
-        for (int j = 0; j < NA; j++) sa[j] = h2f(ar[j][b].s);
-        for (int i = 0; i < 4; i++) {
-            const __m256i q4 = unpack_nibbles(wr[i][b].qs);
-            const float dw = h2f(wr[i][b].d), mw = h2f(wr[i][b].m);
-            for (int j = 0; j < NA; j++) {
-                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(q4, q8[j]), acc[i][j]);
-                ex[i][j] += mw * sa[j];
+    gemm4_loop<block_q4_1, block_q8_1, NA>(
+        w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto& ex) {
+            __m256i q8[NA];
+            float da[NA], sa[NA];
+            load_acts<NA>(ar, b, q8, da);
+            for (int j = 0; j < NA; j++) sa[j] = h2f(ar[j][b].s);
+            for (int i = 0; i < 4; i++) {
+                const __m256i q4 = unpack_nibbles(wr[i][b].qs);
+                const float dw = h2f(wr[i][b].d), mw = h2f(wr[i][b].m);
+                for (int j = 0; j < NA; j++) {
+                    acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(q4, q8[j]), acc[i][j]);
+                    ex[i][j] += mw * sa[j];
+                }
             }
-        }
-    });
+        });
 }
 
 template <int NA>
@@ -151,8 +155,8 @@ void gemm_q4_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t 
             const __m256i ax = _mm256_sign_epi8(q4, q4);
             const float dw = h2f(wr[i][b].d);
             for (int j = 0; j < NA; j++)
-                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(ax, _mm256_sign_epi8(q8[j], q4)),
-                                            acc[i][j]);
+                acc[i][j] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(ax, _mm256_sign_epi8(q8[j], q4)), acc[i][j]);
         }
     });
 }
@@ -168,8 +172,8 @@ void gemm_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t 
             const __m256i ax = _mm256_sign_epi8(qx, qx);
             const float dw = h2f(wr[i][b].d);
             for (int j = 0; j < NA; j++)
-                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(ax, _mm256_sign_epi8(q8[j], qx)),
-                                            acc[i][j]);
+                acc[i][j] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(ax, _mm256_sign_epi8(q8[j], qx)), acc[i][j]);
         }
     });
 }
@@ -385,10 +389,18 @@ void f16_to_f32_row(const void* x, float* y, int64_t n) {
 // ---- float kernels with ggml's rounding (see vec_dot.h); bit-identical to the scalar references ----
 
 namespace {
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-inline float at1(const float* p, int64_t i) { return p[i]; }
-inline float at1(const uint16_t* p, int64_t i) { return fp16_to_fp32(p[i]); }
+inline __m256 load8(const float* p) {
+    return _mm256_loadu_ps(p);
+}
+inline __m256 load8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline float at1(const float* p, int64_t i) {
+    return p[i];
+}
+inline float at1(const uint16_t* p, int64_t i) {
+    return fp16_to_fp32(p[i]);
+}
 
 template <class Y> float dot_ggml_order_t(const float* x, const Y* y, int64_t n) {
     // 4 "registers" of 16 lanes, each held as two 8-lane halves (lo, hi)
@@ -412,11 +424,17 @@ template <class Y> float dot_ggml_order_t(const float* x, const Y* y, int64_t n)
 }
 } // namespace
 
-float dot_ggml_order(const float* x, const float* y, int64_t n) { return dot_ggml_order_t(x, y, n); }
-float dot_f16(const float* x, const uint16_t* y, int64_t n) { return dot_ggml_order_t(x, y, n); }
+float dot_ggml_order(const float* x, const float* y, int64_t n) {
+    return dot_ggml_order_t(x, y, n);
+}
+float dot_f16(const float* x, const uint16_t* y, int64_t n) {
+    return dot_ggml_order_t(x, y, n);
+}
 
 namespace {
-inline __m256 round_f16(__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
+inline __m256 round_f16(__m256 v) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
 
 template <class Y> void mad_t(float* acc, const Y* v, float s, int64_t n, bool f16) {
     const __m256 vs = _mm256_set1_ps(s);
@@ -432,8 +450,12 @@ template <class Y> void mad_t(float* acc, const Y* v, float s, int64_t n, bool f
 }
 } // namespace
 
-void mad(float* acc, const float* v, float s, int64_t n, bool f16) { mad_t(acc, v, s, n, f16); }
-void mad_f16(float* acc, const uint16_t* v, float s, int64_t n, bool f16) { mad_t(acc, v, s, n, f16); }
+void mad(float* acc, const float* v, float s, int64_t n, bool f16) {
+    mad_t(acc, v, s, n, f16);
+}
+void mad_f16(float* acc, const uint16_t* v, float s, int64_t n, bool f16) {
+    mad_t(acc, v, s, n, f16);
+}
 
 void scale(float* acc, float s, int64_t n, bool f16) {
     const __m256 vs = _mm256_set1_ps(s);
@@ -452,8 +474,8 @@ inline bool expf8(__m256 x, __m256& out) {
     const __m256 r = _mm256_set1_ps(0x1.8p23f);
     const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
     const __m256 n = _mm256_sub_ps(z, r);
-    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
-                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 b =
+        _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f), _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
     const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
     if (_mm256_movemask_ps(_mm256_cmp_ps(an, _mm256_set1_ps(126.0f), _CMP_GT_OQ))) return false;
     const __m256 u = _mm256_mul_ps(b, b);
@@ -494,7 +516,10 @@ void silu(const float* x, float* y, int64_t n) {
     for (; i < n; i++) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
-void kq_tile(const float* q, const float* kt, int64_t hd, float* s) {
+namespace {
+
+// one query row: 8 chains (the 64 keys), enough to cover the FMA latency
+inline void kq_row(const float* q, const float* kt, int64_t hd, float* s) {
     __m256 acc[8];
     for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t d = 0; d < hd; d++) {
@@ -504,12 +529,41 @@ void kq_tile(const float* q, const float* kt, int64_t hd, float* s) {
     for (int r = 0; r < 8; r++) _mm256_storeu_ps(s + 8 * r, acc[r]);
 }
 
+// R query rows x 32 keys a pass (4 R chains): each key vector loaded feeds R FMAs
+template <int R> inline void kq_rows(const float* const* q, const float* kt, int64_t hd, float* s) {
+    for (int half = 0; half < 64; half += 32) {
+        __m256 acc[R][4];
+        for (int i = 0; i < R; i++)
+            for (int c = 0; c < 4; c++) acc[i][c] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < hd; d++) {
+            __m256 qd[R];
+            for (int i = 0; i < R; i++) qd[i] = _mm256_broadcast_ss(q[i] + d);
+            for (int c = 0; c < 4; c++) {
+                const __m256 k = _mm256_loadu_ps(kt + d * 64 + half + 8 * c);
+                for (int i = 0; i < R; i++) acc[i][c] = _mm256_fmadd_ps(qd[i], k, acc[i][c]);
+            }
+        }
+        for (int i = 0; i < R; i++)
+            for (int c = 0; c < 4; c++) _mm256_storeu_ps(s + i * 64 + half + 8 * c, acc[i][c]);
+    }
+}
+
+} // namespace
+
+void kq_tile(const float* const* q, int nr, const float* kt, int64_t hd, float* s) {
+    int i = 0;
+    for (; i + 3 <= nr; i += 3) kq_rows<3>(q + i, kt, hd, s + i * 64);
+    if (nr - i == 2) kq_rows<2>(q + i, kt, hd, s + i * 64);
+    if (nr - i == 1) kq_row(q[i], kt, hd, s + i * 64);
+}
+
 double softmax_tile(float* s, float m) {
     double sum = 0.0;
     const __m256 vm = _mm256_set1_ps(m);
     for (int g = 0; g < 64; g += 16) {
         __m256 lo, hi;
-        const __m256 xlo = _mm256_sub_ps(_mm256_loadu_ps(s + g), vm), xhi = _mm256_sub_ps(_mm256_loadu_ps(s + g + 8), vm);
+        const __m256 xlo = _mm256_sub_ps(_mm256_loadu_ps(s + g), vm),
+                     xhi = _mm256_sub_ps(_mm256_loadu_ps(s + g + 8), vm);
         if (!expf8(xlo, lo) || !expf8(xhi, hi)) { // a lane outside the fast range (e.g. a masked -inf): scalar
             alignas(32) float t[16];
             _mm256_store_ps(t, xlo);
@@ -529,26 +583,60 @@ double softmax_tile(float* s, float m) {
     return sum;
 }
 
-void pv_tile(float* acc, const float* p, const float* v, int64_t n, int64_t hd) {
+namespace {
+
+// one row: 64 dimensions at a time, their 8 chains over the keys interleaved (one chain alone waits on each FMA's
+// latency)
+inline void pv_row(float* acc, const float* p, const float* v, int64_t n, int64_t hd, int64_t stride) {
     int64_t d = 0;
-    // 64 dimensions at a time: their 8 chains over the keys interleaved (one chain alone waits on each FMA's latency;
-    // pv_tile went from 11% to 5% of a SmolLM2 f16 pp512 on one thread, perf, AMD EPYC Zen 3, 2026-11-25)
     for (; d + 64 <= hd; d += 64) {
         __m256 a[8];
         for (int r = 0; r < 8; r++) a[r] = _mm256_loadu_ps(acc + d + 8 * r);
         for (int64_t j = 0; j < n; j++) {
             const __m256 pj = _mm256_set1_ps(p[j]);
-            for (int r = 0; r < 8; r++) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(v + j * hd + d + 8 * r), pj, a[r]);
+            for (int r = 0; r < 8; r++) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(v + j * stride + d + 8 * r), pj, a[r]);
         }
         for (int r = 0; r < 8; r++) _mm256_storeu_ps(acc + d + 8 * r, a[r]);
     }
     for (; d + 8 <= hd; d += 8) {
         __m256 a = _mm256_loadu_ps(acc + d);
-        for (int64_t j = 0; j < n; j++) a = _mm256_fmadd_ps(_mm256_loadu_ps(v + j * hd + d), _mm256_set1_ps(p[j]), a);
+        for (int64_t j = 0; j < n; j++)
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(v + j * stride + d), _mm256_set1_ps(p[j]), a);
         _mm256_storeu_ps(acc + d, a);
     }
     for (; d < hd; d++)
-        for (int64_t j = 0; j < n; j++) acc[d] = std::fma(v[j * hd + d], p[j], acc[d]);
+        for (int64_t j = 0; j < n; j++) acc[d] = std::fma(v[j * stride + d], p[j], acc[d]);
+}
+
+// R rows x 32 dimensions a pass (4 R chains): each V vector loaded feeds R FMAs
+template <int R> inline void pv_rows(float* const* acc, const float* const* p, const float* v, int64_t n, int64_t hd) {
+    int64_t d = 0;
+    for (; d + 32 <= hd; d += 32) {
+        __m256 a[R][4];
+        for (int i = 0; i < R; i++)
+            for (int c = 0; c < 4; c++) a[i][c] = _mm256_loadu_ps(acc[i] + d + 8 * c);
+        for (int64_t j = 0; j < n; j++) {
+            __m256 pj[R];
+            for (int i = 0; i < R; i++) pj[i] = _mm256_broadcast_ss(p[i] + j);
+            for (int c = 0; c < 4; c++) {
+                const __m256 vv = _mm256_loadu_ps(v + j * hd + d + 8 * c);
+                for (int i = 0; i < R; i++) a[i][c] = _mm256_fmadd_ps(vv, pj[i], a[i][c]);
+            }
+        }
+        for (int i = 0; i < R; i++)
+            for (int c = 0; c < 4; c++) _mm256_storeu_ps(acc[i] + d + 8 * c, a[i][c]);
+    }
+    if (d < hd) // the rest of the dimensions row by row
+        for (int i = 0; i < R; i++) pv_row(acc[i] + d, p[i], v + d, n, hd - d, hd);
+}
+
+} // namespace
+
+void pv_tile(float* const* acc, const float* const* p, int nr, const float* v, int64_t n, int64_t hd) {
+    int i = 0;
+    for (; i + 3 <= nr; i += 3) pv_rows<3>(acc + i, p + i, v, n, hd);
+    if (nr - i == 2) pv_rows<2>(acc + i, p + i, v, n, hd);
+    if (nr - i == 1) pv_row(acc[i], p[i], v, n, hd, hd);
 }
 
 } // namespace tessera::cpu::TS_SIMD_NS
