@@ -150,6 +150,15 @@ std::vector<std::pair<std::string, std::string>> describe(const model& m) {
     d.emplace_back("family", m.arch);
     d.emplace_back("layers", fmt::format("{}", hp.n_layer));
     d.emplace_back("width", fmt::format("{} (feed-forward {})", hp.n_embd, per_layer(hp.ff_l, hp.n_ff)));
+    if (hp.n_expert > 0) {
+        d.emplace_back("experts", fmt::format("{}, {} used per token, feed-forward {} each; gating {}{}", hp.n_expert,
+                                              per_layer(hp.expert_used_l, hp.expert_used_l[0]),
+                                              per_layer(hp.ff_exp_l, hp.ff_exp_l[0]),
+                                              hp.expert_gating == hparams::gating::softmax
+                                                  ? "softmax, top k"
+                                                  : "top k of the logits, softmax over them",
+                                              hp.expert_weights_norm ? ", chosen weights renormalized" : ""));
+    }
     d.emplace_back("heads", fmt::format("{} query, {} key/value, head size {}", per_layer(hp.head_l, hp.n_head),
                                         per_layer(hp.head_kv_l, hp.n_head_kv), hp.head_dim));
     d.emplace_back("vocabulary", fmt::format("{} tokens", hp.n_vocab));
@@ -175,6 +184,8 @@ std::vector<std::pair<std::string, std::string>> describe(const model& m) {
     std::vector<std::string> blocks;
     if (l.bq) blocks.push_back("q/k/v biases");
     if (l.q_norm) blocks.push_back("Q/K norms");
+    if (l.attn_sinks) blocks.push_back("attention sinks");
+    if (l.ffn_up_exps_b) blocks.push_back("router and expert biases");
     if (l.attn_post_norm) blocks.push_back("post-norms");
     if (l.attn_sub_norm) blocks.push_back("sub-norms");
     if (!m.out_scale.empty()) blocks.push_back("per-tensor scales");

@@ -57,9 +57,21 @@ struct hparams {
     std::vector<int64_t> head_l, head_kv_l, ff_l; // per layer (n_layer entries each)
     std::vector<uint8_t> swa_l;                   // per layer: 1 = sliding window
 
+    // mixture of experts (qwen3moe, gpt-oss): n_expert feed-forward blocks of width ff_exp_l[il] per layer, of which
+    // the router picks expert_used_l[il] per token (blocks.h, builder::moe_ffn)
+    int64_t n_expert = 0;
+    std::vector<int64_t> expert_used_l, ff_exp_l; // per layer; empty without experts
+    // the router's gating (llama.cpp's llama_expert_gating_func_type): softmax over all experts' logits, then the
+    // top k of the probabilities; or the top k of the logits, then a softmax over those k (gpt-oss)
+    enum class gating : int32_t { softmax, softmax_weight } expert_gating = gating::softmax;
+    bool expert_weights_norm = false;  // the k chosen weights divided by their sum (qwen3moe)
+    float expert_weights_scale = 0.0f; // the chosen weights multiplied by this when != 0 and != 1
+
     int64_t n_head_at(int64_t il) const { return head_l.empty() ? n_head : head_l[size_t(il)]; }
     int64_t n_head_kv_at(int64_t il) const { return head_kv_l.empty() ? n_head_kv : head_kv_l[size_t(il)]; }
     int64_t n_ff_at(int64_t il) const { return ff_l.empty() ? n_ff : ff_l[size_t(il)]; }
+    int64_t n_expert_used_at(int64_t il) const { return expert_used_l.empty() ? 0 : expert_used_l[size_t(il)]; }
+    int64_t n_ff_exp_at(int64_t il) const { return ff_exp_l.empty() ? 0 : ff_exp_l[size_t(il)]; }
     bool is_swa(int64_t il) const { return n_swa > 0 && !swa_l.empty() && swa_l[size_t(il)] != 0; }
     bool any_swa() const {
         for (int64_t il = 0; il < n_layer; il++)
@@ -91,6 +103,16 @@ struct layer_weights {
     tensor* ffn_down = nullptr;  // (n_ff, n_embd)
     tensor* ffn_post_norm = nullptr; // (n_embd) on the feed-forward output before the residual (gemma)
     tensor* ffn_sub_norm = nullptr;  // (n_ff) on the gated activation before ffn_down (bitnet)
+    tensor* attn_sinks = nullptr;    // (n_head) one logit per head joining the attention softmax (gpt-oss)
+    // mixture of experts, in place of ffn_gate / ffn_up / ffn_down:
+    tensor* ffn_gate_inp = nullptr;    // (n_embd, n_expert) the router
+    tensor* ffn_gate_inp_b = nullptr;  // (n_expert) optional router bias (gpt-oss)
+    tensor* ffn_gate_exps = nullptr;   // (n_embd, n_ff_exp, n_expert)
+    tensor* ffn_up_exps = nullptr;     // (n_embd, n_ff_exp, n_expert)
+    tensor* ffn_down_exps = nullptr;   // (n_ff_exp, n_embd, n_expert)
+    tensor* ffn_gate_exps_b = nullptr; // (n_ff_exp, n_expert) optional per-expert biases (gpt-oss)
+    tensor* ffn_up_exps_b = nullptr;   // (n_ff_exp, n_expert)
+    tensor* ffn_down_exps_b = nullptr; // (n_embd, n_expert)
 };
 
 // progress(fraction done) during load; may be empty

@@ -90,6 +90,35 @@ TEST(model_session, batch_size_does_not_change_logits) {
     fs::remove(path);
 }
 
+// The same for a mixture-of-experts model (qwen3moe), for several expert types: each token's experts are computed
+// row by row whatever the batch, so the bits do not move.
+TEST(model_session, moe_batch_size_does_not_change_logits) {
+    for (type t : {type::q8_0, type::q4_0, type::mxfp4, type::f16}) {
+        const std::string path = temp_path("moe.gguf");
+        test::tiny_model_spec spec;
+        spec.arch = "qwen3moe";
+        spec.n_expert = 6, spec.n_expert_used = 3, spec.n_ff = 64;
+        spec.weight_type = t;
+        test::write_tiny_model(path, spec);
+        auto m = model::load(path);
+        EXPECT_EQ(m->hp.n_expert, 6);
+        EXPECT_EQ(m->hp.n_expert_used_at(1), 3);
+        std::vector<token> prompt;
+        for (int i = 0; i < 40; i++) prompt.push_back(token((i * 7919) % m->hp.n_vocab));
+        std::vector<float> ref;
+        for (int64_t nb : {40, 7, 1}) {
+            session s(*m, session_params{.n_ctx = 64, .n_batch = nb, .n_threads = 2});
+            auto l = s.decode(prompt, true);
+            for (float v : l) ASSERT_TRUE(std::isfinite(v)) << type_name(t);
+            if (ref.empty())
+                ref.assign(l.begin(), l.end());
+            else
+                EXPECT_EQ(std::memcmp(ref.data(), l.data(), ref.size() * 4), 0) << type_name(t) << " n_batch " << nb;
+        }
+        fs::remove(path);
+    }
+}
+
 // A padded KV length (session_params::kv_pad, what CUDA uses: attention reads the cache in multiples of 256 rows, the
 // rows past the filled ones masked) gives the CPU's logits unchanged: the decode path skips masked keys, the tiled
 // path (>= 64 queries) gives them weight 0 against zeroed cache rows. The default model: a 70-token prompt (the tiled
@@ -316,6 +345,40 @@ TEST(model_load, broken_models_are_rejected_with_a_clear_message) {
             w.set("gemma3.attention.sliding_window_pattern", gguf_value::of_i32s(flags));
         };
         cases.push_back({"sliding-window flags for the wrong number of layers", s, "one flag per layer"});
+    }
+    // mixture of experts (qwen3moe): missing or mis-shaped experts, more experts used than there are
+    auto moe = [] {
+        test::tiny_model_spec s;
+        s.arch = "qwen3moe";
+        s.n_expert = 4, s.n_expert_used = 2, s.n_ff = 32;
+        return s;
+    };
+    {
+        test::tiny_model_spec s = moe();
+        s.drop = {"blk.1.ffn_down_exps.weight"};
+        cases.push_back({"qwen3moe without an expert tensor", s, "missing tensor blk.1.ffn_down_exps.weight"});
+    }
+    {
+        test::tiny_model_spec s = moe();
+        s.reshape["blk.0.ffn_up_exps.weight"] = {64, 32, 3};
+        cases.push_back(
+            {"experts of the wrong shape", s, "ffn_up_exps.weight: expected shape 64 x 32 x 4, got 64 x 32 x 3"});
+    }
+    {
+        test::tiny_model_spec s = moe();
+        s.n_expert_used = 5;
+        cases.push_back(
+            {"more experts used than exist", s, "qwen3moe.expert_used_count = 5 is out of range (expected 1..4)"});
+    }
+    {
+        test::tiny_model_spec s = moe();
+        s.drop = {"blk.0.ffn_gate_inp.weight"};
+        cases.push_back({"qwen3moe without its router", s, "missing tensor blk.0.ffn_gate_inp.weight"});
+    }
+    {
+        test::tiny_model_spec s = moe();
+        s.edit = [](gguf_writer& w) { w.set("qwen3moe.expert_count", gguf_value::of_u32(0)); };
+        cases.push_back({"no experts", s, "qwen3moe.expert_count = 0 is out of range"});
     }
     for (const auto& c : cases) {
         const std::string path = temp_path("bad.gguf");

@@ -794,6 +794,50 @@ TEST(ops, mul_mat_id_every_type) {
         }
 }
 
+// mul_mat_id on experts repacked in 16-row groups (load_weights) gives the row kernels' bits: decode (one token) and
+// prompt shapes (many pairs an expert, more than a kernel call's 16), shared and per-slot activations, an expert
+// nobody chose, i2_s's tensor scale.
+TEST(ops, mul_mat_id_repacked_experts_same_bits) {
+    if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
+    for (type t : {type::q4_0, type::q8_0, type::q4_1, type::nvfp4, type::i2_s})
+        for (int64_t n_tok : {int64_t(1), int64_t(45)})
+            for (int64_t n_b : {int64_t(1), int64_t(3)}) {
+                const int64_t k = t == type::i2_s ? 256 : 128, n = 32, n_expert = 5, n_used = 3;
+                std::vector<int32_t> idv;
+                for (int64_t tok = 0; tok < n_tok; tok++) // expert 4 never chosen; tokens share experts
+                    for (int64_t i = 0; i < n_used; i++) idv.push_back(int32_t((tok * 7 + i * 3 + tok / 5) % 4));
+                for (int64_t tok = 0; tok < n_tok; tok++) // distinct within a token
+                    if (idv[size_t(tok * 3)] == idv[size_t(tok * 3 + 1)] ||
+                        idv[size_t(tok * 3 + 1)] == idv[size_t(tok * 3 + 2)] ||
+                        idv[size_t(tok * 3)] == idv[size_t(tok * 3 + 2)])
+                        idv[size_t(tok * 3)] = idv[size_t(tok * 3 + 1)] = -1;
+                for (size_t i = 0; i < idv.size(); i += 3)
+                    if (idv[i] < 0) idv[i] = 0, idv[i + 1] = 1, idv[i + 2] = 2;
+                std::vector<float> out[2];
+                for (int repack = 0; repack < 2; repack++) {
+                    harness h(3);
+                    std::vector<float> deq;
+                    tensor* w2 = h.leaf_typed(t, k, n * n_expert, 73, deq);
+                    tensor* w = h.ctx.new_tensor(t, {k, n, n_expert}); // the expert weight itself (not a view)
+                    w->data = w2->data;
+                    w->flags |= flag_param;
+                    tensor* b = h.leaf_f32({k, n_b, n_tok}, 74);
+                    tensor* ids = reshape_2d(h.ctx, h.leaf_i32(idv), n_used, n_tok);
+                    tensor* y = mul_mat_id(h.ctx, w, b, ids);
+                    if (repack) {
+                        tensor* ws[] = {w};
+                        h.be.load_weights(ws);
+                        ASSERT_GT(h.be.repacked_bytes(), 0u) << type_name(t);
+                    }
+                    out[repack] = h.run(y);
+                }
+                ASSERT_EQ(out[0].size(), out[1].size());
+                for (size_t i = 0; i < out[0].size(); i++)
+                    ASSERT_EQ(out[0][i], out[1][i])
+                        << type_name(t) << " n_tok " << n_tok << " n_b " << n_b << " at " << i;
+            }
+}
+
 // top_k in ggml_argsort_top_k's order (build_moe_ffn's): the k largest, descending.
 TEST(ops, top_k_sorted_descending) {
     for (int64_t n : {int64_t(8), int64_t(37), int64_t(128)})

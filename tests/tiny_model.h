@@ -1,4 +1,5 @@
-// tiny_model.h: writes small llama GGUF files with seeded random weights for tests (load errors, graph checks) and
+// tiny_model.h: writes small llama (or qwen3moe) GGUF files with seeded random weights for tests (load errors, graph
+// checks) and
 // lets a test break them on purpose (drop or reshape a tensor, change a key). The tokenizer is the default model's
 // when present, else the gpt-2 test vocabulary.
 #pragma once
@@ -18,6 +19,7 @@ namespace tessera::test {
 
 struct tiny_model_spec {
     int64_t n_embd = 64, n_layer = 2, n_head = 4, n_head_kv = 2, n_ff = 128, n_ctx = 256;
+    int64_t n_expert = 0, n_expert_used = 0; // > 0: a qwen3moe-style file (Q/K norms, the router, 3-D experts)
     type weight_type = type::q8_0;
     std::string arch = "llama";
     std::vector<std::string> drop;                            // tensors to leave out
@@ -43,6 +45,11 @@ inline int64_t write_tiny_model(const std::string& path, const tiny_model_spec& 
     w.set(a + ".attention.head_count_kv", gguf_value::of_u32(uint32_t(s.n_head_kv)));
     w.set(a + ".attention.layer_norm_rms_epsilon", gguf_value::of_f32(1e-5f));
     w.set(a + ".rope.freq_base", gguf_value::of_f32(10000.0f));
+    if (s.n_expert > 0) {
+        w.set(a + ".expert_count", gguf_value::of_u32(uint32_t(s.n_expert)));
+        w.set(a + ".expert_used_count", gguf_value::of_u32(uint32_t(s.n_expert_used)));
+        w.set(a + ".expert_feed_forward_length", gguf_value::of_u32(uint32_t(s.n_ff)));
+    }
     for (const auto& kv : voc.kvs())
         if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
     const int64_t n_vocab = int64_t(voc.get_strings("tokenizer.ggml.tokens")->size());
@@ -79,6 +86,16 @@ inline int64_t write_tiny_model(const std::string& path, const tiny_model_spec& 
         add(b + "attn_v.weight", {E, s.n_head_kv * D}, s.weight_type);
         add(b + "attn_output.weight", {s.n_head * D, E}, s.weight_type);
         add(b + "ffn_norm.weight", {E}, type::f32);
+        if (s.n_expert > 0) {
+            const int64_t X = s.n_expert;
+            add(b + "attn_q_norm.weight", {D}, type::f32);
+            add(b + "attn_k_norm.weight", {D}, type::f32);
+            add(b + "ffn_gate_inp.weight", {E, X}, type::f32);
+            add(b + "ffn_gate_exps.weight", {E, s.n_ff, X}, s.weight_type);
+            add(b + "ffn_up_exps.weight", {E, s.n_ff, X}, s.weight_type);
+            add(b + "ffn_down_exps.weight", {s.n_ff, E, X}, s.weight_type);
+            continue;
+        }
         add(b + "ffn_gate.weight", {E, s.n_ff}, s.weight_type);
         add(b + "ffn_up.weight", {E, s.n_ff}, s.weight_type);
         add(b + "ffn_down.weight", {s.n_ff, E}, s.weight_type);

@@ -1,7 +1,8 @@
 // random_model: writes a GGUF with random weights in the real shapes of well-known models of every supported family,
 // or in a small shape of one's own, for speed work and for checking a family against llama.cpp on files both read.
 //
-//   random_model [--arch FAMILY] [--vocab VOCAB.gguf] [--seed N] [--yarn FACTOR] [--softcap CAP] SHAPE TYPE OUT.gguf
+//   random_model [--arch FAMILY] [--vocab VOCAB.gguf] [--seed N] [--yarn FACTOR] [--softcap CAP] [--experts N,K]
+//                [--expert-type TYPE] SHAPE TYPE OUT.gguf
 //
 //   SHAPE  a preset (below; it implies its family) or E,L,H,KV,FF,VOCAB[,HEAD_DIM] for --arch (default llama)
 //   TYPE   the matrices' type: f32, f16, q8_0, q4_0, q4_1, nvfp4, awq4, tq2_0, i2_s, ... (any type `tessera quantize`
@@ -11,11 +12,16 @@
 //          (<unk>, <s>, </s>, 256 byte tokens, then "▁tNNN" pieces) of the shape's size.
 //   --yarn   YaRN rope scaling with this factor (qwen2 and the other NEOX families)
 //   --softcap  final_logit_softcapping (gemma3)
+//   --experts  mixture-of-experts families: N experts, K used per token (own shapes: default 8,2; the shape's FF is
+//          each expert's width); the router (ffn_gate_inp) is always f32, as llama.cpp's quantize leaves it
+//   --expert-type  the experts' matrices' type (default TYPE)
 //
 // Presets (llama.cpp's names for the files these models ship as):
 //   llama   1b (Llama-3.2-1B), 7b (Llama-2-7B), 8b (Llama-3.1-8B), smol (SmolLM2-135M)
 //   qwen3   qwen3-0.6b, qwen3-8b        qwen2   qwen2.5-7b        gemma3  gemma3-1b, gemma3-4b
 //   phi3    phi4-mini                   bitnet-b1.58  bitnet-2b (BitNet-b1.58-2B-4T)
+//   qwen3moe  qwen3-30b-a3b (Qwen3-30B-A3B: 128 experts, 8 used, 768 wide), qwen3moe-small (1024 wide, 8 layers,
+//             64 experts, 8 used, 256 wide: a small MoE for CPU speed)
 // A family's own parts come with every shape: qwen2's q/k/v biases, qwen3's and gemma3's Q/K norms, gemma3's post-norms
 // and sliding window (small shapes: a window of 8 tokens and a pattern of 3 when there are fewer than 6 layers, so
 // that short prompts cross it), phi3's fused q/k/v and gate/up matrices, partial rotary dimensions and LongRoPE factors
@@ -55,8 +61,11 @@ struct shape {
     int64_t n_swa = 0;      // gemma3
     int64_t swa_pattern = 0; // written when != 0
     int64_t n_ctx_orig = 0; // phi3's LongRoPE
+    int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0; // mixture of experts (qwen3moe)
     bool preset = false;
 };
+
+bool is_moe(const std::string& arch) { return arch == "qwen3moe"; }
 
 shape preset(const std::string& s) {
     shape r;
@@ -84,6 +93,13 @@ shape preset(const std::string& s) {
         set("phi3", 3072, 32, 24, 8, 128, 8192, 200064, 10000.0f, true, 131072);
         r.n_ctx_orig = 4096;
     } else if (s == "bitnet-2b") set("bitnet-b1.58", 2560, 30, 20, 5, 128, 6912, 128256, 500000.0f, true, 4096);
+    else if (s == "qwen3-30b-a3b") {
+        set("qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 1000000.0f, false, 40960);
+        r.n_expert = 128, r.n_expert_used = 8, r.n_ff_exp = 768;
+    } else if (s == "qwen3moe-small") { // a small shape with many experts, for CPU speed against llama.cpp
+        set("qwen3moe", 1024, 8, 16, 4, 64, 1536, 151936, 1000000.0f, false, 40960);
+        r.n_expert = 64, r.n_expert_used = 8, r.n_ff_exp = 256;
+    }
     else r.preset = false;
     return r;
 }
@@ -120,6 +136,9 @@ shape parse_shape(const std::string& s, const std::string& arch) {
         r.tied = true;
     }
     if (r.arch == "phi3") r.n_ctx_orig = 32;
+    if (is_moe(r.arch)) { // --experts sets the counts; the shape's FF is each expert's width
+        r.n_expert = 8, r.n_expert_used = 2, r.n_ff_exp = r.n_ff;
+    }
     if (r.arch == "bitnet" || r.arch == "bitnet-b1.58") r.tied = true;
     return r;
 }
@@ -131,12 +150,14 @@ struct writer_state {
     size_t bytes = 0;
 };
 
-// A tensor of ne[1] rows of ne[0] elements in type t, rows drawn from a pool of quantized random rows.
-void add_matrix(writer_state& st, const std::string& name, int64_t ne0, int64_t ne1, type t) {
+// A tensor of ne[1] rows of ne[0] elements in type t (ne2 of them: experts), rows drawn from a pool of quantized
+// random rows.
+void add_matrix(writer_state& st, const std::string& name, int64_t ne0, int64_t ne1, type t, int64_t ne2 = 1) {
     const type_traits* info = find_type(uint32_t(t));
     if (!info || ne0 % info->block_size != 0)
         throw error(fmt::format("{}: rows of {} elements do not fit type {}", name, ne0, type_name(t)));
-    const int64_t pool = std::min<int64_t>(ne1, 256);
+    const int64_t n_rows = ne1 * ne2;
+    const int64_t pool = std::min<int64_t>(n_rows, 256);
     std::mt19937 rng(st.seed++);
     std::normal_distribution<float> nd(0.0f, 1.0f / std::sqrt(float(ne0)));
     std::vector<float> x(size_t(ne0 * pool));
@@ -145,15 +166,16 @@ void add_matrix(writer_state& st, const std::string& name, int64_t ne0, int64_t 
     std::vector<uint8_t> rows(tensor_bytes(t, ne0 * pool));
     if (!quantize_tensor_ref(t, x.data(), rows.data(), ne0, pool))
         throw error(fmt::format("{}: cannot quantize to {}", name, type_name(t)));
-    auto& out = st.storage.emplace_back(tensor_bytes(t, ne0 * ne1));
-    for (int64_t i = 0; i < ne1; i++) {
+    auto& out = st.storage.emplace_back(tensor_bytes(t, ne0 * n_rows));
+    for (int64_t i = 0; i < n_rows; i++) {
         const uint64_t h = (uint64_t(i) * 0x9E3779B97F4A7C15ull) >> 40;
         std::memcpy(out.data() + size_t(i) * row, rows.data() + size_t(h % uint64_t(pool)) * row, row);
     }
     // a per-tensor tail (i2_s: the scale after the rows) comes from the pool's quantization
-    if (info->tail_bytes) std::memcpy(out.data() + size_t(ne1) * row, rows.data() + size_t(pool) * row, info->tail_bytes);
-    const int64_t ne[2] = {ne0, ne1};
-    st.w.add_tensor(name, uint32_t(t), ne, out.data());
+    if (info->tail_bytes)
+        std::memcpy(out.data() + size_t(n_rows) * row, rows.data() + size_t(pool) * row, info->tail_bytes);
+    const int64_t ne[3] = {ne0, ne1, ne2};
+    st.w.add_tensor(name, uint32_t(t), std::span<const int64_t>(ne, ne2 > 1 ? 3 : 2), out.data());
     st.bytes += out.size();
 }
 
@@ -211,6 +233,8 @@ int64_t copy_tokenizer(gguf_writer& w, const std::string& path) {
 
 struct options {
     std::string arch, vocab, shape_s, type_s, out;
+    std::string expert_type; // the experts' matrices' type (default: TYPE)
+    int64_t n_expert = 0, n_expert_used = 0; // --experts N,K
     uint32_t seed = 1;
     float yarn = 0.0f, softcap = 0.0f;
 };
@@ -236,6 +260,17 @@ options parse_args(int argc, char** argv) {
         else if (a == "--seed") o.seed = uint32_t(number(value()));
         else if (a == "--yarn") o.yarn = float(number(value()));
         else if (a == "--softcap") o.softcap = float(number(value()));
+        else if (a == "--expert-type") o.expert_type = value();
+        else if (a == "--experts") {
+            const std::string v = value();
+            char* end = nullptr;
+            o.n_expert = std::strtoll(v.c_str(), &end, 10);
+            if (*end != ',' || o.n_expert <= 0) throw error(fmt::format("--experts: '{}' is not N,K", v));
+            const char* k = end + 1;
+            o.n_expert_used = std::strtoll(k, &end, 10);
+            if (*k == '\0' || *end != '\0' || o.n_expert_used <= 0 || o.n_expert_used > o.n_expert)
+                throw error(fmt::format("--experts: '{}' is not N,K with 1 <= K <= N", v));
+        }
         else if (a.starts_with("--")) throw error(fmt::format("unknown flag {}", a));
         else pos.push_back(a);
     }
@@ -248,10 +283,19 @@ void write_model(const options& o) {
     shape s = parse_shape(o.shape_s, o.arch);
     const std::string& a = s.arch;
     const bool bitnet = a == "bitnet" || a == "bitnet-b1.58";
-    if (a != "llama" && a != "qwen2" && a != "qwen3" && a != "gemma3" && a != "phi3" && !bitnet)
-        throw error(fmt::format("unknown family '{}' (llama, qwen2, qwen3, gemma3, phi3, bitnet, bitnet-b1.58)", a));
+    if (a != "llama" && a != "qwen2" && a != "qwen3" && a != "gemma3" && a != "phi3" && !bitnet && !is_moe(a))
+        throw error(fmt::format("unknown family '{}' (llama, qwen2, qwen3, qwen3moe, gemma3, phi3, bitnet, "
+                                "bitnet-b1.58)",
+                                a));
     type t;
     if (!type_from_name(o.type_s, t)) throw error(fmt::format("unknown type '{}'", o.type_s));
+    type t_exp = t;
+    if (!o.expert_type.empty() && !type_from_name(o.expert_type, t_exp))
+        throw error(fmt::format("unknown type '{}'", o.expert_type));
+    if (o.n_expert > 0) {
+        if (!is_moe(a)) throw error(fmt::format("--experts: {} has no experts", a));
+        s.n_expert = o.n_expert, s.n_expert_used = o.n_expert_used;
+    }
     const type t_embd = bitnet ? type::f16 : t;
 
     writer_state st;
@@ -289,6 +333,11 @@ void write_model(const options& o) {
         w.set(p + "rope.freq_base_swa", gguf_value::of_f32(10000.0f));
     }
     if (o.softcap > 0.0f) w.set(p + "final_logit_softcapping", gguf_value::of_f32(o.softcap));
+    if (s.n_expert) {
+        w.set(p + "expert_count", gguf_value::of_u32(uint32_t(s.n_expert)));
+        w.set(p + "expert_used_count", gguf_value::of_u32(uint32_t(s.n_expert_used)));
+        w.set(p + "expert_feed_forward_length", gguf_value::of_u32(uint32_t(s.n_ff_exp)));
+    }
     if (o.yarn > 0.0f) {
         w.set(p + "rope.scaling.type", gguf_value::of_string("yarn"));
         w.set(p + "rope.scaling.factor", gguf_value::of_f32(o.yarn));
@@ -332,7 +381,7 @@ void write_model(const options& o) {
             add_vector(st, b + "attn_k.bias", KV * D, 0.0f, 0.1f);
             add_vector(st, b + "attn_v.bias", KV * D, 0.0f, 0.1f);
         }
-        if (a == "qwen3" || a == "gemma3") {
+        if (a == "qwen3" || a == "qwen3moe" || a == "gemma3") {
             add_norm(st, b + "attn_q_norm.weight", D);
             add_norm(st, b + "attn_k_norm.weight", D);
         }
@@ -341,6 +390,14 @@ void write_model(const options& o) {
         scale_of(b + "attn_output");
         if (a == "gemma3") add_norm(st, b + "post_attention_norm.weight", E);
         add_norm(st, b + "ffn_norm.weight", E);
+        if (s.n_expert) { // the router stays f32 (llama.cpp's quantize leaves ffn_gate_inp alone)
+            const int64_t X = s.n_expert, FX = s.n_ff_exp;
+            add_matrix(st, b + "ffn_gate_inp.weight", E, X, type::f32);
+            add_matrix(st, b + "ffn_gate_exps.weight", E, FX, t_exp, X);
+            add_matrix(st, b + "ffn_up_exps.weight", E, FX, t_exp, X);
+            add_matrix(st, b + "ffn_down_exps.weight", FX, E, t_exp, X);
+            continue;
+        }
         if (a == "phi3") {
             add_matrix(st, b + "ffn_up.weight", E, 2 * F, t);
         } else {
@@ -367,7 +424,8 @@ int main(int argc, char** argv) {
         write_model(parse_args(argc, argv));
     } catch (const std::exception& e) {
         std::fprintf(stderr, "random_model: %s\nusage: random_model [--arch FAMILY] [--vocab VOCAB.gguf] [--seed N] "
-                             "[--yarn FACTOR] [--softcap CAP] SHAPE TYPE OUT.gguf\n",
+                             "[--yarn FACTOR] [--softcap CAP] [--experts N,K] [--expert-type TYPE] SHAPE TYPE "
+                             "OUT.gguf\n",
                      e.what());
         return 1;
     }

@@ -13,6 +13,7 @@ constexpr std::array families = {
     family{"llama", llama_load, llama_build},
     family{"qwen2", qwen2_load, qwen2_build},
     family{"qwen3", qwen3_load, qwen3_build},
+    family{"qwen3moe", qwen3moe_load, qwen3moe_build},
     family{"gemma3", gemma3_load, gemma3_build},
     family{"phi3", phi3_load, phi3_build},
     family{"bitnet", bitnet_load, bitnet_build},

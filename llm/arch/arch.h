@@ -51,6 +51,8 @@ void gemma3_load(model& m);
 tensor* gemma3_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
 void phi3_load(model& m);
 tensor* phi3_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
+void qwen3moe_load(model& m);
+tensor* qwen3moe_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
 void bitnet_load(model& m);
 tensor* bitnet_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
 

@@ -13,6 +13,9 @@ namespace tessera::arch {
 
 namespace {
 
+// gpt-oss's clamped SwiGLU: llama.cpp's constants (build_moe_ffn, LLM_FFN_SWIGLU_OAI_MOE), not in the GGUF
+constexpr float oai_alpha = 1.702f, oai_limit = 7.0f;
+
 void check_range(const model& m, const std::string& what, int64_t v, int64_t lo, int64_t hi) {
     if (v < lo || v > hi)
         throw error(fmt::format("{}: {} = {} is out of range (expected {}..{})", m.path, what, v, lo, hi));
@@ -156,6 +159,19 @@ void load_sliding_window(model& m, int64_t default_pattern) {
     hp.rope_freq_scale_swa = 1.0f;
 }
 
+void load_experts(model& m, hparams::gating gating, bool weights_norm) {
+    const std::string a = m.arch + ".";
+    hparams& hp = m.hp;
+    hp.n_expert = get_int(m, a + "expert_count", {}, 1, 4096);
+    hp.expert_used_l = get_per_layer(m, a + "expert_used_count", {}, 1, hp.n_expert);
+    std::optional<int64_t> ff_fallback;
+    if (hp.uniform() && hp.n_ff % hp.expert_used_l[0] == 0) ff_fallback = hp.n_ff / hp.expert_used_l[0];
+    hp.ff_exp_l = get_per_layer(m, a + "expert_feed_forward_length", ff_fallback, 1, 1 << 22);
+    hp.expert_gating = gating;
+    hp.expert_weights_norm = weights_norm;
+    hp.expert_weights_scale = get_float(m, a + "expert_weights_scale", 0.0f);
+}
+
 void load_io(model& m) {
     hparams& hp = m.hp;
     const int64_t E = hp.n_embd;
@@ -215,7 +231,27 @@ void load_layers(model& m, const layer_opts& o) {
             l.attn_sub_norm = m.require(name("attn_sub_norm.weight"), {H * D});
             l.ffn_sub_norm = m.require(name("ffn_sub_norm.weight"), {F});
         }
-        l.ffn_norm = m.require(name("ffn_norm.weight"), {E});
+        if (o.sinks) l.attn_sinks = m.require(name("attn_sinks.weight"), {H});
+        l.ffn_norm = m.require(name(o.ffn_norm), {E});
+        if (o.experts) {
+            const int64_t X = hp.n_expert, FX = hp.n_ff_exp_at(il);
+            l.ffn_gate_inp = m.require(name("ffn_gate_inp.weight"), {E, X});
+            l.ffn_gate_exps = m.require(name("ffn_gate_exps.weight"), {E, FX, X});
+            l.ffn_up_exps = m.require(name("ffn_up_exps.weight"), {E, FX, X});
+            l.ffn_down_exps = m.require(name("ffn_down_exps.weight"), {FX, E, X});
+            if (o.expert_biases) {
+                l.ffn_gate_inp_b = m.require(name("ffn_gate_inp.bias"), {X});
+                l.ffn_gate_exps_b = m.require(name("ffn_gate_exps.bias"), {FX, X});
+                l.ffn_up_exps_b = m.require(name("ffn_up_exps.bias"), {FX, X});
+                l.ffn_down_exps_b = m.require(name("ffn_down_exps.bias"), {E, X});
+            }
+            // the router's logits and the biases are added to f32 results as they are
+            for (tensor* t : {l.ffn_gate_inp_b, l.ffn_gate_exps_b, l.ffn_up_exps_b, l.ffn_down_exps_b, l.attn_sinks})
+                if (t && t->t != type::f32)
+                    throw error(
+                        fmt::format("{}: tensor {} has type {}; expected f32", m.path, t->name, type_name(t->t)));
+            continue;
+        }
         if (o.fused_up) {
             const auto parts = m.split_rows(m.require(name("ffn_up.weight"), {E, 2 * F}), {F, F});
             l.ffn_gate = parts[0], l.ffn_up = parts[1];
@@ -240,6 +276,7 @@ void load_layers(model& m, const layer_opts& o) {
             scales_for(l.wv, b + "attn_v");
         }
         scales_for(l.wo, b + "attn_output");
+        if (o.experts) continue;
         if (!o.fused_up) scales_for(l.ffn_gate, b + "ffn_gate");
         if (!o.fused_up) scales_for(l.ffn_up, b + "ffn_up");
         scales_for(l.ffn_down, b + "ffn_down");
@@ -343,7 +380,8 @@ tensor* builder::attention(const layer_weights& l, tensor* x, int64_t il, const 
         q = named(scale(ctx, q, o.q_scale), "Qcur_scaled", il);
         kq_scale = 1.0f;
     }
-    tensor* attn = named(tessera::attention(ctx, q, kview, vview, o.swa ? in.mask_swa : in.mask, kq_scale), "kqv_out", il);
+    tensor* attn = named(
+        tessera::attention(ctx, q, kview, vview, o.swa ? in.mask_swa : in.mask, kq_scale, l.attn_sinks), "kqv_out", il);
     return reshape_2d(ctx, attn, D * H, n);
 }
 
@@ -361,9 +399,70 @@ tensor* builder::ffn(const layer_weights& l, tensor* x, int64_t il, glu act) {
     case glu::silu: cur = named(swiglu(ctx, gate, up), "ffn_swiglu", il); break;
     case glu::gelu: cur = named(geglu(ctx, gate, up), "ffn_geglu", il); break;
     case glu::relu2: cur = named(relu2_glu(ctx, gate, up), "ffn_relu2", il); break;
+    case glu::silu_oai:
+        cur = named(swiglu_oai(ctx, gate, up, oai_alpha, oai_limit), "ffn_swiglu_oai", il);
+        break;
     }
     if (l.ffn_sub_norm) cur = norm(cur, l.ffn_sub_norm, "ffn_sub_norm", il);
     return named(mm(l.ffn_down, cur), "ffn_out", il);
+}
+
+tensor* builder::moe_ffn(const layer_weights& l, tensor* x, int64_t il, glu act) {
+    const int64_t E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used_at(il);
+    // router: logits (X, n), biased; the weights the top k are chosen by: softmax probabilities, or the logits
+    tensor* logits = named(mm(l.ffn_gate_inp, x), "ffn_moe_logits", il);
+    if (l.ffn_gate_inp_b) logits = named(add(ctx, logits, l.ffn_gate_inp_b), "ffn_moe_logits_biased", il);
+    tensor* probs = logits;
+    if (hp.expert_gating == hparams::gating::softmax)
+        probs = named(soft_max(ctx, logits, nullptr, 1.0f), "ffn_moe_probs", il);
+    // the k chosen experts per token, largest first (llama.cpp's argsort order: its outputs are summed in it)
+    tensor* chosen = named(top_k(ctx, probs, K, true), "ffn_moe_topk", il);                           // (K, n) i32
+    tensor* w = named(get_rows(ctx, reshape_3d(ctx, probs, 1, X, n), chosen), "ffn_moe_weights", il); // (1, K, n)
+    if (hp.expert_gating == hparams::gating::softmax_weight) // gpt-oss: softmax over the k chosen logits
+        w = reshape_3d(
+            ctx, named(soft_max(ctx, reshape_2d(ctx, w, K, n), nullptr, 1.0f), "ffn_moe_weights_softmax", il), 1, K, n);
+    if (hp.expert_weights_norm) { // divided by their sum, kept above f16's smallest normal against a zero sum
+        tensor* w2 = reshape_2d(ctx, w, K, n);
+        tensor* sum = named(sum_rows(ctx, w2), "ffn_moe_weights_sum", il); // (1, n)
+        sum = named(clamp(ctx, sum, 6.103515625e-5f, INFINITY), "ffn_moe_weights_sum_clamped", il);
+        w = reshape_3d(ctx, named(div(ctx, w2, sum), "ffn_moe_weights_norm", il), 1, K, n);
+    }
+    if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
+        w = named(scale(ctx, w, hp.expert_weights_scale), "ffn_moe_weights_scaled", il);
+    g.expand(w);
+
+    // each chosen expert's block on the token's activations (shared by its k slots): (n_ff_exp, K, n)
+    tensor* xe = reshape_3d(ctx, x, E, 1, n);
+    tensor* up = named(mul_mat_id(ctx, l.ffn_up_exps, xe, chosen), "ffn_moe_up", il);
+    if (l.ffn_up_exps_b) up = named(add_id(ctx, up, l.ffn_up_exps_b, chosen), "ffn_moe_up_biased", il);
+    tensor* gate = named(mul_mat_id(ctx, l.ffn_gate_exps, xe, chosen), "ffn_moe_gate", il);
+    if (l.ffn_gate_exps_b) gate = named(add_id(ctx, gate, l.ffn_gate_exps_b, chosen), "ffn_moe_gate_biased", il);
+    tensor* cur = nullptr;
+    switch (act) {
+    case glu::silu:
+        cur = named(swiglu(ctx, gate, up), "ffn_moe_swiglu", il);
+        break;
+    case glu::gelu:
+        cur = named(geglu(ctx, gate, up), "ffn_moe_geglu", il);
+        break;
+    case glu::relu2:
+        cur = named(relu2_glu(ctx, gate, up), "ffn_moe_relu2", il);
+        break;
+    case glu::silu_oai:
+        cur = named(swiglu_oai(ctx, gate, up, oai_alpha, oai_limit), "ffn_moe_swiglu_oai", il);
+        break;
+    }
+    tensor* experts = named(mul_mat_id(ctx, l.ffn_down_exps, cur, chosen), "ffn_moe_down", il); // (E, K, n)
+    if (l.ffn_down_exps_b) experts = named(add_id(ctx, experts, l.ffn_down_exps_b, chosen), "ffn_moe_down_biased", il);
+    experts = named(mul(ctx, experts, w), "ffn_moe_weighted", il);
+    g.expand(experts);
+
+    // the k slots summed in order: ((e0 + e1) + e2) + ...
+    auto slot = [&](int64_t i) { return view_2d(ctx, experts, E, n, experts->nb[2], size_t(i) * experts->nb[1]); };
+    tensor* out = slot(0);
+    for (int64_t i = 1; i < K; i++) out = add(ctx, out, slot(i));
+    if (K == 1) out = scale(ctx, out, 1.0f); // a contiguous copy (x * 1 is exact), as llama.cpp's ggml_cont
+    return named(out, "ffn_moe_out", il);
 }
 
 tensor* builder::output_rows(tensor* x, int64_t il) {
@@ -396,7 +495,7 @@ tensor* builder::layer(const layer_weights& l, tensor* x, int64_t il, glu act, f
     if (l.attn_post_norm) cur = norm(cur, l.attn_post_norm, "attn_post_norm", il);
     tensor* ffn_inp = named(add(ctx, cur, x), "ffn_inp", il);
     cur = norm(ffn_inp, l.ffn_norm, "ffn_norm", il);
-    cur = ffn(l, cur, il, act);
+    cur = l.ffn_gate_inp ? moe_ffn(l, cur, il, act) : ffn(l, cur, il, act);
     if (l.ffn_post_norm) cur = norm(cur, l.ffn_post_norm, "ffn_post_norm", il);
     return output_rows(named(add(ctx, cur, ffn_inp), "l_out", il), il);
 }

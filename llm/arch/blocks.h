@@ -33,12 +33,23 @@ void load_sliding_window(model& m, int64_t default_pattern);
 // token_embd, output_norm and output (absent: tied to token_embd) and the optional output.bias.
 void load_io(model& m);
 
+// Mixture of experts: `expert_count` experts, `expert_used_count` chosen per token (per-layer arrays allowed, each
+// within 1..expert_count), `expert_feed_forward_length` wide (default: feed_forward_length / expert_used_count, as
+// llama.cpp), with the family's gating and renormalization of the chosen weights.
+void load_experts(model& m, hparams::gating gating, bool weights_norm);
+
 struct layer_opts {
     bool qk_norm = false;    // attn_q_norm, attn_k_norm (head_dim each): required
     bool post_norms = false; // attn_post_norm, ffn_post_norm (n_embd each): required
     bool sub_norms = false;  // attn_sub_norm (n_head * head_dim), ffn_sub_norm (n_ff): required
     bool fused_up = false;   // ffn_up holds gate and up (2 n_ff rows, gate first) and there is no ffn_gate (phi3)
     bool has_wo_bias = true; // attn_output.bias allowed
+    // mixture of experts instead of the dense feed-forward block (load_experts first): the router
+    // ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps; expert_biases: their biases (router and experts) as well
+    bool experts = false;
+    bool expert_biases = false;
+    bool sinks = false;                       // attn_sinks (n_head): required
+    const char* ffn_norm = "ffn_norm.weight"; // the feed-forward block's pre-norm (gpt-oss: post_attention_norm)
 };
 // Every layer's norms, attention (attn_q/k/v, or a fused attn_qkv split into the three, optional biases) and
 // feed-forward weights, and each matrix's optional per-tensor `.scale` (out_scale).
@@ -46,7 +57,8 @@ void load_layers(model& m, const layer_opts& o);
 
 // ---- building ----
 
-enum class glu { silu, gelu, relu2 }; // the gate's activation: SwiGLU, GeGLU, squared ReLU
+// the gate's activation: SwiGLU, GeGLU, squared ReLU, gpt-oss's clamped SwiGLU (ops.h swiglu_oai)
+enum class glu { silu, gelu, relu2, silu_oai };
 
 struct attn_opts {
     float freq_base = 10000.0f;
@@ -85,6 +97,10 @@ class builder {
     // The gated feed-forward block: down(act(gate x) * up x), with ffn_sub_norm on the product when the layer has
     // one (bitnet). Returns (n_embd, n).
     tensor* ffn(const layer_weights& l, tensor* x, int64_t il, glu act);
+    // The mixture-of-experts block (llama.cpp's build_moe_ffn): router logits (+ bias) -> the gating's weights, the
+    // top k experts per token -> each chosen expert's gated feed-forward block (+ its biases) -> the outputs times
+    // their weights, summed over the k slots in the router's order. Returns (n_embd, n).
+    tensor* moe_ffn(const layer_weights& l, tensor* x, int64_t il, glu act);
     // At the last layer, only the rows whose logits are wanted (first_output..n); x itself elsewhere.
     tensor* output_rows(tensor* x, int64_t il);
     // output_norm, the output matrix (+ bias), soft-capping when set; flagged and added to the graph.
@@ -92,7 +108,7 @@ class builder {
 
     // One pre-norm decoder layer with the norms its weights have:
     //   h   = x + post_attn(wo sub_attn(attention(attn_norm(x))))
-    //   out = h + post_ffn(ffn(ffn_norm(h)))
+    //   out = h + post_ffn(ffn(ffn_norm(h)))          (moe_ffn where the layer has experts)
     // (post_*: gemma's post-norms, sub_attn: bitnet's norm before wo; absent ones are skipped). q_scale: attn_opts.
     tensor* layer(const layer_weights& l, tensor* x, int64_t il, glu act, float q_scale = 0.0f);
     // The whole model: embeddings, every layer, the output head. Returns the logits.

@@ -2,12 +2,14 @@
 // once per batch for every (token, slot) that chose it, and add_id (a per-expert bias on each chosen slot).
 #include "backends/cpu/ops/ops.h"
 
+#include "backends/cpu/quant/repack.h"
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
 #include "quant/format.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 namespace tessera::cpu {
@@ -36,18 +38,127 @@ void top_k(const compute_params& p, tensor& dst) {
     }
 }
 
+namespace {
+
+// Who chose which expert (every thread builds the same lists): the (slot, token) pairs, as t * n_used + i, grouped by
+// expert in token order; pairs[first[e] .. first[e + 1]) chose expert e.
+struct routing {
+    std::vector<int64_t> first, pairs, chosen; // chosen: the experts with at least one pair, in index order
+    routing(const tensor& ids, int64_t n_expert) {
+        const int64_t n_used = ids.ne[0], n_tok = ids.ne[1];
+        first.assign(size_t(n_expert + 1), 0);
+        pairs.resize(size_t(n_used * n_tok));
+        auto id_at = [&](int64_t i, int64_t t) {
+            const int32_t e = *at<int32_t>(ids, i, t);
+            TS_ASSERT(e >= 0 && e < n_expert);
+            return int64_t(e);
+        };
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t i = 0; i < n_used; i++) first[size_t(id_at(i, t) + 1)]++;
+        for (int64_t e = 0; e < n_expert; e++) first[size_t(e + 1)] += first[size_t(e)];
+        std::vector<int64_t> fill(first.begin(), first.end() - 1);
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t i = 0; i < n_used; i++) pairs[size_t(fill[size_t(id_at(i, t))]++)] = t * n_used + i;
+        for (int64_t e = 0; e < n_expert; e++)
+            if (first[size_t(e + 1)] > first[size_t(e)]) chosen.push_back(e);
+    }
+};
+
+constexpr int64_t ROWS = 16; // weight rows per job block (one repacked group)
+
+// Weights repacked in 16-row groups (repack.h), experts one after another: the chosen experts' groups only, each
+// against the activation rows of every pair that chose the expert, gathered into one contiguous run so the group's
+// kernel takes them 4 at a time (a group is read from memory once a batch). Same bits as the row kernels.
+void mul_mat_id_x16(const compute_params& p, tensor& dst, const repacked_weight& rw) {
+    const tensor& w = *dst.src[0];
+    const tensor& b = *dst.src[1];
+    const tensor& ids = *dst.src[2];
+    const cpu_type_ops* ops = find_cpu_ops(w.t);
+    const x16_kernels kern = find_x16_kernels(rw.kind);
+    const int64_t k = w.ne[0], n = w.ne[1], n_expert = w.ne[2];
+    const int64_t n_b = b.ne[1], n_used = ids.ne[0], n_tok = ids.ne[1], n_pairs = n_used * n_tok;
+    const size_t act_row = row_size(ops->dot_type, k);
+    const size_t ss = kern.sums ? size_t(x16_act_sums_count(rw.kind, k)) : 0;
+    // scratch: counter | activation rows (n_b * n_tok) | their sums | the same gathered in pair order, and sums
+    auto* counter = reinterpret_cast<std::atomic<int64_t>*>(p.wdata);
+    uint8_t* act = p.wdata + 64;
+    auto* sums = reinterpret_cast<int32_t*>(act + (act_row * size_t(n_b * n_tok) + 63) / 64 * 64);
+    uint8_t* packed = reinterpret_cast<uint8_t*>(sums) + (ss * 4 * size_t(n_b * n_tok) + 63) / 64 * 64;
+    auto* packed_sums = reinterpret_cast<int32_t*>(packed + (act_row * size_t(n_pairs) + 63) / 64 * 64);
+
+    int64_t a0, a1;
+    split(n_b * n_tok, p.ith, p.nth, a0, a1);
+    for (int64_t r = a0; r < a1; r++) {
+        uint8_t* a = act + size_t(r) * act_row;
+        ops->act_from_float(at<float>(b, 0, r % n_b, r / n_b), a, k);
+        if (ss) kern.sums(a, sums + size_t(r) * ss, k);
+    }
+    p.barrier();
+    const routing rt(ids, n_expert);
+    auto src_row = [&](int64_t q) { // the activation row of pair q
+        const int64_t t = rt.pairs[size_t(q)] / n_used, i = rt.pairs[size_t(q)] % n_used;
+        return t * n_b + i % n_b;
+    };
+    split(n_pairs, p.ith, p.nth, a0, a1);
+    for (int64_t q = a0; q < a1; q++) {
+        std::memcpy(packed + size_t(q) * act_row, act + size_t(src_row(q)) * act_row, act_row);
+        if (ss) std::memcpy(packed_sums + size_t(q) * ss, sums + size_t(src_row(q)) * ss, ss * 4);
+    }
+    if (p.ith == 0) counter->store(0, std::memory_order_relaxed);
+    p.barrier();
+
+    // jobs: (chosen expert, run of groups); decode (a pair or two an expert) hands out runs of ~1/4 of a thread's
+    // share, so each thread streams whole stretches of an expert's matrix (as mul_mat's decode does)
+    const int64_t groups = n / ROWS;
+    const int64_t n_chosen = int64_t(rt.chosen.size());
+    const int64_t run = n_pairs <= 2 * n_used ? std::max<int64_t>(1, groups * n_chosen / (4 * p.nth) / n_chosen) : 1;
+    const int64_t runs = (groups + run - 1) / run;
+    const int64_t n_jobs = n_chosen * runs;
+    constexpr int64_t NA = 16; // activation rows per kernel call
+    float y[NA * ROWS];
+    for (int64_t job = counter->fetch_add(1, std::memory_order_relaxed); job < n_jobs;
+         job = counter->fetch_add(1, std::memory_order_relaxed)) {
+        const int64_t e = rt.chosen[size_t(job / runs)], g0 = (job % runs) * run, g1 = std::min(groups, g0 + run);
+        const int64_t q0 = rt.first[size_t(e)], q1 = rt.first[size_t(e + 1)];
+        for (int64_t g = g0; g < g1; g++)
+            for (int64_t qa = q0; qa < q1; qa += NA) {
+                const int64_t na = std::min(NA, q1 - qa);
+                kern.gemm(rw.group(e * groups + g), k / 32, packed + size_t(qa) * act_row, act_row,
+                          ss ? packed_sums + size_t(qa) * ss : nullptr, ss, na, y, ROWS);
+                for (int64_t j = 0; j < na; j++) {
+                    const int64_t t = rt.pairs[size_t(qa + j)] / n_used, i = rt.pairs[size_t(qa + j)] % n_used;
+                    float* out = at<float>(dst, g * ROWS, i, t);
+                    for (int64_t r = 0; r < ROWS; r++)
+                        out[r] = rw.scale == 1.0f ? y[j * ROWS + r] : y[j * ROWS + r] * rw.scale;
+                }
+            }
+    }
+}
+
+} // namespace
+
 size_t mul_mat_id_work_size(const tensor& node) {
     const tensor& w = *node.src[0];
     const tensor& b = *node.src[1];
     const cpu_type_ops* ops = find_cpu_ops(w.t, false);
     if (!ops) return 0;
-    return 64 + (row_size(ops->dot_type, b.ne[0]) * size_t(b.ne[1] * b.ne[2]) + 63) / 64 * 64;
+    const size_t act_row = row_size(ops->dot_type, b.ne[0]);
+    const size_t rows = size_t(b.ne[1] * b.ne[2]), pairs = size_t(node.ne[1] * node.ne[2]);
+    // the repacked path's sums: at most one int32 per 4 elements
+    const size_t sums = size_t(b.ne[0] / 4) * 4;
+    auto pad = [](size_t x) { return (x + 63) / 64 * 64; };
+    return 64 + pad(act_row * rows) + pad(sums * rows) + pad(act_row * pairs) + pad(sums * pairs);
 }
 
 void mul_mat_id(const compute_params& p, tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& b = *dst.src[1];
     const tensor& ids = *dst.src[2];
+    if (const repacked_weight* rw = p.repacked ? p.repacked->find(w) : nullptr) {
+        TS_ASSERT(b.t == type::f32 && b.nb[0] == 4 && rw->k == w.ne[0] && rw->n == w.ne[1] * w.ne[2]);
+        mul_mat_id_x16(p, dst, *rw);
+        return;
+    }
     const cpu_type_ops* base_ops = find_cpu_ops(w.t, p.reference);
     TS_ASSERT(base_ops && b.t == type::f32 && b.nb[0] == 4);
     // as mul_mat: weights llama.cpp repacks (rows a multiple of 8) are summed in its repacked kernels' order
@@ -69,47 +180,23 @@ void mul_mat_id(const compute_params& p, tensor& dst) {
     // 1) activation rows -> the dot type, all threads
     int64_t a0, a1;
     split(n_b * n_tok, p.ith, p.nth, a0, a1);
-    for (int64_t r = a0; r < a1; r++) {
-        const auto* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(b.data) + (r % n_b) * b.nb[1] +
-                                                       (r / n_b) * b.nb[2]);
-        ops->act_from_float(x, act + size_t(r) * act_row, k);
-    }
+    for (int64_t r = a0; r < a1; r++)
+        ops->act_from_float(at<float>(b, 0, r % n_b, r / n_b), act + size_t(r) * act_row, k);
     if (p.ith == 0) counter->store(0, std::memory_order_relaxed);
     p.barrier();
 
-    // 2) who chose which expert (every thread builds the same lists): pairs (slot, token) by expert, token order
-    std::vector<int64_t> first(static_cast<size_t>(n_expert + 1), 0);
-    std::vector<int64_t> pairs(static_cast<size_t>(n_used * n_tok));
-    auto id_at = [&](int64_t i, int64_t t) {
-        const int32_t e =
-            *reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(ids.data) + i * ids.nb[0] + t * ids.nb[1]);
-        TS_ASSERT(e >= 0 && e < n_expert);
-        return int64_t(e);
-    };
-    for (int64_t t = 0; t < n_tok; t++)
-        for (int64_t i = 0; i < n_used; i++) first[size_t(id_at(i, t) + 1)]++;
-    for (int64_t e = 0; e < n_expert; e++) first[size_t(e + 1)] += first[size_t(e)];
-    {
-        std::vector<int64_t> fill(first.begin(), first.end() - 1);
-        for (int64_t t = 0; t < n_tok; t++)
-            for (int64_t i = 0; i < n_used; i++) pairs[size_t(fill[size_t(id_at(i, t))]++)] = t * n_used + i;
-    }
-
-    // 3) jobs: (expert, block of ROWS weight rows), only for chosen experts; each expert's rows read once a batch
-    constexpr int64_t ROWS = 16;
+    // 2) jobs: (chosen expert, block of ROWS weight rows); each expert's rows read once a batch
+    const routing rt(ids, n_expert);
     const int64_t blocks = (n + ROWS - 1) / ROWS;
-    std::vector<int64_t> chosen;
-    for (int64_t e = 0; e < n_expert; e++)
-        if (first[size_t(e + 1)] > first[size_t(e)]) chosen.push_back(e);
-    const int64_t n_jobs = int64_t(chosen.size()) * blocks;
+    const int64_t n_jobs = int64_t(rt.chosen.size()) * blocks;
     for (int64_t job = counter->fetch_add(1, std::memory_order_relaxed); job < n_jobs;
          job = counter->fetch_add(1, std::memory_order_relaxed)) {
-        const int64_t e = chosen[size_t(job / blocks)], r0 = (job % blocks) * ROWS, r1 = std::min(n, r0 + ROWS);
+        const int64_t e = rt.chosen[size_t(job / blocks)], r0 = (job % blocks) * ROWS, r1 = std::min(n, r0 + ROWS);
         const uint8_t* we = static_cast<const uint8_t*>(w.data) + e * w.nb[2];
-        for (int64_t q = first[size_t(e)]; q < first[size_t(e + 1)]; q++) {
-            const int64_t t = pairs[size_t(q)] / n_used, i = pairs[size_t(q)] % n_used;
+        for (int64_t q = rt.first[size_t(e)]; q < rt.first[size_t(e + 1)]; q++) {
+            const int64_t t = rt.pairs[size_t(q)] / n_used, i = rt.pairs[size_t(q)] % n_used;
             const uint8_t* a = act + size_t(t * n_b + i % n_b) * act_row;
-            auto* y = reinterpret_cast<float*>(static_cast<uint8_t*>(dst.data) + i * dst.nb[1] + t * dst.nb[2]);
+            float* y = at<float>(dst, 0, i, t);
             for (int64_t r = r0; r < r1; r++) {
                 const float v = ops->vec_dot(we + r * w.nb[1], a, k);
                 y[r] = w_scale == 1.0f ? v : v * w_scale;

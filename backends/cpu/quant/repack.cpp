@@ -151,7 +151,8 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
 }
 
 bool x16_kind_for(const tensor& w, x16_kind& kind) {
-    if (!(w.flags & flag_param) || w.is_view() || !w.is_contiguous() || w.ne[2] != 1 || w.ne[3] != 1) return false;
+    // 2-D matrices, and 3-D stacks of them (mixture-of-experts weights: each expert's rows are whole groups)
+    if (!(w.flags & flag_param) || w.is_view() || !w.is_contiguous() || w.ne[3] != 1) return false;
     if (w.ne[1] % 16 != 0 || w.ne[0] % 32 != 0 || w.ne[1] == 0) return false;
     switch (w.t) {
     case type::q4_0:
@@ -177,7 +178,7 @@ repacked_weight* repack_store::reserve(const tensor& w) {
     repacked_weight r;
     r.kind = kind;
     r.k = w.ne[0];
-    r.n = w.ne[1];
+    r.n = w.ne[1] * w.ne[2];
     r.group_bytes = x16_group_bytes(kind, r.k);
     r.scale = read_tensor_scale(w.t, w.data, w.n_elements()); // i2_s's tail; 1 otherwise
     const size_t total = r.group_bytes * size_t(r.n / 16);
