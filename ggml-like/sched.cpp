@@ -1,0 +1,245 @@
+// sched.cpp: placement, splits, boundary copies and per-backend memory for a graph on several backends.
+#include "sched.h"
+
+#include "alloc.h"
+#include "error.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <utility>
+
+namespace tessera {
+
+namespace {
+
+tensor* root_of(tensor* t) {
+    while (t->view_src) t = t->view_src;
+    return t;
+}
+bool is_leaf(const tensor* t) {
+    return t->o == op::none;
+}
+
+} // namespace
+
+scheduler::scheduler(std::vector<backend*> backends) : backends_(std::move(backends)), buffers_(backends_.size()) {
+    TS_ASSERT(!backends_.empty());
+}
+
+scheduler::~scheduler() = default;
+
+void scheduler::prepare(graph& g, const home_fn& home) {
+    const int n_be = int(backends_.size());
+    splits_.clear();
+    where_.clear();
+    copies_ctx_ = std::make_unique<context>();
+    prepared_ = &g;
+    auto leaf_home = [&](const tensor* leaf) {
+        const int h = home(*leaf);
+        if (h >= n_be) throw error(fmt::format("tensor {} placed on backend {} of {}", leaf->name, h, n_be));
+        return std::max(h, 0);
+    };
+
+    // 1) nodes, in order. A node that aliases memory (view, cpy, set_rows) goes with what it aliases; a node reading a
+    // weight or a cache goes to that leaf's backend; any other node goes with its first reader when that one reads a
+    // weight or a cache (a layer's first norm joins its layer), else with the node before it (-1 until there is one;
+    // -2: aliases an input, placed with it below).
+    const size_t n = g.nodes.size();
+    std::unordered_map<const tensor*, size_t> index;
+    for (size_t i = 0; i < n; i++) index[g.nodes[i]] = i;
+    std::vector<int> by_leaf(n, -1); // the backend of the weight or cache a node reads
+    std::vector<size_t> first_reader(n, SIZE_MAX);
+    for (size_t i = 0; i < n; i++) {
+        tensor* nd = g.nodes[i];
+        for (tensor* s : nd->src) {
+            if (!s) continue;
+            tensor* r = root_of(s);
+            if (!is_leaf(r)) {
+                const size_t j = index.at(r);
+                if (first_reader[j] == SIZE_MAX && nd->o != op::view) first_reader[j] = i;
+            } else if (r->data && home(*r) >= 0 && by_leaf[i] < 0 && !nd->view_src) {
+                by_leaf[i] = leaf_home(r);
+            }
+        }
+        // a backend that cannot compute the node leaves it to backends[0]
+        if (by_leaf[i] > 0 && !backends_[size_t(by_leaf[i])]->supports(*nd)) by_leaf[i] = 0;
+    }
+    std::vector<int> pl(n, -1);
+    int cur = -1;
+    for (size_t i = 0; i < n; i++) {
+        tensor* nd = g.nodes[i];
+        if (nd->view_src) {
+            tensor* r = root_of(nd);
+            if (!is_leaf(r))
+                pl[i] = pl[index.at(r)];
+            else
+                pl[i] = r->data ? leaf_home(r) : -2;
+        } else if (by_leaf[i] >= 0) {
+            pl[i] = by_leaf[i];
+        } else if (first_reader[i] != SIZE_MAX && by_leaf[first_reader[i]] >= 0 &&
+                   (by_leaf[first_reader[i]] == 0 || backends_[size_t(by_leaf[first_reader[i]])]->supports(*nd))) {
+            pl[i] = by_leaf[first_reader[i]];
+        } else {
+            pl[i] = cur;
+            if (pl[i] > 0 && !backends_[size_t(pl[i])]->supports(*nd)) pl[i] = 0;
+        }
+        if (nd->o != op::view && pl[i] >= 0) cur = pl[i];
+    }
+    int first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (pl[i] >= 0) {
+            first = pl[i];
+            break;
+        }
+    for (size_t i = 0; i < n; i++)
+        if (pl[i] == -1) pl[i] = first;
+    // inputs (leaves without data) live with their first reader that computes
+    for (size_t i = 0; i < n; i++) {
+        if (g.nodes[i]->o == op::view || pl[i] < 0) continue;
+        for (tensor* s : g.nodes[i]->src)
+            if (s) {
+                tensor* r = root_of(s);
+                if (is_leaf(r) && !r->data && !where_.count(r)) where_[r] = pl[i];
+            }
+    }
+    for (tensor* l : g.leafs)
+        if (!l->data && !l->view_src && !where_.count(l)) where_[l] = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pl[i] == -2) pl[i] = where_.at(root_of(g.nodes[i]));
+        where_[g.nodes[i]] = pl[i];
+        tensor* nd = g.nodes[i];
+        if (nd->o != op::view && !backends_[size_t(pl[i])]->supports(*nd))
+            throw error(fmt::format("backend {} does not support op {} on {} ({})", backends_[size_t(pl[i])]->name(),
+                                    op_name(nd->o), nd->src[0] ? type_name(nd->src[0]->t) : "-", nd->name));
+    }
+
+    // 2) splits: runs of computing nodes on one backend (a view joins the run when it is on the run's backend; it
+    // computes nothing), and each backend's planning graph (its nodes, inputs and copies)
+    std::vector<graph> plan_g(backends_.size());
+    for (tensor* l : g.leafs)
+        if (!l->data && !l->view_src) plan_g[size_t(where_.at(l))].leafs.push_back(l);
+    for (size_t i = 0; i < n; i++) {
+        tensor* nd = g.nodes[i];
+        plan_g[size_t(pl[i])].nodes.push_back(nd);
+        if (nd->o == op::view) {
+            if (!splits_.empty() && splits_.back().b == pl[i]) splits_.back().g.nodes.push_back(nd);
+            continue;
+        }
+        if (splits_.empty() || splits_.back().b != pl[i]) {
+            splits_.emplace_back();
+            splits_.back().b = pl[i];
+        }
+        splits_.back().g.nodes.push_back(nd);
+    }
+
+    // 3) what a split reads from another backend: the whole root tensor is copied (once per split), and the node reads
+    // the copy, or a view of the copy at the same offset
+    auto owner = [&](tensor* r) -> int {
+        if (!is_leaf(r) || !r->data) return where_.at(r);
+        return (r->flags & flag_param) ? -1 : leaf_home(r); // weights: read where they are, never copied
+    };
+    std::vector<tensor*> views_of_copies;
+    for (split& sp : splits_) {
+        std::map<tensor*, tensor*> sub; // tensor as read -> what this split reads instead
+        for (tensor* nd : sp.g.nodes) {
+            if (nd->o == op::view) continue;
+            for (tensor*& s : nd->src) {
+                if (!s) continue;
+                if (auto it = sub.find(s); it != sub.end()) {
+                    s = it->second;
+                    continue;
+                }
+                tensor* r = root_of(s);
+                const int o = owner(r);
+                if (o < 0 || o == sp.b) continue;
+                tensor* c = nullptr;
+                if (auto it = sub.find(r); it != sub.end()) {
+                    c = it->second;
+                } else {
+                    c = copies_ctx_->dup_header(*r);
+                    std::memcpy(c->name, r->name, sizeof c->name);
+                    sub[r] = c;
+                    sp.copies.push_back({r, c, o});
+                    plan_g[size_t(sp.b)].leafs.push_back(c);
+                    if (!is_leaf(r)) r->flags |= flag_output; // kept until the copy is made
+                }
+                tensor* v = c;
+                if (s != r) {
+                    v = copies_ctx_->dup_header(*s);
+                    std::memcpy(v->name, s->name, sizeof v->name);
+                    v->view_src = c;
+                    v->view_offs = s->view_offs; // the offset inside the root, as the view was built
+                    views_of_copies.push_back(v);
+                }
+                sub[s] = v;
+                s = v;
+            }
+        }
+    }
+
+    // 4) memory: each backend plans and binds its own graph in its own buffer
+    for (size_t b = 0; b < backends_.size(); b++) {
+        if (plan_g[b].nodes.empty() && plan_g[b].leafs.empty()) continue;
+        const memory_plan plan = plan_memory(plan_g[b]);
+        if (!buffers_[b] || buffers_[b]->size() < plan.size) {
+            buffers_[b].reset();
+            buffers_[b] = backends_[b]->alloc(plan.size + plan.size / 8 + 4096);
+        }
+        bind_memory(plan_g[b], plan, buffers_[b]->base());
+    }
+    for (tensor* v : views_of_copies) v->data = static_cast<uint8_t*>(v->view_src->data) + v->view_offs;
+
+    size_t staging = 0;
+    for (const split& sp : splits_)
+        for (const copy& c : sp.copies) staging = std::max(staging, c.from->n_bytes());
+    if (staging && (!staging_ || staging_->size() < staging)) {
+        staging_.reset();
+        staging_ = backends_.back()->alloc_host(staging);
+    }
+}
+
+void scheduler::compute(graph& g, bool again) {
+    TS_ASSERT(&g == prepared_);
+    std::vector<int> per_backend(backends_.size(), 0);
+    for (const split& sp : splits_) per_backend[size_t(sp.b)]++;
+    for (split& sp : splits_) {
+        backend& be = *backends_[size_t(sp.b)];
+        for (const copy& c : sp.copies) {
+            const size_t bytes = c.from->n_bytes();
+            backends_[size_t(c.from_backend)]->get(*c.from, staging_->base(), 0, bytes);
+            be.set(*c.to, staging_->base(), 0, bytes);
+        }
+        if (again && per_backend[size_t(sp.b)] == 1)
+            be.compute_again(sp.g);
+        else
+            be.compute(sp.g);
+    }
+}
+
+backend& scheduler::backend_of(const tensor& t) const {
+    const tensor* r = &t;
+    while (r->view_src) r = r->view_src;
+    auto it = where_.find(r);
+    return *backends_[it == where_.end() ? 0 : size_t(it->second)];
+}
+
+int scheduler::placement(const tensor& node) const {
+    auto it = where_.find(&node);
+    return it == where_.end() ? -1 : it->second;
+}
+
+size_t scheduler::n_copies() const {
+    size_t k = 0;
+    for (const split& sp : splits_) k += sp.copies.size();
+    return k;
+}
+
+size_t scheduler::buffer_size(int b) const {
+    return buffers_[size_t(b)] ? buffers_[size_t(b)]->size() : 0;
+}
+
+} // namespace tessera

@@ -1,0 +1,66 @@
+// sched.h: one graph computed on several backends (llama.cpp's -ngl N: the first layers on the CPU, the rest on a
+// GPU). The caller says where the weights and the caches live; every node goes where the data it reads lives, the
+// graph is cut into runs of nodes on one backend (splits), and what a split reads from another backend is copied
+// into its own memory before it runs.
+#pragma once
+
+#include "backend.h"
+
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace tessera {
+
+class scheduler {
+  public:
+    // backends[0] is the one every node can fall back to (the CPU): a node another backend does not support runs
+    // there. The backends are not owned.
+    explicit scheduler(std::vector<backend*> backends);
+    ~scheduler();
+
+    // Where each leaf with data lives: the index of the backend that holds it (a KV cache) or reads it (a weight,
+    // which every backend of its layer loads; weights are never copied while computing). -1: no preference (read on
+    // backend 0).
+    using home_fn = std::function<int(const tensor& leaf)>;
+
+    // Places every node, cuts the graph into splits, adds the boundary copies (the split's nodes then read the
+    // copies: this rewrites their src pointers, so a graph is prepared once), plans and binds each backend's memory.
+    // Placement: a node that reads a weight or a cache goes to that leaf's backend; any other node stays with the
+    // node before it (the first nodes with the first placed one); a view stays with the tensor it aliases; an input
+    // (a leaf without data) lives with its first reader, and set() / get() below find it there.
+    void prepare(graph& g, const home_fn& home);
+    // Runs the splits in order, each after its copies. `again`: the graph ran last and only its inputs changed
+    // (backend::compute_again's promise), passed on to backends that hold a single split.
+    void compute(graph& g, bool again = false);
+
+    // The backend holding t's memory (after prepare): inputs are set and outputs read through it.
+    backend& backend_of(const tensor& t) const;
+    int placement(const tensor& node) const; // index into the backends (tests, logs)
+    size_t n_splits() const { return splits_.size(); }
+    size_t n_copies() const; // tensors copied across backends per compute
+    size_t buffer_size(int b) const;
+
+  private:
+    struct copy {
+        tensor* from;
+        tensor* to;
+        int from_backend;
+    };
+    struct split {
+        int b = 0;
+        graph g;                  // the split's nodes (views included), in the whole graph's order
+        std::vector<copy> copies; // done before the split runs
+    };
+
+    std::vector<backend*> backends_;
+    std::vector<std::unique_ptr<buffer>> buffers_; // one compute buffer per backend, grown as needed
+    std::unique_ptr<context> copies_ctx_;          // the copy tensors of the graph prepared last
+    std::vector<split> splits_;
+    std::unordered_map<const tensor*, int> where_; // nodes and inputs -> backend
+    const graph* prepared_ = nullptr;
+    std::unique_ptr<buffer> staging_; // host memory for copies between backends
+};
+
+} // namespace tessera
