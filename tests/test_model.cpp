@@ -380,6 +380,17 @@ TEST(model_load, broken_models_are_rejected_with_a_clear_message) {
         s.edit = [](gguf_writer& w) { w.set("qwen3moe.expert_count", gguf_value::of_u32(0)); };
         cases.push_back({"no experts", s, "qwen3moe.expert_count = 0 is out of range"});
     }
+    {
+        test::tiny_model_spec s = moe();
+        s.arch = "gpt-oss";
+        cases.push_back({"gpt-oss without its window", s, "missing metadata key gpt-oss.attention.sliding_window"});
+    }
+    {
+        test::tiny_model_spec s = moe();
+        s.arch = "gpt-oss";
+        s.edit = [](gguf_writer& w) { w.set("gpt-oss.attention.sliding_window", gguf_value::of_u32(128)); };
+        cases.push_back({"gpt-oss without attention sinks", s, "missing tensor blk.0.attn_sinks.weight"});
+    }
     for (const auto& c : cases) {
         const std::string path = temp_path("bad.gguf");
         test::write_tiny_model(path, c.spec);

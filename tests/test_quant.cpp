@@ -549,6 +549,32 @@ TEST(cpu_gemm4, q4_0_repacked_order) {
         }
 }
 
+// mxfp4 in the order of llama.cpp's repacked mxfp4_8x8 kernels (gpt-oss's experts): the row kernel equals plain code
+// summing block by block, acc = fma(float(integer dot), 2^(e - 128) * d_a, acc), bit for bit.
+TEST(cpu_gemm4, mxfp4_repacked_order) {
+    const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(type::mxfp4);
+    if (!ops->vec_dot_rows8) GTEST_SKIP() << "no AVX2: llama.cpp does not repack mxfp4 there either";
+    for (int64_t k : {int64_t(32), int64_t(32 * 23), int64_t(2880)}) {
+        const size_t wrow = row_size(type::mxfp4, k), arow = row_size(type::q8_0, k);
+        std::vector<uint8_t> w(wrow), a(arow);
+        auto x = random_heavy(size_t(k), uint32_t(80 + k));
+        auto z = random_normal(size_t(k), uint32_t(81 + k));
+        quantize_row_ref<mxfp4>(x.data(), w.data(), k);
+        ops->act_from_float(z.data(), a.data(), k);
+        const auto* wb = reinterpret_cast<const block_mxfp4*>(w.data());
+        const auto* ab = reinterpret_cast<const block_q8_0*>(a.data());
+        float acc = 0.0f;
+        for (int64_t b = 0; b < k / 32; b++) {
+            int32_t sumi = 0;
+            for (int j = 0; j < 16; j++)
+                sumi += int32_t(ab[b].qs[j]) * e2m1_doubled(wb[b].qs[j] & 0xf) +
+                        int32_t(ab[b].qs[j + 16]) * e2m1_doubled(wb[b].qs[j] >> 4);
+            acc = std::fma(float(sumi), e8m0_to_fp32_half(wb[b].e) * to_f32(ab[b].d), acc);
+        }
+        EXPECT_EQ(ops->vec_dot_rows8(w.data(), a.data(), k), acc) << k;
+    }
+}
+
 // Weights repacked in 16-row groups (backends/cpu/quant/repack.h): every kind, both instruction-set builds, any
 // number of activation rows, against the row kernels they stand in for. Bound: exact equality (same bits), since the
 // lanes keep the row kernels' accumulators; that is what keeps tessera's output identical to llama.cpp's (q4_0, q4_1,

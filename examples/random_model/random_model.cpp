@@ -22,7 +22,11 @@
 //   phi3    phi4-mini                   bitnet-b1.58  bitnet-2b (BitNet-b1.58-2B-4T)
 //   qwen3moe  qwen3-30b-a3b (Qwen3-30B-A3B: 128 experts, 8 used, 768 wide), qwen3moe-small (1024 wide, 8 layers,
 //             64 experts, 8 used, 256 wide: a small MoE for CPU speed)
-// A family's own parts come with every shape: qwen2's q/k/v biases, qwen3's and gemma3's Q/K norms, gemma3's post-norms
+//   gpt-oss   gpt-oss-20b (24 layers, 2880 wide, 64 heads of 64, 8 KV heads, 32 experts, 4 used, 2880 wide each,
+//             window 128 on alternate layers; experts MXFP4 unless --expert-type; no o200k vocabulary is at hand here:
+//             pass one with --vocab, e.g. qwen2's)
+// A family's own parts come with every shape: gpt-oss's q/k/v/o biases, attention sinks, YaRN (factor 32), window of
+// 8 tokens on even layers (small shapes), router and expert biases, MXFP4 experts; qwen2's q/k/v biases, qwen3's and gemma3's Q/K norms, gemma3's post-norms
 // and sliding window (small shapes: a window of 8 tokens and a pattern of 3 when there are fewer than 6 layers, so
 // that short prompts cross it), phi3's fused q/k/v and gate/up matrices, partial rotary dimensions and LongRoPE factors
 // (small shapes: an original context of 32, so the long factors are in use), bitnet's sub-norms and per-tensor scales.
@@ -65,7 +69,7 @@ struct shape {
     bool preset = false;
 };
 
-bool is_moe(const std::string& arch) { return arch == "qwen3moe"; }
+bool is_moe(const std::string& arch) { return arch == "qwen3moe" || arch == "gpt-oss"; }
 
 shape preset(const std::string& s) {
     shape r;
@@ -99,6 +103,9 @@ shape preset(const std::string& s) {
     } else if (s == "qwen3moe-small") { // a small shape with many experts, for CPU speed against llama.cpp
         set("qwen3moe", 1024, 8, 16, 4, 64, 1536, 151936, 1000000.0f, false, 40960);
         r.n_expert = 64, r.n_expert_used = 8, r.n_ff_exp = 256;
+    } else if (s == "gpt-oss-20b") {
+        set("gpt-oss", 2880, 24, 64, 8, 64, 2880, 201088, 150000.0f, false, 131072);
+        r.n_expert = 32, r.n_expert_used = 4, r.n_ff_exp = 2880, r.n_swa = 128;
     }
     else r.preset = false;
     return r;
@@ -139,6 +146,7 @@ shape parse_shape(const std::string& s, const std::string& arch) {
     if (is_moe(r.arch)) { // --experts sets the counts; the shape's FF is each expert's width
         r.n_expert = 8, r.n_expert_used = 2, r.n_ff_exp = r.n_ff;
     }
+    if (r.arch == "gpt-oss") r.n_swa = 8; // short prompts cross the window
     if (r.arch == "bitnet" || r.arch == "bitnet-b1.58") r.tied = true;
     return r;
 }
@@ -189,6 +197,20 @@ void add_vector(writer_state& st, const std::string& name, int64_t n, float mean
         std::memcpy(out.data() + i * 4, &v, 4);
     }
     const int64_t ne[1] = {n};
+    st.w.add_tensor(name, uint32_t(type::f32), ne, out.data());
+    st.bytes += out.size();
+}
+
+// An f32 matrix (ne0, ne1) of mean + N(0, sd): per-expert biases.
+void add_vector2(writer_state& st, const std::string& name, int64_t ne0, int64_t ne1, float mean, float sd) {
+    auto& out = st.storage.emplace_back(size_t(ne0 * ne1) * 4);
+    std::mt19937 rng(st.seed++);
+    std::normal_distribution<float> nd(mean, sd);
+    for (int64_t i = 0; i < ne0 * ne1; i++) {
+        const float v = nd(rng);
+        std::memcpy(out.data() + i * 4, &v, 4);
+    }
+    const int64_t ne[2] = {ne0, ne1};
     st.w.add_tensor(name, uint32_t(type::f32), ne, out.data());
     st.bytes += out.size();
 }
@@ -284,12 +306,12 @@ void write_model(const options& o) {
     const std::string& a = s.arch;
     const bool bitnet = a == "bitnet" || a == "bitnet-b1.58";
     if (a != "llama" && a != "qwen2" && a != "qwen3" && a != "gemma3" && a != "phi3" && !bitnet && !is_moe(a))
-        throw error(fmt::format("unknown family '{}' (llama, qwen2, qwen3, qwen3moe, gemma3, phi3, bitnet, "
+        throw error(fmt::format("unknown family '{}' (llama, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss, bitnet, "
                                 "bitnet-b1.58)",
                                 a));
     type t;
     if (!type_from_name(o.type_s, t)) throw error(fmt::format("unknown type '{}'", o.type_s));
-    type t_exp = t;
+    type t_exp = a == "gpt-oss" ? type::mxfp4 : t; // gpt-oss's released files keep the experts in MXFP4
     if (!o.expert_type.empty() && !type_from_name(o.expert_type, t_exp))
         throw error(fmt::format("unknown type '{}'", o.expert_type));
     if (o.n_expert > 0) {
@@ -330,13 +352,19 @@ void write_model(const options& o) {
     if (s.n_swa) {
         w.set(p + "attention.sliding_window", gguf_value::of_u32(uint32_t(s.n_swa)));
         if (s.swa_pattern) w.set(p + "attention.sliding_window_pattern", gguf_value::of_u32(uint32_t(s.swa_pattern)));
-        w.set(p + "rope.freq_base_swa", gguf_value::of_f32(10000.0f));
+        if (a == "gemma3") w.set(p + "rope.freq_base_swa", gguf_value::of_f32(10000.0f));
     }
     if (o.softcap > 0.0f) w.set(p + "final_logit_softcapping", gguf_value::of_f32(o.softcap));
     if (s.n_expert) {
         w.set(p + "expert_count", gguf_value::of_u32(uint32_t(s.n_expert)));
         w.set(p + "expert_used_count", gguf_value::of_u32(uint32_t(s.n_expert_used)));
         w.set(p + "expert_feed_forward_length", gguf_value::of_u32(uint32_t(s.n_ff_exp)));
+    }
+    if (a == "gpt-oss" && o.yarn == 0.0f) { // the released models' YaRN: factor 32 over an original 4096 context
+        w.set(p + "rope.scaling.type", gguf_value::of_string("yarn"));
+        w.set(p + "rope.scaling.factor", gguf_value::of_f32(32.0f));
+        w.set(p + "rope.scaling.original_context_length", gguf_value::of_u32(4096));
+        w.set(p + "context_length", gguf_value::of_u32(131072));
     }
     if (o.yarn > 0.0f) {
         w.set(p + "rope.scaling.type", gguf_value::of_string("yarn"));
@@ -376,7 +404,7 @@ void write_model(const options& o) {
             add_matrix(st, b + "attn_v.weight", E, KV * D, t);
             scale_of(b + "attn_v");
         }
-        if (a == "qwen2") {
+        if (a == "qwen2" || a == "gpt-oss") {
             add_vector(st, b + "attn_q.bias", H * D, 0.0f, 0.1f);
             add_vector(st, b + "attn_k.bias", KV * D, 0.0f, 0.1f);
             add_vector(st, b + "attn_v.bias", KV * D, 0.0f, 0.1f);
@@ -388,14 +416,24 @@ void write_model(const options& o) {
         if (bitnet) add_norm(st, b + "attn_sub_norm.weight", H * D);
         add_matrix(st, b + "attn_output.weight", H * D, E, t);
         scale_of(b + "attn_output");
-        if (a == "gemma3") add_norm(st, b + "post_attention_norm.weight", E);
-        add_norm(st, b + "ffn_norm.weight", E);
+        if (a == "gpt-oss") {
+            add_vector(st, b + "attn_output.bias", E, 0.0f, 0.1f);
+            add_vector(st, b + "attn_sinks.weight", H, 0.0f, 1.0f);
+        }
+        if (a == "gemma3" || a == "gpt-oss") add_norm(st, b + "post_attention_norm.weight", E);
+        if (a != "gpt-oss") add_norm(st, b + "ffn_norm.weight", E); // gpt-oss: post_attention_norm is the FFN's norm
         if (s.n_expert) { // the router stays f32 (llama.cpp's quantize leaves ffn_gate_inp alone)
             const int64_t X = s.n_expert, FX = s.n_ff_exp;
             add_matrix(st, b + "ffn_gate_inp.weight", E, X, type::f32);
             add_matrix(st, b + "ffn_gate_exps.weight", E, FX, t_exp, X);
             add_matrix(st, b + "ffn_up_exps.weight", E, FX, t_exp, X);
             add_matrix(st, b + "ffn_down_exps.weight", FX, E, t_exp, X);
+            if (a == "gpt-oss") { // router and expert biases
+                add_vector(st, b + "ffn_gate_inp.bias", X, 0.0f, 0.1f);
+                add_vector2(st, b + "ffn_gate_exps.bias", FX, X, 0.0f, 0.1f);
+                add_vector2(st, b + "ffn_up_exps.bias", FX, X, 0.0f, 0.1f);
+                add_vector2(st, b + "ffn_down_exps.bias", E, X, 0.0f, 0.1f);
+            }
             continue;
         }
         if (a == "phi3") {

@@ -16,6 +16,7 @@ constexpr std::array families = {
     family{"qwen3moe", qwen3moe_load, qwen3moe_build},
     family{"gemma3", gemma3_load, gemma3_build},
     family{"phi3", phi3_load, phi3_build},
+    family{"gpt-oss", gpt_oss_load, gpt_oss_build},
     family{"bitnet", bitnet_load, bitnet_build},
     family{"bitnet-b1.58", bitnet_load, bitnet_build},
 };

@@ -53,6 +53,8 @@ void phi3_load(model& m);
 tensor* phi3_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
 void qwen3moe_load(model& m);
 tensor* qwen3moe_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
+void gpt_oss_load(model& m);
+tensor* gpt_oss_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
 void bitnet_load(model& m);
 tensor* bitnet_build(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
 

@@ -135,7 +135,7 @@ void load_hparams(model& m, rope_mode mode) {
     hp.rope_freq_scale_swa = hp.rope_freq_scale;
 }
 
-void load_sliding_window(model& m, int64_t default_pattern) {
+void load_sliding_window(model& m, int64_t default_pattern, bool swa_rope_as_full) {
     const std::string a = m.arch + ".";
     hparams& hp = m.hp;
     hp.n_swa = get_int(m, a + "attention.sliding_window", 0, 0, int64_t(1) << 24);
@@ -154,9 +154,9 @@ void load_sliding_window(model& m, int64_t default_pattern) {
         const int64_t n = get_int(m, key, default_pattern, 0, 1 << 20);
         for (int64_t il = 0; il < hp.n_layer; il++) hp.swa_l[size_t(il)] = n == 0 || il % n < n - 1;
     }
-    // the local layers' rope: their own base (gemma3: 10000), unscaled
-    hp.rope_freq_base_swa = get_float(m, a + "rope.freq_base_swa", 10000.0f);
-    hp.rope_freq_scale_swa = 1.0f;
+    // the local layers' rope: their own base (gemma3: 10000), unscaled; or the full layers' (gpt-oss)
+    hp.rope_freq_base_swa = get_float(m, a + "rope.freq_base_swa", swa_rope_as_full ? hp.rope_freq_base : 10000.0f);
+    hp.rope_freq_scale_swa = swa_rope_as_full ? hp.rope_freq_scale : 1.0f;
 }
 
 void load_experts(model& m, hparams::gating gating, bool weights_norm) {

@@ -27,8 +27,9 @@ std::vector<int64_t> get_per_layer(const model& m, const std::string& key, std::
 void load_hparams(model& m, rope_mode mode);
 // Sliding-window attention: `attention.sliding_window` tokens on the layers `attention.sliding_window_pattern`
 // names (an array of flags, or n: every n-th layer, counting from 1, has full attention; default_pattern when the
-// key is missing), with the rope base `rope.freq_base_swa`. No key: no window.
-void load_sliding_window(model& m, int64_t default_pattern);
+// key is missing), with the rope base `rope.freq_base_swa`: by default 10000 and unscaled (gemma3), or with
+// swa_rope_as_full the full layers' base and scale (gpt-oss). No key: no window.
+void load_sliding_window(model& m, int64_t default_pattern, bool swa_rope_as_full = false);
 
 // token_embd, output_norm and output (absent: tied to token_embd) and the optional output.bias.
 void load_io(model& m);

@@ -1,9 +1,13 @@
-// mxfp4_avx2.cpp: AVX2 row dot of mxfp4 weights with q8_0 activations (ggml's CPU pairing), in the order of ggml's
-// AVX2 kernel (ggml_vec_dot_mxfp4_q8_0) so the f32 result is the same bits as llama.cpp's on x86: blocks in pairs,
-// block 2i into accumulator 1 and 2i + 1 into accumulator 2 (fma of the block's scale into 8 int32 lane sums), the two
-// added and folded by hsum_float_8, then an odd last block in scalar code.
+// mxfp4_avx2.cpp: AVX2 row dots of mxfp4 weights with q8_0 activations (ggml's CPU pairing), so the f32 result is the
+// same bits as llama.cpp's on x86. vec_dot_mxfp4_q8_0 in the order of ggml's AVX2 kernel (ggml_vec_dot_mxfp4_q8_0):
+// blocks in pairs, block 2i into accumulator 1 and 2i + 1 into accumulator 2 (fma of the block's scale into 8 int32
+// lane sums), the two added and folded by hsum_float_8, then an odd last block in scalar code. The blockwise one in
+// the order of the repacked mxfp4_8x8 kernels llama.cpp uses for matrices of 8k rows (gpt-oss's experts): per block,
+// acc = fma(float(integer block dot), 2^(e - 128) * d_a, acc).
 #include "backends/cpu/quant/avx2.h"
 #include "quant/mxfp4.h"
+
+#include <cmath>
 
 namespace tessera::cpu::avx2 {
 
@@ -43,6 +47,20 @@ float vec_dot_mxfp4_q8_0(const void* w, const void* a, int64_t n) {
     float sum = hsum8(_mm256_add_ps(acc1, acc2));
     for (; ib < nb; ib++) sum += mxfp4::vec_dot(x[ib], y[ib]);
     return sum;
+}
+
+float vec_dot_mxfp4_q8_0_blockwise(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const block_mxfp4*>(w);
+    auto* y = static_cast<const block_q8_0*>(a);
+    float acc = 0.0f;
+    for (int64_t ib = 0; ib < n / 32; ib++) {
+        const __m256i p = dot_i8(decode(x[ib].qs), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[ib].qs)));
+        const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+        const __m128i q = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+        const int32_t sumi = _mm_cvtsi128_si32(_mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 3, 0, 1))));
+        acc = std::fma(float(sumi), e8m0_to_fp32_half(x[ib].e) * h2f(y[ib].d), acc);
+    }
+    return acc;
 }
 
 } // namespace tessera::cpu::avx2

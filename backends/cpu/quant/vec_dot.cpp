@@ -38,6 +38,7 @@ float vec_dot_i2_s_i8_s(const void* w, const void* a, int64_t n);
 void quantize_row_i8_s(const float* x, void* y, int64_t n);
 float vec_dot_nvfp4_q8_0(const void* w, const void* a, int64_t n);
 float vec_dot_mxfp4_q8_0(const void* w, const void* a, int64_t n);
+float vec_dot_mxfp4_q8_0_blockwise(const void* w, const void* a, int64_t n);
 template <int G> float vec_dot_awq4_q8_1(const void* w, const void* a, int64_t n);
 void f32_to_f16_row(const float* x, void* y, int64_t n);
 void f16_to_f32_row(const void* x, float* y, int64_t n);
@@ -195,6 +196,7 @@ struct tables {
         fast[slot(type::q4_0)].vec_dot_rows8 = avx2::vec_dot_q4_0_q8_0_blockwise;
         fast[slot(type::q4_0)].gemm4_rows8 = avx2::gemm4_q4_0_q8_0_blockwise;
         fast[slot(type::q4_0)].gemv4_rows8 = avx2::gemv4_q4_0_q8_0_blockwise;
+        fast[slot(type::mxfp4)].vec_dot_rows8 = avx2::vec_dot_mxfp4_q8_0_blockwise; // llama.cpp's mxfp4_8x8 order
         fast[slot(type::q4_1)].gemv4 = avx2::gemv4_q4_1_q8_1;
         // no gemv4 for q8_0: measured 3x slower than the row dot on 49152 x 576 (5 vs 16-20 GB/s, this machine,
         // 2026-11-22); not understood yet
