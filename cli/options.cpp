@@ -28,16 +28,18 @@ void add_model_options(CLI::App& cmd, model_options& o, bool model_required) {
     cmd.add_flag("--exact", o.session.exact,
                  "CUDA: reproduce the CPU's results bit for bit (quantized mul_mat, norms, rope, attention); "
                  "slower, for checking one backend against the other");
-    cmd.add_option("--n-gpu-layers,--ngl", o.n_gpu_layers,
-                   "Layers on the GPU; for now any N > 0 puts the whole model on CUDA and 0 keeps it on the CPU")
+    cmd.add_option("--n-gpu-layers,--ngl", o.session.n_gpu_layers,
+                   "Layers on the GPU, counted as llama.cpp counts them: the last N layers, the output layer "
+                   "counting as one (N >= layers + 1: all); the rest run on the CPU; 0 keeps everything on the CPU "
+                   "(default: all when a GPU is present)")
         ->check(CLI::Range(0, 1 << 20));
 }
 
 device_choice choose_device(const model_options& o, const model* m) {
-    if (o.device == "cpu" || (o.device.empty() && o.n_gpu_layers == 0)) return {};
-    if (o.device == "cuda" && o.n_gpu_layers == 0)
+    if (o.device == "cpu" || (o.device.empty() && o.session.n_gpu_layers == 0)) return {};
+    if (o.device == "cuda" && o.session.n_gpu_layers == 0)
         throw error("--device cuda and -ngl 0 contradict each other (-ngl 0 keeps every layer on the CPU)");
-    const bool asked = o.device == "cuda" || o.n_gpu_layers > 0;
+    const bool asked = o.device == "cuda" || o.session.n_gpu_layers > 0;
     const char* flag = o.device == "cuda" ? "--device cuda" : "-ngl";
     std::string why;
     const std::optional<gpu_info> gpu = find_gpu(&why);

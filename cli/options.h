@@ -13,10 +13,9 @@ namespace tessera::cli {
 
 struct model_options {
     std::string model;          // -m
-    session_params session;     // -c, -b, -t (session.device: see choose_device)
+    session_params session;     // -c, -b, -t, -ngl (session.device: see choose_device)
     bool verbose = false;       // -v
     std::string device;         // --device cpu|cuda; empty: CUDA when a GPU is present
-    int n_gpu_layers = -1;      // -ngl; -1: not given. For now any N > 0 puts the whole model on CUDA, 0 on the CPU
 };
 
 // Where a command runs, from --device, -ngl and the machine.

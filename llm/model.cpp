@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -161,9 +163,51 @@ struct session::batch_graph {
 };
 
 session::session(const model& m, const session_params& p) : m_(m), p_(p) {
-    be_ = make_backend(p.device, p.n_threads, p.exact);
-    be_->load_weights(m.params);
-    runner_ = std::make_unique<graph_runner>(*be_);
+    // -ngl: layers [offload_from_, n_layer) and the output (layer n_layer) on the offload backend, the rest on the CPU
+    const int64_t n_layer = m.hp.n_layer;
+    const bool offload = p.device == device_type::cuda || p.offload_backend;
+    if (offload && p.n_gpu_layers >= 0 && p.n_gpu_layers <= n_layer) {
+        offload_from_ = n_layer + 1 - p.n_gpu_layers;
+        cpu_ = make_backend(device_type::cpu, p.n_threads);
+        be_ = p.offload_backend ? p.offload_backend() : make_backend(p.device, p.n_threads, p.exact);
+    } else {
+        be_ = make_backend(p.device, p.n_threads, p.exact);
+    }
+    // where each weight and cache lives: a weight's layer as llama.cpp names it (blk.N.* -> N, output* -> n_layer; the
+    // token embeddings go with the output when it shares them, else stay on the CPU; other weights, such as rope
+    // factors every layer reads: no preference, both backends hold them), a cache with its layer
+    home_ = [this](const tensor& t) -> int {
+        if (!cpu_) return 0;
+        int64_t il = -1;
+        if (t.flags & flag_param) {
+            int n = -1, used = 0;
+            if (std::sscanf(t.name, "blk.%d.%n", &n, &used) == 1 && used > 0)
+                il = n;
+            else if (std::strncmp(t.name, "output", 6) == 0 || (&t == m_.tok_embd && m_.output == m_.tok_embd))
+                il = m_.hp.n_layer;
+            else if (&t != m_.tok_embd)
+                return -1;
+        } else {
+            for (size_t l = 0; l < kv_.k.size() && il < 0; l++)
+                if (&t == kv_.k[l] || &t == kv_.v[l]) il = int64_t(l);
+            if (il < 0) return -1;
+        }
+        return il >= offload_from_ ? 1 : 0;
+    };
+    if (cpu_) {
+        std::vector<tensor*> on_cpu, on_offload;
+        for (tensor* w : m.params) {
+            const int h = home_(*w);
+            if (h <= 0) on_cpu.push_back(w);
+            if (h != 0) on_offload.push_back(w);
+        }
+        cpu_->load_weights(on_cpu);
+        be_->load_weights(on_offload);
+        sched_ = std::make_unique<scheduler>(std::vector<backend*>{cpu_.get(), be_.get()});
+    } else {
+        be_->load_weights(m.params);
+        sched_ = std::make_unique<scheduler>(std::vector<backend*>{be_.get()});
+    }
     int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min<int64_t>(m.hp.n_ctx_train, 4096);
     if (n_ctx < 1 || n_ctx > (int64_t(1) << 24)) throw error(fmt::format("context size {} is out of range", n_ctx));
     if (p_.n_batch < 1) throw error(fmt::format("batch size {} must be positive", p_.n_batch));
@@ -183,7 +227,9 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
     };
     if (p.device == device_type::cpu && ram_gib > 0 && kv_gib > ram_gib) throw no_room();
     try {
-        kv_.init(*be_, kv_widths, n_ctx);
+        std::vector<backend*> kv_be;
+        for (int64_t il = 0; il < n_layer; il++) kv_be.push_back(cpu_ && il < offload_from_ ? cpu_.get() : be_.get());
+        kv_.init(kv_be, kv_widths, n_ctx);
     } catch (const std::bad_alloc&) {
         throw no_room();
     }
@@ -192,7 +238,7 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
 session::~session() = default;
 
 int session::n_threads() const {
-    const auto* cpu = dynamic_cast<const cpu::cpu_backend*>(be_.get());
+    const auto* cpu = dynamic_cast<const cpu::cpu_backend*>(cpu_ ? cpu_.get() : be_.get());
     return cpu ? cpu->n_threads() : 0;
 }
 
@@ -311,7 +357,7 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
             bg->scores->flags |= flag_output;
             bg->g.expand(bg->scores);
         }
-        runner_->prepare(bg->g);
+        sched_->prepare(bg->g, home_);
         last_ = std::move(bg);
     }
     graph& g = last_->g;
@@ -334,32 +380,31 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
         const int64_t s0 = seq_start(n_past + i);
         for (int64_t j = 0; j < n_kv; j++) mask[size_t(i * n_kv + j)] = j >= s0 && j <= n_past + i ? 0.0f : -inf;
     }
-    be_->set(*in.ids, tokens.data(), 0, size_t(n) * 4);
-    be_->set(*in.pos, pos.data(), 0, pos.size() * 4);
-    be_->set(*in.mask, mask.data(), 0, mask.size() * 4);
+    auto set = [&](tensor& t, const void* src, size_t bytes) { sched_->backend_of(t).set(t, src, 0, bytes); };
+    set(*in.ids, tokens.data(), size_t(n) * 4);
+    set(*in.pos, pos.data(), pos.size() * 4);
+    set(*in.mask, mask.data(), mask.size() * 4);
     if (in.mask_swa) {
         for (int64_t i = 0; i < n; i++)
             for (int64_t j = 0; j < n_kv; j++)
                 if (n_past + i - j >= m_.hp.n_swa) mask[size_t(i * n_kv + j)] = -inf;
-        be_->set(*in.mask_swa, mask.data(), 0, mask.size() * 4);
+        set(*in.mask_swa, mask.data(), mask.size() * 4);
     }
-    be_->set(*in.kv_idx, rows.data(), 0, rows.size() * 4);
+    set(*in.kv_idx, rows.data(), rows.size() * 4);
     if (sc) {
         const size_t rows = size_t(last_->targets->ne[0]);
-        be_->set(*last_->targets, sc->targets, 0, rows * 4);
-        if (last_->base) be_->set(*last_->base, sc->base, 0, last_->base->n_bytes());
+        set(*last_->targets, sc->targets, rows * 4);
+        if (last_->base) set(*last_->base, sc->base, last_->base->n_bytes());
     }
 
-    if (same_graph)
-        runner_->compute_again(g); // nothing in g changed since it last ran: only its inputs, set above
-    else
-        runner_->compute(g);
+    sched_->compute(g, same_graph); // same_graph: nothing in g changed since it last ran, only its inputs (set above)
     kv_.n_used = n_past + n;
     if (out_offset == SIZE_MAX) return;
     if (sc)
-        be_->get(*last_->scores, static_cast<int32_t*>(scores_->base()) + out_offset, 0, last_->scores->n_bytes());
+        sched_->backend_of(*last_->scores)
+            .get(*last_->scores, static_cast<int32_t*>(scores_->base()) + out_offset, 0, last_->scores->n_bytes());
     else
-        be_->get(*logits, static_cast<float*>(logits_->base()) + out_offset, 0,
+        sched_->backend_of(*logits).get(*logits, static_cast<float*>(logits_->base()) + out_offset, 0,
                  size_t(logits->n_elements()) * sizeof(float));
 }
 

@@ -4,6 +4,7 @@
 
 #include "ggml-like/backend.h"
 #include "ggml-like/gguf.h"
+#include "ggml-like/sched.h"
 #include "ggml-like/score.h"
 #include "llm/device.h"
 #include "llm/kv_cache.h"
@@ -176,6 +177,13 @@ struct session_params {
     // CUDA: reproduce the CPU's results bit for bit (quantized mul_mat, norms, rope, attention), slower; the
     // same as TESSERA_CUDA_EXACT=1 (backends/cuda/common.cuh). No effect on the CPU.
     bool exact = false;
+    // -ngl, as llama.cpp counts: the last N layers on the GPU (`device` cuda), the rest on the CPU, the output layer
+    // counting as one more (N = 1: the output alone; N >= n_layer + 1, or -1: everything). A layer's KV cache lives
+    // with it; the token embeddings stay on the CPU unless the output layer shares them and is offloaded.
+    int n_gpu_layers = -1;
+    // The backend the offloaded layers run on; null: the device's. Tests put a second CPU backend here to check the
+    // layer split without a GPU.
+    std::function<std::unique_ptr<backend>()> offload_backend = {};
 };
 
 // Evaluation state: backend, KV cache and reusable graph memory. Not thread-safe.
@@ -208,6 +216,7 @@ class session {
     void truncate(int64_t n) { kv_.n_used = std::min(kv_.n_used, n); } // forget positions >= n
     const model& mdl() const { return m_; }
     backend& be() { return *be_; }
+    size_t n_splits() const { return sched_->n_splits(); } // backends the last graph ran on in turn (-ngl: 2)
     int n_threads() const; // CPU threads; 0 on other devices
 
   private:
@@ -226,8 +235,11 @@ class session {
 
     const model& m_;
     session_params p_;
-    std::unique_ptr<backend> be_;
-    std::unique_ptr<graph_runner> runner_;
+    std::unique_ptr<backend> be_;  // the device's backend (with -ngl: the one taking the offloaded layers)
+    std::unique_ptr<backend> cpu_; // with -ngl: the CPU backend taking the other layers; null otherwise
+    int64_t offload_from_ = 0;     // with -ngl: the first layer on be_ (n_layer: the output layer only)
+    std::unique_ptr<scheduler> sched_;
+    scheduler::home_fn home_; // where each weight and cache lives (sched.h)
     kv_cache kv_;
     // logits of the last decode, n_logits_ floats, in memory the backend copies into directly (backend::alloc_host)
     std::unique_ptr<buffer> logits_;

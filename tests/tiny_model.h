@@ -21,6 +21,7 @@ struct tiny_model_spec {
     int64_t n_embd = 64, n_layer = 2, n_head = 4, n_head_kv = 2, n_ff = 128, n_ctx = 256;
     int64_t n_expert = 0, n_expert_used = 0; // > 0: a qwen3moe-style file (Q/K norms, the router, 3-D experts)
     type weight_type = type::q8_0;
+    bool tied_output = true; // false: an output.weight of its own (else the output reads token_embd)
     std::string arch = "llama";
     std::vector<std::string> drop;                            // tensors to leave out
     std::map<std::string, std::vector<int64_t>> reshape;      // tensor -> wrong ne
@@ -78,6 +79,7 @@ inline int64_t write_tiny_model(const std::string& path, const tiny_model_spec& 
     const int64_t E = s.n_embd, D = s.n_embd / s.n_head;
     add("token_embd.weight", {E, n_vocab}, type::q8_0);
     add("output_norm.weight", {E}, type::f32);
+    if (!s.tied_output) add("output.weight", {E, n_vocab}, s.weight_type);
     for (int64_t il = 0; il < s.n_layer; il++) {
         const std::string b = "blk." + std::to_string(il) + ".";
         add(b + "attn_norm.weight", {E}, type::f32);
