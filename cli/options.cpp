@@ -33,6 +33,9 @@ void add_model_options(CLI::App& cmd, model_options& o, bool model_required) {
                    "counting as one (N >= layers + 1: all); the rest run on the CPU; 0 keeps everything on the CPU "
                    "(default: all when a GPU is present)")
         ->check(CLI::Range(0, 1 << 20));
+    cmd.add_option("--n-cpu-moe,--ncmoe", o.session.n_cpu_moe,
+                   "Mixture-of-experts models: keep the experts of the first N layers on the CPU (with the GPU)")
+        ->check(CLI::Range(0, 1 << 20));
 }
 
 device_choice choose_device(const model_options& o, const model* m) {

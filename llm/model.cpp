@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <string_view>
 
 #include <unistd.h>
 
@@ -166,8 +167,10 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
     // -ngl: layers [offload_from_, n_layer) and the output (layer n_layer) on the offload backend, the rest on the CPU
     const int64_t n_layer = m.hp.n_layer;
     const bool offload = p.device == device_type::cuda || p.offload_backend;
-    if (offload && p.n_gpu_layers >= 0 && p.n_gpu_layers <= n_layer) {
-        offload_from_ = n_layer + 1 - p.n_gpu_layers;
+    if (p.n_cpu_moe < 0) throw error(fmt::format("--n-cpu-moe {} must not be negative", p.n_cpu_moe));
+    const bool some_layers = p.n_gpu_layers >= 0 && p.n_gpu_layers <= n_layer;
+    if (offload && (some_layers || (p.n_cpu_moe > 0 && m.hp.n_expert > 0))) {
+        offload_from_ = some_layers ? n_layer + 1 - p.n_gpu_layers : 0;
         cpu_ = make_backend(device_type::cpu, p.n_threads);
         be_ = p.offload_backend ? p.offload_backend() : make_backend(p.device, p.n_threads, p.exact);
     } else {
@@ -181,8 +184,13 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
         int64_t il = -1;
         if (t.flags & flag_param) {
             int n = -1, used = 0;
-            if (std::sscanf(t.name, "blk.%d.%n", &n, &used) == 1 && used > 0)
+            if (std::sscanf(t.name, "blk.%d.%n", &n, &used) == 1 && used > 0) {
                 il = n;
+                const std::string_view rest(t.name + used);
+                const bool expert = rest.starts_with("ffn_gate_exps") || rest.starts_with("ffn_up_exps") ||
+                                    rest.starts_with("ffn_down_exps") || rest.starts_with("ffn_gate_up_exps");
+                if (expert && n < p_.n_cpu_moe) return 0;
+            }
             else if (std::strncmp(t.name, "output", 6) == 0 || (&t == m_.tok_embd && m_.output == m_.tok_embd))
                 il = m_.hp.n_layer;
             else if (&t != m_.tok_embd)

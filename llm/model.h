@@ -181,6 +181,9 @@ struct session_params {
     // counting as one more (N = 1: the output alone; N >= n_layer + 1, or -1: everything). A layer's KV cache lives
     // with it; the token embeddings stay on the CPU unless the output layer shares them and is offloaded.
     int n_gpu_layers = -1;
+    // --n-cpu-moe: the experts (ffn_{gate,up,down}_exps, their biases) of the first N layers stay in host memory and
+    // the CPU computes them; everything else as -ngl says
+    int n_cpu_moe = 0;
     // The backend the offloaded layers run on; null: the device's. Tests put a second CPU backend here to check the
     // layer split without a GPU.
     std::function<std::unique_ptr<backend>()> offload_backend = {};

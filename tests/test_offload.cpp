@@ -23,9 +23,10 @@ std::string temp_path(const std::string& name) {
 }
 
 // a prompt, then 6 decode steps: the logits of every step, one after the other
-std::vector<float> run(const model& m, int n_gpu_layers, size_t* splits) {
+std::vector<float> run(const model& m, int n_gpu_layers, size_t* splits, int n_cpu_moe = 0) {
     session_params p{.n_ctx = 64, .n_batch = 16, .n_threads = 2};
     p.n_gpu_layers = n_gpu_layers;
+    p.n_cpu_moe = n_cpu_moe;
     p.offload_backend = [] { return std::make_unique<cpu::cpu_backend>(cpu::cpu_options{1, false}); };
     session s(m, p);
     std::vector<token> prompt;
@@ -65,4 +66,28 @@ TEST(offload, every_layer_count_gives_the_logits_of_one_backend) {
         }
         fs::remove(path);
     }
+}
+
+// --n-cpu-moe on a tiny qwen3moe file: the experts of the first N layers on the CPU, the rest (attention, routers,
+// later experts) offloaded; the logits of one backend for every N
+TEST(offload, experts_of_the_first_layers_on_the_cpu) {
+    const std::string path = temp_path("ncmoe.gguf");
+    test::tiny_model_spec spec;
+    spec.arch = "qwen3moe";
+    spec.n_layer = 3;
+    spec.n_expert = 4;
+    spec.n_expert_used = 2;
+    test::write_tiny_model(path, spec);
+    auto m = model::load(path);
+    size_t splits = 0;
+    const std::vector<float> ref = run(*m, -1, &splits);
+    EXPECT_EQ(splits, 1u);
+    for (int n = 1; n <= 4; n++) {
+        const std::vector<float> got = run(*m, -1, &splits, n);
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0) << "--n-cpu-moe " << n;
+        // each layer with CPU experts leaves the offload backend for them and comes back
+        EXPECT_EQ(splits, size_t(2 * std::min(n, 3) + 1)) << "--n-cpu-moe " << n;
+    }
+    fs::remove(path);
 }
