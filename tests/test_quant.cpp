@@ -590,15 +590,17 @@ TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
     if (cpu::cpu_has_avx512vnni()) isas.push_back({"avx512vnni", cpu::avx512vnni::x16_kernels_for});
     using cpu::x16_kind;
     const std::pair<x16_kind, type> kinds[] = {
-        {x16_kind::q4_0_blockwise, type::q4_0}, {x16_kind::q4_0, type::q4_0},   {x16_kind::q4_1, type::q4_1},
-        {x16_kind::q8_0, type::q8_0},           {x16_kind::nvfp4, type::nvfp4}, {x16_kind::awq4, type::awq4},
-        {x16_kind::awq4_g64, type::awq4_g64},   {x16_kind::tq2_0, type::tq2_0}, {x16_kind::i2_s, type::i2_s}};
+        {x16_kind::q4_0_blockwise, type::q4_0}, {x16_kind::q4_0, type::q4_0},
+        {x16_kind::q4_1, type::q4_1},           {x16_kind::q8_0, type::q8_0},
+        {x16_kind::nvfp4, type::nvfp4},         {x16_kind::awq4, type::awq4},
+        {x16_kind::awq4_g64, type::awq4_g64},   {x16_kind::tq2_0, type::tq2_0},
+        {x16_kind::i2_s, type::i2_s},           {x16_kind::mxfp4_blockwise, type::mxfp4}};
     for (int64_t blocks : {int64_t(1), int64_t(19)})
         for (auto [kind, t] : kinds) {
             const int64_t k = blocks * cpu::x16_block_elems(kind);
             const int64_t n = 32, m = 19; // two groups; 19 activation rows: chunks of 4 / 2 and a remainder
             const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(t);
-            const bool blockwise = kind == x16_kind::q4_0_blockwise;
+            const bool blockwise = kind == x16_kind::q4_0_blockwise || kind == x16_kind::mxfp4_blockwise;
             const size_t wrow = row_size(t, k), arow = row_size(ops->dot_type, k);
             std::vector<uint8_t> w(size_t(n) * wrow), a(size_t(m) * arow);
             for (int64_t i = 0; i < n; i++) {
@@ -614,6 +616,11 @@ TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
             }
             if (t == type::tq2_0) reinterpret_cast<block_tq2_0*>(w.data() + 7 * wrow)[0].qs[9] |= 0xc3; // code 3 (+2)
             if (t == type::i2_s) reinterpret_cast<block_i2_s*>(w.data() + 7 * wrow)[0].qs[9] |= 0xc3;
+            if (t == type::mxfp4) { // the subnormal scales 2^-128, 2^-127 and the largest, 2^127
+                auto* b = reinterpret_cast<block_mxfp4*>(w.data() + 9 * wrow);
+                b[0].e = 0;
+                if (blocks > 1) b[1].e = 1, b[2].e = 255;
+            }
             for (int64_t j = 0; j < m; j++) {
                 auto z = random_normal(size_t(k), uint32_t(400 + j));
                 ops->act_from_float(z.data(), a.data() + j * arow, k);

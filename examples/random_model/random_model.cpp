@@ -24,7 +24,7 @@
 //             64 experts, 8 used, 256 wide: a small MoE for CPU speed)
 //   gpt-oss   gpt-oss-20b (24 layers, 2880 wide, 64 heads of 64, 8 KV heads, 32 experts, 4 used, 2880 wide each,
 //             window 128 on alternate layers; experts MXFP4 unless --expert-type; no o200k vocabulary is at hand here:
-//             pass one with --vocab, e.g. qwen2's)
+//             pass one with --vocab, e.g. qwen2's), gpt-oss-small (1024 wide, 8 layers, 32 experts of 512, 4 used)
 // A family's own parts come with every shape: gpt-oss's q/k/v/o biases, attention sinks, YaRN (factor 32), window of
 // 8 tokens on even layers (small shapes), router and expert biases, MXFP4 experts; qwen2's q/k/v biases, qwen3's and gemma3's Q/K norms, gemma3's post-norms
 // and sliding window (small shapes: a window of 8 tokens and a pattern of 3 when there are fewer than 6 layers, so
@@ -103,6 +103,9 @@ shape preset(const std::string& s) {
     } else if (s == "qwen3moe-small") { // a small shape with many experts, for CPU speed against llama.cpp
         set("qwen3moe", 1024, 8, 16, 4, 64, 1536, 151936, 1000000.0f, false, 40960);
         r.n_expert = 64, r.n_expert_used = 8, r.n_ff_exp = 256;
+    } else if (s == "gpt-oss-small") { // a small gpt-oss for CPU speed: 32 experts of 512, 4 used
+        set("gpt-oss", 1024, 8, 16, 4, 64, 512, 201088, 150000.0f, false, 131072);
+        r.n_expert = 32, r.n_expert_used = 4, r.n_ff_exp = 512, r.n_swa = 128;
     } else if (s == "gpt-oss-20b") {
         set("gpt-oss", 2880, 24, 64, 8, 64, 2880, 201088, 150000.0f, false, 131072);
         r.n_expert = 32, r.n_expert_used = 4, r.n_ff_exp = 2880, r.n_swa = 128;

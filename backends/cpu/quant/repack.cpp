@@ -23,7 +23,9 @@ namespace {
 constexpr size_t record_bytes(x16_kind kind) {
     switch (kind) {
     case x16_kind::q4_0_blockwise:
-    case x16_kind::q4_0: return 256 + 32;
+    case x16_kind::q4_0:
+    case x16_kind::mxfp4_blockwise:
+        return 256 + 32;
     case x16_kind::q4_1: return 256 + 64;
     case x16_kind::q8_0: return 512 + 32;
     case x16_kind::nvfp4: return 512 + 64;
@@ -60,7 +62,9 @@ size_t x16_group_bytes(x16_kind kind, int64_t k) {
 
 int64_t x16_act_sums_count(x16_kind kind, int64_t k) {
     switch (kind) {
-    case x16_kind::q4_0_blockwise: return k / 32;
+    case x16_kind::q4_0_blockwise:
+    case x16_kind::mxfp4_blockwise:
+        return k / 32;
     case x16_kind::q4_0:
     case x16_kind::q8_0:
     case x16_kind::nvfp4: return k / 4;
@@ -87,6 +91,14 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
                 for (int v = 0; v < 4; v++)
                     for (int j = 0; j < 4; j++) q[v * 64 + r * 4 + j] = x.qs[4 * v + j];
                 reinterpret_cast<uint16_t*>(q + 256)[r] = x.d.bits;
+                break;
+            }
+            case x16_kind::mxfp4_blockwise: {
+                const auto& x = reinterpret_cast<const block_mxfp4*>(row)[b];
+                for (int v = 0; v < 4; v++)
+                    for (int j = 0; j < 4; j++) q[v * 64 + r * 4 + j] = x.qs[4 * v + j];
+                q[256 + r] = x.e;
+                q[256 + 16 + r] = 0;
                 break;
             }
             case x16_kind::q4_1: {
@@ -166,6 +178,10 @@ bool x16_kind_for(const tensor& w, x16_kind& kind) {
     case type::awq4_g64: kind = x16_kind::awq4_g64; break;
     case type::tq2_0: kind = x16_kind::tq2_0; break;
     case type::i2_s: kind = x16_kind::i2_s; break;
+    case type::mxfp4: // llama.cpp repacks these (mxfp4_8x8) but never the token embedding
+        if (w.flags & flag_embedding) return false;
+        kind = x16_kind::mxfp4_blockwise;
+        break;
     default: return false;
     }
     if (w.ne[0] % x16_block_elems(kind) != 0) return false;

@@ -18,6 +18,8 @@
 //     acc_l = fma(float(int), d_a * d_w, acc_l); folded as hsum_float_8.
 //   - `awq4`, `awq4_g64` (tessera's own order, the row kernel's too): per row, per group g, per q8_1 block b of it,
 //     the exact integer I = sum (q - z) q8; acc_g = fma(float(I), d8_b, acc_g) (from 0), acc = fma(s_g, acc_g, acc).
+//   - `mxfp4_blockwise` (mxfp4 as llama.cpp's repacked mxfp4_8x8 kernels sum it): per row, per block,
+//     acc = fma(float(integer block dot of doubled E2M1 values), 2^(e - 128) * d_a, acc).
 //   - `i2_s` (BitNet's order): the exact integer sum over the whole row of (code - 1) q, times the row's d_a; mul_mat
 //     then multiplies by the tensor's scale (read_tensor_scale), as it does for the row kernel.
 //
@@ -26,6 +28,7 @@
 //   q4_0, q4_1: 32-element blocks; 4 vectors then [16 f16 d][q4_1: 16 f16 m]; vector v, lane r, byte j holds element
 //               4v + j of row r in its low nibble and element 16 + 4v + j in its high nibble
 //   q8_0:       8 vectors then 16 f16 d; vector g, lane r, byte j = element 4g + j of row r, plus 128
+//   mxfp4:      32-element blocks; 4 vectors of E2M1 codes, nibbles as q4_0, then 16 E8M0 bytes and 16 zero bytes
 //   nvfp4:      64-element blocks; 8 vectors then 64 bytes of UE4M3 sub-scales (byte 16s + r = row r's d[s], with
 //               0x7f and bit 7 cleared: the kernel reads byte << 7 as an f16 of value UE4M3/2 / 128, exactly);
 //               vector v, lane r, byte j: low nibble = E2M1 code of element 4v + j, high nibble = element 32 + 4v + j
@@ -37,7 +40,8 @@
 //               (bits 7-2n..6-2n of byte j: element 32n + 4l + j)
 // vpdpbusd multiplies unsigned by signed bytes, so weights are stored or decoded unsigned (nibble, q8 + 128, E2M1
 // value + 12, 2-bit code) and each integer dot starts from a correction taken from the activations (exact in int32):
-// -8 x (sum of the 4 or 32 activation bytes) for q4_0, -128 x (sum of 4) for q8_0, -12 x (sum of 4) for nvfp4,
+// -8 x (sum of the 4 or 32 activation bytes) for q4_0, -128 x (sum of 4) for q8_0, -12 x (sum of 4) for nvfp4 and
+// (of 32) for mxfp4,
 // -(sum of 32) per lane for tq2_0, -(sum of 32) per q8_1 block for awq4 (times z, per row). mul_mat computes those
 // sums once per activation row (act_sums).
 #pragma once
@@ -51,7 +55,7 @@
 
 namespace tessera::cpu {
 
-enum class x16_kind : uint8_t { q4_0_blockwise, q4_0, q4_1, q8_0, nvfp4, awq4, awq4_g64, tq2_0, i2_s };
+enum class x16_kind : uint8_t { q4_0_blockwise, q4_0, q4_1, q8_0, nvfp4, awq4, awq4_g64, tq2_0, i2_s, mxfp4_blockwise };
 
 // y[j * ys + r] = row r of the group . activation row j (at a + j * as, the weight's dot type), r < 16, j < na;
 // nb = k / 32 (every kind's block is a multiple of 32 elements); s: that row's act_sums (at s + j * ss int32s), unused
@@ -95,9 +99,10 @@ struct repacked_weight {
 };
 
 // Which repacking (if any) the CPU backend uses for a weight: q4_0 / q4_1 / q8_0 / nvfp4 / awq4 / awq4_g64 / tq2_0 /
-// i2_s, 2-D (or a 3-D stack of experts, for mul_mat_id), contiguous, rows a multiple of 16, on a CPU with AVX2. q4_0
-// matrices llama.cpp would repack (not the token embedding) are summed blockwise, the rest in ggml_vec_dot's order. The
-// embedding's copy is used by mul_mat (tied output); get_rows reads the file.
+// i2_s / mxfp4, 2-D (or a 3-D stack of experts, for mul_mat_id), contiguous, rows a multiple of 16, on a CPU with
+// AVX2. q4_0 and mxfp4 matrices llama.cpp would repack (not the token embedding) are summed blockwise, the rest in
+// ggml_vec_dot's order (an mxfp4 embedding is not repacked). The embedding's copy is used by mul_mat (tied output);
+// get_rows reads the file.
 bool x16_kind_for(const tensor& w, x16_kind& kind);
 
 // The repacked weights of one backend, by weight tensor.

@@ -66,6 +66,14 @@ struct V {
         return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     }
     static void store(float* y, f v) { _mm512_storeu_ps(y, v); }
+    // 16 E8M0 bytes -> 2^(e - 128) (e8m0_to_fp32_half: e >= 2 the bits (e - 1) << 23, e = 0, 1 the subnormals)
+    static f e8m0_half(const uint8_t* p) {
+        const i e = load_u8(p);
+        const __mmask16 normal = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1));
+        const i sub = _mm512_maskz_sllv_epi32(0xffff, _mm512_set1_epi32(0x00200000), e);
+        const i bits = _mm512_mask_slli_epi32(sub, normal, _mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+        return _mm512_castsi512_ps(bits);
+    }
 };
 #else
 // two passes of 8 lanes (rows 0-7, then 8-15)
@@ -117,6 +125,14 @@ struct V {
     static f fma(f a, f b, f c) { return _mm256_fmadd_ps(a, b, c); }
     static f load_h(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
     static void store(float* y, f v) { _mm256_storeu_ps(y, v); }
+    // 8 E8M0 bytes -> 2^(e - 128) (e8m0_to_fp32_half: e >= 2 the bits (e - 1) << 23, e = 0, 1 the subnormals)
+    static f e8m0_half(const uint8_t* p) {
+        const i e = load_u8(p);
+        const i normal = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1));
+        const i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+        const i nrm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+        return _mm256_castsi256_ps(_mm256_blendv_epi8(sub, nrm, normal));
+    }
 };
 #endif
 
@@ -154,6 +170,38 @@ void q4_0_blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, c
             for (int j = 0; j < NA; j++) {
                 const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
                 V::i isum = V::set1(s[j * ss + b]); // -8 x the block's activation sum
+                for (int v = 0; v < 4; v++) {
+                    isum = V::dp(isum, lo[v], V::set1(word(ab.qs + 4 * v)));
+                    isum = V::dp(isum, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
+                }
+                acc[j] = V::fma(V::cvt(isum), V::mul(dw, V::set1f(h2f(ab.d))), acc[j]);
+            }
+        }
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, acc[j]);
+    }
+}
+
+// mxfp4 summed blockwise (llama.cpp's mxfp4_8x8 order): codes decode to doubled E2M1 value + 12 (0..24, unsigned), the
+// block's dot starts from -12 x its activation sum, acc = fma(float(block dot), 2^(e - 128) * d_a, acc)
+template <int NA>
+void mxfp4_blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
+                     size_t ys) {
+    const V::i tab = V::table16(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    for (int h = 0; h < V::passes; h++) {
+        V::f acc[NA];
+        for (int j = 0; j < NA; j++) acc[j] = V::zero();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t* q = w + size_t(b) * (256 + 32) + h * 32;
+            V::i lo[4], hi[4];
+            for (int v = 0; v < 4; v++) {
+                const V::i x = V::load(q + 64 * v);
+                lo[v] = V::lut(tab, V::low4(x));
+                hi[v] = V::lut(tab, V::high4(x));
+            }
+            const V::f dw = V::e8m0_half(w + size_t(b) * (256 + 32) + 256 + h * V::lanes);
+            for (int j = 0; j < NA; j++) {
+                const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
+                V::i isum = V::set1(s[j * ss + b]); // -12 x the block's activation sum
                 for (int v = 0; v < 4; v++) {
                     isum = V::dp(isum, lo[v], V::set1(word(ab.qs + 4 * v)));
                     isum = V::dp(isum, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
@@ -397,12 +445,13 @@ void chunked(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const in
 // plain kinds keep 8 accumulators per activation row: two rows fit the 32 zmm registers, one the 16 ymm
 constexpr int plain_na = V::passes == 1 ? 2 : 1;
 
-void sums_q4_0_blockwise(const void* a, int32_t* s, int64_t k) {
+// -Mul x (sum of each 32-element q8_0 block): q4_0 (8), mxfp4 (12)
+template <int Mul> void sums_blocks(const void* a, int32_t* s, int64_t k) {
     const auto* b = static_cast<const block_q8_0*>(a);
     for (int64_t i = 0; i < k / 32; i++) {
         int32_t t = 0;
         for (int e = 0; e < 32; e++) t += b[i].qs[e];
-        s[i] = -8 * t;
+        s[i] = -Mul * t;
     }
 }
 
@@ -440,7 +489,9 @@ constexpr int narrow_na = V::passes == 1 ? 4 : 2;
 x16_kernels x16_kernels_for(x16_kind kind) {
     switch (kind) {
     case x16_kind::q4_0_blockwise:
-        return {chunked<4, q4_0_blockwise<4>, q4_0_blockwise<1>>, sums_q4_0_blockwise};
+        return {chunked<4, q4_0_blockwise<4>, q4_0_blockwise<1>>, sums_blocks<8>};
+    case x16_kind::mxfp4_blockwise:
+        return {chunked<4, mxfp4_blockwise<4>, mxfp4_blockwise<1>>, sums_blocks<12>};
     case x16_kind::q4_0:
         return {chunked<plain_na, q4_plain<plain_na, false>, q4_plain<1, false>>, sums_groups<-8>};
     case x16_kind::q4_1: return {chunked<plain_na, q4_plain<plain_na, true>, q4_plain<1, true>>, nullptr};
