@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <unordered_set>
 #include <utility>
 
 namespace tessera {
@@ -179,6 +180,18 @@ void scheduler::prepare(graph& g, const home_fn& home) {
                 s = v;
             }
         }
+    }
+
+    // each split's graph names the leaves its nodes read (weights, caches, inputs, copies), as a whole graph does: a
+    // backend may describe them (CUDA's replay check)
+    for (split& sp : splits_) {
+        std::unordered_set<const tensor*> seen;
+        for (tensor* nd : sp.g.nodes)
+            for (tensor* s : nd->src)
+                if (s) {
+                    tensor* r = root_of(s);
+                    if (is_leaf(r) && seen.insert(r).second) sp.g.leafs.push_back(r);
+                }
     }
 
     // 4) memory: each backend plans and binds its own graph in its own buffer
