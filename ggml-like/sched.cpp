@@ -209,10 +209,7 @@ void scheduler::prepare(graph& g, const home_fn& home) {
     size_t staging = 0;
     for (const split& sp : splits_)
         for (const copy& c : sp.copies) staging = std::max(staging, c.from->n_bytes());
-    if (staging && (!staging_ || staging_->size() < staging)) {
-        staging_.reset();
-        staging_ = backends_.back()->alloc_host(staging);
-    }
+    staging_.resize(staging);
 }
 
 void scheduler::compute(graph& g, bool again) {
@@ -223,8 +220,8 @@ void scheduler::compute(graph& g, bool again) {
         backend& be = *backends_[size_t(sp.b)];
         for (const copy& c : sp.copies) {
             const size_t bytes = c.from->n_bytes();
-            backends_[size_t(c.from_backend)]->get(*c.from, staging_->base(), 0, bytes);
-            be.set(*c.to, staging_->base(), 0, bytes);
+            backends_[size_t(c.from_backend)]->get(*c.from, staging_.data(), 0, bytes);
+            be.set(*c.to, staging_.data(), 0, bytes);
         }
         if (again && per_backend[size_t(sp.b)] == 1)
             be.compute_again(sp.g);

@@ -6,6 +6,7 @@
 
 #include "backend.h"
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <unordered_map>
@@ -60,7 +61,9 @@ class scheduler {
     std::vector<split> splits_;
     std::unordered_map<const tensor*, int> where_; // nodes and inputs -> backend
     const graph* prepared_ = nullptr;
-    std::unique_ptr<buffer> staging_; // host memory for copies between backends
+    // host memory for copies between backends: pageable on purpose, as a backend's set() from pageable memory is
+    // done with it when it returns (from page-locked memory CUDA's would still be reading while the next copy fills it)
+    std::vector<uint8_t> staging_;
 };
 
 } // namespace tessera
