@@ -115,7 +115,7 @@ void bench_main(const bench_options& o) {
             for (int pass = 0; pass < 2; pass++)
                 for (int64_t n : pass == 0 ? pps : tgs) {
                     if (n == 0) continue;
-                    result_row r{s.be().name(), s.n_threads(), fmt::format("{}{}{}", pass == 0 ? "pp" : "tg", n,
+                    result_row r{s.backend_label(), s.n_threads(), fmt::format("{}{}{}", pass == 0 ? "pp" : "tg", n,
                                                                            d > 0 ? fmt::format(" @ d{}", d) : ""),
                                  0, 0, {}};
                     for (int rep = 0; rep < o.reps; rep++) r.samples.push_back(run_test(d, n, pass == 0, true));

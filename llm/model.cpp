@@ -245,6 +245,15 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
 
 session::~session() = default;
 
+std::string session::backend_label() const {
+    if (!cpu_) return be_->name();
+    std::string label = be_->name() + "+cpu";
+    if (p_.n_gpu_layers >= 0 && p_.n_gpu_layers <= m_.hp.n_layer)
+        label += fmt::format(" ngl {}/{}", p_.n_gpu_layers, m_.hp.n_layer + 1);
+    if (p_.n_cpu_moe > 0) label += fmt::format(" cpu-moe {}", p_.n_cpu_moe);
+    return label;
+}
+
 int session::n_threads() const {
     const auto* cpu = dynamic_cast<const cpu::cpu_backend*>(cpu_ ? cpu_.get() : be_.get());
     return cpu ? cpu->n_threads() : 0;

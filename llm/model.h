@@ -220,6 +220,8 @@ class session {
     const model& mdl() const { return m_; }
     backend& be() { return *be_; }
     size_t n_splits() const { return sched_->n_splits(); } // backends the last graph ran on in turn (-ngl: 2)
+    // "cpu", "cuda", or with -ngl / --n-cpu-moe "cuda+cpu" and what is offloaded ("ngl 10/31", "cpu-moe 4")
+    std::string backend_label() const;
     int n_threads() const; // CPU threads; 0 on other devices
 
   private:

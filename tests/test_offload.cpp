@@ -6,6 +6,7 @@
 #include "llm/model.h"
 #include "tiny_model.h"
 
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -39,6 +40,9 @@ std::vector<float> run(const model& m, int n_gpu_layers, size_t* splits, int n_c
         out.insert(out.end(), d.begin(), d.end());
     }
     *splits = s.n_splits();
+    if (n_gpu_layers >= 1 && n_gpu_layers <= m.hp.n_layer) {
+        EXPECT_EQ(s.backend_label(), fmt::format("cpu+cpu ngl {}/{}", n_gpu_layers, m.hp.n_layer + 1));
+    }
     return out;
 }
 
