@@ -173,7 +173,11 @@ std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_p
         const type from = t.t();
         const auto sc = p.scaling.find(t.name);
         const bool scaled = sc != p.scaling.end();
-        if (t.n_dims < 2) {
+        // as llama-quantize: only matrices named *.weight, and never a mixture of experts' router (ffn_gate_inp),
+        // whose logits choose the experts; norms, other vectors and 2-D biases (gpt-oss's per-expert ones) stay f32
+        const bool matrix =
+            t.n_dims >= 2 && ends_with(t.name, ".weight") && t.name.find("ffn_gate_inp.weight") == std::string::npos;
+        if (!matrix) {
             // norms and other vectors: kept in f32 (integer vectors as they are)
             tp.to = is_float_type(from) ? type::f32 : from;
             tp.copy = tp.to == from && !scaled;
