@@ -194,6 +194,8 @@ class session {
   public:
     session(const model& m, const session_params& p);
     ~session();
+    session(const session&) = delete; // the placement function refers to this object
+    session& operator=(const session&) = delete;
 
     // Evaluates `tokens` at positions [n_past, n_past + n). Returns logits (n_vocab) for the last token, or for every
     // token (n * n_vocab, row per token) when all_logits. Throws tessera::error when the context would overflow.
