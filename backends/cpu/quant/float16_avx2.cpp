@@ -147,7 +147,7 @@ void gemm_bf16(const uint16_t* w, size_t ws, int64_t n_w, const uint16_t* a, siz
 }
 
 // ggml_vec_dot_f16 (AVX-512): 4 x 16 lanes over 64-element steps, (s0 + s2) + (s1 + s3), reduced; the rest in double
-inline float dot_f16(const uint16_t* w, const uint16_t* a, int64_t k, const uint16_t* next) {
+inline float dot_f16(const uint16_t* w, const float* a, int64_t k, const uint16_t* next) {
     __m256 lo[4], hi[4];
     for (int r = 0; r < 4; r++) lo[r] = hi[r] = _mm256_setzero_ps();
     const int64_t np = k - k % 64;
@@ -155,33 +155,33 @@ inline float dot_f16(const uint16_t* w, const uint16_t* a, int64_t k, const uint
         _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(next + i + 32), _MM_HINT_T0);
         for (int r = 0; r < 4; r++) {
-            lo[r] = _mm256_fmadd_ps(f16_t::load(w + i + 16 * r), f16_t::load(a + i + 16 * r), lo[r]);
-            hi[r] = _mm256_fmadd_ps(f16_t::load(w + i + 16 * r + 8), f16_t::load(a + i + 16 * r + 8), hi[r]);
+            lo[r] = _mm256_fmadd_ps(f16_t::load(w + i + 16 * r), _mm256_loadu_ps(a + i + 16 * r), lo[r]);
+            hi[r] = _mm256_fmadd_ps(f16_t::load(w + i + 16 * r + 8), _mm256_loadu_ps(a + i + 16 * r + 8), hi[r]);
         }
     }
     const __m256 vlo = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
     const __m256 vhi = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3]));
     double sum = hsum8(_mm256_add_ps(vhi, vlo));
-    for (int64_t i = np; i < k; i++) sum += double(f16_t::load1(w[i]) * f16_t::load1(a[i]));
+    for (int64_t i = np; i < k; i++) sum += double(f16_t::load1(w[i]) * a[i]);
     return float(sum);
 }
 
 // ggml_vec_dot_bf16 (AVX-512F): 2 x 16 lanes over 32-element steps, each reduced and added in double; the rest too
-inline float dot_bf16(const uint16_t* w, const uint16_t* a, int64_t k, const uint16_t* next) {
+inline float dot_bf16(const uint16_t* w, const float* a, int64_t k, const uint16_t* next) {
     __m256 lo[2], hi[2];
     for (int r = 0; r < 2; r++) lo[r] = hi[r] = _mm256_setzero_ps();
     const int64_t np = k - k % 32;
     for (int64_t i = 0; i < np; i += 32) {
         _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T0);
         for (int r = 0; r < 2; r++) {
-            lo[r] = _mm256_fmadd_ps(bf16_t::load(w + i + 16 * r), bf16_t::load(a + i + 16 * r), lo[r]);
-            hi[r] = _mm256_fmadd_ps(bf16_t::load(w + i + 16 * r + 8), bf16_t::load(a + i + 16 * r + 8), hi[r]);
+            lo[r] = _mm256_fmadd_ps(bf16_t::load(w + i + 16 * r), _mm256_loadu_ps(a + i + 16 * r), lo[r]);
+            hi[r] = _mm256_fmadd_ps(bf16_t::load(w + i + 16 * r + 8), _mm256_loadu_ps(a + i + 16 * r + 8), hi[r]);
         }
     }
     double sum = 0.0;
     sum += double(hsum8(_mm256_add_ps(hi[0], lo[0])));
     sum += double(hsum8(_mm256_add_ps(hi[1], lo[1])));
-    for (int64_t i = np; i < k; i++) sum += double(bf16_t::load1(w[i]) * bf16_t::load1(a[i]));
+    for (int64_t i = np; i < k; i++) sum += double(bf16_t::load1(w[i]) * a[i]);
     return float(sum);
 }
 
@@ -189,16 +189,22 @@ inline float dot_bf16(const uint16_t* w, const uint16_t* a, int64_t k, const uin
 // memory order while the dot of its current row prefetches the stream's next row. A read test (2 threads, 256 MB,
 // this 2-core EPYC VM, 2026-11-25) gave 14-21 GB/s with one stream a thread, 22-27 with 4; on SmolLM2's mul_mats
 // (rows of 1.1-3 KB) one thread read 17-18 GB/s with 4 streams and the prefetch, 13-16 without it, 15-16 with 8.
-template <float (*dot)(const uint16_t*, const uint16_t*, int64_t, const uint16_t*)>
+// The activation row (halves) is widened to f32 once per call, not once per weight row (exact: the same products).
+template <class T, float (*dot)(const uint16_t*, const float*, int64_t, const uint16_t*)>
 void gemv(const uint16_t* w, size_t ws, int64_t n, const uint16_t* a, int64_t k, float* y, size_t ys) {
+    thread_local std::vector<float> af;
+    if (af.size() < size_t(k)) af.resize(size_t(k));
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) _mm256_storeu_ps(af.data() + i, T::load(a + i));
+    for (; i < k; i++) af[size_t(i)] = T::load1(a[i]);
     const int64_t q = (n + 3) / 4;
     for (int64_t s = 0; s < q; s++)
-        for (int64_t i = s; i < n; i += q)
-            y[size_t(i) * ys] = dot(w + size_t(i) * ws, a, k, w + size_t(std::min(i + 1, n - 1)) * ws);
+        for (int64_t r = s; r < n; r += q)
+            y[size_t(r) * ys] = dot(w + size_t(r) * ws, af.data(), k, w + size_t(std::min(r + 1, n - 1)) * ws);
 }
 
-const float16_kernels kernels_f16{from_float<f16_t>, gemm_f16, gemv<dot_f16>};
-const float16_kernels kernels_bf16{from_float<bf16_t>, gemm_bf16, gemv<dot_bf16>};
+const float16_kernels kernels_f16{from_float<f16_t>, gemm_f16, gemv<f16_t, dot_f16>};
+const float16_kernels kernels_bf16{from_float<bf16_t>, gemm_bf16, gemv<bf16_t, dot_bf16>};
 
 } // namespace
 
