@@ -564,7 +564,14 @@ double softmax_tile(float* s, float m) {
         __m256 lo, hi;
         const __m256 xlo = _mm256_sub_ps(_mm256_loadu_ps(s + g), vm),
                      xhi = _mm256_sub_ps(_mm256_loadu_ps(s + g + 8), vm);
-        if (!expf8(xlo, lo) || !expf8(xhi, hi)) { // a lane outside the fast range (e.g. a masked -inf): scalar
+        // masked scores (-inf) give exactly 0 (as expf_ggml): computed at 0 and cleared, so that a causal mask's
+        // diagonal tiles stay on the vector path
+        const __m256 ninf = _mm256_set1_ps(-INFINITY);
+        const __m256 mlo = _mm256_cmp_ps(xlo, ninf, _CMP_EQ_OQ), mhi = _mm256_cmp_ps(xhi, ninf, _CMP_EQ_OQ);
+        const bool ok = expf8(_mm256_andnot_ps(mlo, xlo), lo) && expf8(_mm256_andnot_ps(mhi, xhi), hi);
+        lo = _mm256_andnot_ps(mlo, lo);
+        hi = _mm256_andnot_ps(mhi, hi);
+        if (!ok) { // a lane outside the fast range: scalar
             alignas(32) float t[16];
             _mm256_store_ps(t, xlo);
             _mm256_store_ps(t + 8, xhi);
