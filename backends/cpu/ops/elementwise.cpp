@@ -20,6 +20,16 @@ template <class Fn> void for_f32_rows(const compute_params& p, tensor& dst, Fn&&
     for_rows(p, dst, [&](int64_t i1, int64_t i2, int64_t i3) { fn(at<float>(dst, 0, i1, i2, i3), i1, i2, i3); });
 }
 
+// f32 -> dst's type for cpy and set_rows: the format's row function, or for f16 (the KV cache) the CPU's vector one
+// (F16C, the same rounding)
+from_float_fn row_from_float(type t, bool reference) {
+    if (t == type::f16)
+        if (const cpu_type_ops* ops = find_cpu_ops(t, reference)) return ops->act_from_float;
+    const row_ops* to = find_row_ops(t);
+    TS_ASSERT(to != nullptr);
+    return to->from_float;
+}
+
 template <class Op> void binary(const compute_params& p, tensor& dst, Op op) {
     const tensor& a = *dst.src[0];
     const tensor& b = *dst.src[1];
@@ -155,12 +165,11 @@ void tanh(const compute_params& p, tensor& dst) {
 void cpy(const compute_params& p, tensor& dst) {
     const tensor& src = *dst.src[0];
     TS_ASSERT(src.t == type::f32);
-    const row_ops* to = find_row_ops(dst.t);
-    TS_ASSERT(to != nullptr);
+    const from_float_fn from_float = row_from_float(dst.t, p.reference);
     const int64_t ne0 = dst.ne[0];
     if (same_shape(src, dst) && src.nb[0] == 4) {
         for_rows(p, dst, [&](int64_t i1, int64_t i2, int64_t i3) { // row by row
-            to->from_float(at<float>(src, 0, i1, i2, i3), at<uint8_t>(dst, 0, i1, i2, i3), ne0);
+            from_float(at<float>(src, 0, i1, i2, i3), at<uint8_t>(dst, 0, i1, i2, i3), ne0);
         });
         return;
     }
@@ -174,7 +183,7 @@ void cpy(const compute_params& p, tensor& dst) {
         const int64_t i2 = (r / dst.ne[1]) % dst.ne[2];
         const int64_t i1 = r % dst.ne[1];
         for (int64_t i = 0; i < ne0; i++) row[size_t(i)] = x[r * ne0 + i];
-        to->from_float(row.data(), at<uint8_t>(dst, 0, i1, i2, i3), ne0);
+        from_float(row.data(), at<uint8_t>(dst, 0, i1, i2, i3), ne0);
     }
 }
 
@@ -184,14 +193,13 @@ void set_rows(const compute_params& p, tensor& dst) {
     const tensor& src = *dst.src[0];
     const tensor& idx = *dst.src[2];
     TS_ASSERT(src.t == type::f32 && src.nb[0] == 4 && (idx.t == type::i32 || idx.t == type::i64));
-    const row_ops* to = find_row_ops(dst.t);
-    TS_ASSERT(to != nullptr);
+    const from_float_fn from_float = row_from_float(dst.t, p.reference);
     int64_t r0, r1;
     split(src.ne[1], p.ith, p.nth, r0, r1);
     for (int64_t r = r0; r < r1; r++) {
         const int64_t i = idx.t == type::i32 ? int64_t(*at<int32_t>(idx, r)) : *at<int64_t>(idx, r);
         if (i < 0 || i >= dst.ne[1]) continue;
-        to->from_float(at<float>(src, 0, r), at<uint8_t>(dst, 0, i), dst.ne[0]);
+        from_float(at<float>(src, 0, r), at<uint8_t>(dst, 0, i), dst.ne[0]);
     }
 }
 
