@@ -57,6 +57,9 @@ struct harness {
         out->flags |= flag_output;
         graph g;
         g.expand(out);
+        // a node an earlier run computed still points into that run's freed buffer: plan it again
+        for (tensor* n : g.nodes)
+            if (!n->view_src) n->data = nullptr;
         memory_plan plan = plan_memory(g);
         std::vector<uint8_t> mem(plan.size + 64);
         bind_memory(g, plan, mem.data());
@@ -71,6 +74,9 @@ struct harness {
         out->flags |= flag_output;
         graph g;
         g.expand(out);
+        // a node an earlier run computed still points into that run's freed buffer: plan it again
+        for (tensor* n : g.nodes)
+            if (!n->view_src) n->data = nullptr;
         memory_plan plan = plan_memory(g);
         std::vector<uint8_t> mem(plan.size + 64);
         bind_memory(g, plan, mem.data());
