@@ -31,7 +31,7 @@ struct backend {
     virtual std::unique_ptr<buffer> alloc_zeroed(size_t bytes) = 0;
     // Attention reads the KV cache in multiples of this many rows (the rows past the filled ones are masked with
     // -inf): then a decode graph stays the same from one token to the next, and a backend that replays captured
-    // graphs (CUDA) can skip rebuilding them. 1: exactly the filled rows (the CPU: its numerics do not change).
+    // graphs (CUDA) can skip rebuilding them. 1: exactly the filled rows. (CPU and CUDA: 256, as llama.cpp pads.)
     virtual int64_t kv_pad() const { return 1; }
     // Host memory for what get() copies out and set() copies in, such as the logits of every step: memory the
     // backend copies to and from without staging (CUDA: page-locked; a 128k-vocabulary logits row then comes back in

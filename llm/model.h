@@ -172,7 +172,7 @@ struct session_params {
     int n_threads = 0;    // 0: one per core (at most 8)
     device_type device = device_type::cpu; // the CLI picks CUDA when a GPU is present (cli/options.cpp)
     // Attention reads the KV cache in multiples of this many rows (masked past the filled ones), so that the decode
-    // graph stays the same for that many tokens. 0: the backend's choice (backend::kv_pad: CUDA 256, the CPU 1).
+    // graph stays the same for that many tokens. 0: the backend's choice (backend::kv_pad: 256 on CPU and CUDA).
     int64_t kv_pad = 0;
     // CUDA: reproduce the CPU's results bit for bit (quantized mul_mat, norms, rope, attention), slower; the
     // same as TESSERA_CUDA_EXACT=1 (backends/cuda/common.cuh). No effect on the CPU.

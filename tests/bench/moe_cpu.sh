@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # moe_cpu.sh: mixture-of-experts speed on the CPU, tessera bench vs llama-bench on the same random-weight files (the
-# examples/random_model presets qwen3moe-small and gpt-oss-small, gpt-2 vocabulary), pp512 / tg128, medians over
+# examples/random_model presets qwen3moe-small and gpt-oss-small, llama-spm vocabulary: 32000 rows, a multiple of 16,
+# so the output matrix is repacked as a real vocabulary's would be; gpt-2's 50257 is not), pp512 / tg128, medians over
 # ROUNDS (default 5) rounds of one run each of both programs, one after the other (load from other processes on a
 # shared machine then hits both alike; the load average is printed to stderr).
 #   LLAMA_BENCH=path/to/llama-bench tests/bench/moe_cpu.sh [THREADS=2]      (CASES="qwen3moe-small:q4_0 ...")
@@ -10,7 +11,7 @@ threads=${1:-2}
 rounds=${ROUNDS:-5}
 bin=${TESSERA:-build/cli/tessera}
 rm_bin=${RANDOM_MODEL:-build/examples/random_model/random_model}
-vocab=${VOCAB:-../shared/data/vocab/ggml-vocab-gpt-2.gguf}
+vocab=${VOCAB:-../shared/data/vocab/ggml-vocab-llama-spm.gguf}
 work=${WORK:-/tmp/tessera-moe}
 mkdir -p "$work"
 samples() { python3 -c "import json,sys
