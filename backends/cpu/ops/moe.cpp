@@ -86,6 +86,15 @@ void mul_mat_id_x16(const compute_params& p, tensor& dst, const repacked_weight&
     uint8_t* packed = reinterpret_cast<uint8_t*>(sums) + (ss * 4 * size_t(n_b * n_tok) + 63) / 64 * 64;
     auto* packed_sums = reinterpret_cast<int32_t*>(packed + (act_row * size_t(n_pairs) + 63) / 64 * 64);
 
+    const routing rt(ids, n_expert); // ids come from an earlier node
+    auto src_row = [&](int64_t q) {  // the activation row of pair q
+        const int64_t t = rt.pairs[size_t(q)] / n_used, i = rt.pairs[size_t(q)] % n_used;
+        return t * n_b + i % n_b;
+    };
+    // one pair an expert (decode): the kernel reads the pair's row where it is, no gathering (one barrier less)
+    bool gather = false;
+    for (int64_t e : rt.chosen) gather |= rt.first[size_t(e + 1)] - rt.first[size_t(e)] > 1;
+
     int64_t a0, a1;
     split(n_b * n_tok, p.ith, p.nth, a0, a1);
     for (int64_t r = a0; r < a1; r++) {
@@ -93,19 +102,16 @@ void mul_mat_id_x16(const compute_params& p, tensor& dst, const repacked_weight&
         ops->act_from_float(at<float>(b, 0, r % n_b, r / n_b), a, k);
         if (ss) kern.sums(a, sums + size_t(r) * ss, k);
     }
-    p.barrier();
-    const routing rt(ids, n_expert);
-    auto src_row = [&](int64_t q) { // the activation row of pair q
-        const int64_t t = rt.pairs[size_t(q)] / n_used, i = rt.pairs[size_t(q)] % n_used;
-        return t * n_b + i % n_b;
-    };
-    split(n_pairs, p.ith, p.nth, a0, a1);
-    for (int64_t q = a0; q < a1; q++) {
-        std::memcpy(packed + size_t(q) * act_row, act + size_t(src_row(q)) * act_row, act_row);
-        if (ss) std::memcpy(packed_sums + size_t(q) * ss, sums + size_t(src_row(q)) * ss, ss * 4);
-    }
     if (p.ith == 0) counter->store(0, std::memory_order_relaxed);
     p.barrier();
+    if (gather) {
+        split(n_pairs, p.ith, p.nth, a0, a1);
+        for (int64_t q = a0; q < a1; q++) {
+            std::memcpy(packed + size_t(q) * act_row, act + size_t(src_row(q)) * act_row, act_row);
+            if (ss) std::memcpy(packed_sums + size_t(q) * ss, sums + size_t(src_row(q)) * ss, ss * 4);
+        }
+        p.barrier();
+    }
 
     // jobs: (chosen expert, run of groups); decode (a pair or two an expert) hands out runs of ~1/4 of a thread's
     // share, so each thread streams whole stretches of an expert's matrix (as mul_mat's decode does)
@@ -123,8 +129,11 @@ void mul_mat_id_x16(const compute_params& p, tensor& dst, const repacked_weight&
         for (int64_t g = g0; g < g1; g++)
             for (int64_t qa = q0; qa < q1; qa += NA) {
                 const int64_t na = std::min(NA, q1 - qa);
-                kern.gemm(rw.group(e * groups + g), k / 32, packed + size_t(qa) * act_row, act_row,
-                          ss ? packed_sums + size_t(qa) * ss : nullptr, ss, na, y, ROWS);
+                const uint8_t* a = gather ? packed + size_t(qa) * act_row : act + size_t(src_row(qa)) * act_row;
+                const int32_t* as = !ss      ? nullptr
+                                    : gather ? packed_sums + size_t(qa) * ss
+                                             : sums + size_t(src_row(qa)) * ss;
+                kern.gemm(rw.group(e * groups + g), k / 32, a, act_row, as, ss, na, y, ROWS);
                 for (int64_t j = 0; j < na; j++) {
                     const int64_t t = rt.pairs[size_t(qa + j)] / n_used, i = rt.pairs[size_t(qa + j)] % n_used;
                     float* out = at<float>(dst, g * ROWS, i, t);
