@@ -5,8 +5,8 @@
 // llama-cpp-python 0.3.36 sdist, CPU with AVX-512, flash attention auto, as its defaults). With a GPU, the CUDA
 // backend's perplexity must agree (3e-3) and, in exact mode, its greedy tokens on the f32 files equal the CPU's.
 // bitnet-b1.58 is not in llama.cpp: tests/ref/bitnet_b158_ref.py (NumPy, from the model card's math) checks it.
-// The mixture-of-experts goldens (qwen3moe, gpt-oss) come from .ref/moe/goldens.sh (the same llama.cpp, GGML_NATIVE on
-// the GPU machine's AVX-512 Xeon, greedy ids through llama_process; outside the repository).
+// The mixture-of-experts goldens (qwen3moe, gpt-oss) come from tests/bench/moe_goldens.sh (the same llama.cpp,
+// GGML_NATIVE on the GPU machine's AVX-512 Xeon, greedy ids through llama_process).
 #include "helpers.h"
 
 #include "ggml-like/error.h"
