@@ -50,16 +50,7 @@ device_choice choose_device(const model_options& o, const model* m) {
         if (asked) throw error(fmt::format("{}: no CUDA device ({})", flag, why));
         return {};
     }
-    // a mixture-of-experts model, or one with weights the CUDA backend cannot compute yet, runs on the CPU unless CUDA
-    // was asked for (expert routing, attention sinks and gpt-oss's ops are CPU-only so far: #22)
-    if (m && m->hp.n_expert > 0) {
-        if (asked)
-            throw error(fmt::format("{}: the CUDA backend cannot run mixture-of-experts models ({}) yet; use --device "
-                                    "cpu",
-                                    flag, m->arch));
-        return {device_type::cpu,
-                fmt::format("running on the CPU: the CUDA backend cannot run mixture-of-experts models yet")};
-    }
+    // a model with weights the CUDA backend cannot compute yet runs on the CPU unless CUDA was asked for
     if (m)
         for (const tensor* w : m->params)
             if (!device_supports_weights(device_type::cuda, w->t)) {

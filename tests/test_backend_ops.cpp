@@ -785,6 +785,142 @@ std::vector<op_case> all_cases() {
                  },
                  s.n_tok > 1 || n_kv > 256 ? 1e-4 : 5e-6);
     }
+
+    // ---- expert routing (mixture-of-experts feed-forward) and gpt-oss's ops ----
+    // elementwise: one f32 operation per element on both (0), swiglu_oai's expf vs glibc's (~1 ulp: 1e-12); sum_rows
+    // sums in double on both (a different order, then rounded to f32: 1e-12)
+    add_case(
+        "div_37x5x3_by_1x5x3", {f32_leaf({37, 5, 3}, 70), f32_leaf({1, 5, 3}, 71)},
+        [](context& c, const auto& t) { return div(c, t[0], t[1]); }, 0.0);
+    add_case(
+        "clamp_131x7", {f32_leaf({131, 7}, 72, 3.0f)},
+        [](context& c, const auto& t) { return clamp(c, t[0], -1.5f, 2.0f); }, 0.0);
+    add_case(
+        "swiglu_oai_131x4x3", {f32_leaf({131, 4, 3}, 73, 6.0f), f32_leaf({131, 4, 3}, 74, 6.0f)},
+        [](context& c, const auto& t) { return swiglu_oai(c, t[0], t[1], 1.702f, 7.0f); }, 1e-12);
+    add_case(
+        "sum_rows_300x5x3", {f32_leaf({300, 5, 3}, 75)}, [](context& c, const auto& t) { return sum_rows(c, t[0]); },
+        1e-12);
+    // top_k: the same indices in the same order (i32 outputs compare byte for byte): sorted (llama.cpp's
+    // build_moe_ffn) and ggml_top_k's order (the first two swapped); 128 experts (a power of two), 60 (padded), 1 row
+    struct topk_shape {
+        int64_t n, rows, k;
+    };
+    for (bool sorted : {true, false})
+        for (topk_shape s : {topk_shape{128, 9, 8}, topk_shape{60, 40, 4}, topk_shape{32, 1, 1}})
+            add_case(std::string("top_k_") + (sorted ? "sorted_" : "") + std::to_string(s.n) + "x" +
+                         std::to_string(s.rows) + "_k" + std::to_string(s.k),
+                     {f32_leaf({s.n, s.rows}, 76)},
+                     [=](context& c, const auto& t) { return top_k(c, t[0], s.k, sorted); }, 0.0);
+    // (slot, token) -> expert ids: each token n_used distinct experts of n_expert, expert 0 taken by every token (its
+    // pairs span several of the grouped kernel's 8-pair tiles), the last expert by none
+    auto ids_leaf = [](int64_t n_used, int64_t n_tok, int64_t n_expert, uint32_t seed) {
+        std::vector<int32_t> v;
+        uint32_t s = seed;
+        for (int64_t t = 0; t < n_tok; t++) {
+            std::vector<int32_t> pool;
+            for (int32_t e = 1; e < int32_t(n_expert - 1); e++) pool.push_back(e);
+            v.push_back(0);
+            for (int64_t i = 1; i < n_used; i++) {
+                s = s * 1664525u + 1013904223u;
+                const size_t j = size_t(s >> 8) % pool.size();
+                v.push_back(pool[j]);
+                pool.erase(pool.begin() + std::ptrdiff_t(j));
+            }
+            std::swap(v[size_t(t * n_used)], v[size_t(t * n_used + t % n_used)]); // expert 0 in every slot position
+        }
+        leaf l = i32_leaf(v);
+        l.ne[0] = n_used;
+        l.ne[1] = n_tok;
+        return l;
+    };
+    add_case(
+        "get_rows_batched_1x16x40", {f32_leaf({1, 16, 40}, 77), ids_leaf(4, 40, 16, 1)},
+        [](context& c, const auto& t) { return get_rows(c, t[0], t[1]); }, 0.0);
+    add_case(
+        "add_id_37x4x9", {f32_leaf({37, 4, 9}, 78), f32_leaf({37, 16}, 79), ids_leaf(4, 9, 16, 2)},
+        [](context& c, const auto& t) { return add_id(c, t[0], t[1], t[2]); }, 0.0);
+    // mul_mat_id: 16 experts of (k, n), 4 used a token; activations shared by a token's slots (gate, up: n_b = 1) or
+    // one row a slot (down); 1 token (decode: pair by pair), 3 (a small batch), 40 (grouped by expert, tiles of 8).
+    // Bounds: mul_mat's decode bounds (the same integers, f32 sums in another order)
+    for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::mxfp4, type::nvfp4})
+        for (int64_t n_tok : {1, 3, 40})
+            for (bool shared : {true, false}) {
+                const int64_t k = 256, n = 72, n_expert = 16, n_used = 4;
+                add_case(std::string("mul_mat_id_") + type_name(t) + "_k256_n72_e16_u4_tok" + std::to_string(n_tok) +
+                             (shared ? "_shared" : "_per_slot"),
+                         {typed_leaf(t, {k, n, n_expert}, 80), f32_leaf({k, shared ? 1 : n_used, n_tok}, 81),
+                          ids_leaf(n_used, n_tok, n_expert, 3)},
+                         [](context& c, const auto& l) { return mul_mat_id(c, l[0], l[1], l[2]); },
+                         t == type::f32 ? 1e-10 : t == type::bf16 ? 1e-4 : 1e-6);
+            }
+    // mxfp4 as a plain (2-D) weight: the decode GEMV and the GEMM (f16 on Hopper: its bound as nvfp4's GEMM)
+    for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{1024, 67, 9}, mm_shape{512, 200, 140}})
+        add_case("mul_mat_mxfp4_k" + std::to_string(s.k) + "_n" + std::to_string(s.n) + "_m" + std::to_string(s.m),
+                 {typed_leaf(type::mxfp4, {s.k, s.n}, 82), f32_leaf({s.k, s.m}, 83)},
+                 [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, s.m <= 8 ? 1e-6 : 5e-4);
+    // the whole block as build_moe_ffn builds it (qwen3moe: softmax, top 4 of 16, weights renormalized; gpt-oss:
+    // top 4 of the biased logits, softmax over them, per-expert biases, swiglu_oai), decode and prefill. The routing is
+    // the same on both as long as no two router probabilities tie within rounding (random logits: they do not).
+    for (bool oai : {false, true})
+        for (int64_t n_tok : {1, 40}) {
+            const int64_t E = 64, X = 16, K = 4, F = 96;
+            add_case(std::string("moe_ffn_") + (oai ? "gpt_oss" : "qwen3moe") + "_tok" + std::to_string(n_tok),
+                     {f32_leaf({E, n_tok}, 84), f32_leaf({X, n_tok}, 85, 2.0f), typed_leaf(type::q8_0, {E, F, X}, 86),
+                      typed_leaf(oai ? type::mxfp4 : type::q4_0, {E, F, X}, 87),
+                      typed_leaf(type::q8_0, {F, E, X}, 88), f32_leaf({F, X}, 89), f32_leaf({E, X}, 90)},
+                     [=](context& c, const auto& l) {
+                         tensor* x = l[0];
+                         tensor* probs = oai ? l[1] : soft_max(c, l[1], nullptr, 1.0f);
+                         tensor* chosen = top_k(c, probs, K, true);
+                         tensor* w = get_rows(c, reshape_3d(c, probs, 1, X, n_tok), chosen);
+                         if (oai) {
+                             w = reshape_3d(c, soft_max(c, reshape_2d(c, w, K, n_tok), nullptr, 1.0f), 1, K, n_tok);
+                         } else {
+                             tensor* w2 = reshape_2d(c, w, K, n_tok);
+                             tensor* sum = clamp(c, sum_rows(c, w2), 6.103515625e-5f, INFINITY);
+                             w = reshape_3d(c, div(c, w2, sum), 1, K, n_tok);
+                         }
+                         tensor* xe = reshape_3d(c, x, E, 1, n_tok);
+                         tensor* up = mul_mat_id(c, l[2], xe, chosen);
+                         tensor* gate = mul_mat_id(c, l[3], xe, chosen);
+                         if (oai) {
+                             up = add_id(c, up, l[5], chosen);
+                             gate = add_id(c, gate, l[5], chosen);
+                         }
+                         tensor* cur = oai ? swiglu_oai(c, gate, up, 1.702f, 7.0f) : swiglu(c, gate, up);
+                         tensor* ex = mul_mat_id(c, l[4], cur, chosen);
+                         if (oai) ex = add_id(c, ex, l[6], chosen);
+                         ex = mul(c, ex, w);
+                         tensor* out = view_2d(c, ex, E, n_tok, ex->nb[2], 0);
+                         for (int64_t i = 1; i < K; i++)
+                             out = add(c, out, view_2d(c, ex, E, n_tok, ex->nb[2], size_t(i) * ex->nb[1]));
+                         return out;
+                     },
+                     1e-5);
+        }
+    // attention with gpt-oss's sinks (one logit per head in the softmax's denominator; values around the scores so
+    // that both of the fold's branches run): the decode kernel (split over the keys past 256), the tensor-core
+    // prefill (head size 64) and the f32 prefill (head size 80); bounds as the attention cases above
+    for (attn_shape s : {attn_shape{64, 8, 2, 1, 20, true}, attn_shape{64, 8, 2, 2, 600, true},
+                         attn_shape{64, 8, 2, 40, 30, true}, attn_shape{80, 4, 2, 40, 5, true},
+                         attn_shape{64, 8, 1, 100, 0, true}}) {
+        const int64_t n_kv = s.n_past + s.n_tok;
+        const float sc = 1.0f / std::sqrt(float(s.hd));
+        add_case(
+            "attention_sinks_hd" + std::to_string(s.hd) + "_h" + std::to_string(s.n_head) + "_kv" +
+                std::to_string(s.n_head_kv) + "_tok" + std::to_string(s.n_tok) + "_past" + std::to_string(s.n_past),
+            {f32_leaf({s.hd, s.n_head, s.n_tok}, 91), typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 92, false),
+             typed_leaf(type::f16, {s.hd * s.n_head_kv, n_kv}, 93, false), causal_mask(n_kv, s.n_tok),
+             f32_leaf({s.n_head}, 94, 3.0f)},
+            [=](context& c, const auto& t) {
+                tensor* k = view_3d(c, t[1], s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, t[1]->nb[1], 0);
+                tensor* v = view_3d(c, t[2], s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, t[2]->nb[1], 0);
+                return attention(c, t[0], k, v, t[3], sc, t[4]);
+            },
+            std::max(s.n_tok > 8 && (s.hd == 64 || s.hd == 128) ? 2e-6 : 0.0,
+                     s.n_tok >= 64 ? 1e-10 : n_kv > 256 ? 1e-4 : 5e-6));
+    }
     return cs;
 }
 

@@ -65,6 +65,8 @@ size_t work_size(const tensor& node, bool wgmma) {
         return mul_mat_work_size(node, wgmma);
     case op::attention:
         return attention_work_size(node);
+    case op::mul_mat_id:
+        return mul_mat_id_work_size(node);
     default:
         return 0;
     }
@@ -216,7 +218,8 @@ cuda_backend::~cuda_backend() {
     if (host_prof_)
         for (void* e : host_prof_->ev)
             if (e) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
-    if (graph_exec_) (void)cudaGraphExecDestroy(reinterpret_cast<cudaGraphExec_t>(graph_exec_));
+    for (captured& c : captured_)
+        if (c.exec) (void)cudaGraphExecDestroy(reinterpret_cast<cudaGraphExec_t>(c.exec));
     scratch_.reset();
     weights_buf_.reset();
     if (stream_) (void)cudaStreamDestroy(as_stream(stream_));
@@ -324,13 +327,20 @@ bool cuda_backend::supports(const tensor& node) const {
     case op::attention:
         return attention_supported(node);
     case op::top_k:
-    case op::mul_mat_id: // expert routing and gpt-oss's ops: the CPU only so far (#22)
+        return top_k_supported(node);
+    case op::mul_mat_id:
+        return mul_mat_id_supported(node);
     case op::add_id:
+        return f32_rows(node.src[0]) && f32_rows(node.src[1]) && node.src[2]->t == type::i32 &&
+               node.src[2]->nb[0] == 4 && node.nb[0] == 4;
     case op::sum_rows:
+        return f32(node.src[0]);
     case op::div:
+        return f32(node.src[0]) && f32(node.src[1]);
     case op::clamp:
+        return f32(node.src[0]);
     case op::swiglu_oai:
-        return false;
+        return f32(node.src[0]) && f32(node.src[1]);
     }
     return false;
 }
@@ -344,7 +354,7 @@ std::pair<size_t, size_t> split_bytes(const tensor& w) {
     visit_format(w.t, [&]<class F>() {
         if constexpr (has_split<F>::value) {
             using D = cuda_format<F>;
-            const size_t chunks = size_t(w.ne[0] / 32) * size_t(w.ne[1]);
+            const size_t chunks = size_t(w.ne[0] / 32) * size_t(w.ne[1] * w.ne[2]); // experts: one after the other
             bytes = {chunks * sizeof(typename D::chunk_t), chunks / D::chunks_per_scale * D::scale_bytes};
         }
     });
@@ -359,7 +369,7 @@ void split_on_host(const tensor& w, uint8_t* out, size_t sc_offset) {
             const int64_t k = w.ne[0], chunks = k / 32;
             const size_t qs_row = size_t(chunks) * sizeof(typename D::chunk_t);
             const size_t sc_row = size_t(chunks / D::chunks_per_scale) * D::scale_bytes;
-            for (int64_t r = 0; r < w.ne[1]; r++)
+            for (int64_t r = 0; r < w.ne[1] * w.ne[2]; r++) // contiguous: row r of expert e is row e ne1 + r
                 D::split_row(static_cast<const uint8_t*>(w.data) + size_t(r) * w.nb[1], k, out + size_t(r) * qs_row,
                              out + sc_offset + size_t(r) * sc_row);
         }
@@ -484,75 +494,90 @@ void cuda_backend::compute_impl(graph& g) {
     cudaStream_t st = as_stream(stream_);
     const auto sig_t0 = std::chrono::steady_clock::now();
     graph_signature(g, next_sig_);
-    const bool same = graph_exec_ && next_sig_ == exec_sig_;
+    n_computes_++;
+    const void* scratch = scratch_ ? scratch_->base() : nullptr;
+    captured* same = nullptr;
+    for (captured& c : captured_)
+        if (c.exec && c.sig == next_sig_) same = &c;
     if (host_prof_)
         host_prof_->sig_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - sig_t0).count();
     if (same) {
-        exec_graph_ = &g;
-        exec_scratch_ = scratch_ ? scratch_->base() : nullptr;
-        launch_exec();
+        same->g = &g;
+        same->scratch = scratch;
+        launch_exec(*same);
         return;
     }
-    exec_sig_.clear(); // valid again once this capture has become graph_exec_
-    exec_graph_ = nullptr;
+    // the slot to capture into: the one this graph used last (a new shape of it: an update may do), else a free one,
+    // else the least recently launched
+    captured* slot = nullptr;
+    for (captured& c : captured_)
+        if (c.g == &g) slot = &c;
+    if (!slot && captured_.size() < max_captured) slot = &captured_.emplace_back();
+    if (!slot)
+        slot = &*std::min_element(captured_.begin(), captured_.end(),
+                                  [](const captured& a, const captured& b) { return a.used < b.used; });
+    slot->sig.clear(); // valid again once this capture has become slot->exec
+    slot->g = nullptr;
     graphs_captured_++;
     const auto cap_t0 = std::chrono::steady_clock::now();
     TS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    cudaGraph_t captured = nullptr;
+    cudaGraph_t cg = nullptr;
     try {
         launch_nodes(g);
     } catch (...) {
-        (void)cudaStreamEndCapture(st, &captured); // leave capture mode before the error goes up
-        if (captured) (void)cudaGraphDestroy(captured);
+        (void)cudaStreamEndCapture(st, &cg); // leave capture mode before the error goes up
+        if (cg) (void)cudaGraphDestroy(cg);
         (void)cudaGetLastError();
         throw;
     }
-    TS_CUDA_CHECK(cudaStreamEndCapture(st, &captured));
-    auto exec = reinterpret_cast<cudaGraphExec_t>(graph_exec_);
+    TS_CUDA_CHECK(cudaStreamEndCapture(st, &cg));
+    auto exec = reinterpret_cast<cudaGraphExec_t>(slot->exec);
     // an update can only succeed between graphs of the same nodes (kernels, copies) in the same order: other graphs
     // are instantiated afresh without asking (a refused update is an API error to compute-sanitizer)
-    std::vector<uintptr_t> shape = graph_shape(captured);
-    if (exec && shape != exec_shape_) {
+    std::vector<uintptr_t> shape = graph_shape(cg);
+    if (exec && shape != slot->shape) {
         (void)cudaGraphExecDestroy(exec);
         exec = nullptr;
-        graph_exec_ = nullptr;
+        slot->exec = nullptr;
     }
     if (exec) {
         cudaGraphExecUpdateResultInfo info{};
-        if (cudaGraphExecUpdate(exec, captured, &info) != cudaSuccess) { // another shape of graph: start over
+        if (cudaGraphExecUpdate(exec, cg, &info) != cudaSuccess) { // another shape of graph: start over
             (void)cudaGetLastError();
             (void)cudaGraphExecDestroy(exec);
             exec = nullptr;
-            graph_exec_ = nullptr;
+            slot->exec = nullptr;
         }
     }
     if (!exec) {
-        const cudaError_t e = cudaGraphInstantiate(&exec, captured, 0);
-        if (e != cudaSuccess) (void)cudaGraphDestroy(captured);
+        const cudaError_t e = cudaGraphInstantiate(&exec, cg, 0);
+        if (e != cudaSuccess) (void)cudaGraphDestroy(cg);
         TS_CUDA_CHECK(e);
     }
-    graph_exec_ = reinterpret_cast<CUgraphExec_st*>(exec);
-    exec_shape_ = std::move(shape);
-    TS_CUDA_CHECK(cudaGraphDestroy(captured));
+    slot->exec = reinterpret_cast<CUgraphExec_st*>(exec);
+    slot->shape = std::move(shape);
+    TS_CUDA_CHECK(cudaGraphDestroy(cg));
     TS_CUDA_CHECK(cudaGraphLaunch(exec, st));
-    exec_sig_.swap(next_sig_);
-    exec_graph_ = &g;
-    exec_scratch_ = scratch_ ? scratch_->base() : nullptr;
+    slot->sig.swap(next_sig_);
+    slot->g = &g;
+    slot->scratch = scratch;
+    slot->used = n_computes_;
     if (host_prof_)
         host_prof_->capture_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - cap_t0).count();
 }
 
-// Launches graph_exec_ again as it is (its graph's signature matched, or compute_again()).
-void cuda_backend::launch_exec() {
+// Launches c's executable again as it is (its graph's signature matched, or compute_again()).
+void cuda_backend::launch_exec(captured& c) {
     cudaStream_t st = as_stream(stream_);
     graphs_reused_++;
+    c.used = n_computes_;
     const auto t0 = std::chrono::steady_clock::now();
     if (host_prof_) {
         for (void*& e : host_prof_->ev)
             if (!e) TS_CUDA_CHECK(cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&e)));
         TS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(host_prof_->ev[0]), st));
     }
-    TS_CUDA_CHECK(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(graph_exec_), st));
+    TS_CUDA_CHECK(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(c.exec), st));
     if (host_prof_) {
         TS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(host_prof_->ev[1]), st));
         host_prof_->ev_pending = true;
@@ -560,23 +585,32 @@ void cuda_backend::launch_exec() {
     }
 }
 
-// A decode step after the one before (backend::compute_again): the graph graph_exec_ was captured or checked from,
-// unchanged but for its inputs' data (the session promises it), and the scratch it was captured with still in place,
-// launches again without its signature (17 us a step on 1B, 42 on 8B: H100 host, 2026-11-23). Anything else, or a
-// compute that does not capture (a callback, a profile, exact mode), goes through compute().
+// A decode step after the one before (backend::compute_again): a graph whose executable was captured or checked from
+// it, unchanged but for its inputs' data (the session promises it), and the scratch it was captured with still in
+// place, launches again without its signature (17 us a step on 1B, 42 on 8B: H100 host, 2026-11-23). Anything else,
+// or a compute that does not capture (a callback, a profile, exact mode), goes through compute().
 void cuda_backend::compute_again(graph& g) {
     static const bool replay = env_switch_on("TESSERA_CUDA_REPLAY");
-    if (!replay || &g != exec_graph_ || !graph_exec_ || exec_sig_.empty() || on_eval || profile_ || exact_ ||
-        (scratch_ ? scratch_->base() : nullptr) != exec_scratch_) {
+    const void* scratch = scratch_ ? scratch_->base() : nullptr;
+    bool ready = false;
+    for (const captured& c : captured_)
+        if (c.g == &g && c.exec && !c.sig.empty() && c.scratch == scratch) ready = true;
+    if (!replay || !ready || on_eval || profile_ || exact_) {
         compute(g);
         return;
     }
     timed(&cuda_backend::replay, g);
 }
 
-void cuda_backend::replay(graph&) {
+void cuda_backend::replay(graph& g) {
     TS_CUDA_CHECK(cudaSetDevice(info_.id));
-    launch_exec();
+    n_computes_++;
+    for (captured& c : captured_)
+        if (c.g == &g) {
+            launch_exec(c);
+            return;
+        }
+    TS_ASSERT(!"replay: no captured graph for g (compute_again checked)");
 }
 
 // Everything launch_nodes' launches depend on, as words. Per node, views included: the host tensor, op, type, flags,
@@ -733,13 +767,25 @@ void cuda_backend::launch_nodes(graph& g) {
             attention(ctx, *n);
             break;
         case op::top_k:
+            top_k(ctx, *n);
+            break;
         case op::mul_mat_id:
+            mul_mat_id(ctx, *n);
+            break;
         case op::add_id:
+            add_id(ctx, *n);
+            break;
         case op::sum_rows:
+            sum_rows(ctx, *n);
+            break;
         case op::div:
+            div(ctx, *n);
+            break;
         case op::clamp:
+            clamp(ctx, *n);
+            break;
         case op::swiglu_oai:
-            TS_ASSERT(!"compute: an op supports() refuses");
+            swiglu_oai(ctx, *n);
             break;
         }
         if (profile_ && n->o != op::view && n->o != op::none) {

@@ -76,17 +76,26 @@ class cuda_backend final : public backend {
     std::unordered_map<const tensor*, uint8_t*> weights_; // host tensor -> its copy in weights_buf_
     std::unordered_map<const tensor*, split_weight> split_; // host tensor -> its split copy in weights_buf_
     std::unique_ptr<buffer> scratch_;                     // per-node scratch (quantized activations)
-    CUgraphExec_st* graph_exec_ = nullptr;                // the last graph's launches, captured (compute())
-    std::vector<uintptr_t> exec_shape_;                   // graph_shape() of the graph graph_exec_ holds
-    // graph_signature() of the graph graph_exec_ was captured from (empty: none); a graph with the same signature
-    // launches graph_exec_ as it is, without capturing (a decode step, token after token)
-    std::vector<uint64_t> exec_sig_, next_sig_;
-    // the graph exec_sig_ was last taken or checked from, and the scratch then: compute_again() of that graph, with
-    // the scratch in place, launches graph_exec_ without taking the signature (TESSERA_CUDA_REPLAY=0: it always does)
-    const graph* exec_graph_ = nullptr;
-    const void* exec_scratch_ = nullptr;
-    void launch_exec();
-    void replay(graph& g); // compute_again's fast path: graph_exec_ launched as it is
+    // Captured CUDA graphs (compute()), one per graph the backend computes in turn: a session whose model is split
+    // over backends (-ngl) hands this backend one graph per split it holds, step after step, and each replays its own.
+    struct captured {
+        CUgraphExec_st* exec = nullptr; // the graph's launches
+        std::vector<uintptr_t> shape;   // graph_shape() of what exec holds
+        // graph_signature() of the graph exec was captured from (empty: none); a graph with the same signature
+        // launches exec as it is, without capturing (a decode step, token after token)
+        std::vector<uint64_t> sig;
+        // the graph sig was last taken or checked from, and the scratch then: compute_again() of that graph, with the
+        // scratch in place, launches exec without taking the signature (TESSERA_CUDA_REPLAY=0: it always does)
+        const graph* g = nullptr;
+        const void* scratch = nullptr;
+        int64_t used = 0; // the compute that last launched it (the least recently used one is captured over)
+    };
+    static constexpr size_t max_captured = 4;
+    std::vector<captured> captured_;
+    std::vector<uint64_t> next_sig_;
+    int64_t n_computes_ = 0;
+    void launch_exec(captured& c);
+    void replay(graph& g); // compute_again's fast path: the graph's exec launched as it is
     void timed(void (cuda_backend::*f)(graph&), graph& g);
     int64_t graphs_captured_ = 0, graphs_reused_ = 0;
     // TESSERA_CUDA_EXACT=1: the CPU's results bit for bit where the ops can (common.cuh, cuda_context::exact)

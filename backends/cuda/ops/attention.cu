@@ -50,7 +50,23 @@ struct attn_args {
     bool mask_early;
     float* part;
     int* counters;
+    const float* sinks; // (n_head) f32 or null: gpt-oss's sink logits
 };
+
+// A head's sink logit (gpt-oss) joins the softmax's denominator with no value of its own, after the last key, as ggml
+// (and the CPU, attention_sink) adds it: l (the sum of e^(s - m) over the keys, m their max, -inf when none was seen)
+// updated, and the factor on the output's numerator returned (e^(m - sink) where the sink exceeds m, else 1).
+__device__ __forceinline__ float sink_fold(const float* sinks, int h, float m, float& l) {
+    if (!sinks) return 1.0f;
+    const float s = sinks[h];
+    if (s > m) {
+        const float ms = expf(m - s);
+        l = fmaf(l, ms, 1.0f);
+        return ms;
+    }
+    l += expf(s - m);
+    return 1.0f;
+}
 
 // One past the last key the mask row lets through (0 when none does): the keys after it, such as the padded rows past
 // the filled cache (backend::kv_pad), need not be visited at all. Scans backwards a warp-wide chunk at a time (a pad
@@ -120,7 +136,8 @@ static __global__ void __launch_bounds__(DECODE_THREADS) attention_decode_kernel
         M = m_new;
         __syncthreads(); // p_s is rewritten by the next chunk
     }
-    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    const float f = sink_fold(a.sinks, h, M, S);
+    const float inv = S == 0.0f ? 0.0f : f / S;
     float* orow = a.o + h * a.o_nb1 + t * a.o_nb2;
     if (d0 < a.hd) orow[d0] = acc0 * inv;
     if (d1 < a.hd) orow[d1] = acc1 * inv;
@@ -239,8 +256,9 @@ template <int D_MAX> static __global__ void __launch_bounds__(PREFILL_THREADS) a
         }
     }
     if (!q_ok) return;
-    const float l = l_s[qi];
-    const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+    float l = l_s[qi];
+    const float f = sink_fold(a.sinks, h, m_s[qi], l);
+    const float inv = l == 0.0f ? 0.0f : f / l;
     float* orow = a.o + h * a.o_nb1 + (t0 + qi) * a.o_nb2;
 #pragma unroll
     for (int i = 0; i < N_D; i++) {
@@ -456,7 +474,8 @@ static __global__ void __launch_bounds__(ds_warps(GM, D * WARP_SIZE) * WARP_SIZE
                 o += acc_s[w][g][d] * f;
             }
         if (n_split == 1) {
-            decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o / l, lane, HD);
+            const float f = sink_fold(a.sinks, h0 + g, mx, l);
+            decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o * f / l, lane, HD);
         } else {
             const size_t pi = (size_t(t) * a.n_head + h0 + g) * n_split + s;
             part_acc[pi * HD + d] = o;
@@ -487,7 +506,8 @@ static __global__ void __launch_bounds__(ds_warps(GM, D * WARP_SIZE) * WARP_SIZE
                 l += ml.y * f;
                 o += __ldcg(&part_acc[(p0 + k) * HD + d]) * f;
             }
-        decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o / l, lane, HD);
+        const float f = sink_fold(a.sinks, h0 + g, mx, l);
+        decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o * f / l, lane, HD);
     }
 }
 
@@ -886,7 +906,9 @@ template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention
     for (int hh = 0; hh < 2; hh++) {
         const int r = hh ? r1 : r0;
         if (!row_ok[hh]) continue;
-        const float inv = l_r[hh] == 0.0f ? 0.0f : 1.0f / l_r[hh];
+        float l = l_r[hh];
+        const float f = sink_fold(a.sinks, h, m_r[hh], l);
+        const float inv = l == 0.0f ? 0.0f : f / l;
         float* orow = a.o + h * a.o_nb1 + int64_t(r) * a.o_nb2;
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) {
@@ -987,7 +1009,7 @@ bool attention_supported(const tensor& dst) {
     return q.t == type::f32 && q.nb[0] == 4 && k.t == type::f16 && v.t == type::f16 && k.nb[0] == 2 && v.nb[0] == 2 &&
            k.nb[1] == v.nb[1] && k.nb[2] == v.nb[2] && k.nb[1] % 4 == 0 && k.nb[2] % 4 == 0 && hd % 2 == 0 &&
            hd <= HD_MAX && q.ne[3] == 1 && k.ne[3] == 1 && (!mask || mask->nb[0] == 4) && dst.nb[0] == 4 &&
-           !dst.src[4]; // attention sinks (gpt-oss): the CPU only so far (#22)
+           (!dst.src[4] || (dst.src[4]->t == type::f32 && dst.src[4]->nb[0] == 4 && dst.src[4]->ne[0] >= q.ne[1]));
 }
 
 namespace {
@@ -1018,6 +1040,7 @@ attn_args attention_args(cuda_context& ctx, tensor& dst) {
     a.group = int(q->ne[1] / k->ne[1]);
     a.n_kv = k->ne[2];
     a.scale = dst.op_params.f[0];
+    a.sinks = dst.src[4] ? ctx.as<float>(dst.src[4]) : nullptr;
     return a;
 }
 
@@ -1057,12 +1080,13 @@ size_t attention_work_size(const tensor& dst) {
 
 void attention(cuda_context& ctx, tensor& dst) {
     attn_args a = attention_args(ctx, dst);
-    if (ctx.exact && a.n_tok >= 64 && (a.hd == 64 || a.hd == 128)) {
+    // exact mode's kernels have no sinks: gpt-oss's attention takes the fast ones (close, not the CPU's bits)
+    if (ctx.exact && !a.sinks && a.n_tok >= 64 && (a.hd == 64 || a.hd == 128)) {
         if (a.hd == 64) attention_exact_launch<64>(a, ctx.stream);
         else attention_exact_launch<128>(a, ctx.stream);
         return;
     }
-    if (ctx.exact && a.n_tok < 64 && (a.hd == 64 || a.hd == 128)) {
+    if (ctx.exact && !a.sinks && a.n_tok < 64 && (a.hd == 64 || a.hd == 128)) {
         const unsigned blocks = unsigned(ceil_div(int64_t(a.n_tok) * a.n_head, 32));
         if (blocks == 0) return;
         if (a.hd == 64) attention_exact_small_kernel<64><<<blocks, 32, 0, ctx.stream>>>(a);

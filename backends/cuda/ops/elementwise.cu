@@ -1,6 +1,6 @@
-// elementwise.cu: add, mul (src1 broadcast), scale, silu, tanh, swiglu, geglu, relu2_glu, cpy (f32 -> f32/f16/bf16 into a strided view) and
-// set_rows (f32 rows -> rows of f32/f16/bf16 at indices read on the device: the KV-cache write). One thread per element
-// of dst; every tensor is addressed through its strides.
+// elementwise.cu: add, mul, div (src1 broadcast), scale, clamp, silu, tanh, swiglu, geglu, relu2_glu, swiglu_oai,
+// cpy (f32 -> f32/f16/bf16 into a strided view) and set_rows (f32 rows -> rows of f32/f16/bf16 at indices read on the
+// device: the KV-cache write). One thread per element of dst; every tensor is addressed through its strides.
 #include "backends/cuda/ops/ops.cuh"
 
 #include "backends/cuda/ops/exact.cuh"
@@ -32,18 +32,18 @@ __device__ __forceinline__ int64_t offset(const index4& x, const int64_t* nb) {
     return x.i[0] * nb[0] + x.i[1] * nb[1] + x.i[2] * nb[2] + x.i[3] * nb[3];
 }
 
-enum class binary_op { add, mul, swiglu, geglu, relu2 };
-enum class unary_op { scale, silu, tanh };
+enum class binary_op { add, mul, div, swiglu, geglu, relu2, swiglu_oai };
+enum class unary_op { scale, silu, tanh, clamp };
 
 __device__ __forceinline__ float silu_f(float x) {
     return x / (1.0f + expf(-x));
 }
 
 // dst[i] = a[i] op b[i mod b.ne] (broadcast of b over every dimension where b.ne[d] divides a.ne[d]).
-// gelu: the f16 table (cuda_context::gelu_table), for geglu only
+// gelu: the f16 table (cuda_context::gelu_table), for geglu only; p0, p1: swiglu_oai's alpha and limit
 template <binary_op OP>
 static __global__ void binary_kernel(const float* a, shape4 sa, const float* b, shape4 sb, float* y, shape4 sy,
-                                     int64_t n, const uint16_t* gelu) {
+                                     int64_t n, const uint16_t* gelu, float p0, float p1) {
     pdl_wait();
     pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -57,6 +57,12 @@ static __global__ void binary_kernel(const float* a, shape4 sa, const float* b, 
         r = va + vb;
     else if constexpr (OP == binary_op::mul)
         r = va * vb;
+    else if constexpr (OP == binary_op::div)
+        r = va / vb;
+    else if constexpr (OP == binary_op::swiglu_oai) { // the CPU's order (backends/cpu/ops/elementwise.cpp)
+        const float x = p1 < va ? p1 : va, v = vb < -p1 ? -p1 : p1 < vb ? p1 : vb; // std::min, std::clamp
+        r = x / (1.0f + expf(p0 * -x)) * (v + 1.0f);
+    }
     else if constexpr (OP == binary_op::swiglu)
         r = silu_f(va) * vb;
     else if constexpr (OP == binary_op::geglu)
@@ -66,15 +72,27 @@ static __global__ void binary_kernel(const float* a, shape4 sa, const float* b, 
     y[offset(x, sy.nb)] = r;
 }
 
+// s: scale's factor, clamp's lower bound (s2 its upper one)
 template <unary_op OP>
-static __global__ void unary_kernel(const float* a, shape4 sa, float* y, shape4 sy, float s, int64_t n) {
+static __global__ void unary_kernel(const float* a, shape4 sa, float* y, shape4 sy, float s, float s2, int64_t n) {
     pdl_wait();
     pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const index4 x = unflatten(i, sy.ne);
     const float v = a[offset(x, sa.nb)];
-    y[offset(x, sy.nb)] = OP == unary_op::scale ? v * s : OP == unary_op::silu ? silu_f(v) : tanhf(v);
+    float r;
+    if constexpr (OP == unary_op::scale)
+        r = v * s;
+    else if constexpr (OP == unary_op::silu)
+        r = silu_f(v);
+    else if constexpr (OP == unary_op::tanh)
+        r = tanhf(v);
+    else { // std::max(std::min(v, hi), lo), NaN staying NaN
+        const float m = s2 < v ? s2 : v;
+        r = m < s ? s : m;
+    }
+    y[offset(x, sy.nb)] = r;
 }
 
 template <class T> __device__ __forceinline__ T from_f32(float x);
@@ -126,7 +144,7 @@ unsigned n_blocks(int64_t n) {
     return unsigned(ceil_div(n, EW_THREADS));
 }
 
-template <binary_op OP> void binary(cuda_context& ctx, tensor& dst) {
+template <binary_op OP> void binary(cuda_context& ctx, tensor& dst, float p0 = 0.0f, float p1 = 0.0f) {
     const tensor* a = dst.src[0];
     const tensor* b = dst.src[1];
     const shape4 sy = shape_of(dst, 4);
@@ -134,15 +152,15 @@ template <binary_op OP> void binary(cuda_context& ctx, tensor& dst) {
     if (n == 0) return;
     TS_ASSERT(OP != binary_op::geglu || ctx.gelu_table);
     launch(ctx, binary_kernel<OP>, n_blocks(n), EW_THREADS, 0, ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(b),
-           shape_of(*b, 4), ctx.as<float>(&dst), sy, n, ctx.gelu_table);
+           shape_of(*b, 4), ctx.as<float>(&dst), sy, n, ctx.gelu_table, p0, p1);
 }
 
-template <unary_op OP> void unary(cuda_context& ctx, tensor& dst, float s) {
+template <unary_op OP> void unary(cuda_context& ctx, tensor& dst, float s, float s2 = 0.0f) {
     const tensor* a = dst.src[0];
     const int64_t n = dst.n_elements();
     if (n == 0) return;
     launch(ctx, unary_kernel<OP>, n_blocks(n), EW_THREADS, 0, ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(&dst),
-           shape_of(dst, 4), s, n);
+           shape_of(dst, 4), s, s2, n);
 }
 
 template <class T> void cpy_as(cuda_context& ctx, tensor& dst) {
@@ -184,6 +202,15 @@ void add(cuda_context& ctx, tensor& dst) {
 }
 void mul(cuda_context& ctx, tensor& dst) {
     binary<binary_op::mul>(ctx, dst);
+}
+void div(cuda_context& ctx, tensor& dst) {
+    binary<binary_op::div>(ctx, dst);
+}
+void swiglu_oai(cuda_context& ctx, tensor& dst) {
+    binary<binary_op::swiglu_oai>(ctx, dst, dst.op_params.f[0], dst.op_params.f[1]);
+}
+void clamp(cuda_context& ctx, tensor& dst) {
+    unary<unary_op::clamp>(ctx, dst, dst.op_params.f[0], dst.op_params.f[1]);
 }
 void swiglu(cuda_context& ctx, tensor& dst) {
     const tensor* g = dst.src[0];

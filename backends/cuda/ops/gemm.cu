@@ -488,7 +488,8 @@ bool gemm_split_wanted(int64_t cols) {
 bool gemm_exact_available(type t) {
     bool ok = false;
     visit_format(t, [&]<class F>() { ok = has_mmq<F>::value; });
-    return ok;
+    return ok && t != type::mxfp4; // the CPU's mxfp4 order (ggml's generic dot, blockwise for repacked rows) is not one of
+                                   // gemm_exact_kernel's: exact mode runs mxfp4 as the fast path does
 }
 
 void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, tensor& dst) {

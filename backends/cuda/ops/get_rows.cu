@@ -59,6 +59,19 @@ static __global__ void get_rows_split_kernel(split_weight w, const int32_t* ids,
     }
 }
 
+// The batched form (f32 only): y[:, i, b] = a[:, ids[i, b], b], one thread per element (an id outside a: NaN)
+static __global__ void get_rows_batched_kernel(const float* a, shape4 sa, const int32_t* ids, int64_t ids_nb1,
+                                               float* y, shape4 sy, int64_t n) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= n) return;
+    const int64_t j = e % sy.ne[0], i = e / sy.ne[0] % sy.ne[1], b = e / (sy.ne[0] * sy.ne[1]);
+    const int32_t id = ids[i + b * ids_nb1];
+    y[j * sy.nb[0] + i * sy.nb[1] + b * sy.nb[2]] =
+        id >= 0 && id < sa.ne[1] ? a[j * sa.nb[0] + id * sa.nb[1] + b * sa.nb[2]] : NAN;
+}
+
 template <class T> __device__ __forceinline__ float to_f32_elem(T x);
 template <> __device__ __forceinline__ float to_f32_elem<float>(float x) {
     return x;
@@ -99,6 +112,9 @@ void get_rows_launch(const uint8_t* w, int64_t w_nb1, int64_t n_rows, const int3
 bool get_rows_supported(const tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& ids = *dst.src[1];
+    if (ids.ne[1] > 1) // batched: (ne0, n_rows, n_b) f32 by (n, n_b) ids (the chosen experts' router weights)
+        return w.t == type::f32 && ids.t == type::i32 && ids.nb[0] == 4 && w.ne[2] == ids.ne[1] && w.ne[3] == 1 &&
+               ids.ne[2] == 1 && dst.t == type::f32;
     return ids.t == type::i32 && ids.is_contiguous() && ids.ne[1] == 1 && dst.nb[0] == 4 && w.nb[0] == type_size(w.t) &&
            weight_type_supported(w.t);
 }
@@ -107,6 +123,15 @@ void get_rows(cuda_context& ctx, tensor& dst) {
     const tensor* w = dst.src[0];
     const tensor* ids = dst.src[1];
     const int64_t y_nb1 = int64_t(dst.nb[1] / 4);
+    if (ids->ne[1] > 1) {
+        const int64_t n = dst.n_elements();
+        if (n == 0) return;
+        constexpr int threads = 256;
+        launch(ctx, get_rows_batched_kernel, unsigned(ceil_div(n, threads)), threads, 0, ctx.as<float>(w),
+               shape_of(*w, 4), ctx.as<int32_t>(ids), int64_t(ids->nb[1] / 4), ctx.as<float>(&dst), shape_of(dst, 4),
+               n);
+        return;
+    }
     // a weight uploaded only in the split layout (the upload keeps the file's layout for flag_embedding tensors)
     if (!w->view_src && ctx.split && ctx.weights && !ctx.weights->count(w)) {
         if (auto it = ctx.split->find(w); it != ctx.split->end()) {

@@ -300,6 +300,67 @@ struct split_group {
     int64_t rope_hd;
 };
 
+// This lane's share of R weight rows (chunks and scale groups at qrow, srow) dotted with NC activation rows acol[j]
+// (the first ncol of them) of the split activations: chunks first, first + 32 S, ... of the row, U loads deep. Each
+// column's sum is its own (no other column changes its order), so a column gives the same bits in any position.
+template <class D, int R, int NC, int U, int S>
+__device__ __forceinline__ void split_lane_sums(const uint8_t* const (&qrow)[R], const uint8_t* const (&srow)[R],
+                                                const int8_t* aq, const __half2* ads, int64_t k,
+                                                const int64_t (&acol)[NC], int ncol, int64_t first, float (&sum)[R][NC]) {
+    using chunk_t = typename D::chunk_t;
+    const int64_t nc = k / 32;
+    constexpr int64_t stride = int64_t(WARP_SIZE) * S;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int j = 0; j < NC; j++) sum[r][j] = 0.0f;
+#pragma unroll U
+    for (int64_t c = first; c < nc; c += stride) {
+        chunk_t q[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) q[r] = ldg_chunk<chunk_t>(qrow[r] + c * int64_t(sizeof(chunk_t)));
+        const int64_t g = c / D::chunks_per_scale;
+#pragma unroll
+        for (int j = 0; j < NC; j++) {
+            if (j >= ncol) break;
+            const int4* ap = reinterpret_cast<const int4*>(aq + acol[j] * k + c * 32);
+            const int4 a0 = ap[0], a1 = ap[1];
+            const float2 ds = __half22float2(ads[acol[j] * nc + c]);
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                sum[r][j] += D::dot_split(q[r], srow[r] + g * D::scale_bytes, int(c % D::chunks_per_scale), a0, a1, ds);
+        }
+    }
+}
+
+// The lanes' sums of each warp added (warp_sum), then the S parts of a row group (warps warp .. warp + S - 1 of the
+// block) added in part order in shared memory; true in the warp that holds the row group's sums (part 0). Every
+// thread of the block must call it.
+template <int R, int NC, int S> __device__ __forceinline__ bool split_parts_reduce(float (&sum)[R][NC], int warp, int lane) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int j = 0; j < NC; j++) sum[r][j] = warp_sum(sum[r][j]);
+    if constexpr (S > 1) {
+        __shared__ float part_sum[SPLIT_WARPS][R][NC];
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int j = 0; j < NC; j++) part_sum[warp][r][j] = sum[r][j];
+        }
+        __syncthreads();
+        if (warp % S != 0) return false;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int j = 0; j < NC; j++)
+#pragma unroll
+                for (int p = 1; p < S; p++) sum[r][j] += part_sum[warp + p][r][j];
+    }
+    return true;
+}
+
 // Grid (row groups / (4 / S), columns / NC). A row group is R rows, taken by S warps of the block: warp part p of a
 // group takes chunks 32 p + l, 32 (S + p) + l, ... (lane l), so each step the group's warps read 32 S consecutive
 // chunks (256 to 1024 bytes a warp), each lane with one 8/16/32-byte load, and each activation chunk a lane loads
@@ -366,50 +427,12 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     }
     pdl_wait();
     pdl_trigger();
+    int64_t acol[NC];
+#pragma unroll
+    for (int j = 0; j < NC; j++) acol[j] = col0 + j;
     float sum[R][NC];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int j = 0; j < NC; j++) sum[r][j] = 0.0f;
-
-#pragma unroll U
-    for (int64_t c = first; c < nc; c += stride) {
-        chunk_t q[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) q[r] = ldg_chunk<chunk_t>(qrow[r] + c * int64_t(sizeof(chunk_t)));
-        const int64_t g = c / D::chunks_per_scale;
-#pragma unroll
-        for (int j = 0; j < NC; j++) {
-            if (col0 + j >= cols) break;
-            const int4* ap = reinterpret_cast<const int4*>(a.aq + (col0 + j) * a.k + c * 32);
-            const int4 a0 = ap[0], a1 = ap[1];
-            const float2 ds = __half22float2(a.ads[(col0 + j) * nc + c]);
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                sum[r][j] += D::dot_split(q[r], srow[r] + g * D::scale_bytes, int(c % D::chunks_per_scale), a0, a1, ds);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int j = 0; j < NC; j++) sum[r][j] = warp_sum(sum[r][j]);
-    if constexpr (S > 1) {
-        __shared__ float part_sum[SPLIT_WARPS][R][NC];
-        if (lane == 0) {
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int j = 0; j < NC; j++) part_sum[warp][r][j] = sum[r][j];
-        }
-        __syncthreads();
-        if (part != 0) return;
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int j = 0; j < NC; j++)
-#pragma unroll
-                for (int p = 1; p < S; p++) sum[r][j] += part_sum[warp + p][r][j];
-    }
+    split_lane_sums<D, R, NC, U, S>(qrow, srow, a.aq, a.ads, a.k, acol, int(min(int64_t(NC), cols - col0)), first, sum);
+    if (!split_parts_reduce<R, NC, S>(sum, warp, lane)) return;
     if constexpr (ROPE) {
         if (lane != 0 || row0 >= a.n) return; // n is even: a pair is in or out whole
         const rope_kv_params& p = grp.rope;
@@ -554,6 +577,164 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
            grp);
 }
 
+// ---- mul_mat_id: the experts' matrices against the (slot, token) pairs that chose them ----
+
+// The pairs grouped by expert and cut into tiles of at most nc pairs of one expert (moe_route_kernel), for
+// mmv_id_kernel: pairs[] holds pair ids t * n_used + i, an expert's pairs one after another; tile y is (expert,
+// first pair, count). With `direct` (decode: a few tokens) there is no grouping: tile y is pair y itself, its expert
+// read from ids.
+struct id_args {
+    const uint8_t* qs; // the experts' chunks, expert after expert ([n_expert][n][k / 32][chunk_bytes])
+    const uint8_t* sc; // their scale groups, likewise
+    const int8_t* aq;  // activations: n_b rows a token, [n_tok][n_b][k]
+    const __half2* ads;
+    float* y;
+    int64_t y_nb1, y_nb2; // floats between slots, tokens
+    int64_t n, k, n_expert, n_used, n_b;
+    const int32_t* ids; // (n_used, n_tok), ids_nb1 ints between tokens
+    int64_t ids_nb1;
+    bool direct;
+    const int* pairs;
+    const int4* tiles; // (expert, first pair, count, -)
+    const int* n_tiles;
+    float out_scale;
+};
+
+// Tile y's expert and its pairs' activation rows and output offsets (the first ncol of NC); false past the last tile
+template <int NC>
+__device__ __forceinline__ bool id_tile(const id_args& a, int64_t y, int64_t& expert, int64_t (&acol)[NC],
+                                        int64_t (&ycol)[NC], int& ncol) {
+    int64_t first = y;
+    if (a.direct) {
+        const int64_t i = y % a.n_used, t = y / a.n_used;
+        expert = a.ids[i + t * a.ids_nb1];
+        ncol = 1;
+    } else {
+        if (y >= *a.n_tiles) return false;
+        const int4 tile = a.tiles[y];
+        expert = tile.x;
+        first = tile.y;
+        ncol = min(tile.z, NC);
+    }
+#pragma unroll
+    for (int j = 0; j < NC; j++) {
+        const int64_t p = j < ncol ? (a.direct ? first : int64_t(a.pairs[first + j])) : 0;
+        const int64_t i = p % a.n_used, t = p / a.n_used;
+        acol[j] = i % a.n_b + t * a.n_b;
+        ycol[j] = i * a.y_nb1 + t * a.y_nb2;
+    }
+    return expert >= 0 && expert < a.n_expert; // a bad id (not from top_k) computes nothing: its rows stay NaN
+}
+
+// Grid (row groups of one expert / (4 / S), tiles): mmv_split_kernel's loop over the tile's expert matrix, each
+// weight chunk loaded once for the tile's pairs. The ids come from the kernel before (no early prefetch).
+template <class D, int NC, int R, int U, int S>
+static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_id_kernel(id_args a) {
+    using chunk_t = typename D::chunk_t;
+    pdl_wait();
+    pdl_trigger();
+    int64_t expert = 0, acol[NC], ycol[NC];
+    int ncol = 0;
+    if (!id_tile<NC>(a, blockIdx.y, expert, acol, ycol, ncol)) return; // uniform over the block
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int64_t row0 = (int64_t(blockIdx.x) * (SPLIT_WARPS / S) + warp / S) * R;
+    const int64_t nc = a.k / 32, ng = nc / D::chunks_per_scale;
+    const uint8_t* qrow[R];
+    const uint8_t* srow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t row = expert * a.n + (row0 + r < a.n ? row0 + r : a.n - 1); // rows past n: computed, not stored
+        qrow[r] = a.qs + row * nc * int64_t(sizeof(chunk_t));
+        srow[r] = a.sc + row * ng * D::scale_bytes;
+    }
+    float sum[R][NC];
+    split_lane_sums<D, R, NC, U, S>(qrow, srow, a.aq, a.ads, a.k, acol, ncol, lane + int64_t(warp % S) * WARP_SIZE,
+                                    sum);
+    if (!split_parts_reduce<R, NC, S>(sum, warp, lane)) return;
+    if (lane != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int j = 0; j < NC; j++)
+            if (j < ncol && row0 + r < a.n) a.y[ycol[j] + row0 + r] = sum[r][j] * a.out_scale;
+}
+
+// Float experts (f32 / f16 / bf16, the file's layout, expert e at w + e w_nb2 bytes): one warp a row, tile = pair
+// (direct); x f32 rows [n_tok][n_b][k]. The dot in f32 in lane order (not ggml's order: the fast path's tolerance).
+template <class T>
+static __global__ void __launch_bounds__(MMV_THREADS) mmv_id_f_kernel(id_args a, const uint8_t* w, int64_t w_nb1,
+                                                                       int64_t w_nb2, const float* x) {
+    pdl_wait();
+    pdl_trigger();
+    int64_t expert = 0, acol[1], ycol[1];
+    int ncol = 0;
+    if (!id_tile<1>(a, blockIdx.y, expert, acol, ycol, ncol)) return;
+    const int64_t row = int64_t(blockIdx.x) * (MMV_THREADS / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    if (row >= a.n) return;
+    const int lane = threadIdx.x % WARP_SIZE;
+    const T* wr = reinterpret_cast<const T*>(w + expert * w_nb2 + row * w_nb1);
+    const float* xr = x + acol[0] * a.k;
+    float s = 0.0f;
+    for (int64_t i = lane; i < a.k; i += WARP_SIZE) {
+        float wv[1];
+        load_w<T, 1>(wr + i, wv);
+        s = fmaf(wv[0], xr[i], s);
+    }
+    s = warp_sum(s);
+    if (lane == 0) a.y[ycol[0] + row] = s;
+}
+
+// Which experts the pairs chose, as id_args' pairs and tiles: per expert a count (shared-memory atomics), its first
+// pair (a scan by one thread, experts in order, cutting each expert's run into tiles of nc), then each pair to its
+// slot. One block; 2 n_expert ints of shared memory.
+static __global__ void moe_route_kernel(const int32_t* ids, int64_t ids_nb1, int64_t n_used, int64_t n_tok,
+                                        int n_expert, int nc, int* pairs, int4* tiles, int* n_tiles) {
+    extern __shared__ int route_s[]; // count [n_expert], start [n_expert]
+    int* cnt = route_s;
+    int* start = route_s + n_expert;
+    pdl_wait();
+    pdl_trigger();
+    const int64_t n_pairs = n_used * n_tok;
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+        const int32_t e = ids[p % n_used + p / n_used * ids_nb1];
+        if (e >= 0 && e < n_expert) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int at = 0, nt = 0;
+        for (int e = 0; e < n_expert; e++) {
+            start[e] = at;
+            for (int f = 0; f < cnt[e]; f += nc) tiles[nt++] = make_int4(e, at + f, min(nc, cnt[e] - f), 0);
+            at += cnt[e];
+            cnt[e] = 0;
+        }
+        *n_tiles = nt;
+    }
+    __syncthreads();
+    for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+        const int32_t e = ids[p % n_used + p / n_used * ids_nb1];
+        if (e >= 0 && e < n_expert) pairs[start[e] + atomicAdd(&cnt[e], 1)] = int(p);
+    }
+}
+
+// Tiles of NC pairs at most: every expert's last tile may be partial
+int64_t id_max_tiles(int64_t n_pairs, int64_t n_expert, int nc) {
+    return n_pairs / nc + std::min(n_expert, n_pairs);
+}
+constexpr int ID_NC = MMV_MAX_COLS;
+
+// Whether mul_mat_id of n_tok tokens takes pair after pair (decode) rather than grouping them by expert
+bool id_direct(int64_t n_tok) {
+    return n_tok <= 8;
+}
+
+// Bytes after the activations: the route (n_tiles, tiles, pairs)
+size_t id_route_bytes(int64_t n_pairs, int64_t n_expert) {
+    return 256 + size_t(id_max_tiles(n_pairs, n_expert, ID_NC)) * sizeof(int4) + size_t(n_pairs) * sizeof(int);
+}
+
 // The decode GEMV's arguments for node `dst` (a mul_mat of split weight sw)
 split_args gemv_args(cuda_context& ctx, const split_weight& sw, tensor& dst) {
     const tensor* x = dst.src[1];
@@ -678,7 +859,8 @@ bool mul_mat_group_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, si
 
 bool split_eligible(const tensor& w) {
     if (!split_enabled() || !has_split_type(w.t) || !(w.flags & flag_param) || w.view_src) return false;
-    return w.ne[2] == 1 && w.ne[3] == 1 && w.is_contiguous() && w.ne[0] % block_size(w.t) == 0 && w.ne[0] % 32 == 0;
+    // 3-D: a mixture's experts, each an (k, n) matrix after the other, for mul_mat_id
+    return w.ne[3] == 1 && w.is_contiguous() && w.ne[0] % block_size(w.t) == 0 && w.ne[0] % 32 == 0;
 }
 
 namespace {
@@ -703,6 +885,7 @@ bool mul_mat_supported(const tensor& dst) {
     // formats with only the split layout: the weight must be one the upload splits
     bool file_layout = is_float_weight(w.t);
     visit_format(w.t, [&]<class F>() { file_layout = cuda_format<F>::available; });
+    if (split_eligible(w) && w.ne[2] != 1) return false; // experts, split for mul_mat_id: mul_mat's split weights are 2-D
     return file_layout ? weight_type_supported(w.t) : split_eligible(w);
 }
 
@@ -792,6 +975,102 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
             mmv_q_launch<F>(a, ctx.as<float>(x), sx, ctx.scratch, ctx.stream);
         else
             TS_ASSERT(!"mul_mat: format without a CUDA path (supports() lets it through?)");
+    });
+    TS_ASSERT(known);
+}
+
+bool mul_mat_id_supported(const tensor& dst) {
+    const tensor& w = *dst.src[0];
+    const tensor& x = *dst.src[1];
+    const tensor& ids = *dst.src[2];
+    if (x.t != type::f32 || !x.is_contiguous() || ids.t != type::i32 || ids.nb[0] != 4 || dst.nb[0] != 4) return false;
+    if (w.ne[3] != 1 || w.ne[2] > 8192 || (x.ne[1] != 1 && x.ne[1] != ids.ne[0])) return false;
+    const int64_t n_pairs = ids.ne[0] * ids.ne[1];
+    if (is_float_weight(w.t)) return w.nb[0] == type_size(w.t) && n_pairs <= 65535;
+    return split_eligible(w) && id_max_tiles(n_pairs, w.ne[2], ID_NC) <= 65535;
+}
+
+size_t mul_mat_id_work_size(const tensor& dst) {
+    const tensor& w = *dst.src[0];
+    const tensor& x = *dst.src[1];
+    const tensor& ids = *dst.src[2];
+    if (is_float_weight(w.t)) return 0;
+    const size_t acts = (split_acts_bytes(x.ne[0], x.ne[1] * x.ne[2]) + 255) / 256 * 256;
+    return acts + (id_direct(ids.ne[1]) ? 0 : id_route_bytes(ids.ne[0] * ids.ne[1], w.ne[2]));
+}
+
+// dst (n, n_used, n_tok) = each (slot, token)'s expert matrix times its activation row. Split weights: the
+// activations to q8_1 once (gate and up share them), then mmv_id_kernel, pair by pair for a few tokens, else over the
+// pairs grouped by expert (moe_route_kernel) so that a weight chunk serves up to 8 pairs. Float weights: a plain
+// kernel, pair by pair.
+void mul_mat_id(cuda_context& ctx, tensor& dst) {
+    const tensor* w = dst.src[0];
+    const tensor* x = dst.src[1];
+    const tensor* ids = dst.src[2];
+    const int64_t n_used = ids->ne[0], n_tok = ids->ne[1], n_pairs = n_used * n_tok;
+    if (n_pairs == 0 || w->ne[1] == 0) return;
+    id_args a{};
+    a.y = ctx.as<float>(&dst);
+    a.y_nb1 = int64_t(dst.nb[1] / 4);
+    a.y_nb2 = int64_t(dst.nb[2] / 4);
+    a.n = w->ne[1];
+    a.k = w->ne[0];
+    a.n_expert = w->ne[2];
+    a.n_used = n_used;
+    a.n_b = x->ne[1];
+    a.ids = ctx.as<int32_t>(ids);
+    a.ids_nb1 = int64_t(ids->nb[1] / 4);
+    a.out_scale = 1.0f;
+    if (is_float_weight(w->t)) {
+        a.direct = true;
+        const dim3 grid(unsigned(ceil_div(a.n, MMV_THREADS / WARP_SIZE)), unsigned(n_pairs));
+        const uint8_t* wp = ctx.ptr(w);
+        const int64_t nb1 = int64_t(w->nb[1]), nb2 = int64_t(w->nb[2]);
+        if (w->t == type::f32) launch(ctx, mmv_id_f_kernel<float>, grid, MMV_THREADS, 0, a, wp, nb1, nb2, ctx.as<float>(x));
+        else if (w->t == type::f16) launch(ctx, mmv_id_f_kernel<__half>, grid, MMV_THREADS, 0, a, wp, nb1, nb2, ctx.as<float>(x));
+        else launch(ctx, mmv_id_f_kernel<__nv_bfloat16>, grid, MMV_THREADS, 0, a, wp, nb1, nb2, ctx.as<float>(x));
+        return;
+    }
+    TS_ASSERT(ctx.split && !w->view_src && ctx.scratch_size >= mul_mat_id_work_size(dst));
+    const auto it = ctx.split->find(w);
+    TS_ASSERT(it != ctx.split->end());
+    const split_weight& sw = it->second;
+    a.qs = sw.qs;
+    a.sc = sw.sc;
+    a.out_scale = sw.out_scale;
+    const split_acts acts = split_activations(ctx, *x);
+    a.aq = acts.q;
+    a.ads = acts.ds;
+    a.direct = id_direct(n_tok);
+    int64_t tiles = n_pairs;
+    if (!a.direct) {
+        uint8_t* r = static_cast<uint8_t*>(ctx.scratch) + (split_acts_bytes(a.k, a.n_b * n_tok) + 255) / 256 * 256;
+        tiles = id_max_tiles(n_pairs, a.n_expert, ID_NC);
+        int* n_tiles = reinterpret_cast<int*>(r);
+        int4* tile = reinterpret_cast<int4*>(r + 256);
+        int* pairs = reinterpret_cast<int*>(r + 256 + size_t(tiles) * sizeof(int4));
+        launch(ctx, moe_route_kernel, 1, 1024, size_t(2 * a.n_expert) * sizeof(int), a.ids, a.ids_nb1, n_used, n_tok,
+               int(a.n_expert), ID_NC, pairs, tile, n_tiles);
+        a.n_tiles = n_tiles;
+        a.tiles = tile;
+        a.pairs = pairs;
+    }
+    constexpr int R = 2, U = 2;
+    const int S = mmv_split_parts(ceil_div(a.n, R) * tiles, a.k / 32, ctx.n_sm);
+    const dim3 grid(unsigned(ceil_div(a.n, SPLIT_WARPS / S * R)), unsigned(tiles));
+    TS_ASSERT(grid.y <= 65535);
+    const bool known = visit_format(w->t, [&]<class F>() {
+        if constexpr (has_split<F>::value) {
+            using D = cuda_format<F>;
+            const auto pick = [&]<int NC>() {
+                return S == 1 ? mmv_id_kernel<D, NC, R, U, 1> : S == 2 ? mmv_id_kernel<D, NC, R, U, 2>
+                                                                      : mmv_id_kernel<D, NC, R, U, 4>;
+            };
+            launch(ctx, a.direct ? pick.template operator()<1>() : pick.template operator()<ID_NC>(), grid,
+                   SPLIT_WARPS * WARP_SIZE, 0, a);
+        } else {
+            TS_ASSERT(!"mul_mat_id: a split weight of a format without a split kernel");
+        }
     });
     TS_ASSERT(known);
 }

@@ -31,6 +31,17 @@ bool score_supported(const tensor& node);
 void cpy(cuda_context& ctx, tensor& dst);
 void set_rows(cuda_context& ctx, tensor& dst);
 void attention(cuda_context& ctx, tensor& dst);
+// expert routing (moe.cu, mmv.cu: mul_mat_id) and gpt-oss's ops (elementwise.cu)
+void top_k(cuda_context& ctx, tensor& dst);
+bool top_k_supported(const tensor& dst);
+void mul_mat_id(cuda_context& ctx, tensor& dst);
+bool mul_mat_id_supported(const tensor& dst);
+size_t mul_mat_id_work_size(const tensor& dst);
+void add_id(cuda_context& ctx, tensor& dst);
+void sum_rows(cuda_context& ctx, tensor& dst);
+void div(cuda_context& ctx, tensor& dst);
+void clamp(cuda_context& ctx, tensor& dst);
+void swiglu_oai(cuda_context& ctx, tensor& dst);
 // attention of a decode step (<= 8 tokens) that also writes its output as q8_1 into q / ds (split_acts' layout, a row
 // of n_head * head_dim values per token) for the mul_mat after it; false (nothing launched) where the decode kernel
 // does not take the node (exact mode, longer batches, unaligned caches, a strided output).

@@ -94,9 +94,10 @@ __device__ __forceinline__ uint32_t sub_u4_bytes(uint32_t x, uint32_t z) {
     return (x + (0x80u - z) * 0x01010101u) ^ 0x80808080u;
 }
 
-// A scale group of 0, 2 or 4 bytes (format.cuh's scale_bytes) as one little-endian word
+// A scale group of 0, 1, 2 or 4 bytes (format.cuh's scale_bytes) as one little-endian word
 template <int B> __device__ __forceinline__ uint32_t load_scale_word(const uint8_t* p) {
     if constexpr (B == 0) return 0;
+    else if constexpr (B == 1) return __ldg(p);
     else if constexpr (B == 2) return __ldg(reinterpret_cast<const uint16_t*>(p));
     else {
         static_assert(B == 4, "scale groups of 0, 2 or 4 bytes");

@@ -1,0 +1,72 @@
+// mxfp4.cuh: the CUDA path of mxfp4 (layout and reference: quant/mxfp4.h; gpt-oss's expert weights): split layout
+// only (format.cuh). A 32-element chunk is a whole block: its 16 nibble bytes re-packed at upload in element order
+// (byte j: elements 2j low, 2j + 1 high, as nvfp4's chunks, so e2m1x8_doubled decodes a word into 8 consecutive
+// elements) and its E8M0 byte as the scale group. Values are the doubled E2M1 integers, the scale read at half value
+// (e8m0_to_fp32_half), as the reference: each block's integer sum is the CPU's, scaled as (d_a d_w) sum.
+#pragma once
+
+#include "backends/cuda/quant/format.cuh"
+#include "backends/cuda/quant/nvfp4.cuh"
+#include "quant/mxfp4.h"
+
+namespace tessera::cuda {
+
+template <> struct cuda_format<mxfp4> {
+    static constexpr bool available = false; // no file-layout kernel: weights must be split
+    static constexpr bool split = true;
+    using chunk_t = uint4;
+    static constexpr int scale_bytes = 1, chunks_per_scale = 1;
+    // the E2M1 decode is too slow to redo per column tile inside the wgmma GEMM (as nvfp4)
+    static constexpr bool wgmma_dequant_first = true;
+    static void split_row(const void* row, int64_t k, uint8_t* qs, uint8_t* sc) {
+        const auto* b = static_cast<const block_mxfp4*>(row);
+        for (int64_t i = 0; i < k / 32; i++) {
+            auto code = [&](int e) { return e < 16 ? b[i].qs[e] & 0x0F : b[i].qs[e - 16] >> 4; };
+            for (int j = 0; j < 16; j++) qs[16 * i + j] = uint8_t(code(2 * j) | code(2 * j + 1) << 4);
+            sc[i] = b[i].e;
+        }
+    }
+    static float out_scale(const void*, int64_t) { return 1.0f; }
+    // word i of q: elements 8i .. 8i + 7
+    __device__ static int dot_words(const uint4& q, int4 a0, int4 a1) {
+        const int2 x = e2m1x8_doubled(q.x), y = e2m1x8_doubled(q.y), z = e2m1x8_doubled(q.z), w = e2m1x8_doubled(q.w);
+        int s = 0;
+        s = __dp4a(x.x, a0.x, s);
+        s = __dp4a(x.y, a0.y, s);
+        s = __dp4a(y.x, a0.z, s);
+        s = __dp4a(y.y, a0.w, s);
+        s = __dp4a(z.x, a1.x, s);
+        s = __dp4a(z.y, a1.y, s);
+        s = __dp4a(w.x, a1.z, s);
+        s = __dp4a(w.y, a1.w, s);
+        return s;
+    }
+    __device__ static float dot_split(const uint4& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
+        return __fmul_rn(ds.x, e8m0_to_fp32_half(*sc)) * float(dot_words(q, a0, a1));
+    }
+    static constexpr int mmq_sub = 1;
+    static constexpr bool mmq_offset = false;
+    __device__ static void mmq_unpack(const uint4& q, uint32_t scw, int, uint32_t (&v)[8], float (&d)[2], float& m) {
+        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int2 e = e2m1x8_doubled(words[i]);
+            v[2 * i] = uint32_t(e.x), v[2 * i + 1] = uint32_t(e.y);
+        }
+        d[0] = d[1] = e8m0_to_fp32_half(uint8_t(scw));
+        m = 0.0f;
+    }
+    __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {
+        const float d = e8m0_to_fp32_half(*sc);
+        const int2 e0 = e2m1x8_doubled(h ? q.z : q.x), e1 = e2m1x8_doubled(h ? q.w : q.y);
+        const int v[4] = {e0.x, e0.y, e1.x, e1.y};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int8_t* b = reinterpret_cast<const int8_t*>(&v[i]);
+            out[2 * i] = __floats2half2_rn(float(b[0]) * d, float(b[1]) * d);
+            out[2 * i + 1] = __floats2half2_rn(float(b[2]) * d, float(b[3]) * d);
+        }
+    }
+};
+
+} // namespace tessera::cuda
