@@ -860,14 +860,16 @@ std::vector<op_case> all_cases() {
                  {typed_leaf(type::mxfp4, {s.k, s.n}, 82), f32_leaf({s.k, s.m}, 83)},
                  [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, s.m <= 8 ? 1e-6 : 5e-4);
     // the whole block as build_moe_ffn builds it (qwen3moe: softmax, top 4 of 16, weights renormalized; gpt-oss:
-    // top 4 of the biased logits, softmax over them, per-expert biases, swiglu_oai), decode and prefill. The routing is
-    // the same on both as long as no two router probabilities tie within rounding (random logits: they do not).
+    // top 4 of the biased logits, softmax over them, per-expert biases, swiglu_oai), decode and prefill; CUDA fuses
+    // the gate and up mul_mat_id of a decode step into one launch (qwen3moe: one format) and the weighted sum over the
+    // slots into one kernel. The routing is the same on both as long as no two router probabilities tie within
+    // rounding (random logits: they do not).
     for (bool oai : {false, true})
         for (int64_t n_tok : {1, 40}) {
             const int64_t E = 64, X = 16, K = 4, F = 96;
             add_case(std::string("moe_ffn_") + (oai ? "gpt_oss" : "qwen3moe") + "_tok" + std::to_string(n_tok),
                      {f32_leaf({E, n_tok}, 84), f32_leaf({X, n_tok}, 85, 2.0f), typed_leaf(type::q8_0, {E, F, X}, 86),
-                      typed_leaf(oai ? type::mxfp4 : type::q4_0, {E, F, X}, 87),
+                      typed_leaf(oai ? type::mxfp4 : type::q8_0, {E, F, X}, 87),
                       typed_leaf(type::q8_0, {F, E, X}, 88), f32_leaf({F, X}, 89), f32_leaf({E, X}, 90)},
                      [=](context& c, const auto& l) {
                          tensor* x = l[0];

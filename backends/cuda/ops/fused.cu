@@ -9,6 +9,8 @@
 //   (rope.cu, rope_kv), when no result the kernel writes lies where one of its inputs is (see fuse_rope_kv)
 //   the q, k, v mul_mats on the decode GEMV followed by that rope / cache-write group, reading only their results:
 //   the GEMV's epilogue does the group's work (normal and NEOX rope; fuse_qkv_rope, mmv.cu)
+//   mul(experts' outputs, chosen weights) -> the slots added in order (a mixture-of-experts block's end); the
+//   experts' gate and up mul_mat_id as one launch (mmv.cu, mul_mat_id_group)
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
 // reads are skipped (the bare rms_norm). The arithmetic is the unfused kernels' (same operations, same order), so the
 // results are bit-identical to running the nodes one by one (test_backend_ops checks it). The q8_1 activations go
@@ -295,6 +297,69 @@ size_t fuse_qkv_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
     return mul_mat_group_rope(ctx, nodes, i, p, m.rq->ne[0]) ? j - i + n : 0;
 }
 
+// The experts' weighted outputs summed over a token's slots: y[:, t] = ((e0 w0 + e1 w1) + e2 w2) + ..., e (E, K, n)
+// the mul_mat_id result, w (1, K, n) the chosen weights; one product and one sum rounded at a time (no fused
+// multiply-add), so the bits are those of the mul and the K - 1 adds it replaces.
+static __global__ void moe_weighted_sum_kernel(const float* e, const float* w, float* y, int64_t E, int64_t K,
+                                               int64_t n) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= E * n) return;
+    const int64_t j = i % E, t = i / E;
+    const float* et = e + t * E * K + j;
+    const float* wt = w + t * K;
+    float v = __fmul_rn(et[0], wt[0]);
+    for (int64_t s = 1; s < K; s++) v = __fadd_rn(v, __fmul_rn(et[s * E], wt[s]));
+    y[i] = v;
+}
+
+// mul(e, w) -> slot views -> K - 1 adds in order (builder::moe_ffn's end), where nothing else reads the product, the
+// views or the partial sums: one moe_weighted_sum_kernel writing the last add's result. Returns the nodes covered.
+size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                    const std::unordered_map<const tensor*, int>& uses) {
+    tensor* m = nodes[i];
+    if (m->o != op::mul || (m->flags & flag_output)) return 0;
+    const tensor* e = m->src[0];
+    const tensor* w = m->src[1];
+    const int64_t E = m->ne[0], K = m->ne[1], n = m->ne[2];
+    if (K < 2 || m->ne[3] != 1 || !dense(m) || !dense(e) || !same_shape(e, m) || w->t != type::f32 ||
+        !w->is_contiguous() || w->ne[0] != 1 || w->ne[1] != K || w->ne[2] != n || w->ne[3] != 1)
+        return 0;
+    auto used = [&](const tensor* t) {
+        const auto it = uses.find(t);
+        return it == uses.end() ? 0 : it->second;
+    };
+    if (used(m) != K) return 0;
+    // slot s of the product: (E, n) at offset s nb1, rows nb2 apart
+    auto slot = [&](const tensor* v, int64_t s) {
+        return v && v->o == op::view && v->view_src == m && v->view_offs == size_t(s) * m->nb[1] && v->ne[0] == E &&
+               v->ne[1] == n && v->ne[2] == 1 && v->ne[3] == 1 && v->nb[1] == m->nb[2] && used(v) == 1 &&
+               !(v->flags & flag_output);
+    };
+    size_t j = i + 1;
+    auto at = [&](size_t k) { return k < nodes.size() ? nodes[k] : nullptr; };
+    if (!slot(at(j), 0) || !slot(at(j + 1), 1)) return 0;
+    const tensor* sum = at(j + 2);
+    if (!sum || sum->o != op::add || sum->src[0] != at(j) || sum->src[1] != at(j + 1)) return 0;
+    j += 3;
+    for (int64_t s = 2; s < K; s++) {
+        const tensor* next = at(j + 1);
+        if (!slot(at(j), s) || !next || next->o != op::add || next->src[0] != sum || next->src[1] != at(j)) return 0;
+        if (used(sum) != 1 || (sum->flags & flag_output)) return 0;
+        sum = next;
+        j += 2;
+    }
+    // the result: (E, n) contiguous, not over the product (it is read to the end)
+    if (sum->t != type::f32 || !sum->is_contiguous() || sum->ne[0] != E || sum->ne[1] != n ||
+        overlap(span_of(ctx, sum), span_of(ctx, m)) || overlap(span_of(ctx, sum), span_of(ctx, w)))
+        return 0;
+    if (E * n > 0)
+        launch(ctx, moe_weighted_sum_kernel, unsigned(ceil_div(E * n, FUSE_THREADS)), FUSE_THREADS, 0,
+               ctx.as<float>(e), ctx.as<float>(w), ctx.as<float>(sum), E, K, n);
+    return j - i;
+}
+
 } // namespace
 
 size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
@@ -304,12 +369,14 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
     if (rope_kv_on)
         if (const size_t n = fuse_qkv_rope(ctx, nodes, i, uses)) return n; // q, k, v, ropes, cache writes
     if (const size_t n = mul_mat_group(ctx, nodes, i)) return n; // q, k, v / gate, up: one GEMV launch
+    if (const size_t n = mul_mat_id_group(ctx, nodes, i)) return n; // the experts' gate, up: one launch
     auto at = [&](size_t j) { return j < nodes.size() ? nodes[j] : nullptr; };
     auto used_once = [&](const tensor* t) {
         const auto it = uses.find(t);
         return it != uses.end() && it->second == 1 && !(t->flags & flag_output);
     };
     tensor* n0 = at(i);
+    if (const size_t n = fuse_moe_sum(ctx, nodes, i, uses)) return n; // the experts' outputs summed over slots
     if (rope_kv_on)
         if (const size_t n = fuse_rope_kv(ctx, nodes, i, uses)) return n;
     // [add ->] rms_norm -> mul by a weight row

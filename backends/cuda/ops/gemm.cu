@@ -204,7 +204,11 @@ struct mmq_args {
     float out_scale;
 };
 
-template <class D> static __global__ void __launch_bounds__(THREADS, 2) gemm_q8_kernel(mmq_args a) {
+// IDS (mul_mat_id's prefill): block y is tile y of `map` (moe_route_kernel's, mmv.cu): up to BN (slot, token) pairs
+// that chose one expert, whose matrix is rows expert n .. of the weight; column j of the tile is the activation row of
+// the tile's pair j and its results go to that pair's output row (map's strides). Tiles past the count exit.
+template <class D, bool IDS = false>
+static __global__ void __launch_bounds__(THREADS, 2) gemm_q8_kernel(mmq_args a, id_map map) {
     using chunk_t = typename D::chunk_t;
     constexpr int SUB = D::mmq_sub, CPS = D::chunks_per_scale;
     __shared__ __align__(16) int8_t As[2][BM][QROW];
@@ -215,21 +219,36 @@ template <class D> static __global__ void __launch_bounds__(THREADS, 2) gemm_q8_
     const int tid = threadIdx.x, warp = tid / WARP_SIZE, lane = tid % WARP_SIZE;
     const int wm = warp % 4, wn = warp / 4;
     const int g = lane / 4, t = lane % 4; // fragment row group and thread in group
-    const int64_t row0 = int64_t(blockIdx.x) * BM, col0 = int64_t(blockIdx.y) * BN;
-    const int64_t cols = a.m * a.ne2 * a.ne3, nc = a.k / 32, ng = nc / CPS, steps = (nc + 1) / 2;
+    const int64_t row0 = int64_t(blockIdx.x) * BM;
+    int64_t col0 = int64_t(blockIdx.y) * BN, cols = a.m * a.ne2 * a.ne3, expert = 0;
+    if constexpr (IDS) {
+        if (int(blockIdx.y) >= *map.n_tiles) return; // uniform over the block
+        const int4 tile = map.tiles[blockIdx.y];
+        expert = tile.x, col0 = 0, cols = tile.z; // local columns 0 .. count of the tile
+    }
+    // activation row of local column c (a tile's pair: its slot's row of its token)
+    auto act_row = [&](int64_t c) {
+        if constexpr (IDS) {
+            const int64_t p = map.pairs[map.tiles[blockIdx.y].y + c];
+            return p % map.n_used % map.n_b + p / map.n_used * map.n_b;
+        } else {
+            return c;
+        }
+    };
+    const int64_t nc = a.k / 32, ng = nc / CPS, steps = (nc + 1) / 2;
 
     // loads: one weight chunk per thread (row tid / 2, chunk tid % 2 of the step), 16 activation bytes per thread,
     // and the first 128 threads one (d, s) each
     const int a_row = tid / 2, a_cc = tid % 2;
-    const int64_t w_row = row0 + a_row < a.n ? row0 + a_row : a.n - 1; // rows past n: loaded, never stored
+    const int64_t w_row = expert * a.n + (row0 + a_row < a.n ? row0 + a_row : a.n - 1); // rows past n: never stored
     const uint8_t* q_row = a.qs + w_row * nc * int64_t(sizeof(chunk_t));
     const uint8_t* s_row = a.sc + w_row * ng * D::scale_bytes;
     const int b_row = tid / 4, b_piece = tid % 4;
     const bool b_col_valid = col0 + b_row < cols;
-    const int8_t* b_src = a.aq + (b_col_valid ? col0 + b_row : 0) * a.k + b_piece * 16;
+    const int8_t* b_src = a.aq + (b_col_valid ? act_row(col0 + b_row) : 0) * a.k + b_piece * 16;
     const int ds_cc = (tid / BN) % 2, ds_col = tid % BN;
     const bool ds_col_valid = tid < 2 * BN && col0 + ds_col < cols;
-    const __half2* ds_src = a.ads + (ds_col_valid ? col0 + ds_col : 0) * nc;
+    const __half2* ds_src = a.ads + (ds_col_valid ? act_row(col0 + ds_col) : 0) * nc;
 
     auto load_b = [&](int stage, int64_t step) { // one commit group per step, empty past the last
         if (step >= steps) {
@@ -354,7 +373,22 @@ template <class D> static __global__ void __launch_bounds__(THREADS, 2) gemm_q8_
         if (step + 1 < steps) body(step + 1, p1, p0);
     }
 
-    store_tile(a, acc, row0, col0, wm, wn, lane);
+    if constexpr (IDS) {
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int64_t r = row0 + wm * 32 + i * 16 + lane / 4 + (e / 2) * 8;
+                    const int64_t c = wn * 32 + j * 8 + 2 * (lane % 4) + (e % 2);
+                    if (r >= a.n || c >= cols) continue;
+                    const int64_t p = map.pairs[map.tiles[blockIdx.y].y + c];
+                    a.y[p % map.n_used * map.y_nb1 + p / map.n_used * map.y_nb2 + r] = acc[i][j][e] * a.out_scale;
+                }
+    } else {
+        store_tile(a, acc, row0, col0, wm, wn, lane);
+    }
 }
 
 // ---- exact mode (TESSERA_CUDA_EXACT=1): the CPU's float order, bit for bit ----
@@ -557,7 +591,7 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
         const mmq_args a{w.qs, w.sc, acts.q, acts.ds, ctx.as<float>(&dst), sy.nb[1], sy.nb[2], sy.nb[3],
                          w.n,  m,    w.k,    ne2,     ne3,     w.out_scale};
         visit_format(w.t, [&]<class F>() {
-            if constexpr (has_mmq<F>::value) gemm_q8_kernel<cuda_format<F>><<<grid, THREADS, 0, ctx.stream>>>(a);
+            if constexpr (has_mmq<F>::value) gemm_q8_kernel<cuda_format<F>><<<grid, THREADS, 0, ctx.stream>>>(a, id_map{});
         });
         TS_CUDA_CHECK(cudaGetLastError());
         return;
@@ -592,6 +626,28 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
             gemm_split_kernel<cuda_format<F>><<<grid, THREADS, 0, ctx.stream>>>(a);
         else
             TS_ASSERT(!"gemm_split: format without a split layout");
+    });
+    TS_ASSERT(known);
+    TS_CUDA_CHECK(cudaGetLastError());
+}
+
+bool gemm_id_available(type t) {
+    bool ok = false;
+    visit_format(t, [&]<class F>() { ok = has_mmq<F>::value && mmq_enabled(); });
+    return ok;
+}
+
+void gemm_id(cuda_context& ctx, const split_weight& w, const split_acts& acts, const id_map& map, float* y,
+             int64_t max_tiles) {
+    const dim3 grid(unsigned(ceil_div(w.n, BM)), unsigned(max_tiles));
+    TS_ASSERT(grid.y <= 65535);
+    if (grid.x == 0 || grid.y == 0) return;
+    const mmq_args a{w.qs, w.sc, acts.q, acts.ds, y, 0, 0, 0, w.n, 0, w.k, 1, 1, w.out_scale};
+    const bool known = visit_format(w.t, [&]<class F>() {
+        if constexpr (has_mmq<F>::value)
+            gemm_q8_kernel<cuda_format<F>, true><<<grid, THREADS, 0, ctx.stream>>>(a, map);
+        else
+            TS_ASSERT(!"gemm_id: a format without mmq_unpack");
     });
     TS_ASSERT(known);
     TS_CUDA_CHECK(cudaGetLastError());

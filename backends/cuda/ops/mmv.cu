@@ -598,6 +598,13 @@ struct id_args {
     const int4* tiles; // (expert, first pair, count, -)
     const int* n_tiles;
     float out_scale;
+    // a second matrix of the same shape and format against the same pairs (gate and up: mul_mat_id_group): tiles
+    // tiles_per_mat and on take qs2, sc2, y2
+    const uint8_t* qs2;
+    const uint8_t* sc2;
+    float* y2;
+    float out_scale2;
+    int64_t tiles_per_mat;
 };
 
 // Tile y's expert and its pairs' activation rows and output offsets (the first ncol of NC); false past the last tile
@@ -635,7 +642,13 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_id_kernel(
     pdl_trigger();
     int64_t expert = 0, acol[NC], ycol[NC];
     int ncol = 0;
-    if (!id_tile<NC>(a, blockIdx.y, expert, acol, ycol, ncol)) return; // uniform over the block
+    const bool second = blockIdx.y >= a.tiles_per_mat;
+    if (!id_tile<NC>(a, blockIdx.y - (second ? a.tiles_per_mat : 0), expert, acol, ycol, ncol))
+        return; // uniform over the block
+    const uint8_t* qs = second ? a.qs2 : a.qs;
+    const uint8_t* sc = second ? a.sc2 : a.sc;
+    float* y = second ? a.y2 : a.y;
+    const float out_scale = second ? a.out_scale2 : a.out_scale;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int64_t row0 = (int64_t(blockIdx.x) * (SPLIT_WARPS / S) + warp / S) * R;
     const int64_t nc = a.k / 32, ng = nc / D::chunks_per_scale;
@@ -644,8 +657,8 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_id_kernel(
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const int64_t row = expert * a.n + (row0 + r < a.n ? row0 + r : a.n - 1); // rows past n: computed, not stored
-        qrow[r] = a.qs + row * nc * int64_t(sizeof(chunk_t));
-        srow[r] = a.sc + row * ng * D::scale_bytes;
+        qrow[r] = qs + row * nc * int64_t(sizeof(chunk_t));
+        srow[r] = sc + row * ng * D::scale_bytes;
     }
     float sum[R][NC];
     split_lane_sums<D, R, NC, U, S>(qrow, srow, a.aq, a.ads, a.k, acol, ncol, lane + int64_t(warp % S) * WARP_SIZE,
@@ -656,7 +669,7 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_id_kernel(
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int j = 0; j < NC; j++)
-            if (j < ncol && row0 + r < a.n) a.y[ycol[j] + row0 + r] = sum[r][j] * a.out_scale;
+            if (j < ncol && row0 + r < a.n) y[ycol[j] + row0 + r] = sum[r][j] * out_scale;
 }
 
 // Float experts (f32 / f16 / bf16, the file's layout, expert e at w + e w_nb2 bytes): one warp a row, tile = pair
@@ -979,6 +992,32 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
     TS_ASSERT(known);
 }
 
+namespace {
+
+// mmv_id_kernel over `tiles` tiles of each of n_mat (1, 2) matrices
+void id_launch(const cuda_context& ctx, type t, const id_args& a, int64_t tiles, int n_mat) {
+    constexpr int R = 2, U = 2;
+    const int S = mmv_split_parts(ceil_div(a.n, R) * tiles * n_mat, a.k / 32, ctx.n_sm);
+    const dim3 grid(unsigned(ceil_div(a.n, SPLIT_WARPS / S * R)), unsigned(tiles * n_mat));
+    TS_ASSERT(grid.y <= 65535);
+    const bool known = visit_format(t, [&]<class F>() {
+        if constexpr (has_split<F>::value) {
+            using D = cuda_format<F>;
+            const auto pick = [&]<int NC>() {
+                return S == 1 ? mmv_id_kernel<D, NC, R, U, 1> : S == 2 ? mmv_id_kernel<D, NC, R, U, 2>
+                                                                      : mmv_id_kernel<D, NC, R, U, 4>;
+            };
+            launch(ctx, a.direct ? pick.template operator()<1>() : pick.template operator()<ID_NC>(), grid,
+                   SPLIT_WARPS * WARP_SIZE, 0, a);
+        } else {
+            TS_ASSERT(!"mul_mat_id: a split weight of a format without a split kernel");
+        }
+    });
+    TS_ASSERT(known);
+}
+
+} // namespace
+
 bool mul_mat_id_supported(const tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
@@ -1044,35 +1083,83 @@ void mul_mat_id(cuda_context& ctx, tensor& dst) {
     a.direct = id_direct(n_tok);
     int64_t tiles = n_pairs;
     if (!a.direct) {
+        // grouped: tiles of 64 pairs for the int8 tensor-core kernel (gemm.cu), else of 8 for mmv_id_kernel
+        const bool mma = gemm_id_available(w->t);
+        const int nc = mma ? gemm_id_tile : ID_NC;
         uint8_t* r = static_cast<uint8_t*>(ctx.scratch) + (split_acts_bytes(a.k, a.n_b * n_tok) + 255) / 256 * 256;
-        tiles = id_max_tiles(n_pairs, a.n_expert, ID_NC);
+        tiles = id_max_tiles(n_pairs, a.n_expert, nc);
         int* n_tiles = reinterpret_cast<int*>(r);
         int4* tile = reinterpret_cast<int4*>(r + 256);
-        int* pairs = reinterpret_cast<int*>(r + 256 + size_t(tiles) * sizeof(int4));
+        int* pairs = reinterpret_cast<int*>(r + 256 + size_t(id_max_tiles(n_pairs, a.n_expert, ID_NC)) * sizeof(int4));
         launch(ctx, moe_route_kernel, 1, 1024, size_t(2 * a.n_expert) * sizeof(int), a.ids, a.ids_nb1, n_used, n_tok,
-               int(a.n_expert), ID_NC, pairs, tile, n_tiles);
+               int(a.n_expert), nc, pairs, tile, n_tiles);
         a.n_tiles = n_tiles;
         a.tiles = tile;
         a.pairs = pairs;
-    }
-    constexpr int R = 2, U = 2;
-    const int S = mmv_split_parts(ceil_div(a.n, R) * tiles, a.k / 32, ctx.n_sm);
-    const dim3 grid(unsigned(ceil_div(a.n, SPLIT_WARPS / S * R)), unsigned(tiles));
-    TS_ASSERT(grid.y <= 65535);
-    const bool known = visit_format(w->t, [&]<class F>() {
-        if constexpr (has_split<F>::value) {
-            using D = cuda_format<F>;
-            const auto pick = [&]<int NC>() {
-                return S == 1 ? mmv_id_kernel<D, NC, R, U, 1> : S == 2 ? mmv_id_kernel<D, NC, R, U, 2>
-                                                                      : mmv_id_kernel<D, NC, R, U, 4>;
-            };
-            launch(ctx, a.direct ? pick.template operator()<1>() : pick.template operator()<ID_NC>(), grid,
-                   SPLIT_WARPS * WARP_SIZE, 0, a);
-        } else {
-            TS_ASSERT(!"mul_mat_id: a split weight of a format without a split kernel");
+        if (mma) {
+            id_map map;
+            map.tiles = tile;
+            map.n_tiles = n_tiles;
+            map.pairs = pairs;
+            map.n_used = n_used;
+            map.n_b = a.n_b;
+            map.y_nb1 = a.y_nb1;
+            map.y_nb2 = a.y_nb2;
+            split_weight we = sw;
+            we.n = a.n; // rows of one expert
+            gemm_id(ctx, we, acts, map, a.y, tiles);
+            return;
         }
-    });
-    TS_ASSERT(known);
+    }
+    a.tiles_per_mat = tiles;
+    id_launch(ctx, w->t, a, tiles, 1);
+}
+
+// Two mul_mat_id nodes at nodes[i], nodes[i + 1] of split weights of one format and shape with the same activations
+// and ids (gate and up), decode (pair by pair): one launch. Returns 2, or 0 (nothing launched).
+size_t mul_mat_id_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
+    if (i + 1 >= nodes.size() || !ctx.split) return 0;
+    tensor* d0 = nodes[i];
+    tensor* d1 = nodes[i + 1];
+    if (d0->o != op::mul_mat_id || d1->o != op::mul_mat_id || d0->src[1] != d1->src[1] || d0->src[2] != d1->src[2])
+        return 0;
+    const tensor* w0 = d0->src[0];
+    const tensor* w1 = d1->src[0];
+    if (w0->view_src || w1->view_src || w0->t != w1->t || is_float_weight(w0->t)) return 0;
+    for (int d = 0; d < TS_MAX_DIMS; d++)
+        if (w0->ne[d] != w1->ne[d] || d0->nb[d] != d1->nb[d]) return 0;
+    const auto i0 = ctx.split->find(w0), i1 = ctx.split->find(w1);
+    if (i0 == ctx.split->end() || i1 == ctx.split->end()) return 0;
+    const tensor* x = d0->src[1];
+    const tensor* ids = d0->src[2];
+    const int64_t n_used = ids->ne[0], n_tok = ids->ne[1], n_pairs = n_used * n_tok;
+    if (!id_direct(n_tok) || n_pairs == 0 || w0->ne[1] == 0 || 2 * n_pairs > 65535) return 0;
+    TS_ASSERT(ctx.scratch_size >= mul_mat_id_work_size(*d0));
+    id_args a{};
+    a.y = ctx.as<float>(d0);
+    a.y2 = ctx.as<float>(d1);
+    a.y_nb1 = int64_t(d0->nb[1] / 4);
+    a.y_nb2 = int64_t(d0->nb[2] / 4);
+    a.n = w0->ne[1];
+    a.k = w0->ne[0];
+    a.n_expert = w0->ne[2];
+    a.n_used = n_used;
+    a.n_b = x->ne[1];
+    a.ids = ctx.as<int32_t>(ids);
+    a.ids_nb1 = int64_t(ids->nb[1] / 4);
+    a.direct = true;
+    a.qs = i0->second.qs;
+    a.sc = i0->second.sc;
+    a.out_scale = i0->second.out_scale;
+    a.qs2 = i1->second.qs;
+    a.sc2 = i1->second.sc;
+    a.out_scale2 = i1->second.out_scale;
+    const split_acts acts = split_activations(ctx, *x);
+    a.aq = acts.q;
+    a.ads = acts.ds;
+    a.tiles_per_mat = n_pairs;
+    id_launch(ctx, w0->t, a, n_pairs, 2);
+    return 2;
 }
 
 } // namespace tessera::cuda

@@ -37,6 +37,9 @@ bool top_k_supported(const tensor& dst);
 void mul_mat_id(cuda_context& ctx, tensor& dst);
 bool mul_mat_id_supported(const tensor& dst);
 size_t mul_mat_id_work_size(const tensor& dst);
+// Two consecutive mul_mat_id nodes with the same activations and ids and split weights of one format and shape (gate,
+// up) in a decode step: one launch; returns 2, or 0 when they are not such a pair (nothing launched).
+size_t mul_mat_id_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i);
 void add_id(cuda_context& ctx, tensor& dst);
 void sum_rows(cuda_context& ctx, tensor& dst);
 void div(cuda_context& ctx, tensor& dst);
@@ -194,6 +197,22 @@ bool rope_kv_params_of(const cuda_context& ctx, const tensor& rq, const tensor& 
 bool gemm_split_wanted(int64_t cols);
 size_t gemm_split_work_size(type t, int64_t k, int64_t n, int64_t cols, bool wgmma);
 void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst);
+
+// mul_mat_id's prefill on the int8 tensor cores (gemm.cu), for the formats with mmq_unpack (gemm_id_available):
+// the (slot, token) pairs grouped by expert in tiles of up to gemm_id_tile pairs (moe_route_kernel, mmv.cu), each
+// tile a 128-row x 64-column block of the expert's matrix against its pairs' q8_1 activation rows (acts: n_b rows a
+// token), results to y at slot y_nb1 + token y_nb2 (floats). split_weight w: rows n of one expert, experts one
+// after the other.
+struct id_map {
+    const int4* tiles = nullptr; // (expert, first pair, count, -)
+    const int* n_tiles = nullptr;
+    const int* pairs = nullptr; // t n_used + i, grouped by expert
+    int64_t n_used = 1, n_b = 1, y_nb1 = 0, y_nb2 = 0;
+};
+constexpr int gemm_id_tile = 64;
+bool gemm_id_available(type t);
+void gemm_id(cuda_context& ctx, const split_weight& w, const split_acts& acts, const id_map& map, float* y,
+             int64_t max_tiles);
 
 // Hopper's wgmma GEMM (gemm_wgmma.cu): whether the running binary has its sm_90a code for the current device, of
 // compute capability cc_major.cc_minor (asks the device once; also raises the kernels' shared-memory limit), and the
