@@ -9,8 +9,9 @@
 //   (rope.cu, rope_kv), when no result the kernel writes lies where one of its inputs is (see fuse_rope_kv)
 //   the q, k, v mul_mats on the decode GEMV followed by that rope / cache-write group, reading only their results:
 //   the GEMV's epilogue does the group's work (normal and NEOX rope; fuse_qkv_rope, mmv.cu)
-//   mul(experts' outputs, chosen weights) -> the slots added in order (a mixture-of-experts block's end); the
-//   experts' gate and up mul_mat_id as one launch (mmv.cu, mul_mat_id_group)
+//   the slots of mul(experts' outputs, chosen weights) added in order (a mixture-of-experts block's end); the
+//   experts' gate and up mul_mat_id as one launch (mmv.cu, mul_mat_id_group); a decode token's routing (soft_max,
+//   top_k, the chosen weights, their sum, clamp, div: qwen3moe's) as one block
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
 // reads are skipped (the bare rms_norm). The arithmetic is the unfused kernels' (same operations, same order), so the
 // results are bit-identical to running the nodes one by one (test_backend_ops checks it). The q8_1 activations go
@@ -297,25 +298,26 @@ size_t fuse_qkv_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
     return mul_mat_group_rope(ctx, nodes, i, p, m.rq->ne[0]) ? j - i + n : 0;
 }
 
-// The experts' weighted outputs summed over a token's slots: y[:, t] = ((e0 w0 + e1 w1) + e2 w2) + ..., e (E, K, n)
-// the mul_mat_id result, w (1, K, n) the chosen weights; one product and one sum rounded at a time (no fused
-// multiply-add), so the bits are those of the mul and the K - 1 adds it replaces.
-static __global__ void moe_weighted_sum_kernel(const float* e, const float* w, float* y, int64_t E, int64_t K,
-                                               int64_t n) {
+// The experts' weighted outputs summed over a token's slots: y[:, t] = ((p0 + p1) + p2) + ..., p (E, K, n) the
+// product of the experts' outputs and their weights; one sum rounded at a time, so the bits are those of the K - 1
+// adds it replaces. y may be p itself when n == 1 (thread j reads all of column j's slots before writing y[j], the
+// first of them).
+static __global__ void moe_slot_sum_kernel(const float* p, float* y, int64_t E, int64_t K, int64_t n) {
     pdl_wait();
     pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= E * n) return;
     const int64_t j = i % E, t = i / E;
-    const float* et = e + t * E * K + j;
-    const float* wt = w + t * K;
-    float v = __fmul_rn(et[0], wt[0]);
-    for (int64_t s = 1; s < K; s++) v = __fadd_rn(v, __fmul_rn(et[s * E], wt[s]));
+    const float* pt = p + t * E * K + j;
+    float v = pt[0];
+    for (int64_t s = 1; s < K; s++) v = __fadd_rn(v, pt[s * E]);
     y[i] = v;
 }
 
-// mul(e, w) -> slot views -> K - 1 adds in order (builder::moe_ffn's end), where nothing else reads the product, the
-// views or the partial sums: one moe_weighted_sum_kernel writing the last add's result. Returns the nodes covered.
+// mul(e, w) -> slot views -> K - 1 adds in order (builder::moe_ffn's end), where nothing else reads the views or the
+// partial sums: the mul as its own kernel, then one moe_slot_sum_kernel writing the last add's result (the memory plan
+// may put that result where the product is, the product's last reader being the last add: taken only for one token,
+// else the adds run as they are). Returns the nodes covered (1: the mul alone).
 size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                     const std::unordered_map<const tensor*, int>& uses) {
     tensor* m = nodes[i];
@@ -323,8 +325,7 @@ size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     const tensor* e = m->src[0];
     const tensor* w = m->src[1];
     const int64_t E = m->ne[0], K = m->ne[1], n = m->ne[2];
-    if (K < 2 || m->ne[3] != 1 || !dense(m) || !dense(e) || !same_shape(e, m) || w->t != type::f32 ||
-        !w->is_contiguous() || w->ne[0] != 1 || w->ne[1] != K || w->ne[2] != n || w->ne[3] != 1)
+    if (K < 2 || m->ne[3] != 1 || !dense(m) || !same_shape(e, m) || w->ne[0] != 1 || w->ne[1] != K || w->ne[2] != n)
         return 0;
     auto used = [&](const tensor* t) {
         const auto it = uses.find(t);
@@ -350,13 +351,168 @@ size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
         sum = next;
         j += 2;
     }
-    // the result: (E, n) contiguous, not over the product (it is read to the end)
-    if (sum->t != type::f32 || !sum->is_contiguous() || sum->ne[0] != E || sum->ne[1] != n ||
-        overlap(span_of(ctx, sum), span_of(ctx, m)) || overlap(span_of(ctx, sum), span_of(ctx, w)))
-        return 0;
+    if (sum->t != type::f32 || !sum->is_contiguous() || sum->ne[0] != E || sum->ne[1] != n) return 0;
+    mul(ctx, *m);
+    const bool in_place = ctx.ptr(sum) == ctx.ptr(m);
+    if (overlap(span_of(ctx, sum), span_of(ctx, m)) && !(in_place && n == 1)) return 1;
     if (E * n > 0)
-        launch(ctx, moe_weighted_sum_kernel, unsigned(ceil_div(E * n, FUSE_THREADS)), FUSE_THREADS, 0,
-               ctx.as<float>(e), ctx.as<float>(w), ctx.as<float>(sum), E, K, n);
+        launch(ctx, moe_slot_sum_kernel, unsigned(ceil_div(E * n, FUSE_THREADS)), FUSE_THREADS, 0, ctx.as<float>(m),
+               ctx.as<float>(sum), E, K, n);
+    return j - i;
+}
+
+// A decode token's expert routing with softmax gating and renormalized weights (qwen3moe; builder::moe_ffn): probs =
+// soft_max(logits), chosen = top_k(probs, K), g = probs[chosen], sum = sum_rows(g), c = clamp(sum, lo, hi), w = g / c,
+// every result written, in one block of 256 threads: soft_max_kernel's arithmetic and thread layout (softmax.cu),
+// top_k_kernel's sort (moe.cu), sum_rows_kernel's double sum, so the bits are the unfused kernels'. The logits are
+// read into shared memory before anything is written (a result may lie where they were).
+constexpr int ROUTE_THREADS = 256, ROUTE_MAX = 2048;
+struct route_ptrs {
+    const float* logits;
+    float *probs, *g, *sum, *c, *w;
+    int32_t* chosen;
+    float scale, lo, hi;
+    int X, K;
+    bool sorted;
+};
+static __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_fused_kernel(route_ptrs r) {
+    __shared__ float v_s[ROUTE_MAX];
+    __shared__ int i_s[ROUTE_MAX];
+    __shared__ float red[32];
+    pdl_wait();
+    pdl_trigger();
+    const int X = r.X;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < X; i += blockDim.x) {
+        const float v = r.logits[i] * r.scale + 0.0f;
+        v_s[i] = v;
+        mx = fmaxf(mx, v);
+    }
+    mx = block_max(mx, red); // (its barriers: every logit has been read)
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < X; i += blockDim.x) {
+        const float e = mx == -INFINITY ? 0.0f : expf(v_s[i] - mx);
+        v_s[i] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, red);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    int p2 = 1;
+    while (p2 < X) p2 *= 2;
+    for (int i = threadIdx.x; i < p2; i += blockDim.x) {
+        if (i < X) {
+            v_s[i] *= inv;
+            r.probs[i] = v_s[i];
+        } else {
+            v_s[i] = -INFINITY;
+        }
+        i_s[i] = i < X ? i : INT32_MAX;
+    }
+    __syncthreads();
+    for (int size = 2; size <= p2; size <<= 1)
+        for (int stride = size / 2; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < p2; i += blockDim.x) {
+                const int j = i ^ stride;
+                if (j <= i) continue;
+                const bool up = (i & size) == 0;
+                const bool before_ji = v_s[j] > v_s[i] || (v_s[j] == v_s[i] && i_s[j] < i_s[i]);
+                const bool before_ij = v_s[i] > v_s[j] || (v_s[i] == v_s[j] && i_s[i] < i_s[j]);
+                if (up ? before_ji : before_ij) {
+                    const float tv = v_s[i];
+                    v_s[i] = v_s[j];
+                    v_s[j] = tv;
+                    const int ti = i_s[i];
+                    i_s[i] = i_s[j];
+                    i_s[j] = ti;
+                }
+            }
+            __syncthreads();
+        }
+    if (threadIdx.x >= WARP_SIZE) return;
+    const int lane = threadIdx.x;
+    const int src = !r.sorted && r.K > 1 && lane < 2 ? 1 - lane : lane; // ggml_top_k's order swaps the first two
+    float g = 0.0f;
+    if (lane < r.K) {
+        r.chosen[lane] = i_s[src];
+        g = v_s[src];
+        r.g[lane] = g;
+    }
+    double d = lane < r.K ? double(g) : 0.0;
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
+    const float s = float(d);
+    const float m = r.hi < s ? r.hi : s;
+    const float c = m < r.lo ? r.lo : m;
+    if (lane == 0) {
+        *r.sum = s;
+        *r.c = c;
+    }
+    if (lane < r.K) r.w[lane] = g / c;
+}
+
+// soft_max (no mask) of one token's router logits at nodes[i], then top_k, the batched get_rows of the chosen
+// probabilities, sum_rows, clamp and div (views between them), each reading what builder::moe_ffn gives it: one
+// moe_route_fused_kernel. Decode only (one token); returns the nodes covered.
+size_t fuse_moe_route(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
+    tensor* sm = nodes[i];
+    if (sm->o != op::soft_max || sm->src[1] || !dense(sm) || !dense(sm->src[0]) || sm->ne[1] != 1 || sm->ne[2] != 1 ||
+        sm->ne[3] != 1 || sm->ne[0] > ROUTE_MAX)
+        return 0;
+    tensor *tk = nullptr, *gr = nullptr, *w2 = nullptr, *sr = nullptr, *cl = nullptr, *dv = nullptr;
+    auto root = [](const tensor* t) { return t->view_src ? t->view_src : t; };
+    size_t j = i + 1;
+    for (; j < nodes.size() && j < i + 16 && !dv; j++) {
+        tensor* t = nodes[j];
+        switch (t->o) {
+        case op::view:
+            if (root(t) != sm && root(t) != gr) return 0;
+            if (root(t) == gr) w2 = t;
+            break;
+        case op::top_k:
+            if (tk || t->src[0] != sm) return 0;
+            tk = t;
+            break;
+        case op::get_rows:
+            if (gr || !tk || root(t->src[0]) != sm || t->src[1] != tk) return 0;
+            gr = t;
+            break;
+        case op::sum_rows:
+            if (sr || !w2 || t->src[0] != w2) return 0;
+            sr = t;
+            break;
+        case op::clamp:
+            if (cl || !sr || t->src[0] != sr) return 0;
+            cl = t;
+            break;
+        case op::div:
+            if (!cl || t->src[0] != w2 || t->src[1] != cl) return 0;
+            dv = t;
+            break;
+        default:
+            return 0;
+        }
+    }
+    if (!dv) return 0;
+    const int64_t X = sm->ne[0], K = tk->ne[0];
+    if (K > WARP_SIZE || tk->ne[1] != 1 || !tk->is_contiguous() || gr->ne[0] != 1 || gr->ne[1] != K ||
+        !gr->is_contiguous() || w2->ne[0] != K || !w2->is_contiguous() || !dense(sr) || !dense(cl) ||
+        !dense(dv) || dv->ne[0] != K || dv->ne[1] != 1)
+        return 0;
+    route_ptrs r{};
+    r.logits = ctx.as<float>(sm->src[0]);
+    r.probs = ctx.as<float>(sm);
+    r.chosen = ctx.as<int32_t>(tk);
+    r.g = ctx.as<float>(gr);
+    r.sum = ctx.as<float>(sr);
+    r.c = ctx.as<float>(cl);
+    r.w = ctx.as<float>(dv);
+    r.scale = sm->op_params.f[0];
+    r.lo = cl->op_params.f[0];
+    r.hi = cl->op_params.f[1];
+    r.X = int(X);
+    r.K = int(K);
+    r.sorted = tk->op_params.i[0] != 0;
+    launch(ctx, moe_route_fused_kernel, 1, ROUTE_THREADS, 0, r);
     return j - i;
 }
 
@@ -377,6 +533,7 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
     };
     tensor* n0 = at(i);
     if (const size_t n = fuse_moe_sum(ctx, nodes, i, uses)) return n; // the experts' outputs summed over slots
+    if (const size_t n = fuse_moe_route(ctx, nodes, i)) return n;        // a decode token's expert routing
     if (rope_kv_on)
         if (const size_t n = fuse_rope_kv(ctx, nodes, i, uses)) return n;
     // [add ->] rms_norm -> mul by a weight row
