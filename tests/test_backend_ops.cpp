@@ -298,6 +298,13 @@ std::vector<op_case> all_cases() {
     // 4096; 1 and 5 rows (decode, a small batch) and 40 (prefill: the tensor-core GEMM reads the q8_1 the fused kernel
     // left, on Hopper as f16 values).
     // (576, 4096, 14336: the vector kernel of norm.cu, up to its largest block; 100: the strided one)
+    // per-head Q / K norms (qwen3, gemma3): the rows of a contiguous view of the projection, as heads
+    for (int64_t rows : {int64_t(1), int64_t(7)})
+        add_case("fused_norm_mul_heads_128x8x" + std::to_string(rows), {f32_leaf({1024, rows}, 56), f32_leaf({128}, 57)},
+                 [=](context& c, const auto& t) {
+                     return mul(c, rms_norm(c, reshape_3d(c, t[0], 128, 8, rows), 1e-6f), t[1]);
+                 },
+                 1e-12);
     add_case("fused_add_norm_mul_100x5", {f32_leaf({100, 5}, 53), f32_leaf({100, 5}, 54), f32_leaf({100}, 55)},
              [](context& c, const auto& t) { return mul(c, rms_norm(c, add(c, t[0], t[1]), 1e-5f), t[2]); }, 1e-12);
     for (int64_t n : {int64_t(576), int64_t(4096), int64_t(14336)})

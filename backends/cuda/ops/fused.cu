@@ -545,7 +545,9 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
         const tensor* x = norm->src[0];
         const tensor* w = mul->src[1];
         const int64_t ne0 = x->ne[0], rows = x->ne[1] * x->ne[2] * x->ne[3];
-        const bool ok = dense(x) && dense(norm) && dense(mul) && same_shape(x, mul) && w && w->t == type::f32 &&
+        // x may be a contiguous view (qwen3's and gemma3's per-head Q / K norms read the q / k rows as heads)
+        const bool x_ok = with_add ? dense(x) : x->t == type::f32 && x->is_contiguous();
+        const bool ok = x_ok && dense(norm) && dense(mul) && same_shape(x, mul) && w && w->t == type::f32 &&
                         w->ne[0] == ne0 && w->ne[1] == 1 && w->ne[2] == 1 && w->ne[3] == 1 && w->nb[0] == 4 &&
                         (!with_add || (dense(n0->src[0]) && dense(n0->src[1]) && same_shape(n0->src[0], n0) &&
                                        same_shape(n0->src[1], n0)));
