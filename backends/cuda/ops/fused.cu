@@ -150,10 +150,11 @@ bool same_shape(const tensor* a, const tensor* b) {
     return true;
 }
 
-// Where the q8_1 activations of `out` go when the node after it is a mul_mat reading `out` that quantizes it through
-// split_activations; {nullptr, nullptr} otherwise.
+// Where the q8_1 activations of `out` go when the node after it is a mul_mat (mul_mat_id) reading `out` that quantizes
+// it through split_activations; {nullptr, nullptr} otherwise.
 split_acts q8_target(cuda_context& ctx, const tensor* out, const tensor* next) {
-    if (!next || next->o != op::mul_mat || next->src[1] != out || out->ne[0] % 32 != 0) return {};
+    if (!next || (next->o != op::mul_mat && next->o != op::mul_mat_id) || next->src[1] != out || out->ne[0] % 32 != 0)
+        return {};
     if (!mul_mat_quantizes_split(ctx, *next)) return {};
     return split_activation_ptrs(ctx, *out);
 }
@@ -314,10 +315,27 @@ static __global__ void moe_slot_sum_kernel(const float* p, float* y, int64_t E, 
     y[i] = v;
 }
 
+// The same with the product made on the way: y[:, t] = ((e0 w0 + e1 w1) + e2 w2) + ..., one product and one sum
+// rounded at a time (no fused multiply-add): the bits of the mul and the adds. y may be e itself when n == 1.
+static __global__ void moe_weighted_sum_kernel(const float* e, const float* w, float* y, int64_t E, int64_t K,
+                                               int64_t n) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= E * n) return;
+    const int64_t j = i % E, t = i / E;
+    const float* et = e + t * E * K + j;
+    const float* wt = w + t * K;
+    float v = __fmul_rn(et[0], wt[0]);
+    for (int64_t s = 1; s < K; s++) v = __fadd_rn(v, __fmul_rn(et[s * E], wt[s]));
+    y[i] = v;
+}
+
 // mul(e, w) -> slot views -> K - 1 adds in order (builder::moe_ffn's end), where nothing else reads the views or the
-// partial sums: the mul as its own kernel, then one moe_slot_sum_kernel writing the last add's result (the memory plan
-// may put that result where the product is, the product's last reader being the last add: taken only for one token,
-// else the adds run as they are). Returns the nodes covered (1: the mul alone).
+// partial sums: one moe_weighted_sum_kernel writing the last add's result; where that result lies over an input (the
+// memory plan may put it where e was, e's last reader being the mul), the mul as its own kernel and then
+// moe_slot_sum_kernel (the product's last reader is the last add: in place only for one token, else the adds run as
+// they are). Returns the nodes covered (1: the mul alone).
 size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                     const std::unordered_map<const tensor*, int>& uses) {
     tensor* m = nodes[i];
@@ -352,6 +370,14 @@ size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
         j += 2;
     }
     if (sum->t != type::f32 || !sum->is_contiguous() || sum->ne[0] != E || sum->ne[1] != n) return 0;
+    // the product too, where the result does not lie over e (but for e itself with one token) or w
+    if (dense(e) && w->t == type::f32 && w->is_contiguous() && !overlap(span_of(ctx, sum), span_of(ctx, w)) &&
+        (!overlap(span_of(ctx, sum), span_of(ctx, e)) || (n == 1 && ctx.ptr(sum) == ctx.ptr(e)))) {
+        if (E * n > 0)
+            launch(ctx, moe_weighted_sum_kernel, unsigned(ceil_div(E * n, FUSE_THREADS)), FUSE_THREADS, 0,
+                   ctx.as<float>(e), ctx.as<float>(w), ctx.as<float>(sum), E, K, n);
+        return j - i;
+    }
     mul(ctx, *m);
     const bool in_place = ctx.ptr(sum) == ctx.ptr(m);
     if (overlap(span_of(ctx, sum), span_of(ctx, m)) && !(in_place && n == 1)) return 1;

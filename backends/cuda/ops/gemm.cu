@@ -559,8 +559,8 @@ __half* gemm_f16_target(const cuda_context& ctx, const tensor& node) {
     const tensor* w = node.src[0];
     const tensor* x = node.src[1];
     const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
-    if (!ctx.wgmma || ctx.exact || !mul_mat_quantizes_split(ctx, node) || !gemm_split_wanted(cols) ||
-        !gemm_uses_q8(w->t))
+    if (node.o != op::mul_mat || !ctx.wgmma || ctx.exact || !mul_mat_quantizes_split(ctx, node) ||
+        !gemm_split_wanted(cols) || !gemm_uses_q8(w->t))
         return nullptr;
     return reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + split_acts_bytes(x->ne[0], cols));
 }

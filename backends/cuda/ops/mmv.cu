@@ -797,7 +797,8 @@ bool mul_mat_quantizes_split(const cuda_context& ctx, const tensor& node) {
     const tensor* x = node.src[1];
     if (!ctx.split || w->view_src || ctx.split->find(w) == ctx.split->end()) return false;
     if (x->t != type::f32 || !x->is_contiguous() || x->ne[0] % 32 != 0) return false;
-    return !gemm_split_wanted(x->ne[1] * x->ne[2] * x->ne[3]) || gemm_uses_q8(w->t);
+    if (node.o == op::mul_mat_id) return true; // every split path of mul_mat_id takes the q8_1 activations
+    return node.o == op::mul_mat && (!gemm_split_wanted(x->ne[1] * x->ne[2] * x->ne[3]) || gemm_uses_q8(w->t));
 }
 
 split_acts split_activations(cuda_context& ctx, const tensor& x) {

@@ -78,7 +78,8 @@ size_t split_acts_bytes(int64_t k, int64_t cols);
 // Where split_activations puts them (nothing is computed).
 split_acts split_activation_ptrs(const cuda_context& ctx, const tensor& x);
 // Whether mul_mat node `node` quantizes its activations through split_activations (a split weight on the GEMV or the
-// int8 GEMM), so that a kernel before it can leave them there (fused.cu).
+// int8 GEMM; a mul_mat_id node of split experts always does), so that a kernel before it can leave them there
+// (fused.cu).
 bool mul_mat_quantizes_split(const cuda_context& ctx, const tensor& node);
 // Where mul_mat node `node` would convert those q8_1 values to f16 for the wgmma GEMM (their values d q, d rounded to
 // f16 first, as q8_f16_kernel in gemm.cu), or null when it takes another path: a kernel before it that quantizes may
