@@ -435,25 +435,7 @@ static __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_fused_kernel(r
         i_s[i] = i < X ? i : INT32_MAX;
     }
     __syncthreads();
-    for (int size = 2; size <= p2; size <<= 1)
-        for (int stride = size / 2; stride > 0; stride >>= 1) {
-            for (int i = threadIdx.x; i < p2; i += blockDim.x) {
-                const int j = i ^ stride;
-                if (j <= i) continue;
-                const bool up = (i & size) == 0;
-                const bool before_ji = v_s[j] > v_s[i] || (v_s[j] == v_s[i] && i_s[j] < i_s[i]);
-                const bool before_ij = v_s[i] > v_s[j] || (v_s[i] == v_s[j] && i_s[i] < i_s[j]);
-                if (up ? before_ji : before_ij) {
-                    const float tv = v_s[i];
-                    v_s[i] = v_s[j];
-                    v_s[j] = tv;
-                    const int ti = i_s[i];
-                    i_s[i] = i_s[j];
-                    i_s[j] = ti;
-                }
-            }
-            __syncthreads();
-        }
+    bitonic_sort_desc(v_s, i_s, p2);
     if (threadIdx.x >= WARP_SIZE) return;
     const int lane = threadIdx.x;
     const int src = !r.sorted && r.K > 1 && lane < 2 ? 1 - lane : lane; // ggml_top_k's order swaps the first two

@@ -11,12 +11,6 @@ namespace {
 
 constexpr int TOPK_MAX = 2048; // row length top_k sorts in shared memory (experts: up to a few hundred)
 
-// Whether element (va, ia) comes before (vb, ib): larger values first, equal values by index (std::sort's order
-// among equal values is its own; routers' logits practically never tie)
-__device__ __forceinline__ bool topk_before(float va, int ia, float vb, int ib) {
-    return va > vb || (va == vb && ia < ib);
-}
-
 // One block per row: the row (padded to a power of two with -inf past its end, which sorts last) bitonic-sorted in
 // shared memory, the first k indices written; ggml_top_k's order (sorted = 0) swaps the first two, as the CPU.
 static __global__ void top_k_kernel(const float* a, int64_t a_nb1, int n, int p2, int32_t* y, int64_t y_nb1, int k,
@@ -31,25 +25,7 @@ static __global__ void top_k_kernel(const float* a, int64_t a_nb1, int n, int p2
         i_s[i] = i < n ? i : INT32_MAX;
     }
     __syncthreads();
-    for (int size = 2; size <= p2; size <<= 1)
-        for (int stride = size / 2; stride > 0; stride >>= 1) {
-            for (int i = threadIdx.x; i < p2; i += blockDim.x) {
-                const int j = i ^ stride;
-                if (j <= i) continue;
-                const bool up = (i & size) == 0; // this run in final order, the other run reversed
-                const bool swap = up ? topk_before(v_s[j], i_s[j], v_s[i], i_s[i])
-                                     : topk_before(v_s[i], i_s[i], v_s[j], i_s[j]);
-                if (swap) {
-                    const float tv = v_s[i];
-                    v_s[i] = v_s[j];
-                    v_s[j] = tv;
-                    const int ti = i_s[i];
-                    i_s[i] = i_s[j];
-                    i_s[j] = ti;
-                }
-            }
-            __syncthreads();
-        }
+    bitonic_sort_desc(v_s, i_s, p2);
     int32_t* yr = y + blockIdx.x * y_nb1;
     for (int i = threadIdx.x; i < k; i += blockDim.x) yr[i] = i_s[!sorted && k > 1 && i < 2 ? 1 - i : i];
 }

@@ -122,6 +122,29 @@ __device__ __forceinline__ void q8_store_warp(float v, int lane, int8_t* q, __ha
     if (lane == 0) *ds = __halves2half2(__float2half_rn(ql.d), __float2half_rn(ql.s));
 }
 
+// Every thread of the block sorts p2 (a power of two) values v with their indices idx in shared memory, bitonically:
+// larger values first, equal values by index (top_k in moe.cu, the fused routing in fused.cu). Ends with a barrier.
+__device__ __forceinline__ void bitonic_sort_desc(float* v, int* idx, int p2) {
+    auto before = [&](int a, int b) { return v[a] > v[b] || (v[a] == v[b] && idx[a] < idx[b]); };
+    for (int size = 2; size <= p2; size <<= 1)
+        for (int stride = size / 2; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < p2; i += blockDim.x) {
+                const int j = i ^ stride;
+                if (j <= i) continue;
+                // runs of `size` alternate between final order and its reverse until the last merge
+                if ((i & size) == 0 ? before(j, i) : before(i, j)) {
+                    const float tv = v[i];
+                    v[i] = v[j];
+                    v[j] = tv;
+                    const int ti = idx[i];
+                    idx[i] = idx[j];
+                    idx[j] = ti;
+                }
+            }
+            __syncthreads();
+        }
+}
+
 // Threads of the one block that normalizes a row of ne0 (norm.cu, fused.cu: the same, so both sum alike): a decode
 // step has one row, and 1024 threads take a 4096-wide row in 4 steps rather than 16.
 constexpr int norm_threads(int64_t ne0) {
