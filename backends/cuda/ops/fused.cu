@@ -299,40 +299,25 @@ size_t fuse_qkv_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
     return mul_mat_group_rope(ctx, nodes, i, p, m.rq->ne[0]) ? j - i + n : 0;
 }
 
-// The experts' weighted outputs summed over a token's slots: y[:, t] = ((p0 + p1) + p2) + ..., p (E, K, n) the
-// product of the experts' outputs and their weights; one sum rounded at a time, so the bits are those of the K - 1
-// adds it replaces. y may be p itself when n == 1 (thread j reads all of column j's slots before writing y[j], the
-// first of them).
-static __global__ void moe_slot_sum_kernel(const float* p, float* y, int64_t E, int64_t K, int64_t n) {
-    pdl_wait();
-    pdl_trigger();
-    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= E * n) return;
-    const int64_t j = i % E, t = i / E;
-    const float* pt = p + t * E * K + j;
-    float v = pt[0];
-    for (int64_t s = 1; s < K; s++) v = __fadd_rn(v, pt[s * E]);
-    y[i] = v;
-}
-
-// The same with the product made on the way: y[:, t] = ((e0 w0 + e1 w1) + e2 w2) + ..., one product and one sum
-// rounded at a time (no fused multiply-add): the bits of the mul and the adds. y may be e itself when n == 1.
-static __global__ void moe_weighted_sum_kernel(const float* e, const float* w, float* y, int64_t E, int64_t K,
-                                               int64_t n) {
+// The experts' outputs summed over a token's slots: y[:, t] = ((e0 w0 + e1 w1) + e2 w2) + ..., e (E, K, n), w (1, K,
+// n) the chosen weights, or w null when e is already that product (then ((e0 + e1) + e2) + ...); one product and one
+// sum rounded at a time (no fused multiply-add), so the bits are those of the mul and the K - 1 adds it replaces. y may
+// be e itself when n == 1 (thread j reads all of column j's slots before writing y[j], the first of them).
+static __global__ void moe_slot_sum_kernel(const float* e, const float* w, float* y, int64_t E, int64_t K, int64_t n) {
     pdl_wait();
     pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= E * n) return;
     const int64_t j = i % E, t = i / E;
     const float* et = e + t * E * K + j;
-    const float* wt = w + t * K;
-    float v = __fmul_rn(et[0], wt[0]);
-    for (int64_t s = 1; s < K; s++) v = __fadd_rn(v, __fmul_rn(et[s * E], wt[s]));
+    const float* wt = w ? w + t * K : nullptr;
+    float v = wt ? __fmul_rn(et[0], wt[0]) : et[0];
+    for (int64_t s = 1; s < K; s++) v = __fadd_rn(v, wt ? __fmul_rn(et[s * E], wt[s]) : et[s * E]);
     y[i] = v;
 }
 
 // mul(e, w) -> slot views -> K - 1 adds in order (builder::moe_ffn's end), where nothing else reads the views or the
-// partial sums: one moe_weighted_sum_kernel writing the last add's result; where that result lies over an input (the
+// partial sums: one moe_slot_sum_kernel writing the last add's result; where that result lies over an input (the
 // memory plan may put it where e was, e's last reader being the mul), the mul as its own kernel and then
 // moe_slot_sum_kernel (the product's last reader is the last add: in place only for one token, else the adds run as
 // they are). Returns the nodes covered (1: the mul alone).
@@ -374,7 +359,7 @@ size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     if (dense(e) && w->t == type::f32 && w->is_contiguous() && !overlap(span_of(ctx, sum), span_of(ctx, w)) &&
         (!overlap(span_of(ctx, sum), span_of(ctx, e)) || (n == 1 && ctx.ptr(sum) == ctx.ptr(e)))) {
         if (E * n > 0)
-            launch(ctx, moe_weighted_sum_kernel, unsigned(ceil_div(E * n, FUSE_THREADS)), FUSE_THREADS, 0,
+            launch(ctx, moe_slot_sum_kernel, unsigned(ceil_div(E * n, FUSE_THREADS)), FUSE_THREADS, 0,
                    ctx.as<float>(e), ctx.as<float>(w), ctx.as<float>(sum), E, K, n);
         return j - i;
     }
@@ -383,7 +368,7 @@ size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     if (overlap(span_of(ctx, sum), span_of(ctx, m)) && !(in_place && n == 1)) return 1;
     if (E * n > 0)
         launch(ctx, moe_slot_sum_kernel, unsigned(ceil_div(E * n, FUSE_THREADS)), FUSE_THREADS, 0, ctx.as<float>(m),
-               ctx.as<float>(sum), E, K, n);
+               static_cast<const float*>(nullptr), ctx.as<float>(sum), E, K, n);
     return j - i;
 }
 

@@ -995,6 +995,25 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
 
 namespace {
 
+// id_args of mul_mat_id node dst without its weights' pointers and its route (mul_mat_id fills them)
+id_args id_args_of(const cuda_context& ctx, const tensor& dst) {
+    const tensor* w = dst.src[0];
+    const tensor* ids = dst.src[2];
+    id_args a{};
+    a.y = ctx.as<float>(&dst);
+    a.y_nb1 = int64_t(dst.nb[1] / 4);
+    a.y_nb2 = int64_t(dst.nb[2] / 4);
+    a.n = w->ne[1];
+    a.k = w->ne[0];
+    a.n_expert = w->ne[2];
+    a.n_used = ids->ne[0];
+    a.n_b = dst.src[1]->ne[1];
+    a.ids = ctx.as<int32_t>(ids);
+    a.ids_nb1 = int64_t(ids->nb[1] / 4);
+    a.out_scale = 1.0f;
+    return a;
+}
+
 // mmv_id_kernel over `tiles` tiles of each of n_mat (1, 2) matrices
 void id_launch(const cuda_context& ctx, type t, const id_args& a, int64_t tiles, int n_mat) {
     constexpr int R = 2, U = 2;
@@ -1049,18 +1068,7 @@ void mul_mat_id(cuda_context& ctx, tensor& dst) {
     const tensor* ids = dst.src[2];
     const int64_t n_used = ids->ne[0], n_tok = ids->ne[1], n_pairs = n_used * n_tok;
     if (n_pairs == 0 || w->ne[1] == 0) return;
-    id_args a{};
-    a.y = ctx.as<float>(&dst);
-    a.y_nb1 = int64_t(dst.nb[1] / 4);
-    a.y_nb2 = int64_t(dst.nb[2] / 4);
-    a.n = w->ne[1];
-    a.k = w->ne[0];
-    a.n_expert = w->ne[2];
-    a.n_used = n_used;
-    a.n_b = x->ne[1];
-    a.ids = ctx.as<int32_t>(ids);
-    a.ids_nb1 = int64_t(ids->nb[1] / 4);
-    a.out_scale = 1.0f;
+    id_args a = id_args_of(ctx, dst);
     if (is_float_weight(w->t)) {
         a.direct = true;
         const dim3 grid(unsigned(ceil_div(a.n, MMV_THREADS / WARP_SIZE)), unsigned(n_pairs));
@@ -1136,18 +1144,8 @@ size_t mul_mat_id_group(cuda_context& ctx, const std::vector<tensor*>& nodes, si
     const int64_t n_used = ids->ne[0], n_tok = ids->ne[1], n_pairs = n_used * n_tok;
     if (!id_direct(n_tok) || n_pairs == 0 || w0->ne[1] == 0 || 2 * n_pairs > 65535) return 0;
     TS_ASSERT(ctx.scratch_size >= mul_mat_id_work_size(*d0));
-    id_args a{};
-    a.y = ctx.as<float>(d0);
+    id_args a = id_args_of(ctx, *d0);
     a.y2 = ctx.as<float>(d1);
-    a.y_nb1 = int64_t(d0->nb[1] / 4);
-    a.y_nb2 = int64_t(d0->nb[2] / 4);
-    a.n = w0->ne[1];
-    a.k = w0->ne[0];
-    a.n_expert = w0->ne[2];
-    a.n_used = n_used;
-    a.n_b = x->ne[1];
-    a.ids = ctx.as<int32_t>(ids);
-    a.ids_nb1 = int64_t(ids->nb[1] / 4);
     a.direct = true;
     a.qs = i0->second.qs;
     a.sc = i0->second.sc;

@@ -47,25 +47,12 @@ template <> struct cuda_format<mxfp4> {
     static constexpr int mmq_sub = 1;
     static constexpr bool mmq_offset = false;
     __device__ static void mmq_unpack(const uint4& q, uint32_t scw, int, uint32_t (&v)[8], float (&d)[2], float& m) {
-        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int2 e = e2m1x8_doubled(words[i]);
-            v[2 * i] = uint32_t(e.x), v[2 * i + 1] = uint32_t(e.y);
-        }
+        e2m1x32_doubled(q, v);
         d[0] = d[1] = e8m0_to_fp32_half(uint8_t(scw));
         m = 0.0f;
     }
     __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {
-        const float d = e8m0_to_fp32_half(*sc);
-        const int2 e0 = e2m1x8_doubled(h ? q.z : q.x), e1 = e2m1x8_doubled(h ? q.w : q.y);
-        const int v[4] = {e0.x, e0.y, e1.x, e1.y};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int8_t* b = reinterpret_cast<const int8_t*>(&v[i]);
-            out[2 * i] = __floats2half2_rn(float(b[0]) * d, float(b[1]) * d);
-            out[2 * i + 1] = __floats2half2_rn(float(b[2]) * d, float(b[3]) * d);
-        }
+        e2m1x16_halves(q, h, e8m0_to_fp32_half(*sc), out);
     }
 };
 

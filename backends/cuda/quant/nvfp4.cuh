@@ -37,6 +37,28 @@ __device__ __forceinline__ float ue4m3_half(uint32_t x) {
     return b == 0x7fu ? 0.0f : __uint_as_float((b & 0x7fu) << 20) * 0x1p119f;
 }
 
+// The four words of a chunk (8 E2M1 codes each, element order) as 8 words of doubled int8 values (mmq_unpack's v)
+__device__ __forceinline__ void e2m1x32_doubled(const uint4& q, uint32_t (&v)[8]) {
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int2 e = e2m1x8_doubled(words[i]);
+        v[2 * i] = uint32_t(e.x), v[2 * i + 1] = uint32_t(e.y);
+    }
+}
+
+// Half h (elements 16h .. 16h + 15) of a chunk of E2M1 codes as 8 half2 of (doubled value) d (dequant_split)
+__device__ __forceinline__ void e2m1x16_halves(const uint4& q, int h, float d, __half2 (&out)[8]) {
+    const int2 e0 = e2m1x8_doubled(h ? q.z : q.x), e1 = e2m1x8_doubled(h ? q.w : q.y);
+    const int v[4] = {e0.x, e0.y, e1.x, e1.y};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int8_t* b = reinterpret_cast<const int8_t*>(&v[i]);
+        out[2 * i] = __floats2half2_rn(float(b[0]) * d, float(b[1]) * d);
+        out[2 * i + 1] = __floats2half2_rn(float(b[2]) * d, float(b[3]) * d);
+    }
+}
+
 template <> struct cuda_format<nvfp4> {
     static constexpr bool available = false; // no file-layout kernel: weights must be split (2-D, contiguous)
     static constexpr bool split = true;
@@ -78,27 +100,14 @@ template <> struct cuda_format<nvfp4> {
     static constexpr int mmq_sub = 2;
     static constexpr bool mmq_offset = false;
     __device__ static void mmq_unpack(const uint4& q, uint32_t scw, int c, uint32_t (&v)[8], float (&d)[2], float& m) {
-        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int2 e = e2m1x8_doubled(words[i]);
-            v[2 * i] = uint32_t(e.x), v[2 * i + 1] = uint32_t(e.y);
-        }
+        e2m1x32_doubled(q, v);
         const uint32_t s = scw >> (16 * (c % 2));
         d[0] = ue4m3_half(s);
         d[1] = ue4m3_half(s >> 8);
         m = 0.0f;
     }
     __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int c, int h, __half2 (&out)[8]) {
-        const float d = ue4m3_half(sc[2 * (c % 2) + h]);
-        const int2 e0 = e2m1x8_doubled(h ? q.z : q.x), e1 = e2m1x8_doubled(h ? q.w : q.y);
-        const int v[4] = {e0.x, e0.y, e1.x, e1.y};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int8_t* b = reinterpret_cast<const int8_t*>(&v[i]);
-            out[2 * i] = __floats2half2_rn(float(b[0]) * d, float(b[1]) * d);
-            out[2 * i + 1] = __floats2half2_rn(float(b[2]) * d, float(b[3]) * d);
-        }
+        e2m1x16_halves(q, h, ue4m3_half(sc[2 * (c % 2) + h]), out);
     }
 };
 
