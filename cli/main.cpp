@@ -63,11 +63,17 @@ int main(int argc, char** argv) {
     // llama.cpp spells some flags with one dash and several letters (-ngl, -sys); CLI11 takes one letter after a
     // single dash, so those are rewritten to their long forms first.
     std::vector<std::string> args(argv, argv + argc);
-    for (auto& a : args) {
-        if (a == "-ngl") a = "--n-gpu-layers";
-        else if (a == "-sys") a = "--system-prompt";
-        else if (a.rfind("-ngl=", 0) == 0) a = "--n-gpu-layers=" + a.substr(5);
-    }
+    static const std::pair<const char*, const char*> long_forms[] = {{"-ngl", "--n-gpu-layers"},
+                                                                     {"-sys", "--system-prompt"},
+                                                                     {"-sm", "--split-mode"},
+                                                                     {"-ts", "--tensor-split"},
+                                                                     {"-mg", "--main-gpu"}};
+    for (auto& a : args)
+        for (const auto& [short_form, long_form] : long_forms) {
+            const std::string sf = short_form;
+            if (a == sf) a = long_form;
+            else if (a.rfind(sf + "=", 0) == 0) a = long_form + a.substr(sf.size());
+        }
     std::vector<char*> argp;
     for (auto& a : args) argp.push_back(a.data());
     try {

@@ -6,6 +6,8 @@
 #include <fmt/core.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -36,10 +38,45 @@ void add_model_options(CLI::App& cmd, model_options& o, bool model_required) {
     cmd.add_option("--n-cpu-moe,--ncmoe", o.session.n_cpu_moe,
                    "Mixture-of-experts models: keep the experts of the first N layers on the CPU (with the GPU)")
         ->check(CLI::Range(0, 1 << 20));
+    cmd.add_option_function<std::string>(
+           "--split-mode,--sm",
+           [&o](const std::string& v) {
+               using sm = session_params::split_mode;
+               o.session.split = v == "row" ? sm::row : v == "layer" ? sm::layer : sm::none;
+           },
+           "Several GPUs: none (the main GPU alone, the default), layer (consecutive layers on consecutive GPUs), "
+           "row (every layer divided over the GPUs: tensor parallelism through NCCL)")
+        ->check(CLI::IsMember({"none", "layer", "row"}));
+    cmd.add_option_function<std::string>(
+        "--tensor-split,--ts",
+        [&o](const std::string& v) {
+            o.session.tensor_split.clear();
+            std::string part;
+            for (size_t i = 0; i <= v.size(); i++) {
+                if (i < v.size() && v[i] != ',' && v[i] != '/') {
+                    part += v[i];
+                    continue;
+                }
+                char* end = nullptr;
+                const float x = std::strtof(part.c_str(), &end);
+                if (part.empty() || *end != '\0' || !std::isfinite(x) || x < 0.0f)
+                    throw CLI::ValidationError("--tensor-split", "'" + v + "' is not a list of shares such as 3,1");
+                o.session.tensor_split.push_back(x);
+                part.clear();
+            }
+        },
+        "Shares of the GPUs in device order, as 3,1 or 3/1 (default: equal; 0 leaves a GPU out)");
+    cmd.add_option("--main-gpu,--mg", o.session.main_gpu,
+                   "The GPU for --split-mode none, and the one computing the output layer with row")
+        ->check(CLI::Range(0, 1023));
 }
 
 device_choice choose_device(const model_options& o, const model* m) {
-    if (o.device == "cpu" || (o.device.empty() && o.session.n_gpu_layers == 0)) return {};
+    if (o.device == "cpu" || (o.device.empty() && o.session.n_gpu_layers == 0)) {
+        if (o.session.split != session_params::split_mode::none || !o.session.tensor_split.empty())
+            throw error("--split-mode / --tensor-split place layers on GPUs, and this run is on the CPU");
+        return {};
+    }
     if (o.device == "cuda" && o.session.n_gpu_layers == 0)
         throw error("--device cuda and -ngl 0 contradict each other (-ngl 0 keeps every layer on the CPU)");
     const bool asked = o.device == "cuda" || o.session.n_gpu_layers > 0;
@@ -61,6 +98,12 @@ device_choice choose_device(const model_options& o, const model* m) {
                                                       "yet",
                                                       type_name(w->t))};
             }
+    if (o.session.split != session_params::split_mode::none) {
+        const int n = gpu_count();
+        return {device_type::cuda,
+                fmt::format("using CUDA: {} GPU{} ({}), split by {}; --device cpu runs on the CPU", n, n == 1 ? "" : "s",
+                            gpu->name, o.session.split == session_params::split_mode::row ? "rows" : "layers")};
+    }
     return {device_type::cuda,
             fmt::format("using CUDA: {} ({:.1f} GiB free); --device cpu runs on the CPU", gpu->name,
                         double(gpu->free_bytes) / double(1u << 30))};

@@ -26,6 +26,12 @@ std::unique_ptr<buffer> backend::alloc_host(size_t bytes) {
     return std::make_unique<heap_buffer>(bytes);
 }
 
+void backend::join(std::shared_ptr<backend_group> group, int rank) {
+    (void)group;
+    (void)rank;
+    throw error(fmt::format("backend {} cannot compute a model split over several backends", name()));
+}
+
 void graph_runner::prepare(graph& g) {
     for (tensor* n : g.nodes)
         if (!be_.supports(*n))

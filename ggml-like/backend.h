@@ -19,6 +19,15 @@ struct buffer {
     virtual size_t size() const = 0;
 };
 
+// Backends that compute one model together, each a share of every layer (tensor parallelism: --split-mode row).
+// all_reduce nodes (ops.h) sum a tensor over the members. Made for backends of one kind (llm/device.h make_group:
+// host memory for CPU backends, NCCL for CUDA devices); each member joins it with its rank before computing, and the
+// members' graphs run at the same time, one thread each (their all_reduce nodes meet).
+struct backend_group {
+    virtual ~backend_group() = default;
+    virtual int size() const = 0;
+};
+
 // Called after each node is computed (debugging, layer-by-layer comparison); reads the node through backend::get.
 using eval_callback = std::function<void(const tensor& node)>;
 
@@ -53,6 +62,8 @@ struct backend {
     // against the one it captured before replaying it (CUDA) may skip that check. By default compute(g).
     virtual void compute_again(graph& g) { compute(g); }
     virtual void synchronize() {}
+    // Joins a group as member `rank` (backend_group); a backend that cannot take part throws tessera::error.
+    virtual void join(std::shared_ptr<backend_group> group, int rank);
     void set_eval_callback(eval_callback cb) { on_eval = std::move(cb); }
 
   protected:

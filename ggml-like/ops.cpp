@@ -305,6 +305,13 @@ tensor* tanh(context& ctx, tensor* a) {
     return r;
 }
 
+tensor* all_reduce(context& ctx, tensor* a) {
+    TS_ASSERT(a->t == type::f32 && a->is_contiguous());
+    tensor* r = new_result(ctx, op::all_reduce, *a);
+    r->src[0] = a;
+    return r;
+}
+
 tensor* cpy(context& ctx, tensor* a, tensor* dst) {
     TS_ASSERT(a->n_elements() == dst->n_elements());
     tensor* r = new_view(ctx, dst, 0);

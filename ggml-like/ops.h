@@ -86,6 +86,10 @@ tensor* mul_mat_id(context& ctx, tensor* experts, tensor* b, tensor* ids);
 // [0, n_expert): dst[:, i, t] = a[:, i, t] + b[:, ids[i, t]] (ggml_add_id: gpt-oss's per-expert biases).
 tensor* add_id(context& ctx, tensor* a, tensor* b, tensor* ids);
 tensor* tanh(context& ctx, tensor* a);
+// a (contiguous f32) summed element by element over the members of the backend group its backend joined
+// (backend::join, tensor parallelism): each member computes a share of a matmul's inner dimension, and every member
+// ends with the whole sum, the same bits on each.
+tensor* all_reduce(context& ctx, tensor* a);
 // Writes a (converted to dst's type) into the memory dst views; returns a tensor aliasing dst.
 tensor* cpy(context& ctx, tensor* a, tensor* dst);
 // ggml_set_rows: row i of a (ne0, n) f32 goes to row idx[i] of dst (ne0, n_rows), converted to dst's type as cpy

@@ -33,6 +33,7 @@ const char* op_name(op o) {
     case op::cpy: return "cpy";
     case op::set_rows: return "set_rows";
     case op::attention: return "attention";
+    case op::all_reduce: return "all_reduce";
     }
     return "?";
 }

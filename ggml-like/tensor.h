@@ -39,6 +39,7 @@ enum class op : uint8_t {
     div,        // dst = src0 / src1 (broadcast)
     clamp,      // dst = max(min(src0, op_params.f[1]), op_params.f[0])
     swiglu_oai, // dst = x / (1 + e^(-alpha x)) * (y + 1), x = min(src0, limit), y = clamp(src1, -limit, limit)
+    all_reduce, // dst = src0 summed over the backends of a group (tensor parallelism; backend.h, backend_group)
 };
 const char* op_name(op o);
 

@@ -23,6 +23,14 @@ std::optional<gpu_info> find_gpu(std::string* why) {
 #endif
 }
 
+int gpu_count() {
+#ifdef TESSERA_HAS_CUDA
+    return int(cuda::list_devices().size());
+#else
+    return 0;
+#endif
+}
+
 bool device_supports_weights(device_type d, type t) {
     if (d == device_type::cpu) return true;
 #ifdef TESSERA_HAS_CUDA
@@ -33,7 +41,7 @@ bool device_supports_weights(device_type d, type t) {
 #endif
 }
 
-std::unique_ptr<backend> make_backend(device_type d, int n_threads, bool exact) {
+std::unique_ptr<backend> make_backend(device_type d, int n_threads, bool exact, int gpu) {
     switch (d) {
     case device_type::cpu: {
         cpu::cpu_options opt;
@@ -42,9 +50,9 @@ std::unique_ptr<backend> make_backend(device_type d, int n_threads, bool exact) 
     }
     case device_type::cuda: {
 #ifdef TESSERA_HAS_CUDA
-        return std::make_unique<cuda::cuda_backend>(0, exact);
+        return std::make_unique<cuda::cuda_backend>(gpu, exact);
 #else
-        (void)exact;
+        (void)exact, (void)gpu;
         std::string why;
         find_gpu(&why);
         throw error(fmt::format("cannot run on CUDA: {}", why));
@@ -53,6 +61,21 @@ std::unique_ptr<backend> make_backend(device_type d, int n_threads, bool exact) 
     }
     TS_ASSERT(!"unknown device type");
     return nullptr;
+}
+
+std::shared_ptr<backend_group> make_group(const std::vector<backend*>& members) {
+    TS_ASSERT(!members.empty());
+    size_t n_cpu = 0;
+    for (backend* b : members)
+        if (dynamic_cast<cpu::cpu_backend*>(b)) n_cpu++;
+    if (n_cpu == members.size()) return std::make_shared<cpu::host_group>(int(members.size()));
+#ifdef TESSERA_HAS_CUDA
+    std::vector<int> devices;
+    for (backend* b : members)
+        if (auto* c = dynamic_cast<cuda::cuda_backend*>(b)) devices.push_back(c->info().id);
+    if (devices.size() == members.size()) return cuda::make_nccl_group(devices);
+#endif
+    throw error("a tensor-parallel group needs backends of one kind (all CPU or all CUDA)");
 }
 
 } // namespace tessera

@@ -10,6 +10,7 @@
 #include "llm/kv_cache.h"
 #include "llm/vocab.h"
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -121,6 +122,7 @@ using progress_fn = std::function<void(float)>;
 
 namespace arch {
 struct family;
+struct shard;
 }
 
 class model {
@@ -184,9 +186,17 @@ struct session_params {
     // --n-cpu-moe: the experts (ffn_{gate,up,down}_exps, their biases) of the first N layers stay in host memory and
     // the CPU computes them; everything else as -ngl says
     int n_cpu_moe = 0;
-    // The backend the offloaded layers run on; null: the device's. Tests put a second CPU backend here to check the
-    // layer split without a GPU.
-    std::function<std::unique_ptr<backend>()> offload_backend = {};
+    // Several GPUs, as llama.cpp's --split-mode / --tensor-split / --main-gpu: none: main_gpu alone; layer: the
+    // offloaded layers (and the output) in consecutive runs over the GPUs, in proportion to tensor_split (llama.cpp's
+    // rule); row: every layer divided over the GPUs by its heads and feed-forward width (tensor parallelism: one graph
+    // per GPU run by a thread of its own, the partial sums of wo and ffn_down added across GPUs by NCCL; arch::shard).
+    enum class split_mode { none, layer, row } split = split_mode::none;
+    std::vector<float> tensor_split = {}; // a share per GPU in device order (0 or missing: unused); empty: equal shares
+    int main_gpu = 0;                // split none: the GPU; row: the one computing the output layer (rank 0)
+    // What stands in for GPU i (tests: CPU backends, checking -ngl and the splits without a GPU), and how many GPUs
+    // there are then; null: CUDA device i of the machine's gpu_count().
+    std::function<std::unique_ptr<backend>(int gpu)> gpu_backend = {};
+    int n_gpus = 1;
 };
 
 // Evaluation state: backend, KV cache and reusable graph memory. Not thread-safe.
@@ -215,14 +225,19 @@ class session {
                                         std::span<const int32_t> targets, score_mode mode,
                                         std::span<const uint16_t> base = {}, int64_t seq_len = 0);
 
-    int64_t n_past() const { return kv_.n_used; }
-    int64_t n_ctx() const { return kv_.n_ctx; }
-    void clear() { kv_.n_used = 0; }
-    void truncate(int64_t n) { kv_.n_used = std::min(kv_.n_used, n); } // forget positions >= n
+    int64_t n_past() const { return ranks_[0].kv.n_used; }
+    int64_t n_ctx() const { return ranks_[0].kv.n_ctx; }
+    void clear() { truncate(0); }
+    void truncate(int64_t n) { // forget positions >= n
+        for (rank& r : ranks_) r.kv.n_used = std::min(r.kv.n_used, n);
+    }
     const model& mdl() const { return m_; }
-    backend& be() { return *be_; }
-    size_t n_splits() const { return sched_->n_splits(); } // backends the last graph ran on in turn (-ngl: 2)
-    // "cpu", "cuda", or with -ngl / --n-cpu-moe "cuda+cpu" and what is offloaded ("ngl 10/31", "cpu-moe 4")
+    backend& be() { return *main_; } // the backend returning the logits (the GPU's with -ngl and splits)
+    // backends the last graph ran on in turn (-ngl: 2; tensor parallelism: those of one member)
+    size_t n_splits() const { return ranks_[0].sched->n_splits(); }
+    size_t n_members() const { return ranks_.size(); } // tensor parallelism: GPUs computing every layer together
+    // "cpu", "cuda", or with -ngl / --n-cpu-moe "cuda+cpu" and what is offloaded ("ngl 10/31", "cpu-moe 4"), with
+    // several GPUs "cuda x2 layer" / "cuda x2 row"
     std::string backend_label() const;
     int n_threads() const; // CPU threads; 0 on other devices
 
@@ -242,21 +257,35 @@ class session {
 
     const model& m_;
     session_params p_;
-    std::unique_ptr<backend> be_;  // the device's backend (with -ngl: the one taking the offloaded layers)
-    std::unique_ptr<backend> cpu_; // with -ngl: the CPU backend taking the other layers; null otherwise
-    int64_t offload_from_ = 0;     // with -ngl: the first layer on be_ (n_layer: the output layer only)
-    std::unique_ptr<scheduler> sched_;
-    scheduler::home_fn home_; // where each weight and cache lives (sched.h)
-    kv_cache kv_;
+    std::vector<std::unique_ptr<backend>> backends_; // every backend: the CPU first when it takes layers, the GPUs
+    backend* main_ = nullptr;     // be()
+    backend* cpu_ = nullptr;      // with -ngl / --n-cpu-moe: the CPU backend taking the other layers; null otherwise
+    int64_t offload_from_ = 0;    // with -ngl: the first offloaded layer (n_layer: the output layer only)
+    int n_gpus_used_ = 1;
+    struct batch_graph;
+    // One member of the tensor-parallel group (one without tensor parallelism): its backends, the weights it reads
+    // (part: its share; null: the model's), KV cache, scheduler and last graph.
+    struct rank {
+        std::vector<backend*> bes;
+        std::unique_ptr<arch::shard> part;
+        kv_cache kv;
+        std::unique_ptr<scheduler> sched;
+        scheduler::home_fn home; // where each weight and cache lives (sched.h)
+        std::unique_ptr<batch_graph> last;
+    };
+    std::deque<rank> ranks_; // stable addresses: each rank's home function refers to it
+    std::shared_ptr<backend_group> group_;
+    class rank_threads; // tensor parallelism: a thread per member past the first, computing its graph
+    std::unique_ptr<rank_threads> threads_;
     // logits of the last decode, n_logits_ floats, in memory the backend copies into directly (backend::alloc_host)
     std::unique_ptr<buffer> logits_;
     size_t n_logits_ = 0;
     std::unique_ptr<buffer> scores_; // score_from's words, likewise
     size_t n_scores_ = 0;
-    // The last batch's graph, planned and bound: a batch of the same shape (tokens, KV length, first output: a decode
-    // step, token after token, while the padded KV length stays) runs it again with new inputs, without building.
-    struct batch_graph;
-    std::unique_ptr<batch_graph> last_;
+    // rank::last is the last batch's graph, planned and bound: a batch of the same shape (tokens, KV length, first
+    // output: a decode step, token after token, while the padded KV length stays) runs it again with new inputs.
+    void make_backends();
+    void place_layers(rank& r);
 };
 
 } // namespace tessera

@@ -39,7 +39,7 @@ std::vector<float> run(const model& m, int n_gpu_layers, size_t* splits, int n_c
     session_params p{.n_ctx = 64, .n_batch = 16, .n_threads = 2};
     p.n_gpu_layers = n_gpu_layers;
     p.n_cpu_moe = n_cpu_moe;
-    p.offload_backend = [] { return std::make_unique<cpu::cpu_backend>(cpu::cpu_options{1, false}); };
+    p.gpu_backend = [](int) { return std::make_unique<cpu::cpu_backend>(cpu::cpu_options{1, false}); };
     session s(m, p);
     std::vector<token> prompt;
     for (int i = 0; i < 21; i++) prompt.push_back(token((i * 7919 + 13) % m.hp.n_vocab));

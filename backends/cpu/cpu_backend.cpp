@@ -109,6 +109,7 @@ bool cpu_backend::supports(const tensor& node) const {
     case op::set_rows:
         return f32(node.src[0]) && node.src[0]->nb[0] == 4 && find_cpu_ops(node.t) != nullptr &&
                (node.src[2]->t == type::i32 || node.src[2]->t == type::i64);
+    case op::all_reduce: return group_ && f32(node.src[0]) && node.src[0]->is_contiguous();
     case op::attention:
         return f32(node.src[0]) && (node.src[1]->t == type::f16 || node.src[1]->t == type::f32) &&
                (!node.src[4] || f32(node.src[4]));
@@ -165,6 +166,13 @@ std::vector<const tensor*> fusable_scales(const graph& g) {
 }
 
 } // namespace
+
+void cpu_backend::join(std::shared_ptr<backend_group> group, int rank) {
+    group_ = std::dynamic_pointer_cast<host_group>(group);
+    if (!group_) throw error("a CPU backend can only join a group of CPU backends");
+    TS_ASSERT(rank >= 0 && rank < group_->size());
+    rank_ = rank;
+}
 
 void cpu_backend::compute(graph& g) {
     size_t wsize = 0;
@@ -224,6 +232,11 @@ void cpu_backend::compute(graph& g) {
             case op::cpy: cpy(p, *n); break;
             case op::set_rows: set_rows(p, *n); break;
             case op::attention: attention(p, *n); break;
+            case op::all_reduce:
+                if (ith == 0)
+                    group_->all_reduce(rank_, static_cast<const float*>(n->src[0]->data), static_cast<float*>(n->data),
+                                       size_t(n->n_elements()));
+                break;
             }
             if (n->o != op::view && n->o != op::none) p.barrier();
             if (on_eval && n->o != op::view && n->o != op::none) {

@@ -1,6 +1,7 @@
 // cpu_backend.h: the reference backend: host memory, a thread pool, and one switch over ops (cpu_backend.cpp).
 #pragma once
 
+#include "backends/cpu/host_group.h"
 #include "backends/cpu/quant/repack.h"
 #include "backends/cpu/thread_pool.h"
 #include "ggml-like/backend.h"
@@ -28,6 +29,7 @@ class cpu_backend final : public backend {
     bool supports(const tensor& node) const override;
     void load_weights(std::span<tensor* const> weights) override;
     void compute(graph& g) override;
+    void join(std::shared_ptr<backend_group> group, int rank) override; // a host_group only
     // as llama.cpp (n_kv padded to 256): the decode graph then repeats for 256 tokens instead of being rebuilt and
     // planned every step, and the masked rows change no result (test_model's padded-KV tests: the same bits).
     // qwen3moe-small q4_0 decode, 2 threads: ~0.6 of 4.7 ms a token was the rebuild (this VM, 2026-11-25).
@@ -41,6 +43,8 @@ class cpu_backend final : public backend {
     thread_pool pool_;
     std::vector<uint8_t> work_;
     repack_store repacked_;
+    std::shared_ptr<host_group> group_; // join(): all_reduce nodes sum over it as member rank_
+    int rank_ = 0;
 };
 
 int default_n_threads();

@@ -235,7 +235,8 @@ std::unique_ptr<buffer> cuda_backend::alloc_host(size_t bytes) {
     if (!pinned) return backend::alloc_host(bytes);
     TS_CUDA_CHECK(cudaSetDevice(info_.id));
     void* p = nullptr;
-    const cudaError_t e = cudaMallocHost(&p, std::max<size_t>(bytes, 1));
+    // portable: pinned for every device (a model split over GPUs copies its logits from another one)
+    const cudaError_t e = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable);
     if (e == cudaErrorMemoryAllocation) { // page-locked memory is limited: plain memory works, only slower
         (void)cudaGetLastError();
         return backend::alloc_host(bytes);
@@ -252,8 +253,14 @@ std::unique_ptr<buffer> cuda_backend::alloc_zeroed(size_t bytes) {
     return b;
 }
 
+void cuda_backend::join(std::shared_ptr<backend_group> group, int rank) {
+    comm_ = nccl_comm(group.get(), rank, info_.id);
+    group_ = std::move(group);
+}
+
 void cuda_backend::set(tensor& t, const void* src, size_t offset, size_t size) {
     TS_ASSERT(!(t.flags & flag_param)); // weights go through load_weights
+    TS_CUDA_CHECK(cudaSetDevice(info_.id)); // the caller may drive several devices
     if (exact_ && t.t == type::i32 && t.n_bytes() <= (size_t(1) << 24)) { // positions, for rope's host-side angles
         auto& h = host_inputs_[&t];
         h.resize(t.n_bytes());
@@ -267,6 +274,7 @@ void cuda_backend::set(tensor& t, const void* src, size_t offset, size_t size) {
 
 void cuda_backend::get(const tensor& t, void* dst, size_t offset, size_t size) {
     const auto t0 = std::chrono::steady_clock::now();
+    TS_CUDA_CHECK(cudaSetDevice(info_.id));
     cuda_context ctx;
     ctx.weights = &weights_;
     TS_CUDA_CHECK(cudaMemcpyAsync(dst, ctx.ptr(&t) + offset, size, cudaMemcpyDeviceToHost, as_stream(stream_)));
@@ -341,6 +349,8 @@ bool cuda_backend::supports(const tensor& node) const {
         return f32(node.src[0]);
     case op::swiglu_oai:
         return f32(node.src[0]) && f32(node.src[1]);
+    case op::all_reduce:
+        return comm_ && f32(node.src[0]) && node.src[0]->is_contiguous();
     }
     return false;
 }
@@ -786,6 +796,10 @@ void cuda_backend::launch_nodes(graph& g) {
             break;
         case op::swiglu_oai:
             swiglu_oai(ctx, *n);
+            break;
+        case op::all_reduce:
+            nccl_all_reduce(comm_, reinterpret_cast<const float*>(ctx.ptr(n->src[0])), reinterpret_cast<float*>(ctx.ptr(n)),
+                            size_t(n->n_elements()), ctx.stream);
             break;
         }
         if (profile_ && n->o != op::view && n->o != op::none) {

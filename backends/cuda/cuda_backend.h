@@ -44,6 +44,13 @@ struct split_weight {
 // Whether the CUDA backend can compute with weights of type t (mul_mat, get_rows); for picking a device per model.
 bool supports_weight_type(type t);
 
+// Tensor parallelism over several devices (backends/cuda/nccl.cu): whether this build has NCCL; a group of the given
+// devices, one communicator each (throws tessera::error without NCCL or when NCCL fails); what a member joins with.
+bool has_nccl();
+std::shared_ptr<backend_group> make_nccl_group(const std::vector<int>& devices);
+void* nccl_comm(backend_group* group, int rank, int device);                           // ncclComm_t
+void nccl_all_reduce(void* comm, const float* x, float* y, size_t count, CUstream_st* stream); // enqueued on stream
+
 class cuda_backend final : public backend {
   public:
     // Throws tessera::error when the device cannot be used.
@@ -62,6 +69,7 @@ class cuda_backend final : public backend {
     void compute(graph& g) override;
     void compute_again(graph& g) override;
     void synchronize() override;
+    void join(std::shared_ptr<backend_group> group, int rank) override; // a group from make_nccl_group
 
     const device_info& info() const { return info_; }
     // computes that captured a CUDA graph, and that launched the last captured one again unchanged (compute())
@@ -100,6 +108,8 @@ class cuda_backend final : public backend {
     int64_t graphs_captured_ = 0, graphs_reused_ = 0;
     // TESSERA_CUDA_EXACT=1: the CPU's results bit for bit where the ops can (common.cuh, cuda_context::exact)
     bool exact_ = false;
+    std::shared_ptr<backend_group> group_; // join(): all_reduce nodes run through comm_ (ncclComm_t)
+    void* comm_ = nullptr;
     bool wgmma_ = false; // prefill GEMMs on wgmma (cuda_context::wgmma)
     bool pdl_ = false;   // programmatic dependent launches (cuda_context::pdl)
     std::unordered_map<const tensor*, std::vector<uint8_t>> host_inputs_; // exact mode: i32 inputs as set()

@@ -17,7 +17,7 @@
 //   --expert-type  the experts' matrices' type (default TYPE)
 //
 // Presets (llama.cpp's names for the files these models ship as):
-//   llama   1b (Llama-3.2-1B), 7b (Llama-2-7B), 8b (Llama-3.1-8B), smol (SmolLM2-135M)
+//   llama   1b (Llama-3.2-1B), 7b (Llama-2-7B), 8b (Llama-3.1-8B), 70b (Llama-3.1-70B), smol (SmolLM2-135M)
 //   qwen3   qwen3-0.6b, qwen3-8b        qwen2   qwen2.5-7b        gemma3  gemma3-1b, gemma3-4b
 //   phi3    phi4-mini                   bitnet-b1.58  bitnet-2b (BitNet-b1.58-2B-4T)
 //   qwen3moe  qwen3-30b-a3b (Qwen3-30B-A3B: 128 experts, 8 used, 768 wide), qwen3moe-small (1024 wide, 8 layers,
@@ -83,6 +83,7 @@ shape preset(const std::string& s) {
     if (s == "1b") set("llama", 2048, 16, 32, 8, 0, 8192, 128256, 500000.0f, false, 4096);
     else if (s == "7b") set("llama", 4096, 32, 32, 32, 0, 11008, 32000, 10000.0f, false, 4096);
     else if (s == "8b") set("llama", 4096, 32, 32, 8, 0, 14336, 128256, 500000.0f, false, 4096);
+    else if (s == "70b") set("llama", 8192, 80, 64, 8, 0, 28672, 128256, 500000.0f, false, 4096);
     else if (s == "smol") set("llama", 576, 30, 9, 3, 0, 1536, 49152, 100000.0f, true, 8192);
     else if (s == "qwen3-0.6b") set("qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 1000000.0f, true, 40960);
     else if (s == "qwen3-8b") set("qwen3", 4096, 36, 32, 8, 128, 12288, 151936, 1000000.0f, false, 40960);

@@ -10,6 +10,25 @@
 
 namespace tessera::arch {
 
+// One member's share of a model split by rows over several backends (tensor parallelism, --split-mode row): each
+// layer's query and KV heads and its feed-forward width divided evenly among the members. A member holds the rows of
+// wq / wk / wv / ffn_gate / ffn_up (and their biases) for its heads and its share of the width, and the matching
+// columns of wo and ffn_down, whose partial products the graph sums over the members (all_reduce) before the biases,
+// post-norms and residual adds, which every member computes in full. Norms, token embeddings and the output are
+// shared; the output layer is computed by member 0 alone.
+struct shard {
+    int rank = 0, n_ranks = 1;
+    hparams hp;                        // the member's head counts and widths
+    std::vector<layer_weights> layers; // the member's slices (shared tensors as the model's)
+    std::unordered_map<const tensor*, tensor*> out_scale; // model::out_scale for the slices
+    std::vector<tensor*> params;       // every weight the member reads, once each (its backend loads these)
+    context ctx;                       // the slices' headers
+    std::vector<std::vector<uint8_t>> mem; // the column slices (wo, ffn_down), gathered from the file
+};
+// Rank `rank` of n_ranks; throws tessera::error naming what cannot be split (experts, sub-norms over the split
+// dimension, head counts or widths not divisible by n_ranks, a block format cut inside a block).
+std::unique_ptr<shard> make_shard(const model& m, int rank, int n_ranks);
+
 struct batch_inputs {
     tensor* ids = nullptr;  // (n_tok) i32 token ids
     tensor* pos = nullptr;  // (n_tok) i32 positions
@@ -23,12 +42,16 @@ struct batch_inputs {
     int64_t n_past = 0;
     int64_t n_kv = 0;       // cache rows attention reads: n_past + n_tok, or more when padded (masked past those)
     int64_t first_output = 0; // logits are computed for tokens [first_output, n_tok)
+    // tensor parallelism: the graph of this member (the member's weights and sizes; all_reduce after wo and
+    // ffn_down; the logits only on member 0: the others' graphs end with the last layer). null: the whole model.
+    const shard* part = nullptr;
 };
 
 // Reads the family's hyper-parameters and weights into m (m.file, m.voc are set); throws tessera::error naming the
 // key or tensor that is missing or wrong.
 using load_fn = void (*)(model& m);
-// Builds the forward graph of one batch into g; returns the logits tensor (n_vocab, n_tok - first_output).
+// Builds the forward graph of one batch into g; returns the logits tensor (n_vocab, n_tok - first_output), or null
+// for a tensor-parallel member other than 0 (batch_inputs::part).
 using build_fn = tensor* (*)(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
 
 struct family {

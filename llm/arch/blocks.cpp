@@ -286,7 +286,7 @@ void load_layers(model& m, const layer_opts& o) {
 // ---- building ----
 
 builder::builder(const model& m_, context& ctx_, graph& g_, const batch_inputs& in_, kv_cache& kv_)
-    : m(m_), hp(m_.hp), ctx(ctx_), g(g_), in(in_), kv(kv_), n(in_.n_tok),
+    : m(m_), hp(in_.part ? in_.part->hp : m_.hp), ctx(ctx_), g(g_), in(in_), kv(kv_), n(in_.n_tok),
       n_kv(in_.n_kv > 0 ? in_.n_kv : in_.n_past + in_.n_tok) {
     TS_ASSERT(n_kv >= in.n_past + n && n_kv <= kv.n_ctx && in.kv_idx && in.kv_idx->ne[0] == n);
     TS_ASSERT(!hp.any_swa() || in.mask_swa);
@@ -299,6 +299,8 @@ tensor* builder::named(tensor* t, const char* what, int64_t il) {
 
 tensor* builder::mm(tensor* w, tensor* x) {
     tensor* y = mul_mat(ctx, w, x);
+    if (in.part)
+        if (auto it = in.part->out_scale.find(w); it != in.part->out_scale.end()) return mul(ctx, y, it->second);
     auto it = m.out_scale.find(w);
     return it == m.out_scale.end() ? y : mul(ctx, y, it->second);
 }
@@ -387,6 +389,7 @@ tensor* builder::attention(const layer_weights& l, tensor* x, int64_t il, const 
 
 tensor* builder::attn_out(const layer_weights& l, tensor* attn, int64_t il) {
     tensor* cur = named(mm(l.wo, attn), "attn_out", il);
+    if (in.part && in.part->n_ranks > 1) cur = named(all_reduce(ctx, cur), "attn_out_sum", il); // every member's heads
     if (l.bo) cur = named(add(ctx, cur, l.bo), "attn_out_b", il);
     return cur;
 }
@@ -404,7 +407,9 @@ tensor* builder::ffn(const layer_weights& l, tensor* x, int64_t il, glu act) {
         break;
     }
     if (l.ffn_sub_norm) cur = norm(cur, l.ffn_sub_norm, "ffn_sub_norm", il);
-    return named(mm(l.ffn_down, cur), "ffn_out", il);
+    cur = named(mm(l.ffn_down, cur), "ffn_out", il);
+    if (in.part && in.part->n_ranks > 1) cur = named(all_reduce(ctx, cur), "ffn_out_sum", il); // every member's width
+    return cur;
 }
 
 tensor* builder::moe_ffn(const layer_weights& l, tensor* x, int64_t il, glu act) {
@@ -502,7 +507,13 @@ tensor* builder::layer(const layer_weights& l, tensor* x, int64_t il, glu act, f
 
 tensor* builder::decoder(glu act, float q_scale) {
     tensor* x = embeddings();
-    for (int64_t il = 0; il < hp.n_layer; il++) x = layer(m.layers[size_t(il)], x, il, act, q_scale);
+    const std::vector<layer_weights>& layers = in.part ? in.part->layers : m.layers;
+    for (int64_t il = 0; il < hp.n_layer; il++) x = layer(layers[size_t(il)], x, il, act, q_scale);
+    if (in.part && in.part->rank != 0) { // member 0 computes the output layer; the others end here
+        x->flags |= flag_output;
+        g.expand(x);
+        return nullptr;
+    }
     return logits(x);
 }
 

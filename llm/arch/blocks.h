@@ -112,7 +112,8 @@ class builder {
     //   out = h + post_ffn(ffn(ffn_norm(h)))          (moe_ffn where the layer has experts)
     // (post_*: gemma's post-norms, sub_attn: bitnet's norm before wo; absent ones are skipped). q_scale: attn_opts.
     tensor* layer(const layer_weights& l, tensor* x, int64_t il, glu act, float q_scale = 0.0f);
-    // The whole model: embeddings, every layer, the output head. Returns the logits.
+    // The whole model: embeddings, every layer, the output head. Returns the logits (null for a tensor-parallel
+    // member other than 0: in.part).
     tensor* decoder(glu act, float q_scale = 0.0f);
 };
 

@@ -1,0 +1,298 @@
+// Several GPUs through a session (llm/model.h, session_params::split / tensor_split / main_gpu) with CPU backends in
+// the GPUs' places, so that CI checks them without a GPU:
+// - layer split: consecutive layers on consecutive backends, in proportion to the shares, with -ngl too: the logits
+//   of one backend bit for bit (every node is computed the same way wherever the boundaries fall);
+// - row split (tensor parallelism): every layer's heads and feed-forward width divided over two members whose partial
+//   sums meet in all_reduce nodes (a host-memory group here, NCCL on GPUs): close to one backend's logits (only the
+//   order of the sums of wo's and ffn_down's inner products changes) for every dense family, prompt and decode steps,
+//   and perplexity through the score op;
+// - what cannot be split is one clear error.
+// With two CUDA devices, the split_cuda.* tests run the same checks on the GPUs (skipped with a message otherwise).
+#include "backends/cpu/cpu_backend.h"
+#include "ggml-like/error.h"
+#include "helpers.h"
+#include "llm/device.h"
+#include "llm/model.h"
+#include "tiny_model.h"
+
+#include <fmt/core.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include <unistd.h>
+
+using namespace tessera;
+namespace fs = std::filesystem;
+
+namespace {
+
+using split_mode = session_params::split_mode;
+
+struct temp_file {
+    std::string path;
+    explicit temp_file(const std::string& name)
+        : path((fs::temp_directory_path() / ("tessera_test_split_" + std::to_string(::getpid()) + "_" + name))
+                   .string()) {}
+    ~temp_file() { fs::remove(path); }
+};
+
+// random_model's file of a family (small, real vocabulary), or "" when the vocabulary is missing
+std::string make_family(const temp_file& f, const std::string& args) {
+    std::string a = args;
+    const std::string vocab_dir = test::data_dir() + "/vocab";
+    for (size_t p; (p = a.find("@VOCAB")) != std::string::npos;) a.replace(p, 6, vocab_dir);
+    const size_t vp = a.find("--vocab ") + 8;
+    if (!fs::exists(a.substr(vp, a.find(' ', vp) - vp))) return "";
+    const std::string cmd = std::string(TESSERA_RANDOM_MODEL) + " " + a + " " + f.path + " 2>/dev/null";
+    if (std::system(cmd.c_str()) != 0) return "";
+    return f.path;
+}
+
+std::function<std::unique_ptr<backend>(int)> cpu_gpus() {
+    return [](int) { return std::make_unique<cpu::cpu_backend>(cpu::cpu_options{1, false}); };
+}
+
+struct result {
+    std::vector<float> logits; // the prompt's every position, then each decode step's
+    size_t splits = 0, members = 0;
+    std::string label;
+};
+
+// a prompt of 21 tokens in batches of 16, then 6 decode steps (the graph repeats from the second)
+result run(const model& m, session_params p) {
+    p.n_ctx = 64;
+    p.n_batch = 16;
+    p.n_threads = 1;
+    session s(m, p);
+    std::vector<token> prompt;
+    for (int i = 0; i < 21; i++) prompt.push_back(token((i * 7919 + 13) % m.hp.n_vocab));
+    result r;
+    auto l = s.decode(prompt, true);
+    r.logits.assign(l.begin(), l.end());
+    for (int i = 0; i < 6; i++) {
+        const token t = token((i * 31 + 5) % m.hp.n_vocab);
+        auto d = s.decode(std::span<const token>(&t, 1));
+        r.logits.insert(r.logits.end(), d.begin(), d.end());
+    }
+    r.splits = s.n_splits();
+    r.members = s.n_members();
+    r.label = s.backend_label();
+    return r;
+}
+
+session_params fake_gpus(int n, split_mode mode, std::vector<float> shares = {}) {
+    session_params p;
+    p.gpu_backend = cpu_gpus();
+    p.n_gpus = n;
+    p.split = mode;
+    p.tensor_split = std::move(shares);
+    return p;
+}
+
+// the largest |a - b| relative to the largest |b| of each logits row
+double worst_row_error(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab) {
+    double worst = 0;
+    for (size_t r = 0; r + size_t(n_vocab) <= b.size(); r += size_t(n_vocab)) {
+        double diff = 0, mag = 0;
+        for (size_t i = r; i < r + size_t(n_vocab); i++) {
+            diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+            mag = std::max(mag, double(std::fabs(b[i])));
+        }
+        worst = std::max(worst, diff / std::max(mag, 1e-30));
+    }
+    return worst;
+}
+
+} // namespace
+
+TEST(split, layers_over_backends_give_the_logits_of_one_backend) {
+    for (bool tied : {false, true}) {
+        temp_file f(tied ? "layer_tied.gguf" : "layer.gguf");
+        test::tiny_model_spec spec;
+        spec.n_layer = 4;
+        spec.tied_output = tied;
+        test::write_tiny_model(f.path, spec);
+        auto m = model::load(f.path);
+        session_params one;
+        one.gpu_backend = cpu_gpus();
+        const result ref = run(*m, one);
+        EXPECT_EQ(ref.splits, 1u);
+        // shares: equal over 2 and 3, 3:1 (layers 0-3 on the first, the output on the second), a GPU left out
+        const std::vector<std::pair<int, std::vector<float>>> cases = {
+            {2, {}}, {3, {}}, {2, {3.0f, 1.0f}}, {3, {1.0f, 0.0f, 1.0f}}, {2, {1.0f, 1.0f}}};
+        for (const auto& [n, shares] : cases) {
+            const result got = run(*m, fake_gpus(n, split_mode::layer, shares));
+            ASSERT_EQ(got.logits.size(), ref.logits.size());
+            EXPECT_EQ(std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0)
+                << n << " backends, tied " << tied;
+            const size_t used = shares.empty() ? size_t(n) : size_t(std::count_if(shares.begin(), shares.end(),
+                                                                                   [](float x) { return x > 0; }));
+            // tied: the token embeddings live with the output on the last backend, so the first layers' backend is
+            // a second split
+            EXPECT_EQ(got.splits, used + (tied ? 1 : 0)) << n << " backends, tied " << tied;
+            EXPECT_EQ(got.label, fmt::format("cpu x{} layer", used));
+        }
+        // with -ngl 3 (the last two layers and the output): the CPU, then the two GPUs
+        session_params p = fake_gpus(2, split_mode::layer);
+        p.n_gpu_layers = 3;
+        const result got = run(*m, p);
+        EXPECT_EQ(std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0) << "-ngl 3, tied " << tied;
+        EXPECT_EQ(got.splits, tied ? 4u : 3u); // tied: the embeddings live with the output, after the CPU's layers
+        EXPECT_EQ(got.label, "cpu x2 layer+cpu ngl 3/5");
+    }
+}
+
+namespace {
+
+struct family_case {
+    const char* name;
+    const char* args; // random_model's; heads, KV heads and widths even
+};
+const family_case families[] = {
+    {"llama-f32", "--arch llama --vocab @VOCAB/ggml-vocab-llama-spm.gguf 128,2,4,2,256,300 f32"},
+    {"llama-q8_0", "--arch llama --vocab @VOCAB/ggml-vocab-llama-spm.gguf 128,2,4,2,256,300 q8_0"},
+    {"llama-q4_0", "--arch llama --vocab @VOCAB/ggml-vocab-llama-spm.gguf 128,2,4,2,256,300 q4_0"},
+    {"qwen2-q8_0", "--arch qwen2 --vocab @VOCAB/ggml-vocab-gpt-2.gguf 128,2,4,2,256,300 q8_0"},
+    {"qwen3-q8_0", "--arch qwen3 --vocab @VOCAB/ggml-vocab-gpt-2.gguf 128,2,4,2,256,300,64 q8_0"},
+    {"gemma3-q8_0", "--arch gemma3 --vocab @VOCAB/ggml-vocab-llama-spm.gguf 128,4,4,2,256,300,64 q8_0"},
+    {"phi3-q8_0", "--arch phi3 --vocab @VOCAB/ggml-vocab-llama-spm.gguf 128,2,4,2,256,300 q8_0"},
+};
+
+} // namespace
+
+class split_row : public ::testing::TestWithParam<family_case> {};
+
+// Two members, each with half the heads and half the width: the logits of one backend up to the order of the partial
+// sums (measured on this VM: the quantized files bit for bit, f32 NMSE 6e-10 and at most 9e-5 of a row's largest
+// logit; bounds 1e-8 and 1e-3), argmax equal on every row, and the same perplexity words through the score op.
+TEST_P(split_row, two_members_give_one_backends_logits) {
+    const family_case& c = GetParam();
+    temp_file f(std::string(c.name) + ".gguf");
+    if (make_family(f, c.args).empty()) GTEST_SKIP() << "vocabulary or random_model missing for " << c.name;
+    auto m = model::load(f.path);
+    session_params one;
+    one.gpu_backend = cpu_gpus();
+    const result ref = run(*m, one);
+    const result got = run(*m, fake_gpus(2, split_mode::row));
+    EXPECT_EQ(got.members, 2u);
+    EXPECT_EQ(got.label, "cpu x2 row");
+    ASSERT_EQ(got.logits.size(), ref.logits.size());
+    const double err = worst_row_error(got.logits, ref.logits, m->hp.n_vocab);
+    std::printf("%s: row split vs one backend: worst row error %.2e, NMSE %.2e\n", c.name, err,
+                test::nmse(got.logits.data(), ref.logits.data(), ref.logits.size()));
+    EXPECT_LE(err, 1e-3) << c.name;
+    EXPECT_LE(test::nmse(got.logits.data(), ref.logits.data(), ref.logits.size()), 1e-8) << c.name;
+    size_t same_argmax = 0, rows = ref.logits.size() / size_t(m->hp.n_vocab);
+    for (size_t r = 0; r < rows; r++) {
+        auto a = got.logits.begin() + ptrdiff_t(r * size_t(m->hp.n_vocab));
+        auto b = ref.logits.begin() + ptrdiff_t(r * size_t(m->hp.n_vocab));
+        same_argmax += std::max_element(a, a + m->hp.n_vocab) - a == std::max_element(b, b + m->hp.n_vocab) - b;
+    }
+    EXPECT_EQ(same_argmax, rows) << c.name;
+
+    // perplexity words: the NLL of every row of two packed sequences
+    std::vector<token> toks;
+    for (int i = 0; i < 32; i++) toks.push_back(token((i * 104729 + 7) % m->hp.n_vocab));
+    std::vector<int32_t> targets(toks.begin() + 1, toks.end());
+    targets.push_back(toks[0]);
+    auto nll = [&](session_params p) {
+        p.n_ctx = 64;
+        p.n_threads = 1;
+        session s(*m, p);
+        auto w = s.score_from(toks, 0, targets, score_mode::nll, {}, 16);
+        std::vector<double> out;
+        for (size_t r = 0; r < toks.size(); r++) {
+            double d = 0;
+            std::memcpy(&d, &w[r * size_t(score_row_words(score_mode::nll, m->hp.n_vocab))], sizeof d);
+            out.push_back(d);
+        }
+        return out;
+    };
+    const std::vector<double> a = nll(fake_gpus(2, split_mode::row)), b = nll(one);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); i++) EXPECT_NEAR(a[i], b[i], 1e-3 * std::max(1.0, std::fabs(b[i]))) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(all, split_row, ::testing::ValuesIn(families),
+                         [](const auto& info) {
+                             std::string n = info.param.name;
+                             std::replace(n.begin(), n.end(), '-', '_');
+                             return n;
+                         });
+
+TEST(split, what_cannot_be_split_is_one_clear_error) {
+    temp_file f("errors.gguf");
+    test::tiny_model_spec spec; // 4 heads, 2 KV heads, width 128
+    test::write_tiny_model(f.path, spec);
+    auto m = model::load(f.path);
+    auto message = [&](const session_params& p) -> std::string {
+        try {
+            session s(*m, p);
+        } catch (const error& e) {
+            return e.what();
+        }
+        return "";
+    };
+    EXPECT_NE(message(fake_gpus(3, split_mode::row)).find("do not divide evenly"), std::string::npos);
+    EXPECT_NE(message(fake_gpus(4, split_mode::row)).find("do not divide evenly"), std::string::npos);
+    EXPECT_NE(message(fake_gpus(2, split_mode::row, {3.0f, 1.0f})).find("equal --tensor-split"), std::string::npos);
+    EXPECT_NE(message(fake_gpus(2, split_mode::layer, {1.0f, 1.0f, 1.0f})).find("3 shares for 2 GPUs"),
+              std::string::npos);
+    EXPECT_NE(message(fake_gpus(2, split_mode::layer, {0.0f, 0.0f})).find("share of 0"), std::string::npos);
+    EXPECT_NE(message(fake_gpus(2, split_mode::layer, {-1.0f})).find("not a share"), std::string::npos);
+    session_params bad_main = fake_gpus(2, split_mode::none);
+    bad_main.main_gpu = 2;
+    EXPECT_NE(message(bad_main).find("--main-gpu 2"), std::string::npos);
+    session_params with_cpu = fake_gpus(2, split_mode::row);
+    with_cpu.n_gpu_layers = 2;
+    EXPECT_NE(message(with_cpu).find("does not combine with -ngl"), std::string::npos);
+
+    temp_file moe("errors_moe.gguf");
+    test::tiny_model_spec ms;
+    ms.arch = "qwen3moe";
+    ms.n_expert = 4;
+    ms.n_expert_used = 2;
+    test::write_tiny_model(moe.path, ms);
+    auto mm = model::load(moe.path);
+    try {
+        session s(*mm, fake_gpus(2, split_mode::row));
+        ADD_FAILURE() << "a mixture-of-experts model split by rows";
+    } catch (const error& e) {
+        EXPECT_NE(std::string(e.what()).find("mixture-of-experts"), std::string::npos) << e.what();
+    }
+    // the same file split by layers runs
+    const result r = run(*mm, fake_gpus(2, split_mode::layer));
+    EXPECT_EQ(r.label, "cpu x2 layer");
+}
+
+// ---- two CUDA devices ----
+
+TEST(split_cuda, layer_and_row_agree_with_one_gpu) {
+    if (gpu_count() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices (" << gpu_count() << ")";
+    for (const family_case& c : {families[1], families[4], families[5]}) {
+        temp_file f(std::string("cuda_") + c.name + ".gguf");
+        if (make_family(f, c.args).empty()) GTEST_SKIP() << "vocabulary or random_model missing";
+        auto m = model::load(f.path);
+        session_params one;
+        one.device = device_type::cuda;
+        const result ref = run(*m, one);
+        for (split_mode mode : {split_mode::layer, split_mode::row}) {
+            session_params p;
+            p.device = device_type::cuda;
+            p.split = mode;
+            const result got = run(*m, p);
+            EXPECT_EQ(got.label, mode == split_mode::row ? "cuda x2 row" : "cuda x2 layer");
+            const double err = worst_row_error(got.logits, ref.logits, m->hp.n_vocab);
+            std::printf("%s: CUDA %s split vs one GPU: worst row error %.2e\n", c.name,
+                        mode == split_mode::row ? "row" : "layer", err);
+            // layer: the same kernels on each GPU (bit for bit but for graph-capture-independent choices); row: the
+            // partial sums' order, and each member's GEMV shapes
+            EXPECT_LE(err, mode == split_mode::layer ? 1e-6 : 5e-3) << c.name;
+        }
+    }
+}
