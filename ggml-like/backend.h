@@ -26,6 +26,9 @@ struct buffer {
 struct backend_group {
     virtual ~backend_group() = default;
     virtual int size() const = 0;
+    // A member failed while the others may wait for it in an all_reduce: end the group's pending work (NCCL: abort
+    // the communicators) so that they return instead of hanging; the group is unusable afterwards.
+    virtual void abort() {}
 };
 
 // Called after each node is computed (debugging, layer-by-layer comparison); reads the node through backend::get.

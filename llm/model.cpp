@@ -594,7 +594,12 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
     if (ranks_.size() == 1)
         ranks_[0].sched->compute(ranks_[0].last->g, same_graph);
     else
-        threads_->run([&](int i) { ranks_[size_t(i)].sched->compute(ranks_[size_t(i)].last->g, same_graph); });
+        try {
+            threads_->run([&](int i) { ranks_[size_t(i)].sched->compute(ranks_[size_t(i)].last->g, same_graph); });
+        } catch (...) {
+            group_->abort(); // the other members would wait for this one's sums forever
+            throw;
+        }
     for (rank& r : ranks_) r.kv.n_used = n_past + n;
     if (out_offset == SIZE_MAX) return;
     const batch_graph& out = *ranks_[0].last;

@@ -13,7 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -130,6 +133,20 @@ __host__ __device__ __forceinline__ int64_t row_offset(const shape4& s, int64_t 
 }
 
 // A switch for side-by-side measurements: NAME=0 turns a CUDA path off; anything else (or unset) leaves it on.
+// Allows `kernel` `bytes` of dynamic shared memory past the default 48 KiB. The setting belongs to the current device,
+// so it is made once per kernel, size and device (several GPUs: each its own).
+inline void allow_dynamic_smem(const void* kernel, int bytes) {
+    static std::mutex mu;
+    static std::set<std::tuple<const void*, int, int>> done;
+    int dev = 0;
+    TS_CUDA_CHECK(cudaGetDevice(&dev));
+    std::lock_guard lk(mu);
+    if (!done.count({kernel, bytes, dev})) {
+        TS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        done.insert({kernel, bytes, dev});
+    }
+}
+
 inline bool env_switch_on(const char* name) {
     const char* e = std::getenv(name);
     return !(e && std::string(e) == "0");

@@ -62,6 +62,13 @@ class nccl_group final : public backend_group {
             if (c) (void)ncclCommDestroy(c);
     }
     int size() const override { return int(devices_.size()); }
+    void abort() override {
+        for (ncclComm_t& c : comms_)
+            if (c) {
+                (void)ncclCommAbort(c);
+                c = nullptr;
+            }
+    }
     ncclComm_t comm(int rank, int device) const {
         TS_ASSERT(rank >= 0 && rank < size());
         if (devices_[size_t(rank)] != device)

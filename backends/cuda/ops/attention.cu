@@ -673,12 +673,7 @@ template <int HD> static __global__ void __launch_bounds__(32) attention_exact_s
 
 template <int HD> void attention_exact_launch(const attn_args& a, cudaStream_t stream) {
     const size_t smem = size_t(2 * 64 * HD) * sizeof(float);
-    static bool attr_set = false; // per process: the attribute belongs to the kernel on the current device
-    if (!attr_set) {
-        TS_CUDA_CHECK(cudaFuncSetAttribute(attention_exact_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(smem)));
-        attr_set = true;
-    }
+    allow_dynamic_smem(reinterpret_cast<const void*>(attention_exact_kernel<HD>), int(smem));
     const dim3 grid(unsigned(a.n_head), unsigned(ceil_div(a.n_tok, 64)));
     attention_exact_kernel<HD><<<grid, 64, smem, stream>>>(a);
     TS_CUDA_CHECK(cudaGetLastError());
@@ -920,12 +915,7 @@ template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention
 }
 
 template <int HD> void fa_launch(const attn_args& a, cudaStream_t stream) {
-    static const bool smem_set = [] { // HD 128: 70 KiB
-        TS_CUDA_CHECK(cudaFuncSetAttribute(attention_fa_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(fa_smem_bytes<HD>())));
-        return true;
-    }();
-    (void)smem_set;
+    allow_dynamic_smem(reinterpret_cast<const void*>(attention_fa_kernel<HD>), int(fa_smem_bytes<HD>())); // 128: 70 KiB
     const dim3 grid(unsigned(ceil_div(a.n_tok, FA_BQ)), unsigned(a.n_head));
     attention_fa_kernel<HD><<<grid, FA_THREADS, fa_smem_bytes<HD>(), stream>>>(a);
     TS_CUDA_CHECK(cudaGetLastError());
