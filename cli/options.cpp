@@ -79,8 +79,12 @@ device_choice choose_device(const model_options& o, const model* m) {
     }
     if (o.device == "cuda" && o.session.n_gpu_layers == 0)
         throw error("--device cuda and -ngl 0 contradict each other (-ngl 0 keeps every layer on the CPU)");
-    const bool asked = o.device == "cuda" || o.session.n_gpu_layers > 0;
-    const char* flag = o.device == "cuda" ? "--device cuda" : "-ngl";
+    const bool split = o.session.split != session_params::split_mode::none || !o.session.tensor_split.empty();
+    const bool asked = o.device == "cuda" || o.session.n_gpu_layers > 0 || split || o.session.main_gpu != 0;
+    const char* flag = o.device == "cuda"               ? "--device cuda"
+                       : o.session.n_gpu_layers > 0     ? "-ngl"
+                       : split                          ? "--split-mode / --tensor-split"
+                                                        : "--main-gpu";
     std::string why;
     const std::optional<gpu_info> gpu = find_gpu(&why);
     if (!gpu) {
@@ -104,9 +108,11 @@ device_choice choose_device(const model_options& o, const model* m) {
                 fmt::format("using CUDA: {} GPU{} ({}), split by {}; --device cpu runs on the CPU", n, n == 1 ? "" : "s",
                             gpu->name, o.session.split == session_params::split_mode::row ? "rows" : "layers")};
     }
+    const int n_gpus = gpu_count();
     return {device_type::cuda,
-            fmt::format("using CUDA: {} ({:.1f} GiB free); --device cpu runs on the CPU", gpu->name,
-                        double(gpu->free_bytes) / double(1u << 30))};
+            fmt::format("using CUDA: {} ({:.1f} GiB free); {}--device cpu runs on the CPU", gpu->name,
+                        double(gpu->free_bytes) / double(1u << 30),
+                        n_gpus > 1 ? fmt::format("{} GPUs here: --split-mode row runs on all of them; ", n_gpus) : "")};
 }
 
 void add_sampling_options(CLI::App& cmd, sampler_params& s) {

@@ -294,5 +294,15 @@ TEST(split_cuda, layer_and_row_agree_with_one_gpu) {
             // partial sums' order, and each member's GEMV shapes
             EXPECT_LE(err, mode == split_mode::layer ? 1e-6 : 5e-3) << c.name;
         }
+        // exact mode (the CPU's float order): on these quantized files the CPU's row split gives one backend's logits
+        // bit for bit (split_row above), so the GPUs' must too
+        session_params ex = one;
+        ex.exact = true;
+        const result ex_ref = run(*m, ex);
+        ex.split = split_mode::row;
+        const result ex_row = run(*m, ex);
+        ASSERT_EQ(ex_row.logits.size(), ex_ref.logits.size());
+        EXPECT_EQ(std::memcmp(ex_row.logits.data(), ex_ref.logits.data(), ex_ref.logits.size() * 4), 0)
+            << c.name << ": exact mode, row split against one GPU";
     }
 }

@@ -125,9 +125,12 @@ struct device_buffer final : buffer {
             (void)cudaGetLastError(); // clear it, so that the next check does not report it again
             size_t free_b = 0, total_b = 0;
             (void)cudaMemGetInfo(&free_b, &total_b);
-            throw error(strf("CUDA out of memory: %s needs %s, %s of %s free on %s; put fewer layers on the GPU "
-                             "(-ngl 0) or run on the CPU (--device cpu)",
-                             what, mib(bytes).c_str(), mib(free_b).c_str(), mib(total_b).c_str(), dev.name.c_str()));
+            int n_dev = 0;
+            (void)cudaGetDeviceCount(&n_dev);
+            throw error(strf("CUDA out of memory: %s needs %s, %s of %s free on %s (device %d); %sput fewer layers "
+                             "on the GPU (-ngl N) or run on the CPU (--device cpu)",
+                             what, mib(bytes).c_str(), mib(free_b).c_str(), mib(total_b).c_str(), dev.name.c_str(), dev.id,
+                             n_dev > 1 ? "spread the model over the GPUs (--split-mode layer or row), " : ""));
         }
         TS_CUDA_CHECK(e);
     }
