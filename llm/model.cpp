@@ -331,19 +331,23 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
         // tensor parallelism: member i on GPU gpus[i] with its share of every layer, its own cache and scheduler
         const int R = int(gpus.size());
         std::vector<backend*> members;
-        for (int i = 0; i < R; i++) {
-            rank& r = ranks_.emplace_back();
+        threads_ = std::make_unique<rank_threads>(R);
+        for (int i = 0; i < R; i++) ranks_.emplace_back().bes = {backends_[size_t(i)].get()};
+        threads_->run([&](int i) { // each member slices and loads its share at the same time as the others
+            rank& r = ranks_[size_t(i)];
             r.part = arch::make_shard(m, i, R);
-            r.bes = {backends_[size_t(i)].get()};
-            r.home = [](const tensor&) { return 0; };
             r.bes[0]->load_weights(r.part->params);
+            if (!dynamic_cast<cpu::cpu_backend*>(r.bes[0])) r.part->release_host_copies(); // copied to the device
+        });
+        for (int i = 0; i < R; i++) {
+            rank& r = ranks_[size_t(i)];
+            r.home = [](const tensor&) { return 0; };
             r.sched = std::make_unique<scheduler>(r.bes);
             init_kv(r, r.part->hp, std::vector<backend*>(size_t(n_layer), r.bes[0]));
             members.push_back(r.bes[0]);
         }
         group_ = make_group(members);
         for (int i = 0; i < R; i++) members[size_t(i)]->join(group_, i);
-        threads_ = std::make_unique<rank_threads>(R);
         main_ = members[0];
         return;
     }

@@ -23,7 +23,19 @@ struct shard {
     std::unordered_map<const tensor*, tensor*> out_scale; // model::out_scale for the slices
     std::vector<tensor*> params;       // every weight the member reads, once each (its backend loads these)
     context ctx;                       // the slices' headers
-    std::vector<std::vector<uint8_t>> mem; // the column slices (wo, ffn_down), gathered from the file
+    // The column slices (wo, ffn_down), gathered from the file into anonymous mappings. A backend that copies its
+    // weights to memory of its own (CUDA) no longer needs them once loaded: release_host_copies() returns their pages
+    // to the system (a 70B model: ~7 GB a member); the addresses stay mapped and read as zeros.
+    struct mapping {
+        void* p = nullptr;
+        size_t n = 0;
+        explicit mapping(size_t bytes);
+        ~mapping();
+        mapping(const mapping&) = delete;
+        mapping& operator=(const mapping&) = delete;
+    };
+    std::vector<std::unique_ptr<mapping>> mem;
+    void release_host_copies();
 };
 // Rank `rank` of n_ranks; throws tessera::error naming what cannot be split (experts, sub-norms over the split
 // dimension, head counts or widths not divisible by n_ranks, a block format cut inside a block).

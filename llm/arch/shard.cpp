@@ -6,10 +6,25 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstring>
+#include <new>
 #include <unordered_set>
 
+#include <sys/mman.h>
+
 namespace tessera::arch {
+
+shard::mapping::mapping(size_t bytes) : n(std::max<size_t>(bytes, 1)) {
+    p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+}
+
+shard::mapping::~mapping() { ::munmap(p, n); }
+
+void shard::release_host_copies() {
+    for (const auto& m : mem) (void)::madvise(m->p, m->n, MADV_DONTNEED);
+}
 
 namespace {
 
@@ -58,11 +73,10 @@ struct slicer {
                                     w->name, type_name(w->t), n, blk));
         tensor* t = header(w, {n, w->ne[1]});
         const size_t skip = row_size(w->t, first), bytes = row_size(w->t, n);
-        std::vector<uint8_t>& mem = s.mem.emplace_back(bytes * size_t(w->ne[1]));
+        auto* mem = static_cast<uint8_t*>(s.mem.emplace_back(std::make_unique<shard::mapping>(bytes * size_t(w->ne[1])))->p);
         for (int64_t r = 0; r < w->ne[1]; r++)
-            std::memcpy(mem.data() + size_t(r) * bytes, static_cast<const uint8_t*>(w->data) + size_t(r) * w->nb[1] + skip,
-                        bytes);
-        t->data = mem.data();
+            std::memcpy(mem + size_t(r) * bytes, static_cast<const uint8_t*>(w->data) + size_t(r) * w->nb[1] + skip, bytes);
+        t->data = mem;
         return t;
     }
     static tensor* shared(tensor* w) { return w; } // every member reads the model's tensor
