@@ -294,6 +294,20 @@ TEST(split_cuda, layer_and_row_agree_with_one_gpu) {
             // partial sums' order, and each member's GEMV shapes
             EXPECT_LE(err, mode == split_mode::layer ? 1e-6 : 5e-3) << c.name;
         }
+        // the peer-memory all-reduce (nccl.cu's experiment, TESSERA_CUDA_P2P_ALLREDUCE=1): two members' sums are
+        // a + b either way, so NCCL's logits bit for bit
+        {
+            session_params p;
+            p.device = device_type::cuda;
+            p.split = split_mode::row;
+            const result nccl = run(*m, p);
+            ::setenv("TESSERA_CUDA_P2P_ALLREDUCE", "1", 1);
+            const result p2p = run(*m, p);
+            ::unsetenv("TESSERA_CUDA_P2P_ALLREDUCE");
+            ASSERT_EQ(p2p.logits.size(), nccl.logits.size());
+            EXPECT_EQ(std::memcmp(p2p.logits.data(), nccl.logits.data(), nccl.logits.size() * 4), 0)
+                << c.name << ": peer-memory all-reduce against NCCL's";
+        }
         // exact mode (the CPU's float order): on these quantized files the CPU's row split gives one backend's logits
         // bit for bit (split_row above), so the GPUs' must too
         session_params ex = one;

@@ -132,7 +132,6 @@ __host__ __device__ __forceinline__ int64_t row_offset(const shape4& s, int64_t 
     return i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
 }
 
-// A switch for side-by-side measurements: NAME=0 turns a CUDA path off; anything else (or unset) leaves it on.
 // Allows `kernel` `bytes` of dynamic shared memory past the default 48 KiB. The setting belongs to the current device,
 // so it is made once per kernel, size and device (several GPUs: each its own).
 inline void allow_dynamic_smem(const void* kernel, int bytes) {
@@ -147,6 +146,7 @@ inline void allow_dynamic_smem(const void* kernel, int bytes) {
     }
 }
 
+// A switch for side-by-side measurements: NAME=0 turns a CUDA path off; anything else (or unset) leaves it on.
 inline bool env_switch_on(const char* name) {
     const char* e = std::getenv(name);
     return !(e && std::string(e) == "0");
@@ -210,6 +210,9 @@ void launch(const cuda_context& ctx, void (*kernel)(P...), dim3 grid, dim3 block
     cfg.numAttrs = ctx.pdl ? 1 : 0;
     TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
 }
+
+// x (count floats) summed over the members of a device group into y (nccl.cu), on ctx.stream; handle: nccl_comm's.
+void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t count);
 
 // Scratch bytes a node needs (mul_mat: its activations quantized to q8_1; on the wgmma path also a block of its
 // weights as f16).

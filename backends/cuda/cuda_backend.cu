@@ -801,8 +801,7 @@ void cuda_backend::launch_nodes(graph& g) {
             swiglu_oai(ctx, *n);
             break;
         case op::all_reduce:
-            nccl_all_reduce(comm_, reinterpret_cast<const float*>(ctx.ptr(n->src[0])), reinterpret_cast<float*>(ctx.ptr(n)),
-                            size_t(n->n_elements()), ctx.stream);
+            group_all_reduce(ctx, comm_, ctx.as<const float>(n->src[0]), ctx.as<float>(n), n->n_elements());
             break;
         }
         if (profile_ && n->o != op::view && n->o != op::none) {

@@ -45,11 +45,11 @@ struct split_weight {
 bool supports_weight_type(type t);
 
 // Tensor parallelism over several devices (backends/cuda/nccl.cu): whether this build has NCCL; a group of the given
-// devices, one communicator each (throws tessera::error without NCCL or when NCCL fails); what a member joins with.
+// devices, one communicator each (throws tessera::error without NCCL or when NCCL fails); the handle a member's
+// all_reduce nodes run through (common.cuh group_all_reduce).
 bool has_nccl();
 std::shared_ptr<backend_group> make_nccl_group(const std::vector<int>& devices);
-void* nccl_comm(backend_group* group, int rank, int device);                           // ncclComm_t
-void nccl_all_reduce(void* comm, const float* x, float* y, size_t count, CUstream_st* stream); // enqueued on stream
+void* nccl_comm(backend_group* group, int rank, int device);
 
 class cuda_backend final : public backend {
   public:
@@ -108,7 +108,7 @@ class cuda_backend final : public backend {
     int64_t graphs_captured_ = 0, graphs_reused_ = 0;
     // TESSERA_CUDA_EXACT=1: the CPU's results bit for bit where the ops can (common.cuh, cuda_context::exact)
     bool exact_ = false;
-    std::shared_ptr<backend_group> group_; // join(): all_reduce nodes run through comm_ (ncclComm_t)
+    std::shared_ptr<backend_group> group_; // join(): all_reduce nodes run through comm_ (nccl_comm's handle)
     void* comm_ = nullptr;
     bool wgmma_ = false; // prefill GEMMs on wgmma (cuda_context::wgmma)
     bool pdl_ = false;   // programmatic dependent launches (cuda_context::pdl)

@@ -79,8 +79,11 @@ if [[ $what == speed || $what == all ]]; then
     echo "-- speed, $BIG q4_0 ($(du -h "$fb" | cut -f1)), $REPS repetitions, means (avg_ts, as llama-bench)"
     printf '| %-10s | %-8s | %-9s | %-9s |\n' program -sm pp512 tg128
     printf '|%s|%s|%s|%s|\n' ------------ ---------- ----------- -----------
-    for sm in none layer row; do
-        read -r pp tg < <("$T" bench -m "$fb" -p 512 -n 128 -r "$REPS" -sm "$sm" -o json 2> "$WORK/bench_$sm.err" |
+    for sm in none layer row row+p2p; do # row+p2p: nccl.cu's peer-memory all-reduce (an experiment)
+        p2p=0
+        [[ $sm == row+p2p ]] && p2p=1
+        read -r pp tg < <(TESSERA_CUDA_P2P_ALLREDUCE=$p2p "$T" bench -m "$fb" -p 512 -n 128 -r "$REPS" -sm "${sm%+p2p}" \
+            -o json 2> "$WORK/bench_$sm.err" |
             python3 -c "import json,sys
 rows=json.load(sys.stdin)
 rows=rows if isinstance(rows, list) else rows.get('results', rows)
