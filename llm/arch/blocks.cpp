@@ -467,6 +467,8 @@ tensor* builder::moe_ffn(const layer_weights& l, tensor* x, int64_t il, glu act)
     tensor* out = slot(0);
     for (int64_t i = 1; i < K; i++) out = add(ctx, out, slot(i));
     if (K == 1) out = scale(ctx, out, 1.0f); // a contiguous copy (x * 1 is exact), as llama.cpp's ggml_cont
+    // tensor parallelism: every member's share of every chosen expert's width
+    if (in.part && in.part->n_ranks > 1) out = named(all_reduce(ctx, out), "ffn_moe_out_sum", il);
     return named(out, "ffn_moe_out", il);
 }
 

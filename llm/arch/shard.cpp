@@ -44,26 +44,52 @@ struct slicer {
         return t;
     }
     void check_matrix(const tensor* w) {
-        if (type_info(w->t).tail_bytes || w->ne[2] != 1 || w->ne[3] != 1)
+        if (type_info(w->t).tail_bytes || w->ne[3] != 1)
             throw error(fmt::format("--split-mode row: tensor {} of type {} cannot be split", w->name,
                                     type_name(w->t)));
     }
-    // rows [first, first + n) of a matrix (k, rows): a view of the file
+    uint8_t* alloc(size_t bytes) {
+        return static_cast<uint8_t*>(s.mem.emplace_back(std::make_unique<shard::mapping>(bytes))->p);
+    }
+    // rows [first, first + n) of a matrix (k, rows): a view of the file; of every expert of a 3-D one (k, rows,
+    // experts), gathered
     tensor* rows(const tensor* w, int64_t first, int64_t n) {
         check_matrix(w);
-        tensor* t = header(w, {w->ne[0], n});
-        t->data = static_cast<uint8_t*>(w->data) + size_t(first) * w->nb[1];
+        if (w->ne[2] == 1) {
+            tensor* t = header(w, {w->ne[0], n});
+            t->data = static_cast<uint8_t*>(w->data) + size_t(first) * w->nb[1];
+            return t;
+        }
+        tensor* t = header(w, {w->ne[0], n, w->ne[2]});
+        const size_t bytes = size_t(n) * w->nb[1];
+        uint8_t* mem = alloc(bytes * size_t(w->ne[2]));
+        for (int64_t x = 0; x < w->ne[2]; x++)
+            std::memcpy(mem + size_t(x) * bytes,
+                        static_cast<const uint8_t*>(w->data) + size_t(x) * w->nb[2] + size_t(first) * w->nb[1], bytes);
+        t->data = mem;
         return t;
     }
-    // elements [first, first + n) of a vector (a bias): a view of the file
+    // elements [first, first + n) of a vector (a bias): a view of the file; of every column of an f32 matrix (one
+    // bias per expert: (width, experts)), gathered
     tensor* elems(const tensor* b, int64_t first, int64_t n) {
         if (!b) return nullptr;
-        TS_ASSERT(b->t == type::f32 && b->ne[1] == 1);
-        tensor* t = header(b, {n});
-        t->data = static_cast<uint8_t*>(b->data) + size_t(first) * b->nb[0];
+        TS_ASSERT(b->t == type::f32 && b->ne[2] == 1);
+        if (b->ne[1] == 1) {
+            tensor* t = header(b, {n});
+            t->data = static_cast<uint8_t*>(b->data) + size_t(first) * b->nb[0];
+            return t;
+        }
+        tensor* t = header(b, {n, b->ne[1]});
+        uint8_t* mem = alloc(size_t(n * b->ne[1]) * sizeof(float));
+        for (int64_t x = 0; x < b->ne[1]; x++)
+            std::memcpy(mem + size_t(x * n) * sizeof(float),
+                        static_cast<const uint8_t*>(b->data) + size_t(x) * b->nb[1] + size_t(first) * sizeof(float),
+                        size_t(n) * sizeof(float));
+        t->data = mem;
         return t;
     }
-    // columns [first, first + n) of every row of a matrix (k, rows): whole blocks, copied
+    // columns [first, first + n) of every row of a matrix (k, rows) or of every expert's (k, rows, experts): whole
+    // blocks, copied
     tensor* cols(const tensor* w, int64_t first, int64_t n) {
         check_matrix(w);
         const int64_t blk = block_size(w->t);
@@ -71,11 +97,15 @@ struct slicer {
             throw error(fmt::format("--split-mode row: {} of type {} splits into {} columns a member, not whole "
                                     "blocks of {}",
                                     w->name, type_name(w->t), n, blk));
-        tensor* t = header(w, {n, w->ne[1]});
+        tensor* t = w->ne[2] == 1 ? header(w, {n, w->ne[1]}) : header(w, {n, w->ne[1], w->ne[2]});
         const size_t skip = row_size(w->t, first), bytes = row_size(w->t, n);
-        auto* mem = static_cast<uint8_t*>(s.mem.emplace_back(std::make_unique<shard::mapping>(bytes * size_t(w->ne[1])))->p);
-        for (int64_t r = 0; r < w->ne[1]; r++)
-            std::memcpy(mem + size_t(r) * bytes, static_cast<const uint8_t*>(w->data) + size_t(r) * w->nb[1] + skip, bytes);
+        const int64_t n_rows = w->ne[1] * w->ne[2];
+        uint8_t* mem = alloc(bytes * size_t(n_rows));
+        for (int64_t r = 0; r < n_rows; r++) {
+            const int64_t x = r / w->ne[1], i = r % w->ne[1];
+            std::memcpy(mem + size_t(r) * bytes,
+                        static_cast<const uint8_t*>(w->data) + size_t(x) * w->nb[2] + size_t(i) * w->nb[1] + skip, bytes);
+        }
         t->data = mem;
         return t;
     }
@@ -91,15 +121,12 @@ std::unique_ptr<shard> make_shard(const model& m, int rank, int n_ranks) {
     s->n_ranks = n_ranks;
     const hparams& hp = m.hp;
     const int64_t R = n_ranks;
-    if (hp.n_expert > 0)
-        throw error(fmt::format("--split-mode row: {} is a mixture-of-experts model, whose experts are not split by "
-                                "rows yet (use --split-mode layer)",
-                                m.arch));
     s->hp = hp;
     hparams& sh = s->hp;
     sh.head_l.assign(size_t(hp.n_layer), 0);
     sh.head_kv_l.assign(size_t(hp.n_layer), 0);
     sh.ff_l.assign(size_t(hp.n_layer), 0);
+    if (!hp.ff_exp_l.empty()) sh.ff_exp_l.assign(size_t(hp.n_layer), 0);
     slicer sl{m, *s, {}};
     for (int64_t il = 0; il < hp.n_layer; il++) {
         const layer_weights& l = m.layers[size_t(il)];
@@ -108,14 +135,18 @@ std::unique_ptr<shard> make_shard(const model& m, int rank, int n_ranks) {
             throw error(fmt::format("--split-mode row: {}'s sub-norms normalize over the whole width, which a split "
                                     "by rows divides (use --split-mode layer)",
                                     m.arch));
-        if (H % R != 0 || HKV % R != 0 || F % R != 0)
-            throw error(fmt::format("--split-mode row: layer {} has {} heads, {} KV heads and a feed-forward width of "
+        // the feed-forward width split: the dense block's, or each expert's (every member holds a share of every
+        // expert, so the router's choice needs no exchange)
+        const int64_t FF = l.ffn_gate_inp ? hp.n_ff_exp_at(il) : F;
+        if (H % R != 0 || HKV % R != 0 || FF % R != 0)
+            throw error(fmt::format("--split-mode row: layer {} has {} heads, {} KV heads and a feed-forward width{} of "
                                     "{}, which {} GPUs do not divide evenly",
-                                    il, H, HKV, F, R));
-        const int64_t h = H / R, hkv = HKV / R, f = F / R;
+                                    il, H, HKV, l.ffn_gate_inp ? " per expert" : "", FF, R));
+        const int64_t h = H / R, hkv = HKV / R, f = FF / R;
         sh.head_l[size_t(il)] = h;
         sh.head_kv_l[size_t(il)] = hkv;
-        sh.ff_l[size_t(il)] = f;
+        sh.ff_l[size_t(il)] = l.ffn_gate_inp ? F : f;
+        if (l.ffn_gate_inp) sh.ff_exp_l[size_t(il)] = f;
         layer_weights o;
         o.attn_norm = sl.shared(l.attn_norm);
         o.wq = sl.rows(l.wq, rank * h * D, h * D);
@@ -131,9 +162,22 @@ std::unique_ptr<shard> make_shard(const model& m, int rank, int n_ranks) {
         o.attn_post_norm = sl.shared(l.attn_post_norm);
         o.attn_sinks = sl.elems(l.attn_sinks, rank * h, h);
         o.ffn_norm = sl.shared(l.ffn_norm);
-        o.ffn_gate = sl.rows(l.ffn_gate, rank * f, f);
-        o.ffn_up = sl.rows(l.ffn_up, rank * f, f);
-        o.ffn_down = sl.cols(l.ffn_down, rank * f, f);
+        if (l.ffn_gate_inp) { // the router is every member's; each expert's rows (gate, up) and columns (down) split
+            o.ffn_gate_inp = sl.shared(l.ffn_gate_inp);
+            o.ffn_gate_inp_b = sl.shared(l.ffn_gate_inp_b);
+            o.ffn_gate_exps = sl.rows(l.ffn_gate_exps, rank * f, f);
+            o.ffn_up_exps = sl.rows(l.ffn_up_exps, rank * f, f);
+            o.ffn_down_exps = sl.cols(l.ffn_down_exps, rank * f, f);
+            o.ffn_gate_exps_b = sl.elems(l.ffn_gate_exps_b, rank * f, f);
+            o.ffn_up_exps_b = sl.elems(l.ffn_up_exps_b, rank * f, f);
+            // the down projection's bias is added once, by member 0, before the members' sums meet
+            o.ffn_down_exps_b = rank == 0 ? sl.shared(l.ffn_down_exps_b) : nullptr;
+            if (rank != 0 && l.ffn_down_exps_b) sl.replaced.insert(l.ffn_down_exps_b);
+        } else {
+            o.ffn_gate = sl.rows(l.ffn_gate, rank * f, f);
+            o.ffn_up = sl.rows(l.ffn_up, rank * f, f);
+            o.ffn_down = sl.cols(l.ffn_down, rank * f, f);
+        }
         o.ffn_post_norm = sl.shared(l.ffn_post_norm);
         s->layers.push_back(o);
     }
