@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include <unistd.h>
 
@@ -145,6 +146,35 @@ TEST(split, layers_over_backends_give_the_logits_of_one_backend) {
         EXPECT_EQ(std::memcmp(got.logits.data(), ref.logits.data(), ref.logits.size() * 4), 0) << "-ngl 3, tied " << tied;
         EXPECT_EQ(got.splits, tied ? 4u : 3u); // tied: the embeddings live with the output, after the CPU's layers
         EXPECT_EQ(got.label, "cpu x2 layer+cpu ngl 3/5");
+    }
+}
+
+// The CPU group's all_reduce (what the CPU stand-ins' all_reduce nodes run): three members, one of them in place, the
+// others into poisoned outputs, several calls in a row: every member ends with ((x0 + x1) + x2), the same bits.
+TEST(split, host_group_sums_in_rank_order) {
+    constexpr int R = 3;
+    constexpr size_t n = 1001; // not a multiple of the members: uneven slices
+    cpu::host_group g(R);
+    for (int call = 0; call < 4; call++) {
+        std::vector<std::vector<float>> x(R), y(R);
+        for (int r = 0; r < R; r++) {
+            x[size_t(r)] = test::random_normal(n, uint32_t(100 * call + r), 1e3f);
+            y[size_t(r)].assign(n, 0.0f);
+            test::poison(y[size_t(r)]);
+        }
+        std::vector<float> want(n);
+        for (size_t i = 0; i < n; i++) want[i] = (x[0][i] + x[1][i]) + x[2][i];
+        std::vector<std::thread> threads;
+        for (int r = 0; r < R; r++)
+            threads.emplace_back([&, r] {
+                float* out = r == 1 ? x[1].data() : y[size_t(r)].data(); // member 1 in place
+                g.all_reduce(r, x[size_t(r)].data(), out, n);
+            });
+        for (std::thread& t : threads) t.join();
+        for (int r = 0; r < R; r++) {
+            const std::vector<float>& got = r == 1 ? x[1] : y[size_t(r)];
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << "member " << r << ", call " << call;
+        }
     }
 }
 
