@@ -5,7 +5,8 @@
 #      --split-mode layer and --split-mode row, compared byte for byte with one GPU's (reported); perplexity
 #      (CHUNKS x 512 of $TEXT) of each, |dPPL|/PPL against one GPU (bound 1e-3: a failure)
 #   2. speed on BIG (the 70B shape): `tessera bench -p 512 -n 128` with -sm none (one GPU), layer and row, and
-#      beside it llama-bench -ngl 99 -sm none / layer / row on the same file when LLAMA_BENCH is set; a table
+#      beside it llama-bench -ngl 99 -sm none / layer / row / tensor on the same file when LLAMA_BENCH is set; a
+#      table (a failed llama-bench row keeps its error's last line in $WORK/llama_bench_SM.err)
 # Logs in $WORK. Exit status 1 when a check fails.
 #   usage: tests/bench/multi_gpu.sh [correct|speed|all]
 #   env:   BUILD (/tmp/build), REF (.ref), TEXT ($REF/data/wiki.test.raw), WORK (/tmp/multi_gpu), CHUNKS (8), REPS (3),
@@ -92,7 +93,7 @@ print(round(v.get('pp', 0)), round(v.get('tg', 0), 1))") || { pp=fail; tg="$(tai
         printf '| %-10s | %-8s | %-9s | %-9s |\n' tessera "$sm" "$pp" "$tg"
     done
     if [[ -n ${LLAMA_BENCH:-} ]]; then
-        for sm in none layer row; do
+        for sm in none layer row tensor; do # tensor: the vendored llama.cpp's own tensor parallelism (meta device)
             read -r pp tg < <("$LLAMA_BENCH" -m "$fb" -p 512 -n 128 -r "$REPS" -ngl 99 -sm "$sm" -o json \
                 2> "$WORK/llama_bench_$sm.err" | python3 -c "import json,sys
 v={('pp' if r['n_prompt'] else 'tg'): r['avg_ts'] for r in json.load(sys.stdin)}
