@@ -77,25 +77,25 @@ run_result evaluate(const model& mdl, const compare_options& o, device_type dev,
     const bool layers = o.layers;
     const int node_layer = o.nodes;
     if (layers || node_layer >= 0)
-        s.be().set_eval_callback([&, layers, node_layer](const tensor& t) {
+        s.set_eval_callback([&, layers, node_layer](backend& be, const tensor& t) {
             int il = -1;
             const char* dash = std::strrchr(t.name, '-');
             if (dash && std::sscanf(dash + 1, "%d", &il) == 1) cur_layer = il;
             if (layers && std::strncmp(t.name, "l_out-", 6) == 0 && il >= 0) {
                 std::vector<float> v(size_t(t.n_elements()));
-                s.be().get(t, v.data(), 0, v.size() * sizeof(float));
+                be.get(t, v.data(), 0, v.size() * sizeof(float));
                 r.layer_out[il] = std::move(v);
             }
             if (cur_layer == node_layer && t.t == type::f32 && t.is_contiguous()) {
                 run_result::node_out n{t.name, op_name(t.o), std::vector<float>(size_t(t.n_elements()))};
-                s.be().get(t, n.v.data(), 0, n.v.size() * sizeof(float));
+                be.get(t, n.v.data(), 0, n.v.size() * sizeof(float));
                 r.nodes.push_back(std::move(n));
             }
             if (std::strncmp(t.name, "l_out-", 6) == 0) cur_layer = il + 1; // what follows is the next layer's
         });
     auto l = s.decode(toks, true);
     r.pp_logits.assign(l.begin(), l.end());
-    s.be().set_eval_callback({});
+    s.set_eval_callback({});
     bar.add(1);
     s.clear();
     for (int64_t i = 0; i < n_gen; i++) {

@@ -136,7 +136,7 @@ awq_stats awq_collect(const model& m, std::span<const token> tokens, const awq_p
     session s(m, sp);
     int64_t offset = 0; // index of the current chunk's first token in `tokens`
     std::vector<float> buf;
-    s.be().set_eval_callback([&](const tensor& node) {
+    s.set_eval_callback([&](backend& be, const tensor& node) {
         awq_group g;
         int64_t il;
         if (!parse_node(node.name, g, il) || il >= hp.n_layer) return;
@@ -145,7 +145,7 @@ awq_stats awq_collect(const model& m, std::span<const token> tokens, const awq_p
         TS_ASSERT(node.t == type::f32 && node.is_contiguous() && node.n_elements() % e.n_in == 0);
         const int64_t n_tok = node.n_elements() / e.n_in;
         buf.resize(size_t(node.n_elements()));
-        s.be().get(node, buf.data(), 0, buf.size() * sizeof(float));
+        be.get(node, buf.data(), 0, buf.size() * sizeof(float));
         for (int64_t t = 0; t < n_tok; t++) {
             const float* x = buf.data() + t * e.n_in;
             for (int64_t i = 0; i < e.n_in; i++) e.sum_abs[size_t(i)] += std::fabs(x[i]);
@@ -162,10 +162,10 @@ awq_stats awq_collect(const model& m, std::span<const token> tokens, const awq_p
             if (progress) progress(offset + n, n_total);
         }
     } catch (...) {
-        s.be().set_eval_callback({});
+        s.set_eval_callback({});
         throw;
     }
-    s.be().set_eval_callback({});
+    s.set_eval_callback({});
     return st;
 }
 

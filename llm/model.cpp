@@ -429,6 +429,15 @@ std::string session::backend_label() const {
     return label;
 }
 
+void session::set_eval_callback(const node_callback& cb) {
+    for (backend* b : ranks_[0].bes) {
+        if (cb)
+            b->set_eval_callback([cb, b](const tensor& node) { cb(*b, node); });
+        else
+            b->set_eval_callback({});
+    }
+}
+
 int session::n_threads() const {
     const auto* cpu = dynamic_cast<const cpu::cpu_backend*>(cpu_ ? cpu_ : main_);
     return cpu ? cpu->n_threads() : 0;

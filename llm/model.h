@@ -233,6 +233,11 @@ class session {
     }
     const model& mdl() const { return m_; }
     backend& be() { return *main_; } // the backend returning the logits (the GPU's with -ngl and splits)
+    // Called after every node each backend computes (layer dumps: compare --layers, AWQ calibration), with the
+    // backend that holds the node, to read it through; empty: none. Several GPUs by rows: member 0's nodes only (its
+    // layer outputs are the whole model's; its other nodes hold its share).
+    using node_callback = std::function<void(backend& holder, const tensor& node)>;
+    void set_eval_callback(const node_callback& cb);
     // backends the last graph ran on in turn (-ngl: 2; tensor parallelism: those of one member)
     size_t n_splits() const { return ranks_[0].sched->n_splits(); }
     size_t n_members() const { return ranks_.size(); } // tensor parallelism: GPUs computing every layer together

@@ -24,6 +24,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <thread>
 
 #include <unistd.h>
@@ -176,6 +178,46 @@ TEST(split, host_group_sums_in_rank_order) {
             EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << "member " << r << ", call " << call;
         }
     }
+}
+
+// Layer dumps over a split (compare --layers, AWQ calibration): every backend's nodes reach the session's callback
+// with the backend that holds them, and read through it they are one backend's values.
+TEST(split, eval_callback_sees_every_backends_nodes) {
+    temp_file f("callback.gguf");
+    test::tiny_model_spec spec;
+    spec.n_layer = 4;
+    test::write_tiny_model(f.path, spec);
+    auto m = model::load(f.path);
+    auto dump = [&](session_params p, std::set<const backend*>* holders) {
+        p.n_ctx = 64;
+        p.n_threads = 1;
+        session s(*m, p);
+        std::map<std::string, std::vector<float>> out;
+        s.set_eval_callback([&](backend& be, const tensor& t) {
+            if (std::strncmp(t.name, "l_out-", 6) != 0) return;
+            std::vector<float> v(size_t(t.n_elements()));
+            be.get(t, v.data(), 0, v.size() * sizeof(float));
+            out[t.name] = std::move(v);
+            holders->insert(&be);
+        });
+        std::vector<token> prompt;
+        for (int i = 0; i < 9; i++) prompt.push_back(token((i * 7919 + 13) % m->hp.n_vocab));
+        s.decode(prompt);
+        s.set_eval_callback({});
+        return out;
+    };
+    std::set<const backend*> one_holders, split_holders;
+    session_params one;
+    one.gpu_backend = cpu_gpus();
+    const auto ref = dump(one, &one_holders);
+    session_params p = fake_gpus(2, split_mode::layer);
+    p.n_gpu_layers = 4; // layer 0 on the CPU, 1-2 on the first stand-in, 3 and the output on the second
+    const auto got = dump(p, &split_holders);
+    ASSERT_EQ(ref.size(), 4u);
+    ASSERT_EQ(got.size(), ref.size());
+    for (const auto& [name, v] : ref) EXPECT_EQ(got.at(name), v) << name;
+    EXPECT_EQ(one_holders.size(), 1u);
+    EXPECT_EQ(split_holders.size(), 3u);
 }
 
 namespace {
