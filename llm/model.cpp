@@ -16,9 +16,9 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <map>
 #include <condition_variable>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -282,15 +282,13 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
     if (row && with_cpu)
         throw error("--split-mode row keeps every layer on the GPUs: it does not combine with -ngl below the layer "
                     "count or --n-cpu-moe");
-    if (row) { // member 0 (the output layer) is the main GPU
-        const auto it = std::find(gpus.begin(), gpus.end(), p.main_gpu);
-        if (it != gpus.end()) {
-            std::rotate(gpus.begin(), it, it + 1);
-            std::rotate(shares.begin(), shares.begin() + (it - gpus.begin()), shares.begin() + (it - gpus.begin()) + 1);
-        }
+    if (row) {
         for (float x : shares)
             if (x != shares[0])
                 throw error("--split-mode row divides every layer evenly: give the GPUs equal --tensor-split shares");
+        // member 0 (the output layer) is the main GPU
+        if (const auto it = std::find(gpus.begin(), gpus.end(), p.main_gpu); it != gpus.end())
+            std::rotate(gpus.begin(), it, it + 1);
     }
     n_gpus_used_ = std::max<int>(1, int(gpus.size()));
     if (!gpu) {
@@ -353,20 +351,20 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
     }
 
     // one graph over the backends: layer il on layer_be[il] (il == n_layer: the output layer). -ngl: layers
-    // [offload_from_, n_layer] on the GPUs, the rest on the CPU; the offloaded ones in consecutive runs, layer i of
+    // [offload_from, n_layer] on the GPUs, the rest on the CPU; the offloaded ones in consecutive runs, layer i of
     // them on the GPU whose cumulative share first exceeds i / (their count), as llama.cpp assigns them
     rank& r = ranks_.emplace_back();
     for (auto& b : backends_) r.bes.push_back(b.get());
-    offload_from_ = with_cpu && some_layers ? n_layer + 1 - p.n_gpu_layers : 0;
+    const int64_t offload_from = with_cpu && some_layers ? n_layer + 1 - p.n_gpu_layers : 0;
     std::vector<int> layer_be(size_t(n_layer + 1), 0);
     if (gpu) {
         std::vector<float> cum(shares.size());
         float sum = 0.0f;
         for (size_t i = 0; i < shares.size(); i++) cum[i] = (sum += shares[i]);
         for (float& c : cum) c /= sum;
-        const int64_t n_off = n_layer + 1 - offload_from_;
-        for (int64_t il = offload_from_; il <= n_layer; il++) {
-            const float at = float(il - offload_from_) / float(n_off);
+        const int64_t n_off = n_layer + 1 - offload_from;
+        for (int64_t il = offload_from; il <= n_layer; il++) {
+            const float at = float(il - offload_from) / float(n_off);
             const size_t g = std::min<size_t>(size_t(std::upper_bound(cum.begin(), cum.end(), at) - cum.begin()),
                                               cum.size() - 1);
             layer_be[size_t(il)] = (cpu_ ? 1 : 0) + int(g);
@@ -550,7 +548,6 @@ void session::decode_batch(std::span<const token> tokens, int64_t first_output, 
             bg->logits = m_.family->build(m_, ctx, bg->g, in, r.kv);
             if (sc && bg->logits) {
                 const int64_t rows = bg->logits->ne[1];
-                bg->score = score_key;
                 bg->targets = ctx.new_tensor(type::i32, {rows});
                 bg->targets->flags |= flag_input;
                 if (sc->mode == score_mode::compare) {

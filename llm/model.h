@@ -265,7 +265,6 @@ class session {
     std::vector<std::unique_ptr<backend>> backends_; // every backend: the CPU first when it takes layers, the GPUs
     backend* main_ = nullptr;     // be()
     backend* cpu_ = nullptr;      // with -ngl / --n-cpu-moe: the CPU backend taking the other layers; null otherwise
-    int64_t offload_from_ = 0;    // with -ngl: the first offloaded layer (n_layer: the output layer only)
     int n_gpus_used_ = 1;
     struct batch_graph;
     // One member of the tensor-parallel group (one without tensor parallelism): its backends, the weights it reads

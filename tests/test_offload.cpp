@@ -41,15 +41,7 @@ std::vector<float> run(const model& m, int n_gpu_layers, size_t* splits, int n_c
     p.n_cpu_moe = n_cpu_moe;
     p.gpu_backend = [](int) { return std::make_unique<cpu::cpu_backend>(cpu::cpu_options{1, false}); };
     session s(m, p);
-    std::vector<token> prompt;
-    for (int i = 0; i < 21; i++) prompt.push_back(token((i * 7919 + 13) % m.hp.n_vocab));
-    auto l = s.decode(prompt, true);
-    std::vector<float> out(l.begin(), l.end());
-    for (int i = 0; i < 6; i++) {
-        const token t = token((i * 31 + 5) % m.hp.n_vocab);
-        auto d = s.decode(std::span<const token>(&t, 1));
-        out.insert(out.end(), d.begin(), d.end());
-    }
+    const std::vector<float> out = test::prompt_then_steps(s, 21);
     *splits = s.n_splits();
     if (n_gpu_layers >= 1 && n_gpu_layers <= m.hp.n_layer) {
         EXPECT_EQ(s.backend_label(), fmt::format("cpu+cpu ngl {}/{}", n_gpu_layers, m.hp.n_layer + 1));
@@ -133,16 +125,8 @@ cuda_run run_on(const model& m, device_type d, int n_gpu_layers, bool exact, int
     p.n_gpu_layers = n_gpu_layers;
     p.n_cpu_moe = n_cpu_moe;
     session s(m, p);
-    std::vector<token> prompt;
-    for (int i = 0; i < 72; i++) prompt.push_back(token((i * 7919 + 13) % m.hp.n_vocab));
     cuda_run r;
-    auto l = s.decode(prompt, true);
-    r.logits.assign(l.begin(), l.end());
-    for (int i = 0; i < 6; i++) {
-        const token t = token((i * 31 + 5) % m.hp.n_vocab);
-        auto dl = s.decode(std::span<const token>(&t, 1));
-        r.logits.insert(r.logits.end(), dl.begin(), dl.end());
-    }
+    r.logits = test::prompt_then_steps(s, 72);
     r.rows = r.logits.size() / size_t(m.hp.n_vocab);
     r.splits = s.n_splits();
     r.label = s.backend_label();

@@ -73,16 +73,8 @@ result run(const model& m, session_params p) {
     p.n_batch = 16;
     p.n_threads = 1;
     session s(m, p);
-    std::vector<token> prompt;
-    for (int i = 0; i < 21; i++) prompt.push_back(token((i * 7919 + 13) % m.hp.n_vocab));
     result r;
-    auto l = s.decode(prompt, true);
-    r.logits.assign(l.begin(), l.end());
-    for (int i = 0; i < 6; i++) {
-        const token t = token((i * 31 + 5) % m.hp.n_vocab);
-        auto d = s.decode(std::span<const token>(&t, 1));
-        r.logits.insert(r.logits.end(), d.begin(), d.end());
-    }
+    r.logits = test::prompt_then_steps(s, 21);
     r.splits = s.n_splits();
     r.members = s.n_members();
     r.label = s.backend_label();

@@ -7,6 +7,7 @@
 #include "helpers.h"
 
 #include "ggml-like/gguf.h"
+#include "llm/model.h"
 #include "quant/format.h"
 #include "quant/quantize.h"
 
@@ -16,6 +17,22 @@
 #include <vector>
 
 namespace tessera::test {
+
+// A prompt of n_prompt tokens (every position's logits), then 6 single-token decode steps (the graph repeats from the
+// second): all the logits, one row after another. The token ids are fixed, spread over the vocabulary.
+inline std::vector<float> prompt_then_steps(session& s, int n_prompt) {
+    const int64_t n_vocab = s.mdl().hp.n_vocab;
+    std::vector<token> prompt;
+    for (int i = 0; i < n_prompt; i++) prompt.push_back(token((i * 7919 + 13) % n_vocab));
+    auto l = s.decode(prompt, true);
+    std::vector<float> out(l.begin(), l.end());
+    for (int i = 0; i < 6; i++) {
+        const token t = token((i * 31 + 5) % n_vocab);
+        auto d = s.decode(std::span<const token>(&t, 1));
+        out.insert(out.end(), d.begin(), d.end());
+    }
+    return out;
+}
 
 struct tiny_model_spec {
     int64_t n_embd = 64, n_layer = 2, n_head = 4, n_head_kv = 2, n_ff = 128, n_ctx = 256;

@@ -468,7 +468,7 @@ tensor* builder::moe_ffn(const layer_weights& l, tensor* x, int64_t il, glu act)
     for (int64_t i = 1; i < K; i++) out = add(ctx, out, slot(i));
     if (K == 1) out = scale(ctx, out, 1.0f); // a contiguous copy (x * 1 is exact), as llama.cpp's ggml_cont
     // tensor parallelism: every member's share of every chosen expert's width
-    if (in.part && in.part->n_ranks > 1) out = named(all_reduce(ctx, out), "ffn_moe_out_sum", il);
+    if (in.part && in.part->n_ranks > 1) out = all_reduce(ctx, out);
     return named(out, "ffn_moe_out", il);
 }
 
