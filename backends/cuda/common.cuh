@@ -187,6 +187,8 @@ struct cuda_context {
     // ends (attention.cu's split decode kernel: which block finishes last)
     int* counters = nullptr;
     size_t n_counters = 0;
+    // the device group this backend is a member of (nccl_comm's handle; null alone): all_reduce nodes
+    void* group = nullptr;
 
     // Device address of t's first element: a weight's copy, a view into a weight's copy, or t.data (device memory
     // bound by the graph runner or allocated by this backend).
@@ -211,8 +213,9 @@ void launch(const cuda_context& ctx, void (*kernel)(P...), dim3 grid, dim3 block
     TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
 }
 
-// x (count floats) summed over the members of a device group into y (nccl.cu), on ctx.stream; handle: nccl_comm's.
-void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t count);
+// x (rows of ne0 floats) summed over the members of a device group into y (nccl.cu), on ctx.stream: decode-sized
+// calls over peer memory (p2p.cuh), larger ones through NCCL; handle: nccl_comm's (cuda_context::group).
+void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t ne0, int64_t rows);
 
 // Scratch bytes a node needs (mul_mat: its activations quantized to q8_1; on the wgmma path also a block of its
 // weights as f16).

@@ -688,6 +688,7 @@ void cuda_backend::launch_nodes(graph& g) {
     ctx.exact_buf_size = exact_buf_ ? exact_buf_->size() : 0;
     ctx.counters = counters_ ? static_cast<int*>(counters_->base()) : nullptr;
     ctx.n_counters = counters_ ? n_counters : 0;
+    ctx.group = comm_;
     cudaEvent_t ev[2] = {nullptr, nullptr};
     if (profile_) {
         TS_CUDA_CHECK(cudaEventCreate(&ev[0]));
@@ -801,7 +802,8 @@ void cuda_backend::launch_nodes(graph& g) {
             swiglu_oai(ctx, *n);
             break;
         case op::all_reduce:
-            group_all_reduce(ctx, comm_, ctx.as<const float>(n->src[0]), ctx.as<float>(n), n->n_elements());
+            group_all_reduce(ctx, comm_, ctx.as<const float>(n->src[0]), ctx.as<float>(n), n->ne[0],
+                             n->n_elements() / std::max<int64_t>(1, n->ne[0]));
             break;
         }
         if (profile_ && n->o != op::view && n->o != op::none) {

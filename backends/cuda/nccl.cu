@@ -3,16 +3,13 @@
 // captured CUDA graph replays like any kernel. The only file that includes NCCL's header; without NCCL
 // (TESSERA_HAS_NCCL undefined) making a group is one error. (No fmt here: nvcc rejects its compile-time format checks.)
 //
-// Experiment (session 17, not yet run on GPUs; TESSERA_CUDA_P2P_ALLREDUCE=1 turns it on): decode-sized all-reduces
-// (<= p2p_cap floats) as one kernel over peer memory instead of NCCL. Each member copies its partial sums into its
-// own exchange buffer, tells every peer per block (a counter in the peer's memory, release / acquire at system
-// scope), waits for theirs, then reads every member's buffer over NVLink and adds them in rank order: every member
-// gets the same bits. A fixed grid, so that every call advances every block's counter alike; two buffer halves by
-// the counter's parity, so that a member may write call k + 1's values while a slower peer still reads call k's. It
-// takes part in programmatic dependent launch like the other kernels. To measure against NCCL (70B row decode on 2
-// H200: NCCL costs ~20 us a call, 160 a token); then keep the winner and delete the other and the switch.
+// Decode-sized calls (p2p.cuh p2p_fits: up to 64 rows, 1 MiB a row set) go over peer memory instead, where every pair
+// of devices can reach each other: NCCL costs ~20 us a call and a 70B token makes 160 (2 H200, 2026-11-26: row decode
+// 102.4 t/s through NCCL, 109.1 pulling over peer memory; the push form of p2p.cuh and its fusion with the residual add
+// + rms_norm after it replaced the pull).
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/p2p.cuh"
 
 #ifdef TESSERA_HAS_NCCL
 #include <nccl.h>
@@ -36,71 +33,30 @@ namespace {
                                    ncclGetLastError(nullptr) + ")");                                                   \
     } while (0)
 
-constexpr int P2P_MAX_RANKS = 8;
-constexpr int P2P_BLOCKS = 16;   // every call: each block's counter advances once a call
+constexpr int64_t P2P_CAP = int64_t(1) << 18; // floats per sender slot (1 MiB): 32 tokens of an 8192-wide model
 constexpr int P2P_THREADS = 512;
-constexpr int64_t p2p_cap = int64_t(1) << 18; // floats per buffer half (1 MiB): 32 tokens of an 8192-wide model
 
-struct p2p_args {
-    const float* x;
-    float* y;
-    int64_t n;
-    float* bufs[P2P_MAX_RANKS];     // every member's exchange buffer: two halves of p2p_cap floats
-    unsigned* flags[P2P_MAX_RANKS]; // every member's flags: [P2P_BLOCKS][P2P_MAX_RANKS], the last call seen per peer
-    unsigned* count;                // this member's calls so far, per block
-    int rank, n_ranks;
-};
-
-__device__ __forceinline__ void st_release_sys(unsigned* p, unsigned v) {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ unsigned ld_acquire_sys(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__global__ void __launch_bounds__(P2P_THREADS) p2p_all_reduce_kernel(p2p_args a) {
-    pdl_wait(); // x is the kernel before's result
-    const int b = int(blockIdx.x);
-    const int64_t per = (a.n + P2P_BLOCKS - 1) / P2P_BLOCKS;
-    const int64_t lo = min(a.n, int64_t(b) * per), hi = min(a.n, lo + per);
+// One block per row: the row's partial sums into every peer's slot, then the sum over the members into y.
+__global__ void __launch_bounds__(P2P_THREADS) p2p_sum_kernel(p2p_args a, const float* x, float* y, int64_t ne0) {
     __shared__ unsigned call;
-    if (threadIdx.x == 0) {
-        call = a.count[b] + 1;
-        a.count[b] = call;
-    }
-    __syncthreads();
-    const unsigned e = call;
-    const int64_t half = int64_t(e & 1) * p2p_cap;
-    float* mine = a.bufs[a.rank] + half;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += P2P_THREADS) mine[i] = a.x[i];
-    __syncthreads(); // the block's values are written; one thread per peer tells it, then waits for its word
-    const int q = int(threadIdx.x);
-    if (q < a.n_ranks && q != a.rank) {
-        __threadfence_system();
-        st_release_sys(a.flags[q] + b * P2P_MAX_RANKS + a.rank, e);
-        const unsigned* f = a.flags[a.rank] + b * P2P_MAX_RANKS + q;
-        while (int(ld_acquire_sys(f) - e) < 0) {
+    pdl_wait(); // x is the kernel before's result
+    const int64_t r = blockIdx.x;
+    const unsigned c = p2p_call(a, r, &call);
+    const float* xr = x + r * ne0;
+    for (int q = 0; q < a.n_ranks; q++)
+        if (q != a.rank) {
+            float* to = p2p_slot(a, q, a.rank, c, r, ne0);
+            for (int64_t i = threadIdx.x; i < ne0; i += P2P_THREADS) to[i] = xr[i];
         }
-    }
-    __syncthreads();
+    p2p_signal_wait(a, r, c);
     pdl_trigger();
-    for (int64_t i = lo + threadIdx.x; i < hi; i += P2P_THREADS) {
-        float s = 0.0f;
-        for (int r = 0; r < a.n_ranks; r++) {
-            const float v = r == a.rank ? a.x[i] : __ldcv(a.bufs[r] + half + i); // peer memory, never a stale line
-            s = r == 0 ? v : s + v;
-        }
-        a.y[i] = s;
-    }
+    for (int64_t i = threadIdx.x; i < ne0; i += P2P_THREADS) y[r * ne0 + i] = p2p_sum_at(a, r, c, ne0, i, xr[i]);
 }
 
 // What a member's backend holds (nccl_comm): its communicator and, with the peer path, the kernel's arguments.
 struct member {
     ncclComm_t comm = nullptr;
-    bool p2p = false;
-    p2p_args args{};
+    p2p_args p2p{}; // n_ranks 0: no peer path
 };
 
 class nccl_group final : public backend_group {
@@ -134,7 +90,7 @@ class nccl_group final : public backend_group {
             TS_CUDA_CHECK(cudaStreamDestroy(streams[i]));
             TS_CUDA_CHECK(cudaFree(bufs[i]));
         }
-        if (const char* e = std::getenv("TESSERA_CUDA_P2P_ALLREDUCE"); e && std::string(e) == "1") set_up_p2p();
+        set_up_p2p();
     }
     ~nccl_group() override {
         for (member& m : members_)
@@ -161,8 +117,8 @@ class nccl_group final : public backend_group {
     }
 
   private:
-    // Peer access between every pair, and each member's exchange buffer, flags and counts (zeroed); left off when a
-    // pair cannot reach each other or there are too many members.
+    // Peer access between every pair, and each member's receive buffer, flags and counts (zeroed); left off (NCCL
+    // alone) when a pair cannot reach each other or there are too many members.
     void set_up_p2p() {
         const size_t n = devices_.size();
         if (n > size_t(P2P_MAX_RANKS)) return;
@@ -171,9 +127,9 @@ class nccl_group final : public backend_group {
                 int ok = 0;
                 if (i != j && (cudaDeviceCanAccessPeer(&ok, devices_[i], devices_[j]) != cudaSuccess || !ok)) return;
             }
-        const size_t buf_bytes = size_t(2 * p2p_cap) * sizeof(float);
-        const size_t flag_bytes = size_t(P2P_BLOCKS * P2P_MAX_RANKS) * sizeof(unsigned);
-        const size_t bytes = buf_bytes + flag_bytes + size_t(P2P_BLOCKS) * sizeof(unsigned);
+        const size_t buf_bytes = size_t(2) * n * size_t(P2P_CAP) * sizeof(float);
+        const size_t flag_bytes = size_t(P2P_MAX_ROWS * P2P_MAX_RANKS) * sizeof(unsigned);
+        const size_t bytes = buf_bytes + flag_bytes + size_t(P2P_MAX_ROWS) * sizeof(unsigned);
         p2p_mem_.assign(n, nullptr);
         for (size_t i = 0; i < n; i++) {
             TS_CUDA_CHECK(cudaSetDevice(devices_[i]));
@@ -191,15 +147,15 @@ class nccl_group final : public backend_group {
         }
         for (size_t i = 0; i < n; i++) {
             member& m = members_[i];
-            m.p2p = true;
-            m.args.rank = int(i);
-            m.args.n_ranks = int(n);
+            m.p2p.rank = int(i);
+            m.p2p.n_ranks = int(n);
+            m.p2p.cap = P2P_CAP;
             for (size_t j = 0; j < n; j++) {
                 auto* base = static_cast<uint8_t*>(p2p_mem_[j]);
-                m.args.bufs[j] = reinterpret_cast<float*>(base);
-                m.args.flags[j] = reinterpret_cast<unsigned*>(base + buf_bytes);
+                m.p2p.recv[j] = reinterpret_cast<float*>(base);
+                m.p2p.flags[j] = reinterpret_cast<unsigned*>(base + buf_bytes);
             }
-            m.args.count = reinterpret_cast<unsigned*>(static_cast<uint8_t*>(p2p_mem_[i]) + buf_bytes + flag_bytes);
+            m.p2p.count = reinterpret_cast<unsigned*>(static_cast<uint8_t*>(p2p_mem_[i]) + buf_bytes + flag_bytes);
         }
     }
 
@@ -227,18 +183,19 @@ void* nccl_comm(backend_group* group, int rank, int device) {
     return g->get(rank, device);
 }
 
-void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t count) {
+const p2p_args* group_p2p(void* handle, int64_t ne0, int64_t rows) {
+    const auto* m = static_cast<const member*>(handle);
+    return p2p_fits(m->p2p, ne0, rows) ? &m->p2p : nullptr;
+}
+
+void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t ne0, int64_t rows) {
     auto* m = static_cast<member*>(handle);
-    if (m->p2p && count <= p2p_cap) {
-        p2p_args a = m->args;
-        a.x = x;
-        a.y = y;
-        a.n = count;
-        launch(ctx, p2p_all_reduce_kernel, dim3(P2P_BLOCKS), dim3(P2P_THREADS), 0, a);
+    if (const p2p_args* a = group_p2p(handle, ne0, rows)) {
+        launch(ctx, p2p_sum_kernel, dim3(unsigned(rows)), dim3(P2P_THREADS), 0, *a, x, y, ne0);
         return;
     }
     if (!m->comm) throw error("the GPU group was aborted after a failure");
-    TS_NCCL_CHECK(ncclAllReduce(x, y, size_t(count), ncclFloat32, ncclSum, m->comm, ctx.stream));
+    TS_NCCL_CHECK(ncclAllReduce(x, y, size_t(ne0 * rows), ncclFloat32, ncclSum, m->comm, ctx.stream));
 }
 
 #else
@@ -256,8 +213,13 @@ void* nccl_comm(backend_group* group, int rank, int device) {
     throw error("this build has no NCCL");
 }
 
-void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t count) {
-    (void)ctx, (void)handle, (void)x, (void)y, (void)count;
+const p2p_args* group_p2p(void* handle, int64_t ne0, int64_t rows) {
+    (void)handle, (void)ne0, (void)rows;
+    return nullptr;
+}
+
+void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t ne0, int64_t rows) {
+    (void)ctx, (void)handle, (void)x, (void)y, (void)ne0, (void)rows;
     throw error("this build has no NCCL");
 }
 

@@ -10,7 +10,8 @@
 # Logs in $WORK. Exit status 1 when a check fails.
 #   usage: tests/bench/multi_gpu.sh [correct|speed|all]
 #   env:   BUILD (/tmp/build), REF (.ref), TEXT ($REF/data/wiki.test.raw), WORK (/tmp/multi_gpu), CHUNKS (8), REPS (3),
-#          BIG (70b), LLAMA_BENCH (unset: tessera only)
+#          BIG (70b), LLAMA_BENCH (unset: tessera only), TESSERA_MODES (none layer row), LLAMA_MODES (none layer row
+#          tensor)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -80,10 +81,8 @@ if [[ $what == speed || $what == all ]]; then
     echo "-- speed, $BIG q4_0 ($(du -h "$fb" | cut -f1)), $REPS repetitions, means (avg_ts, as llama-bench)"
     printf '| %-10s | %-8s | %-9s | %-9s |\n' program -sm pp512 tg128
     printf '|%s|%s|%s|%s|\n' ------------ ---------- ----------- -----------
-    for sm in none layer row row+p2p; do # row+p2p: nccl.cu's peer-memory all-reduce (an experiment)
-        p2p=0
-        [[ $sm == row+p2p ]] && p2p=1
-        read -r pp tg < <(TESSERA_CUDA_P2P_ALLREDUCE=$p2p "$T" bench -m "$fb" -p 512 -n 128 -r "$REPS" -sm "${sm%+p2p}" \
+    for sm in ${TESSERA_MODES:-none layer row}; do
+        read -r pp tg < <("$T" bench -m "$fb" -p 512 -n 128 -r "$REPS" -sm "$sm" \
             -o json 2> "$WORK/bench_$sm.err" |
             python3 -c "import json,sys
 rows=json.load(sys.stdin)
@@ -93,7 +92,7 @@ print(round(v.get('pp', 0)), round(v.get('tg', 0), 1))") || { pp=fail; tg="$(tai
         printf '| %-10s | %-8s | %-9s | %-9s |\n' tessera "$sm" "$pp" "$tg"
     done
     if [[ -n ${LLAMA_BENCH:-} ]]; then
-        for sm in none layer row tensor; do # tensor: the vendored llama.cpp's own tensor parallelism (meta device)
+        for sm in ${LLAMA_MODES:-none layer row tensor}; do # tensor: the vendored llama.cpp's own tensor parallelism (meta device)
             read -r pp tg < <("$LLAMA_BENCH" -m "$fb" -p 512 -n 128 -r "$REPS" -ngl 99 -sm "$sm" -o json \
                 2> "$WORK/llama_bench_$sm.err" | python3 -c "import json,sys
 v={('pp' if r['n_prompt'] else 'tg'): r['avg_ts'] for r in json.load(sys.stdin)}

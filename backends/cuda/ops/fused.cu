@@ -1,6 +1,7 @@
 // fused.cu: short chains of a decode step run as one kernel instead of three or four, each of which would read and
 // write the activations again and cost a launch (~2-3 us in a CUDA graph; a 7B decode step has ~22 kernels a layer):
 //   add -> rms_norm -> mul(norm weight) [-> the next mul_mat's q8_1 activations]   (residual + norm of the next block)
+//   all_reduce [-> add] -> rms_norm -> mul [-> q8_1]: the same after a decode step's sum over a device group (p2p.cuh)
 //   rms_norm -> mul [-> q8_1]                                                          (the first layer's norm)
 //   swiglu / geglu / relu2_glu [-> q8_1]                                               (the down projection's input)
 //   2-3 mul_mats of one activation on the decode GEMV as one launch (mmv.cu, mul_mat_group: q, k, v; gate, up)
@@ -529,6 +530,41 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
     if (const size_t n = fuse_moe_route(ctx, nodes, i)) return n;        // a decode token's expert routing
     if (rope_kv_on)
         if (const size_t n = fuse_rope_kv(ctx, nodes, i, uses)) return n;
+    // all_reduce [-> add (the residual)] -> rms_norm -> mul by a weight row [-> q8_1]: a decode step's sum over the
+    // device group (tensor parallelism; p2p.cuh) inside the norm kernel; the sum itself, read by the add (gemma3's
+    // post-norms: the norm) alone, is not written
+    if (n0->o == op::all_reduce && ctx.group && used_once(n0)) {
+        tensor* add = at(i + 1);
+        const bool res = add && add->o == op::add;
+        tensor* norm = res ? at(i + 2) : add;
+        tensor* mul = at(i + (res ? 3 : 2));
+        const tensor* x = res ? add : n0; // the norm's input
+        if ((!res || (add->src[0] == n0) != (add->src[1] == n0)) && norm && norm->o == op::rms_norm &&
+            norm->src[0] == x && used_once(norm) && mul && mul->o == op::mul && mul->src[0] == norm) {
+            const tensor* other = !res ? nullptr : add->src[0] == n0 ? add->src[1] : add->src[0];
+            const tensor* w = mul->src[1];
+            const int64_t ne0 = x->ne[0], rows = x->ne[1] * x->ne[2] * x->ne[3];
+            const p2p_args* pa = group_p2p(ctx.group, ne0, rows);
+            const bool ok = pa && n0->src[0]->t == type::f32 && n0->src[0]->is_contiguous() && same_shape(n0, x) &&
+                            (!res || (dense(add) && dense(other) && same_shape(other, add))) && dense(norm) &&
+                            dense(mul) && same_shape(x, mul) && w && w->t == type::f32 && w->ne[0] == ne0 &&
+                            w->ne[1] == 1 && w->ne[2] == 1 && w->ne[3] == 1 && w->nb[0] == 4;
+            if (ok) {
+                const split_acts qa = q8_target(ctx, mul, at(i + (res ? 4 : 3)));
+                const bool w_early = (w->flags & flag_param) || (w->o == op::none && !w->view_src);
+                if (add_rms_norm_mul_rows(ctx, ctx.as<float>(n0->src[0]), res ? ctx.as<float>(other) : nullptr,
+                                          res ? ctx.as<float>(add) : nullptr, ctx.as<float>(w), w_early,
+                                          ctx.as<float>(mul), ne0, rows, norm->op_params.f[0],
+                                          const_cast<int8_t*>(qa.q), const_cast<__half2*>(qa.ds), pa)) {
+                    if (qa.q) {
+                        ctx.act_src = mul;
+                        ctx.act_form = cuda_context::act_split_q8;
+                    }
+                    return res ? 4 : 3;
+                }
+            }
+        }
+    }
     // [add ->] rms_norm -> mul by a weight row
     const bool with_add = n0->o == op::add;
     tensor* norm = with_add ? at(i + 1) : n0;
@@ -554,7 +590,7 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             const bool vec = add_rms_norm_mul_rows(ctx, ctx.as<float>(with_add ? n0->src[0] : x),
                                                    with_add ? ctx.as<float>(n0->src[1]) : nullptr,
                                                    with_add ? ctx.as<float>(n0) : nullptr, ctx.as<float>(w), w_early,
-                                                   ctx.as<float>(mul), ne0, rows, eps, q, ds);
+                                                   ctx.as<float>(mul), ne0, rows, eps, q, ds, nullptr);
             if (!vec && with_add)
                 launch(ctx, add_norm_mul_kernel<true>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(n0->src[0]),
                        ctx.as<float>(n0->src[1]), ctx.as<float>(n0), ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q,

@@ -39,12 +39,15 @@ int norm_vec_threads(int64_t ne0) {
 
 // sum = a + b (ADD), x = ADD ? sum : a; y = (x * s) * w (w == nullptr: x * s) with s = 1 / sqrt(mean(x^2) + eps);
 // then y to q8_1 when q is given (as quantize_q8_lane: d = amax / 127, q = round half even (y * 127 / amax),
-// s = d sum q). w is read before pdl_wait when w_early (a weight or an input: no kernel writes it).
-template <bool ADD>
+// s = d sum q). w is read before pdl_wait when w_early (a weight or an input: no kernel writes it). P2P: a is this
+// member's partial sums, and the rows are first summed over the device group's members (p2p.cuh; the all_reduce
+// before the add, which then is not written).
+template <bool ADD, bool P2P>
 static __global__ void __launch_bounds__(1024)
     add_norm_vec_kernel(const float* a, const float* b, float* sum, const float* w, float* y, int64_t ne0, float eps,
-                        int8_t* q, __half2* ds, bool w_early) {
+                        int8_t* q, __half2* ds, bool w_early, p2p_args pa) {
     __shared__ float red[32];
+    __shared__ unsigned call;
     const int64_t r = blockIdx.x;
     const int n4 = int(ne0 / 4), T = int(blockDim.x);
     const auto* w4 = reinterpret_cast<const float4*>(w);
@@ -68,15 +71,30 @@ static __global__ void __launch_bounds__(1024)
 #pragma unroll
     for (int j = 0; j < NORM_VEC; j++) {
         const int i = int(threadIdx.x) + j * T;
-        v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (i < n4) {
-            v[j] = a4[i];
-            if constexpr (ADD) {
+        v[j] = i < n4 ? a4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if constexpr (P2P) {
+        const unsigned c = p2p_call(pa, r, &call);
+        for (int m = 0; m < pa.n_ranks; m++)
+            if (m != pa.rank) {
+                auto* to = reinterpret_cast<float4*>(p2p_slot(pa, m, pa.rank, c, r, ne0));
+#pragma unroll
+                for (int j = 0; j < NORM_VEC; j++)
+                    if (const int i = int(threadIdx.x) + j * T; i < n4) to[i] = v[j];
+            }
+        p2p_signal_wait(pa, r, c);
+#pragma unroll
+        for (int j = 0; j < NORM_VEC; j++)
+            if (const int i = int(threadIdx.x) + j * T; i < n4) v[j] = p2p_sum_at4(pa, r, c, ne0, i, v[j]);
+    }
+    if constexpr (ADD) {
+#pragma unroll
+        for (int j = 0; j < NORM_VEC; j++)
+            if (const int i = int(threadIdx.x) + j * T; i < n4) {
                 const float4 bv = b4[i];
                 v[j].x += bv.x, v[j].y += bv.y, v[j].z += bv.z, v[j].w += bv.w;
                 s4[i] = v[j];
             }
-        }
     }
 #pragma unroll
     for (int j = 0; j < NORM_VEC; j++) {
@@ -154,16 +172,21 @@ void rms_norm_launch(const cuda_context& ctx, const float* x, shape4 sx, float* 
 } // namespace
 
 bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float* b, float* sum, const float* w,
-                           bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds) {
+                           bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds,
+                           const p2p_args* group) {
     if (ne0 % 32 != 0 || ne0 / 4 > int64_t(NORM_VEC) * 1024 || rows <= 0 || rows > 65535 || !aligned16(a) ||
         !aligned16(y) || (b && (!aligned16(b) || !sum || !aligned16(sum))) || (w && !aligned16(w)))
         return false;
     const int threads = norm_vec_threads(ne0);
-    if (b)
-        launch(ctx, add_norm_vec_kernel<true>, unsigned(rows), threads, 0, a, b, sum, w, y, ne0, eps, q, ds, w_early);
-    else
-        launch(ctx, add_norm_vec_kernel<false>, unsigned(rows), threads, 0, a, nullptr, nullptr, w, y, ne0, eps, q, ds,
-               w_early);
+    const p2p_args none{};
+    const p2p_args& pa = group ? *group : none;
+    const auto pick = [&]<class K>(K plain, K add, K p2p, K p2p_add) {
+        return group ? (b ? p2p_add : p2p) : (b ? add : plain);
+    };
+    launch(ctx,
+           pick(add_norm_vec_kernel<false, false>, add_norm_vec_kernel<true, false>, add_norm_vec_kernel<false, true>,
+                add_norm_vec_kernel<true, true>),
+           unsigned(rows), threads, 0, a, b, b ? sum : nullptr, w, y, ne0, eps, q, ds, w_early, pa);
     return true;
 }
 
@@ -180,7 +203,7 @@ void rms_norm(cuda_context& ctx, tensor& dst) {
     }
     if (a->is_contiguous() && dst.is_contiguous() &&
         add_rms_norm_mul_rows(ctx, ctx.as<float>(a), nullptr, nullptr, nullptr, false, ctx.as<float>(&dst), a->ne[0],
-                              a->ne[1] * a->ne[2] * a->ne[3], dst.op_params.f[0], nullptr, nullptr))
+                              a->ne[1] * a->ne[2] * a->ne[3], dst.op_params.f[0], nullptr, nullptr, nullptr))
         return;
     rms_norm_launch(ctx, ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(&dst), shape_of(dst, 4), dst.op_params.f[0]);
 }

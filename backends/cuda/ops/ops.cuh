@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/p2p.cuh"
 #include "ggml-like/rope_angles.h"
 
 #include <cuda_fp16.h>
@@ -153,10 +154,13 @@ constexpr int norm_threads(int64_t ne0) {
 
 // norm.cu: for `rows` contiguous rows of ne0 floats: sum = a + b (when b is given), x = b ? sum : a, y = (x * s) * w
 // (w == nullptr: x * s) with s = 1 / sqrt(mean(x^2) + eps), then y to q8_1 into q / ds (split_acts' layout) when q is
-// given. w_early: w is a weight or graph input, read before the kernel waits for the one ahead. One launch; false
-// (nothing launched) unless ne0 % 32 == 0, ne0 <= 16384 and every pointer is 16-byte aligned.
+// given. w_early: w is a weight or graph input, read before the kernel waits for the one ahead. group (not null): a
+// is this member's partial sums, summed over the device group first (the all_reduce before; group_p2p's arguments
+// for these rows). One launch; false (nothing launched) unless ne0 % 32 == 0, ne0 <= 16384 and every pointer is
+// 16-byte aligned.
 bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float* b, float* sum, const float* w,
-                           bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds);
+                           bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds,
+                           const p2p_args* group);
 
 // fused.cu: when nodes[i] starts a chain launch_nodes can run as one kernel (add -> rms_norm -> mul [-> q8_1],
 // rms_norm -> mul, swiglu -> q8_1, attention -> q8_1, rope(Q) + rope(K) + the K/V cache writes), launches it and returns how many nodes it covered; else 0. `uses` counts the
