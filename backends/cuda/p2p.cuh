@@ -60,12 +60,13 @@ __device__ __forceinline__ float* p2p_slot(const p2p_args& a, int to, int from, 
     return a.recv[to] + (int64_t(c & 1) * a.n_ranks + from) * a.cap + r * ne0;
 }
 
-// After every thread stored its part of row r into the peers' slots: tell each peer, wait for each peer's word.
+// After every thread stored its part of row r into the peers' slots: tell each peer, wait for each peer's word. The
+// barrier orders the block's stores before the release store (cumulative at system scope), so no fence.sys is needed
+// (70B row decode on 2 H200 alike with one: 112.6 vs 113.3 t/s; with no waiting at all, wrong sums: 116.3).
 __device__ __forceinline__ void p2p_signal_wait(const p2p_args& a, int64_t r, unsigned c) {
     __syncthreads();
     const int q = int(threadIdx.x);
     if (q < a.n_ranks && q != a.rank) {
-        __threadfence_system();
         p2p_st_release(a.flags[q] + r * P2P_MAX_RANKS + a.rank, c);
         const unsigned* f = a.flags[a.rank] + r * P2P_MAX_RANKS + q;
         // a peer that never comes (it failed) ends this kernel with an error after 30 s rather than hanging
