@@ -734,12 +734,14 @@ std::vector<op_case> all_cases() {
     // large (~100) and the softmax sharp, so the attention output's differences grow with it: < 1e-6 measured at 1
     // and 3 tokens, 2.1e-5 - 3.7e-5 at 5, 8 and 40 tokens, the same with the fusion off (H100) -> 5e-6 for one token
     // (the attention cases' bound), else 1e-4, as past 256 keys.
+    // With biases (qwen2): an add of a bias row after each product, which the fused GEMV's epilogue does too.
     struct qkv_shape {
         type t;
         int64_t hd, n_head, n_head_kv, n_tok, n_past;
         bool neox;
         int n_rot;
         bool ff;
+        bool bias = false;
     };
     for (qkv_shape s : {qkv_shape{type::q4_0, 64, 6, 2, 1, 9, false, 64, false},
                         qkv_shape{type::q8_0, 128, 8, 2, 3, 20, false, 128, true},
@@ -748,11 +750,17 @@ std::vector<op_case> all_cases() {
                         qkv_shape{type::q4_0, 128, 8, 2, 5, 20, true, 128, false},
                         qkv_shape{type::q8_0, 128, 8, 2, 1, 20, true, 96, true}, // NEOX over 96 of 128, factors
                         qkv_shape{type::q4_1, 64, 4, 1, 2, 7, true, 64, false},
-                        qkv_shape{type::q4_0, 64, 4, 1, 40, 3, false, 64, false}}) {
+                        qkv_shape{type::q4_0, 64, 4, 1, 40, 3, false, 64, false},
+                        qkv_shape{type::q8_0, 128, 7, 1, 1, 20, true, 128, false, true}, // qwen2-like, biased
+                        qkv_shape{type::q4_0, 64, 6, 2, 3, 9, false, 64, false, true},
+                        qkv_shape{type::q4_1, 64, 4, 2, 40, 3, true, 64, false, true}}) {
         const int64_t E = 256, n_kv = s.n_past + s.n_tok;
         std::vector<int32_t> rows;
         for (int64_t t = 0; t < s.n_tok; t++) rows.push_back(int32_t(s.n_past + t));
-        std::vector<leaf> leaves = {f32_leaf({E, s.n_tok}, 80),
+        // the biased cases' activations at sigma 1/8: logits ~3 instead of ~250, a soft softmax, so that a near-tie
+        // between two keys (one f32 rounding apart) cannot move a row's whole output (the first run, at sigma 1:
+        // the 40-token case over the bound on an H200, the value not recorded)
+        std::vector<leaf> leaves = {f32_leaf({E, s.n_tok}, 80, s.bias ? 0.125f : 1.0f),
                                     typed_leaf(s.t, {E, s.hd * s.n_head}, 81),
                                     typed_leaf(s.t, {E, s.hd * s.n_head_kv}, 82),
                                     typed_leaf(s.t, {E, s.hd * s.n_head_kv}, 83),
@@ -769,9 +777,17 @@ std::vector<op_case> all_cases() {
             fl.weight = true;
             leaves.push_back(fl);
         }
+        const size_t b0 = leaves.size(); // the biases of q, k, v
+        if (s.bias)
+            for (int64_t rows : {s.hd * s.n_head, s.hd * s.n_head_kv, s.hd * s.n_head_kv}) {
+                leaf bl = f32_leaf({rows}, uint32_t(90 + leaves.size()), 0.5f);
+                bl.weight = true;
+                leaves.push_back(bl);
+            }
         add_case(std::string("qkv_rope_kv_attention_") + type_name(s.t) + "_hd" + std::to_string(s.hd) + "_h" +
                      std::to_string(s.n_head) + "_kv" + std::to_string(s.n_head_kv) + "_rot" + std::to_string(s.n_rot) +
-                     "_tok" + std::to_string(s.n_tok) + (s.neox ? "_neox" : "") + (s.ff ? "_ff" : ""),
+                     "_tok" + std::to_string(s.n_tok) + (s.neox ? "_neox" : "") + (s.ff ? "_ff" : "") +
+                     (s.bias ? "_bias" : ""),
                  leaves,
                  [=](context& c, const auto& t) {
                      const rope_mode mode = s.neox ? rope_mode::neox : rope_mode::normal;
@@ -779,6 +795,12 @@ std::vector<op_case> all_cases() {
                      tensor* q = mul_mat(c, t[1], t[0]);
                      tensor* k = mul_mat(c, t[2], t[0]);
                      tensor* v = mul_mat(c, t[3], t[0]);
+                     if (s.bias) { // as builder::attention: the three products, then their biased sums
+                         for (tensor* e : {q, k, v}) expand_first->push_back(e);
+                         q = add(c, q, t[b0]);
+                         k = add(c, k, t[b0 + 1]);
+                         v = add(c, v, t[b0 + 2]);
+                     }
                      tensor* qr = rope(c, reshape_3d(c, q, s.hd, s.n_head, s.n_tok), t[6], ff, s.n_rot, mode,
                                        10000.0f, 1.0f);
                      tensor* kr = rope(c, reshape_3d(c, k, s.hd, s.n_head_kv, s.n_tok), t[6], ff, s.n_rot, mode,

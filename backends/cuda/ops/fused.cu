@@ -257,9 +257,9 @@ size_t fuse_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     return n > 0 && rope_kv(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k) ? n : 0;
 }
 
-// The q, k, v mul_mats at nodes[i..i + 2] (decode: one GEMV launch, mul_mat_group) and rope_kv's four nodes after
-// them, where the ropes and V's cache write read those three results and nothing else does: one kernel, the GEMV
-// rotating Q and K and writing K and V to their caches in its epilogue (mmv.cu; a warp's row pair is a rotation pair:
+// The q, k, v mul_mats at nodes[i..i + 2] (decode: one GEMV launch, mul_mat_group), their bias adds if any, and
+// rope_kv's four nodes after them, where the ropes and V's cache write read those three results and nothing else
+// does: one kernel, the GEMV adding the biases, rotating Q and K and writing K and V to their caches in its epilogue (mmv.cu; a warp's row pair is a rotation pair:
 // adjacent rows in "normal" mode, rows i and i + n_rot / 2 of a head in NEOX mode). TESSERA_CUDA_QKV_ROPE=0: off (the GEMV, then rope_kv's kernel).
 size_t fuse_qkv_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                      const std::unordered_map<const tensor*, int>& uses) {
@@ -268,15 +268,33 @@ size_t fuse_qkv_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
     const tensor* mm[3] = {nodes[i], nodes[i + 1], nodes[i + 2]};
     for (const tensor* t : mm)
         if (t->o != op::mul_mat || (t->flags & flag_output)) return 0;
-    size_t j = i + 3; // the views reshaping q and k come first
-    while (j < nodes.size() && (nodes[j]->o == op::view || nodes[j]->o == op::none)) j++;
-    rope_kv_nodes m;
-    const size_t n = match_rope_kv(ctx, nodes, j, uses, m);
-    if (n == 0) return 0;
     auto used = [&](const tensor* t) {
         const auto it = uses.find(t);
         return it == uses.end() ? 0 : it->second;
     };
+    size_t j = i + 3;
+    // q/k/v biases (qwen2): add(product, bias row) nodes next, each the only reader of its product; the epilogue adds
+    // them (res: what the ropes and V's cache write then read)
+    const tensor* res[3] = {mm[0], mm[1], mm[2]};
+    const float* bias[3] = {nullptr, nullptr, nullptr};
+    for (; j < nodes.size() && nodes[j]->o == op::add; j++) {
+        const tensor* a = nodes[j];
+        int w = 0;
+        while (w < 3 && a->src[0] != mm[w]) w++;
+        if (w == 3 || bias[w] || used(mm[w]) != 1 || (a->flags & flag_output) || !dense(a) || !same_shape(a, mm[w]))
+            return 0;
+        const tensor* b = a->src[1];
+        if (b->t != type::f32 || b->ne[0] != a->ne[0] || b->ne[1] != 1 || b->ne[2] != 1 || b->ne[3] != 1 ||
+            b->nb[0] != 4)
+            return 0;
+        bias[w] = ctx.as<float>(b);
+        res[w] = a;
+    }
+    // the views reshaping q and k come first
+    while (j < nodes.size() && (nodes[j]->o == op::view || nodes[j]->o == op::none)) j++;
+    rope_kv_nodes m;
+    const size_t n = match_rope_kv(ctx, nodes, j, uses, m);
+    if (n == 0) return 0;
     // the rope (the cache write for V) reads mul_mat result r, directly or through a contiguous view at offset 0 that
     // nothing else reads; and nothing else reads r
     auto reads_only = [&](const tensor* src, const tensor* r) {
@@ -285,10 +303,11 @@ size_t fuse_qkv_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
         return src->view_src == r && src->view_offs == 0 && src->is_contiguous() && used(src) == 1 &&
                !(src->flags & flag_output);
     };
-    if (!reads_only(m.rq->src[0], mm[0]) || !reads_only(m.rk->src[0], mm[1]) || !reads_only(m.sv->src[0], mm[2]))
+    if (!reads_only(m.rq->src[0], res[0]) || !reads_only(m.rk->src[0], res[1]) || !reads_only(m.sv->src[0], res[2]))
         return 0;
     rope_kv_params p;
     if (!rope_kv_params_of(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k, p)) return 0;
+    for (int w = 0; w < 3; w++) p.bias[w] = bias[w];
     if (m.rq->ne[0] != m.rk->ne[0] || m.rq->ne[0] % 2 != 0) return 0; // one head size; rotation pairs in a head
     // the rows of q (k) are the rope input's (dimension, head) in order, the columns its tokens; v's rows V's row
     const int64_t n_tok = m.rq->ne[2];

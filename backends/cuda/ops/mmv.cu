@@ -368,9 +368,9 @@ template <int R, int NC, int S> __device__ __forceinline__ bool split_parts_redu
 // the S partial sums of a row are added in shared memory, in part order.
 //
 // ROPE (q, k, v: rope_kv's work in the epilogue): a row group's two rows are a rotation pair of a head (adjacent rows
-// in "normal" mode; rows i and i + n_rot / 2 of the head in NEOX mode), so the warp that has both sums rotates them
-// (Q, K) and writes Q's result and K's and V's f16 cache rows itself, with rope_kv_kernel's arithmetic (rope.cu): the
-// same bits as the GEMV followed by that kernel.
+// in "normal" mode; rows i and i + n_rot / 2 of the head in NEOX mode), so the warp that has both sums adds their
+// biases (qwen2's), rotates them (Q, K) and writes Q's result and K's and V's f16 cache rows itself, with the add's
+// and rope_kv_kernel's arithmetic (rope.cu): the same bits as the GEMV followed by those kernels.
 template <class D, int NC, int R, int U, int S, bool ROPE = false>
 static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_group grp) {
     static_assert(S == 1 || S == 2 || S == 4, "a block's 4 warps take 4 / S row groups");
@@ -447,6 +447,10 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
             const int64_t t = col0 + j; // token
             if (t >= cols) break;
             float y0 = sum[0][j] * a.out_scale, y1 = sum[1][j] * a.out_scale;
+            if (const float* b = p.bias[mi]) { // the add node's arithmetic: product + bias
+                y0 += b[rows[0]];
+                y1 += b[rows[1]];
+            }
             if (rotate) { // as rope_block (rope.cu)
                 const float2 r = rope_rotate(y0, y1, rope_cos_sin(p.pos[t], pair, p.ang, p.ff));
                 y0 = r.x;

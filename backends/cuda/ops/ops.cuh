@@ -188,6 +188,8 @@ struct rope_kv_params {
     int n_rot;
     rope_angles ang;
     bool neox;
+    // the q/k/v GEMV's epilogue only: a bias row added to each product before the rotation (qwen2), or null
+    const float* bias[3] = {nullptr, nullptr, nullptr};
 };
 // gelu(g) u as the CPU computes it (ggml-like/gelu.h): 0 for g <= -10, g u for g >= 10, else the f16 table's value
 // at g rounded to f16, times u. table: cuda_context::gelu_table.
