@@ -35,10 +35,12 @@ class thread_pool {
     const std::function<void(int, int)>* job_ = nullptr;
     uint64_t job_gen_ = 0;
     bool stop_ = false;
-    std::atomic<int> n_done_{0};
+    // each counter on a cache line of its own: with 16 threads spinning on the barrier's generation, an arrival's
+    // fetch_add on a word of the same line would take the line from every spinner (ggml's threadpool does the same)
+    alignas(64) std::atomic<int> n_done_{0};
     // barrier state
-    std::atomic<int> n_arrived_{0};
-    std::atomic<uint32_t> barrier_gen_{0};
+    alignas(64) std::atomic<int> n_arrived_{0};
+    alignas(64) std::atomic<uint32_t> barrier_gen_{0};
 };
 
 } // namespace tessera::cpu
