@@ -33,6 +33,10 @@ struct V {
     using f = __m512;
     static constexpr int lanes = 16, passes = 1;
     static constexpr bool q8_corrected = true; // u8 (q8 + 128) x s8 with a -128 * sum correction
+    static constexpr bool pairs16 = false;     // vpdpbusd sums 4 products into int32 in one step
+    static i mul_pairs(i, i) { return zero_i(); }
+    static i add16(i, i) { return zero_i(); }
+    static i widen(i acc, i) { return acc; }
     static i load(const uint8_t* p) { return _mm512_loadu_si512(p); }
     static i set1(int32_t v) { return _mm512_set1_epi32(v); }
     static i low4(i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
@@ -87,9 +91,19 @@ struct V {
     static i high4(i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f)); }
 #if defined(__AVX512VNNI__)
     static constexpr bool q8_corrected = true;
+    static constexpr bool pairs16 = false;
+    static i mul_pairs(i, i) { return _mm256_setzero_si256(); }
+    static i add16(i, i) { return _mm256_setzero_si256(); }
+    static i widen(i acc, i) { return acc; }
     static i dp(i acc, i u, i s) { return _mm256_dpbusd_epi32(acc, u, s); }
     static i dp_q8(i acc, i u, i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 #else
+    // Small unsigned weights (4-bit codes, mxfp4's 0..24) times int8: several maddubs pair sums added in int16 (exact
+    // while they stay below 2^15: the caller's bound), then one widening madd, instead of a madd per product pair.
+    static constexpr bool pairs16 = true;
+    static i mul_pairs(i u, i s) { return _mm256_maddubs_epi16(u, s); }
+    static i add16(i a, i b) { return _mm256_add_epi16(a, b); }
+    static i widen(i acc, i p) { return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1))); }
     static constexpr bool q8_corrected = false; // maddubs would saturate on q8 + 128: sign trick on the signed values
     // u: 0..15, s: int8: pair sums stay far from int16 saturation
     static i dp(i acc, i u, i s) {
@@ -170,9 +184,19 @@ void q4_0_blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, c
             for (int j = 0; j < NA; j++) {
                 const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
                 V::i isum = V::set1(s[j * ss + b]); // -8 x the block's activation sum
-                for (int v = 0; v < 4; v++) {
-                    isum = V::dp(isum, lo[v], V::set1(word(ab.qs + 4 * v)));
-                    isum = V::dp(isum, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
+                if constexpr (V::pairs16) { // a pair sum <= 2 x 15 x 128 = 3840, eight of them <= 30720 < 2^15
+                    V::i p = V::mul_pairs(lo[0], V::set1(word(ab.qs)));
+                    p = V::add16(p, V::mul_pairs(hi[0], V::set1(word(ab.qs + 16))));
+                    for (int v = 1; v < 4; v++) {
+                        p = V::add16(p, V::mul_pairs(lo[v], V::set1(word(ab.qs + 4 * v))));
+                        p = V::add16(p, V::mul_pairs(hi[v], V::set1(word(ab.qs + 16 + 4 * v))));
+                    }
+                    isum = V::widen(isum, p);
+                } else {
+                    for (int v = 0; v < 4; v++) {
+                        isum = V::dp(isum, lo[v], V::set1(word(ab.qs + 4 * v)));
+                        isum = V::dp(isum, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
+                    }
                 }
                 acc[j] = V::fma(V::cvt(isum), V::mul(dw, V::set1f(h2f(ab.d))), acc[j]);
             }
@@ -202,9 +226,19 @@ void mxfp4_blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, 
             for (int j = 0; j < NA; j++) {
                 const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
                 V::i isum = V::set1(s[j * ss + b]); // -12 x the block's activation sum
-                for (int v = 0; v < 4; v++) {
-                    isum = V::dp(isum, lo[v], V::set1(word(ab.qs + 4 * v)));
-                    isum = V::dp(isum, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
+                if constexpr (V::pairs16) { // a pair sum <= 2 x 24 x 128 = 6144: four of them (< 2^15) per widening
+                    V::i pl = V::mul_pairs(lo[0], V::set1(word(ab.qs)));
+                    V::i ph = V::mul_pairs(hi[0], V::set1(word(ab.qs + 16)));
+                    for (int v = 1; v < 4; v++) {
+                        pl = V::add16(pl, V::mul_pairs(lo[v], V::set1(word(ab.qs + 4 * v))));
+                        ph = V::add16(ph, V::mul_pairs(hi[v], V::set1(word(ab.qs + 16 + 4 * v))));
+                    }
+                    isum = V::widen(V::widen(isum, pl), ph);
+                } else {
+                    for (int v = 0; v < 4; v++) {
+                        isum = V::dp(isum, lo[v], V::set1(word(ab.qs + 4 * v)));
+                        isum = V::dp(isum, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
+                    }
                 }
                 acc[j] = V::fma(V::cvt(isum), V::mul(dw, V::set1f(h2f(ab.d))), acc[j]);
             }
