@@ -421,12 +421,24 @@ void tq2_0_plain(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, co
                                    V::bits2<0>(x1), V::bits2<2>(x1), V::bits2<4>(x1), V::bits2<6>(x1)};
                 for (int j = 0; j < NA; j++) {
                     const int8_t* qa = reinterpret_cast<const block_q8_k*>(a + j * as)[b].qs + 4 * l;
-                    V::i i0 = V::set1(s[j * ss + 8 * b + l]), i1 = V::zero_i();
-                    for (int n = 0; n < 4; n++) {
-                        i0 = V::dp(i0, c[n], V::set1(word(qa + 32 * n)));
-                        i1 = V::dp(i1, c[4 + n], V::set1(word(qa + 128 + 32 * n)));
+                    V::i isum;
+                    if constexpr (V::pairs16) { // a pair sum <= 2 x 3 x 128 = 768, eight of them < 2^15
+                        V::i p = V::mul_pairs(c[0], V::set1(word(qa)));
+                        p = V::add16(p, V::mul_pairs(c[4], V::set1(word(qa + 128))));
+                        for (int n = 1; n < 4; n++) {
+                            p = V::add16(p, V::mul_pairs(c[n], V::set1(word(qa + 32 * n))));
+                            p = V::add16(p, V::mul_pairs(c[4 + n], V::set1(word(qa + 128 + 32 * n))));
+                        }
+                        isum = V::widen(V::set1(s[j * ss + 8 * b + l]), p);
+                    } else {
+                        V::i i0 = V::set1(s[j * ss + 8 * b + l]), i1 = V::zero_i();
+                        for (int n = 0; n < 4; n++) {
+                            i0 = V::dp(i0, c[n], V::set1(word(qa + 32 * n)));
+                            i1 = V::dp(i1, c[4 + n], V::set1(word(qa + 128 + 32 * n)));
+                        }
+                        isum = V::add32(i0, i1);
                     }
-                    acc[j][l] = V::fma(V::cvt(V::add32(i0, i1)), d[j], acc[j][l]);
+                    acc[j][l] = V::fma(V::cvt(isum), d[j], acc[j][l]);
                 }
             }
         }
@@ -445,14 +457,24 @@ void i2_s_k(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const i
             for (int n = 0; n < 4; n++) acc[j][n] = V::zero_i();
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t* q = w + size_t(b) * 512 + h * 32;
+            // AVX2: the block's products summed in int16 (32 pair sums of <= 2 x 3 x 128 = 768: < 2^15), one widening
+            V::i p[NA];
+            for (int j = 0; j < NA; j++) p[j] = V::zero_i();
             for (int l = 0; l < 8; l++) {
                 const V::i x = V::load(q + 64 * l);
                 const V::i c[4] = {V::bits2<6>(x), V::bits2<4>(x), V::bits2<2>(x), V::bits2<0>(x)};
                 for (int j = 0; j < NA; j++) {
                     const int8_t* qa = reinterpret_cast<const block_i8_s*>(a + j * as)[b].qs + 4 * l;
-                    for (int n = 0; n < 4; n++) acc[j][n] = V::dp(acc[j][n], c[n], V::set1(word(qa + 32 * n)));
+                    for (int n = 0; n < 4; n++) {
+                        if constexpr (V::pairs16)
+                            p[j] = V::add16(p[j], V::mul_pairs(c[n], V::set1(word(qa + 32 * n))));
+                        else
+                            acc[j][n] = V::dp(acc[j][n], c[n], V::set1(word(qa + 32 * n)));
+                    }
                 }
             }
+            if constexpr (V::pairs16)
+                for (int j = 0; j < NA; j++) acc[j][int(b % 4)] = V::widen(acc[j][int(b % 4)], p[j]);
         }
         for (int j = 0; j < NA; j++) {
             const auto* ab = reinterpret_cast<const block_i8_s*>(a + j * as);
