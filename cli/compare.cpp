@@ -1,5 +1,5 @@
-// compare.cpp: `tessera compare`: the same tokens on the CPU and on CUDA, side by side: prompt and generation speed on
-// each backend and the speedup (medians over -r repetitions after an untimed warm-up, as bench measures), and how far
+// compare.cpp: `tessera compare`: the same tokens on two sides (the CPU and CUDA by default; --device A,B: one GPU
+// against two split by rows, say), side by side: prompt and generation speed on each and the speedup (medians over -r repetitions after an untimed warm-up, as bench measures), and how far
 // the two agree: max |Δlogit|, top-1 agreement and mean KL divergence of the next-token distributions (teacher-forced
 // over the text), and with --layers the first layer whose hidden state (l_out-N) differs beyond a bound. The text is
 // cut to one context (-c, default 512 tokens): a whole file would need its logits for every token in memory.
@@ -60,16 +60,74 @@ double median(std::vector<double> v) {
     return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// One side of the comparison: its label (the spec as given) and the session it runs.
+struct side {
+    std::string label;
+    session_params sp;
+    bool cuda = false;
+};
+
+// cpu | cuda | cuda:N | cuda:N+M[+...][/layer|/row] on top of the command's session flags
+side parse_side(const std::string& spec, const session_params& base) {
+    side d{spec, base, false};
+    auto bad = [&] {
+        return error(fmt::format("--device: '{}' is not cpu, cuda, cuda:N or cuda:N+M[/layer] (compare's two sides "
+                                 "are given as A,B)",
+                                 spec));
+    };
+    if (spec == "cpu") {
+        d.sp.device = device_type::cpu;
+        return d;
+    }
+    if (spec.rfind("cuda", 0) != 0) throw bad();
+    d.cuda = true;
+    d.sp.device = device_type::cuda;
+    if (spec == "cuda") return d;
+    if (spec[4] != ':') throw bad();
+    std::string rest = spec.substr(5);
+    using sm = session_params::split_mode;
+    sm mode = sm::row;
+    const bool how_given = rest.find('/') != std::string::npos;
+    if (const size_t slash = rest.find('/'); slash != std::string::npos) {
+        const std::string how = rest.substr(slash + 1);
+        if (how != "layer" && how != "row") throw bad();
+        mode = how == "layer" ? sm::layer : sm::row;
+        rest.resize(slash);
+    }
+    std::vector<int> gpus;
+    for (size_t i = 0; i <= rest.size();) {
+        const size_t plus = std::min(rest.find('+', i), rest.size());
+        const std::string num = rest.substr(i, plus - i);
+        if (num.empty() || num.size() > 4 || num.find_first_not_of("0123456789") != std::string::npos) throw bad();
+        gpus.push_back(std::stoi(num));
+        i = plus + 1;
+    }
+    std::vector<int> sorted = gpus;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+        throw error(fmt::format("--device: '{}' names a GPU twice", spec));
+    if (gpus.size() == 1) { // one GPU of several
+        if (how_given) throw bad();
+        d.sp.split = sm::none;
+        d.sp.main_gpu = gpus[0];
+        return d;
+    }
+    d.sp.split = mode;
+    d.sp.tensor_split.assign(size_t(sorted.back()) + 1, 0.0f); // the named GPUs, equal shares; the others left out
+    for (int g : gpus) d.sp.tensor_split[size_t(g)] = 1.0f;
+    d.sp.main_gpu = 0;
+    return d;
+}
+
 // Agreement first (the prompt as one batch with every position's logits, then the same tokens again one at a time,
 // teacher-forced), then the timings: a warm-up of both tests unless told not to, and `reps` timed runs of each.
-run_result evaluate(const model& mdl, const compare_options& o, device_type dev, const std::vector<token>& toks,
+run_result evaluate(const model& mdl, const compare_options& o, const side& d, const std::vector<token>& toks,
                     int64_t n_gen) {
     run_result r;
-    session_params sp = o.m.session;
-    sp.device = dev;
+    session_params sp = d.sp;
     sp.n_ctx = std::max<int64_t>(sp.n_ctx, int64_t(toks.size()) + 1);
     session s(mdl, sp);
-    r.backend = s.be().name();
+    r.backend = d.label;
     const int warm = o.no_warmup ? 0 : 1;
     progress_bar bar(fmt::format("{:<5}", r.backend), (1 + warm + o.reps) * (1 + n_gen));
     // the layer a node belongs to: its name's "-N" suffix; unnamed nodes belong to the layer being evaluated
@@ -178,12 +236,32 @@ agreement agree(const std::vector<float>& a, const std::vector<float>& b, int64_
 
 void compare_main(const compare_options& o) {
     const std::string text = o.p.prompt.empty() && o.p.file.empty() ? default_text : read_prompt(o.p);
+    // the two sides: --device A,B (default cpu,cuda)
+    std::vector<side> sides;
+    {
+        const std::string list = o.m.device.empty() ? "cpu,cuda" : o.m.device;
+        const size_t comma = list.find(',');
+        if (comma == std::string::npos || list.find(',', comma + 1) != std::string::npos)
+            throw error(fmt::format("--device: compare takes two sides as A,B (e.g. cpu,cuda or cuda:0,cuda:0+1), not "
+                                    "'{}'",
+                                    list));
+        for (const std::string& spec : {list.substr(0, comma), list.substr(comma + 1)})
+            sides.push_back(parse_side(spec, o.m.session));
+        if (sides[1].label == sides[0].label) sides[1].label += " (2)";
+    }
     auto mdl = model::load(o.m.model);
-    std::string why;
-    if (!find_gpu(&why)) throw error(fmt::format("compare needs a CUDA device to compare with the CPU ({})", why));
-    for (tensor* w : mdl->params)
-        if (!device_supports_weights(device_type::cuda, w->t))
-            throw error(fmt::format("the CUDA backend cannot run {} weights yet ({})", type_name(w->t), w->name));
+    for (const side& d : sides) {
+        if (!d.cuda) continue;
+        std::string why;
+        if (!find_gpu(&why))
+            throw error(fmt::format("compare: {} needs a CUDA device ({}); --device cpu,cpu compares the CPU with "
+                                    "itself",
+                                    d.label, why));
+        for (tensor* w : mdl->params)
+            if (!device_supports_weights(device_type::cuda, w->t))
+                throw error(fmt::format("the CUDA backend cannot run {} weights yet ({})", type_name(w->t), w->name));
+        break;
+    }
     if (o.reps < 1) throw error("-r must be at least 1");
     std::vector<token> toks = mdl->voc.tokenize(text, true, true);
     if (toks.size() < 2) throw error("the text is too short to compare (fewer than 2 tokens)");
@@ -194,8 +272,8 @@ void compare_main(const compare_options& o) {
         toks.resize(size_t(n_ctx));
     }
     const int64_t n_gen = std::min<int64_t>(o.p.n_predict < 0 ? 64 : o.p.n_predict, int64_t(toks.size()));
-    const run_result cpu = evaluate(*mdl, o, device_type::cpu, toks, n_gen);
-    const run_result gpu = evaluate(*mdl, o, device_type::cuda, toks, n_gen);
+    const run_result cpu = evaluate(*mdl, o, sides[0], toks, n_gen); // side A ("cpu" by default)
+    const run_result gpu = evaluate(*mdl, o, sides[1], toks, n_gen); // side B ("cuda")
     const int64_t nv = mdl->hp.n_vocab;
     const auto nmse = [](const std::vector<float>& a, const std::vector<float>& b) {
         double num = 0, den = 0;
@@ -237,8 +315,9 @@ void compare_main(const compare_options& o) {
             {"n_tokens", toks.size()},
             {"n_gen", n_gen},
             {"repetitions", o.reps},
-            {"cpu", {{"pp_tps", cpu.pp_tps}, {"tg_tps", cpu.tg_tps}}},
-            {"cuda", {{"pp_tps", gpu.pp_tps}, {"tg_tps", gpu.tg_tps}}},
+            {"sides", {sides[0].label, sides[1].label}},
+            {sides[0].label, {{"pp_tps", cpu.pp_tps}, {"tg_tps", cpu.tg_tps}}},
+            {sides[1].label, {{"pp_tps", gpu.pp_tps}, {"tg_tps", gpu.tg_tps}}},
             {"speedup", {{"pp", gpu.pp_tps / cpu.pp_tps}, {"tg", gpu.tg_tps / cpu.tg_tps}}},
             {"prompt", {{"max_abs_dlogit", pp.max_dlogit}, {"top1_agreement", pp.top1}, {"mean_kld", pp.mean_kld}}},
             {"decode", {{"max_abs_dlogit", tg.max_dlogit}, {"top1_agreement", tg.top1}, {"mean_kld", tg.mean_kld}}}};
@@ -253,17 +332,20 @@ void compare_main(const compare_options& o) {
     }
     fmt::print("{} — {} tokens, {} decode steps; speeds: medians of {} runs{}\n\n", mdl->name, toks.size(), n_gen,
                o.reps, o.no_warmup ? "" : " after a warm-up");
-    fmt::print("| {:<10} | {:>14} | {:>14} |\n", "", "pp t/s", "tg t/s");
-    fmt::print("| {:-<10} | {:->14} | {:->14} |\n", "", "", "");
-    fmt::print("| {:<10} | {:>14.1f} | {:>14.1f} |\n", "cpu", cpu.pp_tps, cpu.tg_tps);
-    fmt::print("| {:<10} | {:>14.1f} | {:>14.1f} |\n", "cuda", gpu.pp_tps, gpu.tg_tps);
-    fmt::print("| {:<10} | {:>13.2f}x | {:>13.2f}x |\n\n", "speedup", gpu.pp_tps / cpu.pp_tps, gpu.tg_tps / cpu.tg_tps);
+    const size_t w = std::max<size_t>({10, sides[0].label.size(), sides[1].label.size()});
+    fmt::print("| {:<{}} | {:>14} | {:>14} |\n", "", w, "pp t/s", "tg t/s");
+    fmt::print("| {:-<{}} | {:->14} | {:->14} |\n", "", w, "", "");
+    fmt::print("| {:<{}} | {:>14.1f} | {:>14.1f} |\n", sides[0].label, w, cpu.pp_tps, cpu.tg_tps);
+    fmt::print("| {:<{}} | {:>14.1f} | {:>14.1f} |\n", sides[1].label, w, gpu.pp_tps, gpu.tg_tps);
+    fmt::print("| {:<{}} | {:>13.2f}x | {:>13.2f}x |\n\n", "speedup", w, gpu.pp_tps / cpu.pp_tps,
+               gpu.tg_tps / cpu.tg_tps);
     fmt::print("| {:<8} | {:>12} | {:>14} | {:>12} |\n", "logits", "max |Δ|", "top-1 agree", "mean KLD");
     fmt::print("| {:-<8} | {:->12} | {:->14} | {:->12} |\n", "", "", "", "");
     fmt::print("| {:<8} | {:>12.4f} | {:>13.2f}% | {:>12.3g} |\n", "prompt", pp.max_dlogit, 100 * pp.top1, pp.mean_kld);
     fmt::print("| {:<8} | {:>12.4f} | {:>13.2f}% | {:>12.3g} |\n", "decode", tg.max_dlogit, 100 * tg.top1, tg.mean_kld);
     if (o.nodes >= 0) {
-        fmt::print("\nlayer {} of the prompt batch, node by node (CPU vs CUDA):\n\n", o.nodes);
+        fmt::print("\nlayer {} of the prompt batch, node by node ({} vs {}):\n\n", o.nodes, sides[0].label,
+                   sides[1].label);
         fmt::print("| {:<20} | {:<10} | {:>10} | {:>12} |\n", "node", "op", "NMSE", "max |Δ|");
         fmt::print("| {:-<20} | {:-<10} | {:->10} | {:->12} |\n", "", "", "", "");
         for (const auto& row : node_rows)
@@ -283,8 +365,9 @@ void compare_main(const compare_options& o) {
 
 void add_compare(CLI::App& app) {
     auto o = std::make_shared<compare_options>();
-    CLI::App* cmd = app.add_subcommand("compare", "Run the same tokens on the CPU and on CUDA: speed and agreement");
-    add_model_options(*cmd, o->m);
+    CLI::App* cmd = app.add_subcommand(
+        "compare", "Run the same tokens on the CPU and on CUDA (or any two sides, --device A,B): speed and agreement");
+    add_model_options(*cmd, o->m, true, true);
     cmd->add_option("-p,--prompt", o->p.prompt, "Text to evaluate (default: a built-in paragraph)");
     cmd->add_option("-f,--file", o->p.file, "Read the text from a file");
     cmd->add_option("-n,--n-predict", o->p.n_predict, "Decode steps to time and compare (default 64)");
@@ -298,7 +381,8 @@ void add_compare(CLI::App& app) {
     cmd->add_flag("--no-warmup", o->no_warmup, "Skip the untimed warm-up run");
     cmd->add_flag("--json", o->json, "Print one JSON object");
     cmd->footer("The text is cut to the first -c tokens (default 512 here).\n\nExample:\n"
-                "  tessera compare -m models/SmolLM2-135M-Instruct.Q4_1.gguf -f wiki.test.raw --layers");
+                "  tessera compare -m models/SmolLM2-135M-Instruct.Q4_1.gguf -f wiki.test.raw --layers\n"
+                "  tessera compare -m model.gguf --device cuda:0,cuda:0+1     (one GPU against two, split by rows)");
     cmd->callback([o] { compare_main(*o); });
 }
 

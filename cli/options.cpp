@@ -15,7 +15,7 @@
 
 namespace tessera::cli {
 
-void add_model_options(CLI::App& cmd, model_options& o, bool model_required) {
+void add_model_options(CLI::App& cmd, model_options& o, bool model_required, bool device_pair) {
     auto* m = cmd.add_option("-m,--model", o.model, "Model file (GGUF)");
     if (model_required) m->required();
     cmd.add_option("-c,--ctx-size", o.session.n_ctx, "Context size in tokens (0: the model's, at most 4096)")
@@ -25,8 +25,13 @@ void add_model_options(CLI::App& cmd, model_options& o, bool model_required) {
     cmd.add_option("-t,--threads", o.session.n_threads, "CPU threads (0: one per core, at most 8)")
         ->check(CLI::Range(0, 512));
     cmd.add_flag("-v,--verbose", o.verbose, "More log output on stderr");
-    cmd.add_option("--device", o.device, "Run on cpu or cuda (default: cuda when a GPU is present)")
-        ->check(CLI::IsMember({"cpu", "cuda"}));
+    if (device_pair)
+        cmd.add_option("--device", o.device,
+                       "The two sides to compare, as A,B: cpu, cuda (the main GPU), cuda:N (GPU N), cuda:N+M (those "
+                       "GPUs split by rows; cuda:N+M/layer: by layers) (default: cpu,cuda)");
+    else
+        cmd.add_option("--device", o.device, "Run on cpu or cuda (default: cuda when a GPU is present)")
+            ->check(CLI::IsMember({"cpu", "cuda"}));
     cmd.add_flag("--exact", o.session.exact,
                  "CUDA: reproduce the CPU's results bit for bit (quantized mul_mat, norms, rope, attention); "
                  "slower, for checking one backend against the other");

@@ -34,7 +34,8 @@ struct prompt_options {
     int n_predict = 128;        // -n; -1: until end of generation or a full context
 };
 
-void add_model_options(CLI::App& cmd, model_options& o, bool model_required = true);
+// device_pair: --device takes compare's two sides (cpu, cuda, cuda:N, cuda:N+M[/layer]) instead of cpu|cuda
+void add_model_options(CLI::App& cmd, model_options& o, bool model_required = true, bool device_pair = false);
 void add_sampling_options(CLI::App& cmd, sampler_params& s);
 void add_prompt_options(CLI::App& cmd, prompt_options& o);
 

@@ -411,6 +411,24 @@ TEST(cli_compare, without_a_gpu_says_so_and_with_one_prints_both_backends) {
     EXPECT_EQ(j["layer_nmse"].size(), 2u);
 }
 
+// --device A,B: any two sides; the CPU against itself needs no GPU and agrees exactly (same threads, same kernels)
+TEST(cli_compare, two_sides_of_the_users_choice) {
+    auto r = run_tessera("compare -m " + shell_quote(tiny_model()) + " --device cpu,cpu -n 3 -r 1 -c 32 --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["sides"], nlohmann::json({"cpu", "cpu (2)"}));
+    EXPECT_GT(j["cpu"]["pp_tps"].get<double>(), 0);
+    EXPECT_GT(j["cpu (2)"]["tg_tps"].get<double>(), 0);
+    EXPECT_EQ(j["prompt"]["max_abs_dlogit"].get<double>(), 0.0);
+    EXPECT_EQ(j["decode"]["top1_agreement"].get<double>(), 1.0);
+    // a side that is not one, one side, three, a GPU named twice: one line each, before the model loads
+    for (const char* bad : {"cpu", "cpu,cuda,cpu", "gpu,cpu", "cuda:x,cpu", "cuda:0+0,cpu", "cuda:0/layer,cpu",
+                            "cuda:0+1/column,cpu"}) {
+        auto e = run_tessera("compare -m " + shell_quote(tiny_model()) + " --device " + bad);
+        expect_one_line_error(e, "--device");
+    }
+}
+
 // ---- hardening (#6): full disks, interrupts, bad bytes, odd contexts ----
 
 // A full disk while quantize writes (RLIMIT_FSIZE of 32 KiB, SIGXFSZ ignored so write() fails with EFBIG as it
