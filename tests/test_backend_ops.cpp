@@ -742,6 +742,7 @@ std::vector<op_case> all_cases() {
         int n_rot;
         bool ff;
         bool bias = false;
+        bool qk_norm = false; // qwen3's / gemma3's per-head RMS norms of Q and K before rope
     };
     for (qkv_shape s : {qkv_shape{type::q4_0, 64, 6, 2, 1, 9, false, 64, false},
                         qkv_shape{type::q8_0, 128, 8, 2, 3, 20, false, 128, true},
@@ -753,7 +754,11 @@ std::vector<op_case> all_cases() {
                         qkv_shape{type::q4_0, 64, 4, 1, 40, 3, false, 64, false},
                         qkv_shape{type::q8_0, 128, 7, 1, 1, 20, true, 128, false, true}, // qwen2-like, biased
                         qkv_shape{type::q4_0, 64, 6, 2, 3, 9, false, 64, false, true},
-                        qkv_shape{type::q4_1, 64, 4, 2, 40, 3, true, 64, false, true}}) {
+                        qkv_shape{type::q4_1, 64, 4, 2, 40, 3, true, 64, false, true},
+                        qkv_shape{type::q8_0, 128, 8, 2, 1, 20, true, 128, false, false, true}, // qwen3-like
+                        qkv_shape{type::q4_0, 256, 4, 1, 1, 9, true, 256, false, false, true},  // gemma3-like
+                        qkv_shape{type::q4_0, 128, 6, 2, 3, 9, true, 128, false, false, true},
+                        qkv_shape{type::q4_1, 128, 4, 2, 40, 3, true, 128, false, false, true}}) {
         const int64_t E = 256, n_kv = s.n_past + s.n_tok;
         std::vector<int32_t> rows;
         for (int64_t t = 0; t < s.n_tok; t++) rows.push_back(int32_t(s.n_past + t));
@@ -784,10 +789,17 @@ std::vector<op_case> all_cases() {
                 bl.weight = true;
                 leaves.push_back(bl);
             }
+        const size_t n0 = leaves.size(); // the Q and K norm weights
+        if (s.qk_norm)
+            for (int w = 0; w < 2; w++) {
+                leaf nl = f32_leaf({s.hd}, uint32_t(95 + w));
+                nl.weight = true;
+                leaves.push_back(nl);
+            }
         add_case(std::string("qkv_rope_kv_attention_") + type_name(s.t) + "_hd" + std::to_string(s.hd) + "_h" +
                      std::to_string(s.n_head) + "_kv" + std::to_string(s.n_head_kv) + "_rot" + std::to_string(s.n_rot) +
                      "_tok" + std::to_string(s.n_tok) + (s.neox ? "_neox" : "") + (s.ff ? "_ff" : "") +
-                     (s.bias ? "_bias" : ""),
+                     (s.bias ? "_bias" : "") + (s.qk_norm ? "_qknorm" : ""),
                  leaves,
                  [=](context& c, const auto& t) {
                      const rope_mode mode = s.neox ? rope_mode::neox : rope_mode::normal;
@@ -801,13 +813,23 @@ std::vector<op_case> all_cases() {
                          k = add(c, k, t[b0 + 1]);
                          v = add(c, v, t[b0 + 2]);
                      }
-                     tensor* qr = rope(c, reshape_3d(c, q, s.hd, s.n_head, s.n_tok), t[6], ff, s.n_rot, mode,
-                                       10000.0f, 1.0f);
-                     tensor* kr = rope(c, reshape_3d(c, k, s.hd, s.n_head_kv, s.n_tok), t[6], ff, s.n_rot, mode,
-                                       10000.0f, 1.0f);
+                     tensor* q3 = reshape_3d(c, q, s.hd, s.n_head, s.n_tok);
+                     tensor* k3 = reshape_3d(c, k, s.hd, s.n_head_kv, s.n_tok);
+                     if (s.qk_norm) { // as builder::attention: both norms before either rope
+                         for (tensor* e : {q, k, v}) expand_first->push_back(e);
+                         q3 = mul(c, rms_norm(c, q3, 1e-6f), t[n0]);
+                         k3 = mul(c, rms_norm(c, k3, 1e-6f), t[n0 + 1]);
+                     }
+                     tensor* qr = rope(c, q3, t[6], ff, s.n_rot, mode, 10000.0f, 1.0f);
+                     tensor* kr = rope(c, k3, t[6], ff, s.n_rot, mode, 10000.0f, 1.0f);
                      tensor* kw = set_rows(c, t[4], reshape_2d(c, kr, s.hd * s.n_head_kv, s.n_tok), t[6]);
                      tensor* vw = set_rows(c, t[5], v, t[6]);
-                     for (tensor* e : {q, k, v, qr, kw, vw}) expand_first->push_back(e);
+                     for (tensor* e : {q, k, v}) expand_first->push_back(e);
+                     if (s.qk_norm) {
+                         expand_first->push_back(q3);
+                         expand_first->push_back(k3);
+                     }
+                     for (tensor* e : {qr, kw, vw}) expand_first->push_back(e);
                      tensor* kv = view_3d(c, kw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, kw->nb[1], 0);
                      tensor* vv = view_3d(c, vw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, vw->nb[1], 0);
                      return attention(c, qr, kv, vv, t[7], 1.0f / std::sqrt(float(s.hd)));

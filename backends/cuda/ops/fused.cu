@@ -7,7 +7,8 @@
 //   2-3 mul_mats of one activation on the decode GEMV as one launch (mmv.cu, mul_mat_group: q, k, v; gate, up)
 //   attention -> [its rows as a view ->] q8_1 for the mul_mat after it                (the output projection's input)
 //   rope(Q), rope(K), set_rows(K cache, rotated K), set_rows(V cache, V), in any order, views between them skipped
-//   (rope.cu, rope_kv), when no result the kernel writes lies where one of its inputs is (see fuse_rope_kv)
+//   (rope.cu, rope_kv), when no result the kernel writes lies where one of its inputs is (see fuse_rope_kv); also
+//   with the Q / K norms before the ropes (qwen3, gemma3: fuse_qk_norm_rope_kv)
 //   the q, k, v mul_mats on the decode GEMV followed by that rope / cache-write group, reading only their results:
 //   the GEMV's epilogue does the group's work (normal and NEOX rope; fuse_qkv_rope, mmv.cu)
 //   the slots of mul(experts' outputs, chosen weights) added in order (a mixture-of-experts block's end); the
@@ -255,6 +256,54 @@ size_t fuse_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     rope_kv_nodes m;
     const size_t n = match_rope_kv(ctx, nodes, i, uses, m);
     return n > 0 && rope_kv(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k) ? n : 0;
+}
+
+// rms_norm(q) -> mul(its weight) -> rms_norm(k) -> mul(its weight) (qwen3's and gemma3's Q / K norms on the head
+// views; views between) and rope_kv's four nodes after them, where the ropes read the two products and nothing else
+// reads the norms or the products: one rope_kv kernel normalizing each head itself (rope.cu head_norm, the unfused
+// vector norm kernel's arithmetic). The norms' inputs are read instead of the products, so the overlap check is made
+// against them.
+size_t fuse_qk_norm_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                            const std::unordered_map<const tensor*, int>& uses) {
+    auto used = [&](const tensor* t) {
+        const auto it = uses.find(t);
+        return it == uses.end() ? 0 : it->second;
+    };
+    const tensor* seq[4];
+    size_t j = i;
+    for (int c = 0; c < 4; j++) {
+        if (j >= nodes.size()) return 0;
+        const tensor* t = nodes[j];
+        if (t->o == op::view || t->o == op::none) {
+            if (c == 0) return 0;
+            continue;
+        }
+        seq[c++] = t;
+    }
+    const tensor *nq = seq[0], *mq = seq[1], *nk = seq[2], *mk = seq[3];
+    if (nq->o != op::rms_norm || mq->o != op::mul || nk->o != op::rms_norm || mk->o != op::mul || mq->src[0] != nq ||
+        mk->src[0] != nk || used(nq) != 1 || used(nk) != 1 || used(mq) != 1 || used(mk) != 1 ||
+        ((nq->flags | nk->flags | mq->flags | mk->flags) & flag_output) ||
+        nq->op_params.f[0] != nk->op_params.f[0])
+        return 0;
+    for (const tensor* m : {mq, mk}) {
+        const tensor* w = m->src[1];
+        if (!w || w->t != type::f32 || w->ne[0] != m->ne[0] || w->ne[1] != 1 || w->ne[2] != 1 || w->ne[3] != 1 ||
+            w->nb[0] != 4 || !same_shape(m, m->src[0]))
+            return 0;
+    }
+    while (j < nodes.size() && (nodes[j]->o == op::view || nodes[j]->o == op::none)) j++;
+    rope_kv_nodes m;
+    const size_t n = match_rope_kv(ctx, nodes, j, uses, m);
+    if (n == 0 || m.rq->src[0] != mq || m.rk->src[0] != mk) return 0;
+    const tensor* inputs[] = {nq->src[0], nk->src[0], m.sv->src[0], m.rq->src[1], m.rq->src[2], m.sk->src[2]};
+    const tensor* outputs[] = {m.rq, m.sk, m.sv, m.write_k ? m.rk : nullptr};
+    for (const tensor* o : outputs)
+        for (const tensor* in : inputs)
+            if (o && in && overlap(span_of(ctx, o), span_of(ctx, in))) return 0;
+    const qk_norms norms{nq->src[0], nk->src[0], ctx.as<float>(mq->src[1]), ctx.as<float>(mk->src[1]),
+                         nq->op_params.f[0]};
+    return rope_kv(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k, &norms) ? j - i + n : 0;
 }
 
 // The q, k, v mul_mats at nodes[i..i + 2] (decode: one GEMV launch, mul_mat_group), their bias adds if any, and
@@ -547,8 +596,10 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
     tensor* n0 = at(i);
     if (const size_t n = fuse_moe_sum(ctx, nodes, i, uses)) return n; // the experts' outputs summed over slots
     if (const size_t n = fuse_moe_route(ctx, nodes, i)) return n;        // a decode token's expert routing
-    if (rope_kv_on)
+    if (rope_kv_on) {
         if (const size_t n = fuse_rope_kv(ctx, nodes, i, uses)) return n;
+        if (const size_t n = fuse_qk_norm_rope_kv(ctx, nodes, i, uses)) return n; // Q / K norms, ropes, cache writes
+    }
     // all_reduce [-> add (the residual)] -> rms_norm -> mul by a weight row [-> q8_1]: a decode step's sum over the
     // device group (tensor parallelism; p2p.cuh) inside the norm kernel; the sum itself, read by the add (gemma3's
     // post-norms: the norm) alone, is not written

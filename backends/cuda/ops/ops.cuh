@@ -170,8 +170,16 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
 
 // rope.cu: rope of Q (rq) and of K (rk), set_rows of the rotated K (sk) and of V (sv) into f16 caches as one launch,
 // rk's own result written only when write_k; false (nothing launched) when the nodes do not have the shapes and types
-// it handles. The caller checks that no result it writes overlaps an input (fused.cu).
-bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv, bool write_k);
+// it handles. The caller checks that no result it writes overlaps an input (fused.cu). norms (qwen3, gemma3): rq and
+// rk rotate rms_norm(q) * qw and rms_norm(k) * kw of the heads of q and k (eps: the norms'), computed in the kernel as
+// the unfused rms_norm -> mul does it.
+struct qk_norms {
+    const tensor *q, *k; // the norms' inputs (heads as rows)
+    const float *qw, *kw;
+    float eps;
+};
+bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv, bool write_k,
+             const qk_norms* norms = nullptr);
 // Where those results go and how the angles are made, for a kernel that writes them itself (rope_kv's kernel, the q/k/v
 // GEMV's epilogue in mmv.cu): rotated Q into yq (element (j, head, token) at j + head nb1 + token nb2, in floats; yk
 // the same for K, null unless write_k), K and V as f16 into cache rows idx[token] (rows outside [0, rows) skipped, as

@@ -21,9 +21,12 @@ constexpr int ROPE_HEADS = 4;
 // GPU nearly idle. Threads first fill (cos, sin) of every pair in shared memory, then take (head, pair) items. With
 // `cache` (rope_kv_kernel) each result is also written as f16 to cache[h * head_dim + j], the K-cache row of token t;
 // y == nullptr: the result only goes there.
+// xn (not null): the block's heads h0.. as rows of hd floats in shared memory, read instead of x (rope_kv_kernel's
+// Q / K norms: head_norm below).
 template <bool NEOX>
 __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y,
-                                           shape4 sy, int n_rot, const rope_angles& ang, const float* table, int64_t t, int64_t h0, float* cs, __half* cache) {
+                                           shape4 sy, int n_rot, const rope_angles& ang, const float* table, int64_t t,
+                                           int64_t h0, float* cs, __half* cache, const float* xn = nullptr) {
     const int half = n_rot / 2;
     for (int i = threadIdx.x; i < half && table; i += blockDim.x) { // exact mode: the host's (cos, sin)
         cs[2 * i] = table[t * n_rot + 2 * i];
@@ -40,12 +43,13 @@ __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int3
     const int64_t n_items = n_head * (hd - half); // per head: n_rot/2 pairs, then hd - n_rot pass-through values
     for (int64_t it = threadIdx.x; it < n_items; it += blockDim.x) {
         const int64_t h = h0 + it / (hd - half), i = it % (hd - half);
-        const float* xr = x + h * sx.nb[1] + t * sx.nb[2];
+        const float* xr = xn ? xn + (h - h0) * hd : x + h * sx.nb[1] + t * sx.nb[2];
+        const int64_t xs = xn ? 1 : sx.nb[0];
         float* yr = y ? y + h * sy.nb[1] + t * sy.nb[2] : nullptr;
         __half* cr = cache ? cache + h * hd : nullptr;
         if (i < half) {
             const int64_t j0 = NEOX ? i : 2 * i, j1 = NEOX ? i + half : 2 * i + 1;
-            const float2 r = rope_rotate(xr[j0 * sx.nb[0]], xr[j1 * sx.nb[0]], make_float2(cs[2 * i], cs[2 * i + 1]));
+            const float2 r = rope_rotate(xr[j0 * xs], xr[j1 * xs], make_float2(cs[2 * i], cs[2 * i + 1]));
             const float y0 = r.x, y1 = r.y;
             if (yr) {
                 yr[j0 * sy.nb[0]] = y0;
@@ -57,7 +61,7 @@ __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int3
             }
         } else {
             const int64_t j = i + half; // n_rot .. hd - 1
-            const float v = xr[j * sx.nb[0]];
+            const float v = xr[j * xs];
             if (yr) yr[j * sy.nb[0]] = v;
             if (cr) cr[j] = __float2half_rn(v);
         }
@@ -79,29 +83,77 @@ static __global__ void __launch_bounds__(ROPE_THREADS)
 // (fused.cu finds the four nodes): blocks y < gq rotate Q's heads, the next gk blocks K's (into K-cache row idx[t],
 // and into K's own tensor when yk is given), the rest copy V's row t into V-cache row idx[t], ROPE_THREADS x 4 values
 // each. Rows whose index is outside the cache are skipped, as set_rows skips them.
+//
+// With Q / K norms (qwen3, gemma3: qn, kn not null): each head's row is first normalized as fused.cu's rms_norm ->
+// mul runs it on the head view (norm.cu add_norm_vec_kernel with one warp a row: lane l holds float4s l, l + 32, ...,
+// squares fma'd in that order, a warp sum, (x s) w), one warp a head, into shared memory, and rotated from there.
 struct rope_kv_args {
     const float *q, *k, *v;
     shape4 sq, sk;
     rope_kv_params p;     // where the results go, the angles (ops.cuh)
     int64_t v_nb1, v_ne0; // V rows: stride in floats, length
     int gq, gk;
+    const float *qn, *kn; // the Q / K norm weights (hd floats), or null
+    float eps;
 };
+constexpr int HEAD_NORM_MAX = 512; // head sizes of the normalized path: one warp a head, 4 float4s a lane at most
+
+// Rows h0 .. h0 + n - 1 of x (heads of hd contiguous floats, hd % 32 == 0, 16-byte aligned) normalized and times w
+// into xn (n rows of hd); warp w takes head h0 + w. Ends with a barrier.
+__device__ __forceinline__ void head_norm(const float* x, shape4 sx, int64_t t, int64_t h0, int64_t n, const float* w,
+                                          float eps, float* xn) {
+    const int warp = int(threadIdx.x) / WARP_SIZE, lane = int(threadIdx.x) % WARP_SIZE;
+    const int64_t hd = sx.ne[0], n4 = hd / 4;
+    if (warp < n) {
+        const auto* x4 = reinterpret_cast<const float4*>(x + (h0 + warp) * sx.nb[1] + t * sx.nb[2]);
+        float4 v[HEAD_NORM_MAX / 128];
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < HEAD_NORM_MAX / 128; j++) {
+            const int64_t i = lane + j * WARP_SIZE;
+            v[j] = i < n4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            ss = fmaf(v[j].x, v[j].x, ss);
+            ss = fmaf(v[j].y, v[j].y, ss);
+            ss = fmaf(v[j].z, v[j].z, ss);
+            ss = fmaf(v[j].w, v[j].w, ss);
+        }
+        ss = warp_sum(ss);
+        const float s = 1.0f / sqrtf(ss / float(hd) + eps);
+        const auto* w4 = reinterpret_cast<const float4*>(w);
+        auto* o4 = reinterpret_cast<float4*>(xn + warp * hd);
+#pragma unroll
+        for (int j = 0; j < HEAD_NORM_MAX / 128; j++) {
+            const int64_t i = lane + j * WARP_SIZE;
+            if (i >= n4) break;
+            const float4 wv = w4[i];
+            o4[i] = make_float4((v[j].x * s) * wv.x, (v[j].y * s) * wv.y, (v[j].z * s) * wv.z, (v[j].w * s) * wv.w);
+        }
+    }
+    __syncthreads();
+}
+
 template <bool NEOX> static __global__ void __launch_bounds__(ROPE_THREADS) rope_kv_kernel(rope_kv_args a) {
-    extern __shared__ float cs[];
+    extern __shared__ float cs[]; // (cos, sin) of every pair, then with norms ROPE_HEADS normalized heads
     pdl_wait();
     pdl_trigger();
     const rope_kv_params& p = a.p;
     const int64_t t = blockIdx.x;
     const int64_t row = p.idx64 ? static_cast<const int64_t*>(p.idx)[t] : static_cast<const int32_t*>(p.idx)[t];
     const int g = int(blockIdx.y);
+    float* xn = cs + p.n_rot;
     if (g < a.gq) {
-        rope_block<NEOX>(a.q, a.sq, p.pos, p.ff, p.yq, p.syq, p.n_rot, p.ang, nullptr, t,
-                         int64_t(g) * ROPE_HEADS, cs, nullptr);
+        const int64_t h0 = int64_t(g) * ROPE_HEADS;
+        if (a.qn) head_norm(a.q, a.sq, t, h0, min(int64_t(ROPE_HEADS), a.sq.ne[1] - h0), a.qn, a.eps, xn);
+        rope_block<NEOX>(a.q, a.sq, p.pos, p.ff, p.yq, p.syq, p.n_rot, p.ang, nullptr, t, h0, cs, nullptr,
+                         a.qn ? xn : nullptr);
     } else if (g < a.gq + a.gk) {
         __half* cache = row >= 0 && row < p.kc_rows ? p.kc + row * p.kc_nb1 : nullptr;
-        if (cache || p.yk)
-            rope_block<NEOX>(a.k, a.sk, p.pos, p.ff, p.yk, p.syk, p.n_rot, p.ang, nullptr, t,
-                             int64_t(g - a.gq) * ROPE_HEADS, cs, cache);
+        const int64_t h0 = int64_t(g - a.gq) * ROPE_HEADS;
+        if (cache || p.yk) {
+            if (a.kn) head_norm(a.k, a.sk, t, h0, min(int64_t(ROPE_HEADS), a.sk.ne[1] - h0), a.kn, a.eps, xn);
+            rope_block<NEOX>(a.k, a.sk, p.pos, p.ff, p.yk, p.syk, p.n_rot, p.ang, nullptr, t, h0, cs, cache,
+                             a.kn ? xn : nullptr);
+        }
     } else if (row >= 0 && row < p.vc_rows) {
         const int64_t base = int64_t(g - a.gq - a.gk) * ROPE_THREADS * 4;
         for (int64_t i = base + threadIdx.x; i < a.v_ne0 && i < base + ROPE_THREADS * 4; i += ROPE_THREADS)
@@ -165,18 +217,33 @@ bool rope_kv_params_of(const cuda_context& ctx, const tensor& rq, const tensor& 
     return true;
 }
 
-bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv, bool write_k) {
+bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv, bool write_k,
+             const qk_norms* norms) {
     rope_kv_params p;
     if (!rope_kv_params_of(ctx, rq, rk, sk, sv, write_k, p)) return false;
     const tensor* v = sv.src[0];
     const int64_t n_tok = rq.ne[2];
     if (n_tok == 0) return true;
     rope_kv_args a{};
-    a.q = ctx.as<float>(rq.src[0]);
-    a.k = ctx.as<float>(rk.src[0]);
+    const tensor* q = norms ? norms->q : rq.src[0];
+    const tensor* k = norms ? norms->k : rk.src[0];
+    a.q = ctx.as<float>(q);
+    a.k = ctx.as<float>(k);
     a.v = ctx.as<float>(v);
-    a.sq = shape_of(*rq.src[0], 4);
-    a.sk = shape_of(*rk.src[0], 4);
+    a.sq = shape_of(*q, 4);
+    a.sk = shape_of(*k, 4);
+    if (norms) {
+        const int64_t hd = a.sq.ne[0];
+        // heads of whole float4s, 16-byte aligned rows, one warp a head (as the unfused vector norm kernel)
+        const bool ok = hd == a.sk.ne[0] && hd % 32 == 0 && hd <= HEAD_NORM_MAX && a.sq.nb[0] == 1 &&
+                        a.sk.nb[0] == 1 && a.sq.nb[1] % 4 == 0 && a.sq.nb[2] % 4 == 0 && a.sk.nb[1] % 4 == 0 &&
+                        a.sk.nb[2] % 4 == 0 && aligned16(a.q) && aligned16(a.k) && aligned16(norms->qw) &&
+                        aligned16(norms->kw) && ROPE_HEADS * WARP_SIZE <= ROPE_THREADS;
+        if (!ok) return false;
+        a.qn = norms->qw;
+        a.kn = norms->kw;
+        a.eps = norms->eps;
+    }
     a.p = p;
     a.v_nb1 = int64_t(v->nb[1] / 4);
     a.v_ne0 = v->ne[0];
@@ -185,7 +252,7 @@ bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor
     const int gv = int(ceil_div(v->ne[0], int64_t(ROPE_THREADS) * 4));
     const dim3 grid(unsigned(n_tok), unsigned(a.gq + a.gk + gv));
     TS_ASSERT(grid.y <= 65535);
-    const size_t smem = size_t(p.n_rot) * sizeof(float);
+    const size_t smem = (size_t(p.n_rot) + (norms ? size_t(ROPE_HEADS) * size_t(a.sq.ne[0]) : 0)) * sizeof(float);
     launch(ctx, p.neox ? rope_kv_kernel<true> : rope_kv_kernel<false>, grid, ROPE_THREADS, smem, a);
     return true;
 }
