@@ -36,6 +36,7 @@ scheduler::~scheduler() = default;
 
 void scheduler::prepare(graph& g, const home_fn& home) {
     const int n_be = int(backends_.size());
+    for (backend* b : backends_) b->forget_weight_copies(); // the copies of the graph before go with copies_ctx_
     splits_.clear();
     where_.clear();
     copies_ctx_ = std::make_unique<context>();
@@ -76,7 +77,7 @@ void scheduler::prepare(graph& g, const home_fn& home) {
         for (size_t i = 0; i < n; i++) {
             tensor* nd = g.nodes[i];
             if (nd->o != op::mul_mat || by_leaf[i] != 0 || !nd->src[0] || !nd->src[1]) continue;
-            tensor* w = root_of(nd->src[0]);
+            tensor* w = nd->src[0]; // the weight itself (a view of one, as phi3's fused q/k/v, stays)
             const int64_t rows = nd->src[1]->ne[1] * nd->src[1]->ne[2] * nd->src[1]->ne[3];
             if (!is_leaf(w) || !(w->flags & flag_param) || !w->data || rows < offload_min_batch_ ||
                 !backends_[size_t(offload_target_)]->supports(*nd))
@@ -227,12 +228,15 @@ void scheduler::prepare(graph& g, const home_fn& home) {
         }
         bind_memory(plan_g[b], plan, buffers_[b]->base());
     }
+    auto copy_bytes = [&](int b, const tensor& w) {
+        return (backends_[size_t(b)]->weight_copy_bytes(w) + 255) / 256 * 256;
+    };
     // the offloaded weights: each split's packed from the start of its backend's slot (splits run one after the
     // other, and a backend's copies and kernels are ordered on its stream, so the next split's copies wait for them)
     std::vector<size_t> slot(backends_.size(), 0);
     for (const split& sp : splits_) {
         size_t need = 0;
-        for (const copy& c : sp.weight_copies) need += (c.to->n_bytes() + TS_TENSOR_ALIGN - 1) / TS_TENSOR_ALIGN * TS_TENSOR_ALIGN;
+        for (const copy& c : sp.weight_copies) need += copy_bytes(sp.b, *c.from);
         slot[size_t(sp.b)] = std::max(slot[size_t(sp.b)], need);
     }
     for (size_t b = 0; b < backends_.size(); b++)
@@ -244,7 +248,7 @@ void scheduler::prepare(graph& g, const home_fn& home) {
         size_t off = 0;
         for (const copy& c : sp.weight_copies) {
             c.to->data = static_cast<uint8_t*>(weight_slots_[size_t(sp.b)]->base()) + off;
-            off += (c.to->n_bytes() + TS_TENSOR_ALIGN - 1) / TS_TENSOR_ALIGN * TS_TENSOR_ALIGN;
+            off += copy_bytes(sp.b, *c.from);
         }
     }
     for (tensor* v : views_of_copies) v->data = static_cast<uint8_t*>(v->view_src->data) + v->view_offs;
@@ -266,7 +270,7 @@ void scheduler::compute(graph& g, bool again) {
             backends_[size_t(c.from_backend)]->get(*c.from, staging_.data(), 0, bytes);
             be.set(*c.to, staging_.data(), 0, bytes);
         }
-        for (const copy& c : sp.weight_copies) be.set(*c.to, c.from->data, 0, c.from->n_bytes()); // host memory
+        for (const copy& c : sp.weight_copies) be.set_weight_copy(*c.to, *c.from); // from host memory
         if (again && per_backend[size_t(sp.b)] == 1)
             be.compute_again(sp.g);
         else
