@@ -76,9 +76,11 @@ void scheduler::prepare(graph& g, const home_fn& home) {
     if (offload_target_ >= 1 && offload_target_ < n_be)
         for (size_t i = 0; i < n; i++) {
             tensor* nd = g.nodes[i];
-            if (nd->o != op::mul_mat || by_leaf[i] != 0 || !nd->src[0] || !nd->src[1]) continue;
+            const bool id = nd->o == op::mul_mat_id; // a mixture's experts (--n-cpu-moe): the whole stack goes up
+            if ((nd->o != op::mul_mat && !id) || by_leaf[i] != 0 || !nd->src[0] || !nd->src[1]) continue;
             tensor* w = nd->src[0]; // the weight itself (a view of one, as phi3's fused q/k/v, stays)
-            const int64_t rows = nd->src[1]->ne[1] * nd->src[1]->ne[2] * nd->src[1]->ne[3];
+            // tokens: mul_mat's activation rows; mul_mat_id's activations are (k, slots, tokens)
+            const int64_t rows = id ? nd->src[1]->ne[2] : nd->src[1]->ne[1] * nd->src[1]->ne[2] * nd->src[1]->ne[3];
             if (!is_leaf(w) || !(w->flags & flag_param) || !w->data || rows < offload_min_batch_ ||
                 !backends_[size_t(offload_target_)]->supports(*nd))
                 continue;

@@ -32,8 +32,9 @@ class scheduler {
     // node before it (the first nodes with the first placed one); a view stays with the tensor it aliases; an input
     // (a leaf without data) lives with its first reader, and set() / get() below find it there.
     void prepare(graph& g, const home_fn& home);
-    // Op offload (llama.cpp's, on by default there): a mul_mat whose weight lives on backends[0] (the CPU's layers of
-    // -ngl N) and that multiplies at least min_batch activation rows runs on backends[target] instead, its weight
+    // Op offload (llama.cpp's, on by default there): a mul_mat (mul_mat_id) whose weight lives on backends[0] (the
+    // CPU's layers of -ngl N, the experts of --n-cpu-moe) and that multiplies at least min_batch tokens runs on
+    // backends[target] instead, its weight
     // copied there for the split (host memory -> device each time: worth it where a batch's GEMM on the GPU, upload
     // included, beats the CPU's, as for a prompt). The copies of a split share one buffer of the target backend, sized
     // for the split needing most and reused by every split. target < 1: off. Call before prepare().
