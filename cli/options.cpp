@@ -37,9 +37,13 @@ void add_model_options(CLI::App& cmd, model_options& o, bool model_required, boo
                  "slower, for checking one backend against the other");
     cmd.add_option("--n-gpu-layers,--ngl", o.session.n_gpu_layers,
                    "Layers on the GPU, counted as llama.cpp counts them: the last N layers, the output layer "
-                   "counting as one (N >= layers + 1: all); the rest run on the CPU; 0 keeps everything on the CPU "
+                   "counting as one (N >= layers + 1: all); the rest run on the CPU; 0: every layer on the CPU "
                    "(default: all when a GPU is present)")
         ->check(CLI::Range(0, 1 << 20));
+    cmd.add_flag("--op-offload,!--no-op-offload", o.session.op_offload,
+                 "With layers on the CPU (-ngl, --n-cpu-moe) and a GPU: their matmuls over a batch of 32 tokens or "
+                 "more (a prompt) run on the GPU, the weights copied there each time, as llama.cpp does (default: on; "
+                 "--no-op-offload with -ngl 0 leaves the GPU unused)");
     cmd.add_option("--n-cpu-moe,--ncmoe", o.session.n_cpu_moe,
                    "Mixture-of-experts models: keep the experts of the first N layers on the CPU (with the GPU)")
         ->check(CLI::Range(0, 1 << 20));
@@ -77,13 +81,16 @@ void add_model_options(CLI::App& cmd, model_options& o, bool model_required, boo
 }
 
 device_choice choose_device(const model_options& o, const model* m) {
-    if (o.device == "cpu" || (o.device.empty() && o.session.n_gpu_layers == 0)) {
+    // -ngl 0: every layer on the CPU; the GPU (when there is one) still takes a prompt's matmuls, unless
+    // --no-op-offload
+    const bool cpu_only = o.session.n_gpu_layers == 0 && !o.session.op_offload;
+    if (o.device == "cpu" || (o.device.empty() && cpu_only)) {
         if (o.session.split != session_params::split_mode::none || !o.session.tensor_split.empty())
             throw error("--split-mode / --tensor-split place layers on GPUs, and this run is on the CPU");
         return {};
     }
-    if (o.device == "cuda" && o.session.n_gpu_layers == 0)
-        throw error("--device cuda and -ngl 0 contradict each other (-ngl 0 keeps every layer on the CPU)");
+    if (o.device == "cuda" && cpu_only)
+        throw error("--device cuda with -ngl 0 and --no-op-offload leaves the GPU nothing to do");
     const bool split = o.session.split != session_params::split_mode::none || !o.session.tensor_split.empty();
     const bool asked = o.device == "cuda" || o.session.n_gpu_layers > 0 || split || o.session.main_gpu != 0;
     const char* flag = o.device == "cuda"               ? "--device cuda"

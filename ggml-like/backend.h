@@ -58,6 +58,12 @@ struct backend {
     // of its own copies each one there once and reads that copy whenever a graph uses the tensor; the tensors
     // themselves are left unchanged (a CPU session may share them). The CPU reads them in place: nothing to do.
     virtual void load_weights(std::span<tensor* const> weights) { (void)weights; }
+    // Op offload (sched.h): `copy` (no flags, this backend's memory of weight_copy_bytes(w)) is to hold weight w
+    // (host memory) for the split about to run, in whatever layout this backend's kernels read a loaded weight in;
+    // ordered after the work already queued. forget_weight_copies(): the copies of the last prepare() are gone.
+    virtual size_t weight_copy_bytes(const tensor& w) const { return w.n_bytes(); }
+    virtual void set_weight_copy(tensor& copy, const tensor& w) { set(copy, w.data, 0, w.n_bytes()); }
+    virtual void forget_weight_copies() {}
     // Computes g.nodes in order; every tensor's data must already be bound.
     virtual void compute(graph& g) = 0;
     // The same for a graph this backend computed last, of which nothing has changed since but the data of its inputs

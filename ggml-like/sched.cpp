@@ -27,7 +27,8 @@ bool is_leaf(const tensor* t) {
 
 } // namespace
 
-scheduler::scheduler(std::vector<backend*> backends) : backends_(std::move(backends)), buffers_(backends_.size()) {
+scheduler::scheduler(std::vector<backend*> backends)
+    : backends_(std::move(backends)), buffers_(backends_.size()), weight_slots_(backends_.size()) {
     TS_ASSERT(!backends_.empty());
 }
 
@@ -35,6 +36,7 @@ scheduler::~scheduler() = default;
 
 void scheduler::prepare(graph& g, const home_fn& home) {
     const int n_be = int(backends_.size());
+    for (backend* b : backends_) b->forget_weight_copies(); // the copies of the graph before go with copies_ctx_
     splits_.clear();
     where_.clear();
     copies_ctx_ = std::make_unique<context>();
@@ -69,6 +71,23 @@ void scheduler::prepare(graph& g, const home_fn& home) {
         // a backend that cannot compute the node leaves it to backends[0]
         if (by_leaf[i] > 0 && !backends_[size_t(by_leaf[i])]->supports(*nd)) by_leaf[i] = 0;
     }
+    // op offload: a batch's mul_mat of a weight held for backends[0] goes to the target, which gets the weight copied
+    std::unordered_set<const tensor*> offloaded;
+    if (offload_target_ >= 1 && offload_target_ < n_be)
+        for (size_t i = 0; i < n; i++) {
+            tensor* nd = g.nodes[i];
+            const bool id = nd->o == op::mul_mat_id; // a mixture's experts (--n-cpu-moe): the whole stack goes up
+            if ((nd->o != op::mul_mat && !id) || by_leaf[i] != 0 || !nd->src[0] || !nd->src[1]) continue;
+            tensor* w = nd->src[0]; // the weight itself (a view of one, as phi3's fused q/k/v, stays)
+            // tokens: mul_mat's activation rows; mul_mat_id's activations are (k, slots, tokens)
+            const int64_t rows = id ? nd->src[1]->ne[2] : nd->src[1]->ne[1] * nd->src[1]->ne[2] * nd->src[1]->ne[3];
+            if (!is_leaf(w) || !(w->flags & flag_param) || !w->data || rows < offload_min_batch_ ||
+                !backends_[size_t(offload_target_)]->supports(*nd))
+                continue;
+            by_leaf[i] = offload_target_;
+            offloaded.insert(nd);
+        }
+    n_offloaded_ = offloaded.size();
     std::vector<int> pl(n, -1);
     int cur = -1;
     for (size_t i = 0; i < n; i++) {
@@ -155,17 +174,24 @@ void scheduler::prepare(graph& g, const home_fn& home) {
                     continue;
                 }
                 tensor* r = root_of(s);
-                const int o = owner(r);
+                // an offloaded mul_mat's weight: copied from host memory into the split's weight slot
+                const bool weight_copy = is_leaf(r) && (r->flags & flag_param) && offloaded.count(nd) &&
+                                         s == nd->src[0] && leaf_home(r) != sp.b;
+                const int o = weight_copy ? leaf_home(r) : owner(r);
                 if (o < 0 || o == sp.b) continue;
                 tensor* c = nullptr;
                 if (auto it = sub.find(r); it != sub.end()) {
                     c = it->second;
                 } else {
-                    c = copies_ctx_->dup_header(*r);
+                    c = copies_ctx_->dup_header(*r); // no flags: a weight's copy is not a loaded weight
                     std::memcpy(c->name, r->name, sizeof c->name);
                     sub[r] = c;
-                    sp.copies.push_back({r, c, o});
-                    plan_g[size_t(sp.b)].leafs.push_back(c);
+                    if (weight_copy) {
+                        sp.weight_copies.push_back({r, c, o});
+                    } else {
+                        sp.copies.push_back({r, c, o});
+                        plan_g[size_t(sp.b)].leafs.push_back(c);
+                    }
                     if (!is_leaf(r)) r->flags |= flag_output; // kept until the copy is made
                 }
                 tensor* v = c;
@@ -204,6 +230,29 @@ void scheduler::prepare(graph& g, const home_fn& home) {
         }
         bind_memory(plan_g[b], plan, buffers_[b]->base());
     }
+    auto copy_bytes = [&](int b, const tensor& w) {
+        return (backends_[size_t(b)]->weight_copy_bytes(w) + 255) / 256 * 256;
+    };
+    // the offloaded weights: each split's packed from the start of its backend's slot (splits run one after the
+    // other, and a backend's copies and kernels are ordered on its stream, so the next split's copies wait for them)
+    std::vector<size_t> slot(backends_.size(), 0);
+    for (const split& sp : splits_) {
+        size_t need = 0;
+        for (const copy& c : sp.weight_copies) need += copy_bytes(sp.b, *c.from);
+        slot[size_t(sp.b)] = std::max(slot[size_t(sp.b)], need);
+    }
+    for (size_t b = 0; b < backends_.size(); b++)
+        if (slot[b] > 0 && (!weight_slots_[b] || weight_slots_[b]->size() < slot[b])) {
+            weight_slots_[b].reset();
+            weight_slots_[b] = backends_[b]->alloc(slot[b]);
+        }
+    for (split& sp : splits_) {
+        size_t off = 0;
+        for (const copy& c : sp.weight_copies) {
+            c.to->data = static_cast<uint8_t*>(weight_slots_[size_t(sp.b)]->base()) + off;
+            off += copy_bytes(sp.b, *c.from);
+        }
+    }
     for (tensor* v : views_of_copies) v->data = static_cast<uint8_t*>(v->view_src->data) + v->view_offs;
 
     size_t staging = 0;
@@ -223,6 +272,7 @@ void scheduler::compute(graph& g, bool again) {
             backends_[size_t(c.from_backend)]->get(*c.from, staging_.data(), 0, bytes);
             be.set(*c.to, staging_.data(), 0, bytes);
         }
+        for (const copy& c : sp.weight_copies) be.set_weight_copy(*c.to, *c.from); // from host memory
         if (again && per_backend[size_t(sp.b)] == 1)
             be.compute_again(sp.g);
         else
@@ -244,7 +294,7 @@ int scheduler::placement(const tensor& node) const {
 
 size_t scheduler::n_copies() const {
     size_t k = 0;
-    for (const split& sp : splits_) k += sp.copies.size();
+    for (const split& sp : splits_) k += sp.copies.size() + sp.weight_copies.size();
     return k;
 }
 

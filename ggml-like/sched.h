@@ -32,6 +32,17 @@ class scheduler {
     // node before it (the first nodes with the first placed one); a view stays with the tensor it aliases; an input
     // (a leaf without data) lives with its first reader, and set() / get() below find it there.
     void prepare(graph& g, const home_fn& home);
+    // Op offload (llama.cpp's, on by default there): a mul_mat (mul_mat_id) whose weight lives on backends[0] (the
+    // CPU's layers of -ngl N, the experts of --n-cpu-moe) and that multiplies at least min_batch tokens runs on
+    // backends[target] instead, its weight
+    // copied there for the split (host memory -> device each time: worth it where a batch's GEMM on the GPU, upload
+    // included, beats the CPU's, as for a prompt). The copies of a split share one buffer of the target backend, sized
+    // for the split needing most and reused by every split. target < 1: off. Call before prepare().
+    void set_op_offload(int target, int64_t min_batch) {
+        offload_target_ = target;
+        offload_min_batch_ = min_batch;
+    }
+    size_t n_offloaded() const { return n_offloaded_; } // mul_mats the last prepare() offloaded
     // Runs the splits in order, each after its copies. `again`: the graph ran last and only its inputs changed
     // (backend::compute_again's promise), passed on to backends that hold a single split.
     void compute(graph& g, bool again = false);
@@ -53,6 +64,7 @@ class scheduler {
         int b = 0;
         graph g;                  // the split's nodes (views included), in the whole graph's order
         std::vector<copy> copies; // done before the split runs
+        std::vector<copy> weight_copies; // op offload: weights from host memory, into weight_slots_[b]
     };
 
     std::vector<backend*> backends_;
@@ -64,6 +76,10 @@ class scheduler {
     // host memory for copies between backends: pageable on purpose, as a backend's set() from pageable memory is
     // done with it when it returns (from page-locked memory CUDA's would still be reading while the next copy fills it)
     std::vector<uint8_t> staging_;
+    int offload_target_ = -1;
+    int64_t offload_min_batch_ = 32;
+    size_t n_offloaded_ = 0;
+    std::vector<std::unique_ptr<buffer>> weight_slots_; // per backend: the offloaded weights of one split at a time
 };
 
 } // namespace tessera

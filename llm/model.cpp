@@ -409,6 +409,10 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
         r.bes[b]->load_weights(mine);
     }
     r.sched = std::make_unique<scheduler>(r.bes);
+    if (cpu_ && r.bes.size() > 1 && p.op_offload) { // to the GPU of the output layer, else the first
+        const int out_be = layer_be[size_t(n_layer)];
+        r.sched->set_op_offload(out_be > 0 ? out_be : 1, 32);
+    }
     std::vector<backend*> kv_be;
     for (int64_t il = 0; il < n_layer; il++) kv_be.push_back(r.bes[size_t(layer_be[size_t(il)])]);
     init_kv(r, m.hp, kv_be);

@@ -186,6 +186,10 @@ struct session_params {
     // --n-cpu-moe: the experts (ffn_{gate,up,down}_exps, their biases) of the first N layers stay in host memory and
     // the CPU computes them; everything else as -ngl says
     int n_cpu_moe = 0;
+    // llama.cpp's op offload (--no-op-offload turns it off): with some layers on the CPU (-ngl N, --n-cpu-moe), a
+    // matmul of theirs over a batch of >= 32 tokens runs on the GPU, its weight copied there for it (a prompt's
+    // GEMMs: the GPU's speed at the cost of the upload)
+    bool op_offload = true;
     // Several GPUs, as llama.cpp's --split-mode / --tensor-split / --main-gpu: none: main_gpu alone; layer: the
     // offloaded layers (and the output) in consecutive runs over the GPUs, in proportion to tensor_split (llama.cpp's
     // rule); row: every layer divided over the GPUs by its heads and feed-forward width (tensor parallelism: one graph
@@ -241,6 +245,8 @@ class session {
     // backends the last graph ran on in turn (-ngl: 2; tensor parallelism: those of one member)
     size_t n_splits() const { return ranks_[0].sched->n_splits(); }
     size_t n_members() const { return ranks_.size(); } // tensor parallelism: GPUs computing every layer together
+    // matmuls of the CPU's layers the last graph ran on the GPU (op offload)
+    size_t n_offloaded() const { return ranks_[0].sched->n_offloaded(); }
     // "cpu", "cuda", or with -ngl / --n-cpu-moe "cuda+cpu" and what is offloaded ("ngl 10/31", "cpu-moe 4"), with
     // several GPUs "cuda x2 layer" / "cuda x2 row"
     std::string backend_label() const;

@@ -75,6 +75,81 @@ TEST(offload, every_layer_count_gives_the_logits_of_one_backend) {
     }
 }
 
+// Op offload: with -ngl 1 (the output alone on the "GPU"), a 40-token batch runs the CPU layers' matmuls on the
+// "GPU" (their weights copied there per split; decode steps, one token, stay on the CPU): the logits of one backend
+// bit for bit (q8_0: the copy's row kernel sums as the CPU's repacked one)
+TEST(offload, a_batch_runs_the_cpu_layers_matmuls_on_the_gpu) {
+    for (bool tied : {false, true}) {
+        const std::string path = temp_path(tied ? "opoff_tied.gguf" : "opoff.gguf");
+        test::tiny_model_spec spec;
+        spec.n_layer = 3;
+        spec.tied_output = tied;
+        test::write_tiny_model(path, spec);
+        auto m = model::load(path);
+        auto go = [&](int ngl, bool op_offload, size_t* splits) {
+            session_params p{.n_ctx = 128, .n_batch = 64, .n_threads = 2};
+            p.n_gpu_layers = ngl;
+            p.op_offload = op_offload;
+            p.gpu_backend = [](int) { return std::make_unique<cpu::cpu_backend>(cpu::cpu_options{1, false}); };
+            session s(*m, p);
+            std::vector<float> out = test::prompt_then_steps(s, 40);
+            *splits = s.n_splits();
+            // the prompt alone: the 7 matmuls of each of the 3 CPU layers (-ngl 0 too: the GPU is there; the output's
+            // matmul reads one token's row)
+            session prompt_only(*m, p);
+            std::vector<token> toks(40, token(7));
+            prompt_only.decode(toks);
+            EXPECT_EQ(prompt_only.n_offloaded(), op_offload ? 21u : 0u) << "tied " << tied;
+            EXPECT_GT(prompt_only.n_splits(), op_offload ? 6u : 0u);
+            return out;
+        };
+        size_t s_ref = 0, s_off = 0, s_on = 0;
+        const std::vector<float> ref = go(0, false, &s_ref); // all on the CPU
+        const std::vector<float> off = go(1, false, &s_off);
+        const std::vector<float> on = go(1, true, &s_on);
+        ASSERT_EQ(on.size(), ref.size());
+        EXPECT_EQ(std::memcmp(off.data(), ref.data(), ref.size() * 4), 0) << "tied " << tied;
+        EXPECT_EQ(std::memcmp(on.data(), ref.data(), ref.size() * 4), 0) << "tied " << tied;
+        EXPECT_EQ(s_ref, 1u);
+        // the last graph is a decode step: nothing offloaded, the splits of plain -ngl
+        EXPECT_EQ(s_on, s_off) << "tied " << tied;
+        fs::remove(path);
+    }
+}
+
+// The same for the experts of --n-cpu-moe: a 40-token batch's mul_mat_ids on the "GPU", their whole expert stacks
+// copied, the logits of one backend bit for bit
+TEST(offload, a_batch_runs_the_cpu_experts_on_the_gpu) {
+    const std::string path = temp_path("opoff_moe.gguf");
+    test::tiny_model_spec spec;
+    spec.arch = "qwen3moe";
+    spec.n_layer = 3;
+    spec.n_expert = 4;
+    spec.n_expert_used = 2;
+    test::write_tiny_model(path, spec);
+    auto m = model::load(path);
+    auto go = [&](bool op_offload, size_t* offloaded) {
+        session_params p{.n_ctx = 128, .n_batch = 64, .n_threads = 2};
+        p.n_cpu_moe = 2;
+        p.op_offload = op_offload;
+        p.gpu_backend = [](int) { return std::make_unique<cpu::cpu_backend>(cpu::cpu_options{1, false}); };
+        session s(*m, p);
+        std::vector<token> toks;
+        for (int i = 0; i < 40; i++) toks.push_back(token((i * 7919 + 13) % m->hp.n_vocab));
+        auto l = s.decode(toks, true);
+        *offloaded = s.n_offloaded();
+        return std::vector<float>(l.begin(), l.end());
+    };
+    size_t n_off = 0, n_on = 0;
+    const std::vector<float> off = go(false, &n_off);
+    const std::vector<float> on = go(true, &n_on);
+    ASSERT_EQ(on.size(), off.size());
+    EXPECT_EQ(std::memcmp(on.data(), off.data(), off.size() * 4), 0);
+    EXPECT_EQ(n_off, 0u);
+    EXPECT_EQ(n_on, 6u); // gate, up, down of the 2 layers whose experts stay on the CPU
+    fs::remove(path);
+}
+
 // --n-cpu-moe on a tiny qwen3moe file: the experts of the first N layers on the CPU, the rest (attention, routers,
 // later experts) offloaded; the logits of one backend for every N
 TEST(offload, experts_of_the_first_layers_on_the_cpu) {

@@ -447,6 +447,39 @@ void cuda_backend::load_weights(std::span<tensor* const> weights) {
     TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
 }
 
+size_t cuda_backend::weight_copy_bytes(const tensor& w) const {
+    const auto [qs, sc] = split_bytes(w);
+    return qs ? (qs + 255) / 256 * 256 + sc : w.n_bytes();
+}
+
+void cuda_backend::set_weight_copy(tensor& copy, const tensor& w) {
+    const auto [qs, sc] = split_bytes(w);
+    if (!qs) { // the file's layout: mul_mat's kernels for it read the copy as it is
+        set(copy, w.data, 0, w.n_bytes());
+        return;
+    }
+    TS_CUDA_CHECK(cudaSetDevice(info_.id));
+    host_split& h = host_split_[&w];
+    if (!h.mem) {
+        h.sc_offset = (qs + 255) / 256 * 256;
+        h.mem = alloc_host(h.sc_offset + sc);
+        split_on_host(w, static_cast<uint8_t*>(h.mem->base()), h.sc_offset);
+        h.out_scale = split_out_scale(w);
+    }
+    // page-locked source: asynchronous on the stream, after the kernels of the split before (which read the slot)
+    TS_CUDA_CHECK(cudaMemcpyAsync(copy.data, h.mem->base(), h.sc_offset + sc, cudaMemcpyHostToDevice,
+                                  as_stream(stream_)));
+    auto* base = static_cast<uint8_t*>(copy.data);
+    if (split_.insert_or_assign(&copy, split_weight{w.t, w.ne[0], w.ne[1], base, base + h.sc_offset, h.out_scale})
+            .second)
+        streamed_.push_back(&copy);
+}
+
+void cuda_backend::forget_weight_copies() {
+    for (const tensor* t : streamed_) split_.erase(t);
+    streamed_.clear();
+}
+
 void cuda_backend::compute(graph& g) {
     timed(&cuda_backend::compute_impl, g);
 }

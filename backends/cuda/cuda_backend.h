@@ -66,6 +66,11 @@ class cuda_backend final : public backend {
     void get(const tensor& t, void* dst, size_t offset, size_t size) override;
     bool supports(const tensor& node) const override;
     void load_weights(std::span<tensor* const> weights) override;
+    // op offload: a weight of the CPU's layers goes up in the split layout (built once per weight into page-locked
+    // host memory, then an asynchronous copy per split) and mul_mat finds the copy in split_ like a loaded weight
+    size_t weight_copy_bytes(const tensor& w) const override;
+    void set_weight_copy(tensor& copy, const tensor& w) override;
+    void forget_weight_copies() override;
     void compute(graph& g) override;
     void compute_again(graph& g) override;
     void synchronize() override;
@@ -83,6 +88,15 @@ class cuda_backend final : public backend {
     std::unique_ptr<buffer> weights_buf_;                 // every weight, one after another
     std::unordered_map<const tensor*, uint8_t*> weights_; // host tensor -> its copy in weights_buf_
     std::unordered_map<const tensor*, split_weight> split_; // host tensor -> its split copy in weights_buf_
+    // op offload: per CPU-held weight its split layout in page-locked host memory and out_scale; the copies of the
+    // current splits registered in split_
+    struct host_split {
+        std::unique_ptr<buffer> mem;
+        size_t sc_offset = 0;
+        float out_scale = 1.0f;
+    };
+    std::unordered_map<const tensor*, host_split> host_split_;
+    std::vector<const tensor*> streamed_;
     std::unique_ptr<buffer> scratch_;                     // per-node scratch (quantized activations)
     // Captured CUDA graphs (compute()), one per graph the backend computes in turn: a session whose model is split
     // over backends (-ngl) hands this backend one graph per split it holds, step after step, and each replays its own.
