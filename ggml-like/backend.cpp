@@ -7,16 +7,25 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 
 namespace tessera {
 
 namespace {
 
-struct heap_buffer final : buffer {
-    std::unique_ptr<uint8_t[]> p;
+struct heap_buffer final : buffer { // aligned as tensors are: a host backend may compute in it (sched.cpp)
+    void* p = nullptr;
     size_t n = 0;
-    explicit heap_buffer(size_t bytes) : p(new uint8_t[std::max<size_t>(bytes, 1)]), n(bytes) {}
-    void* base() override { return p.get(); }
+    explicit heap_buffer(size_t bytes) : n(bytes) {
+        p = std::aligned_alloc(TS_TENSOR_ALIGN, (std::max<size_t>(bytes, 1) + TS_TENSOR_ALIGN - 1) / TS_TENSOR_ALIGN *
+                                                    TS_TENSOR_ALIGN);
+        if (!p) throw std::bad_alloc();
+    }
+    ~heap_buffer() override { std::free(p); }
+    heap_buffer(const heap_buffer&) = delete;
+    heap_buffer& operator=(const heap_buffer&) = delete;
+    void* base() override { return p; }
     size_t size() const override { return n; }
 };
 

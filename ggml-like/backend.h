@@ -49,6 +49,9 @@ struct backend {
     // backend copies to and from without staging (CUDA: page-locked; a 128k-vocabulary logits row then comes back in
     // ~15 us instead of ~75). Plain heap memory by default.
     virtual std::unique_ptr<buffer> alloc_host(size_t bytes);
+    // Whether this backend computes in host memory (the CPU): the scheduler then gives it compute memory from another
+    // backend's alloc_host(), so that copies between the two go straight in and out of it (sched.cpp).
+    virtual bool host_memory() const { return false; }
     // Copies between host memory and a tensor's storage (offset/size in bytes inside the tensor).
     virtual void set(tensor& t, const void* src, size_t offset, size_t size) = 0;
     virtual void get(const tensor& t, void* dst, size_t offset, size_t size) = 0;

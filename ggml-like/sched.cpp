@@ -7,6 +7,9 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -30,9 +33,27 @@ bool is_leaf(const tensor* t) {
 scheduler::scheduler(std::vector<backend*> backends)
     : backends_(std::move(backends)), buffers_(backends_.size()), weight_slots_(backends_.size()) {
     TS_ASSERT(!backends_.empty());
+    if (const char* e = std::getenv("TESSERA_SCHED_PROFILE"); e && std::string(e) == "1") {
+        prof_ = std::make_unique<profile>();
+        for (auto* v : {&prof_->compute_s, &prof_->copy_s, &prof_->weight_s}) v->assign(backends_.size(), 0.0);
+        for (auto* v : {&prof_->copy_bytes, &prof_->weight_bytes, &prof_->n_splits}) v->assign(backends_.size(), 0);
+    }
 }
 
-scheduler::~scheduler() = default;
+scheduler::~scheduler() {
+    if (!prof_ || prof_->graphs == 0) return;
+    const double g = double(prof_->graphs);
+    fmt::print(stderr, "scheduler profile: {} graphs; per graph, by backend:\n", prof_->graphs);
+    fmt::print(stderr, "  {:<3} {:<8} {:>7} {:>11} {:>11} {:>9} {:>11} {:>9}\n", "#", "backend", "splits", "compute ms",
+               "copies ms", "GB/s", "weights ms", "GB/s");
+    for (size_t b = 0; b < backends_.size(); b++) {
+        const profile& p = *prof_;
+        auto rate = [](size_t bytes, double s) { return s > 0 ? double(bytes) / s * 1e-9 : 0.0; };
+        fmt::print(stderr, "  {:<3} {:<8} {:>7.1f} {:>11.2f} {:>11.2f} {:>9.1f} {:>11.2f} {:>9.1f}\n", b,
+                   backends_[b]->name(), double(p.n_splits[b]) / g, 1e3 * p.compute_s[b] / g, 1e3 * p.copy_s[b] / g,
+                   rate(p.copy_bytes[b], p.copy_s[b]), 1e3 * p.weight_s[b] / g, rate(p.weight_bytes[b], p.weight_s[b]));
+    }
+}
 
 void scheduler::prepare(graph& g, const home_fn& home) {
     const int n_be = int(backends_.size());
@@ -226,7 +247,18 @@ void scheduler::prepare(graph& g, const home_fn& home) {
         const memory_plan plan = plan_memory(plan_g[b]);
         if (!buffers_[b] || buffers_[b]->size() < plan.size) {
             buffers_[b].reset();
-            buffers_[b] = backends_[b]->alloc(plan.size + plan.size / 8 + 4096);
+            const size_t bytes = plan.size + plan.size / 8 + 4096;
+            // a host backend's memory from a device backend's alloc_host (CUDA: page-locked), so that the copies
+            // between them go straight from and into it at the bus's speed
+            backend* dev = nullptr;
+            static const bool pinned = [] { // experiment switch (session 19)
+                const char* e = std::getenv("TESSERA_SCHED_PINNED");
+                return !e || std::string(e) != "0";
+            }();
+            if (backends_[b]->host_memory() && pinned)
+                for (backend* o : backends_)
+                    if (!o->host_memory() && !dev) dev = o;
+            buffers_[b] = dev ? dev->alloc_host(bytes) : backends_[b]->alloc(bytes);
         }
         bind_memory(plan_g[b], plan, buffers_[b]->base());
     }
@@ -255,9 +287,11 @@ void scheduler::prepare(graph& g, const home_fn& home) {
     }
     for (tensor* v : views_of_copies) v->data = static_cast<uint8_t*>(v->view_src->data) + v->view_offs;
 
-    size_t staging = 0;
+    size_t staging = 0; // copies between two device backends go through host memory
     for (const split& sp : splits_)
-        for (const copy& c : sp.copies) staging = std::max(staging, c.from->n_bytes());
+        for (const copy& c : sp.copies)
+            if (!backends_[size_t(sp.b)]->host_memory() && !backends_[size_t(c.from_backend)]->host_memory())
+                staging = std::max(staging, c.from->n_bytes());
     staging_.resize(staging);
 }
 
@@ -265,19 +299,86 @@ void scheduler::compute(graph& g, bool again) {
     TS_ASSERT(&g == prepared_);
     std::vector<int> per_backend(backends_.size(), 0);
     for (const split& sp : splits_) per_backend[size_t(sp.b)]++;
-    for (split& sp : splits_) {
+    using clock = std::chrono::steady_clock;
+    auto since = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
+    if (prof_) {
+        prof_->graphs++;
+        for (backend* b : backends_) b->synchronize();
+    }
+    static const bool prefetch = [] { // experiment switch (session 19)
+        const char* e = std::getenv("TESSERA_SCHED_PREFETCH");
+        return !e || std::string(e) != "0";
+    }();
+    // device backends that may still be reading a host backend's memory (set() from it returns before the copy ends
+    // where that memory is page-locked): waited for before a host backend computes
+    std::vector<char> reading_host(backends_.size(), 0);
+    std::vector<char> weights_sent(splits_.size(), 0);
+    auto send_weights = [&](size_t si) {
+        split& sp = splits_[si];
         backend& be = *backends_[size_t(sp.b)];
+        for (const copy& c : sp.weight_copies) { // from host memory
+            be.set_weight_copy(*c.to, *c.from);
+            if (prof_) prof_->weight_bytes[size_t(sp.b)] += be.weight_copy_bytes(*c.from);
+        }
+        weights_sent[si] = 1;
+    };
+    for (size_t si = 0; si < splits_.size(); si++) {
+        split& sp = splits_[si];
+        const size_t b = size_t(sp.b);
+        backend& be = *backends_[b];
+        auto t0 = clock::now();
         for (const copy& c : sp.copies) {
             const size_t bytes = c.from->n_bytes();
-            backends_[size_t(c.from_backend)]->get(*c.from, staging_.data(), 0, bytes);
-            be.set(*c.to, staging_.data(), 0, bytes);
+            backend& from = *backends_[size_t(c.from_backend)];
+            if (be.host_memory()) { // straight into the copy
+                from.get(*c.from, c.to->data, 0, bytes);
+            } else if (from.host_memory()) { // straight from the original
+                be.set(*c.to, c.from->data, 0, bytes);
+                reading_host[b] = 1;
+            } else {
+                from.get(*c.from, staging_.data(), 0, bytes);
+                be.set(*c.to, staging_.data(), 0, bytes);
+            }
+            if (prof_) prof_->copy_bytes[b] += bytes;
         }
-        for (const copy& c : sp.weight_copies) be.set_weight_copy(*c.to, *c.from); // from host memory
-        if (again && per_backend[size_t(sp.b)] == 1)
+        if (prof_) {
+            be.synchronize();
+            prof_->copy_s[b] += since(t0);
+            t0 = clock::now();
+        }
+        if (!weights_sent[si]) send_weights(si);
+        if (prof_) {
+            be.synchronize();
+            prof_->weight_s[b] += since(t0);
+        }
+        if (be.host_memory())
+            for (size_t o = 0; o < backends_.size(); o++)
+                if (reading_host[o]) {
+                    backends_[o]->synchronize();
+                    reading_host[o] = 0;
+                }
+        // op offload: the weights of the next split on another backend go up while this one computes (that backend's
+        // stream orders them after its earlier kernels, the last readers of its weight slot)
+        if (prefetch)
+            for (size_t sj = si + 1; sj < splits_.size(); sj++)
+                if (splits_[sj].b != sp.b) {
+                    if (!weights_sent[sj] && !splits_[sj].weight_copies.empty()) send_weights(sj);
+                    break;
+                }
+        if (prof_) t0 = clock::now();
+        if (again && per_backend[b] == 1)
             be.compute_again(sp.g);
         else
             be.compute(sp.g);
+        if (prof_) {
+            be.synchronize();
+            prof_->compute_s[b] += since(t0);
+            prof_->n_splits[b]++;
+        }
     }
+    // the caller may write the host backends' inputs next
+    for (size_t o = 0; o < backends_.size(); o++)
+        if (reading_host[o]) backends_[o]->synchronize();
 }
 
 backend& scheduler::backend_of(const tensor& t) const {

@@ -80,6 +80,14 @@ class scheduler {
     int64_t offload_min_batch_ = 32;
     size_t n_offloaded_ = 0;
     std::vector<std::unique_ptr<buffer>> weight_slots_; // per backend: the offloaded weights of one split at a time
+    // TESSERA_SCHED_PROFILE=1: per backend, the wall time of its splits (each waited for), of the activation copies
+    // into it and of the op-offload weight copies into it, printed to stderr when the scheduler goes
+    struct profile {
+        std::vector<double> compute_s, copy_s, weight_s;
+        std::vector<size_t> copy_bytes, weight_bytes, n_splits;
+        int64_t graphs = 0;
+    };
+    std::unique_ptr<profile> prof_;
 };
 
 } // namespace tessera

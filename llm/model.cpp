@@ -421,7 +421,7 @@ session::session(const model& m, const session_params& p) : m_(m), p_(p) {
 session::~session() = default;
 
 std::string session::backend_label() const {
-    std::string label = main_->name();
+    std::string label = gpu().name();
     if (n_gpus_used_ > 1) label += fmt::format(" x{} {}", n_gpus_used_, ranks_.size() > 1 ? "row" : "layer");
     if (!cpu_) return label;
     label += "+cpu";

@@ -237,6 +237,9 @@ class session {
     }
     const model& mdl() const { return m_; }
     backend& be() { return *main_; } // the backend returning the logits (the GPU's with -ngl and splits)
+    // the GPU backend: the main one where the output layer is on a GPU; with -ngl 0 the one running the CPU layers'
+    // offloaded matmuls. be() when no GPU takes part.
+    backend& gpu() const { return cpu_ && main_ == cpu_ && backends_.size() > 1 ? *backends_[1] : *main_; }
     // Called after every node each backend computes (layer dumps: compare --layers, AWQ calibration), with the
     // backend that holds the node, to read it through; empty: none. Several GPUs by rows: member 0's nodes only (its
     // layer outputs are the whole model's; its other nodes hold its share).

@@ -207,8 +207,8 @@ cuda_run run_on(const model& m, device_type d, int n_gpu_layers, bool exact, int
     r.label = s.backend_label();
 #ifdef TESSERA_HAS_CUDA
     if (d == device_type::cuda) {
-        const auto* cb = dynamic_cast<const cuda::cuda_backend*>(&s.be());
-        EXPECT_NE(cb, nullptr) << "the offloaded layers should run on the CUDA backend, not " << s.be().name();
+        const auto* cb = dynamic_cast<const cuda::cuda_backend*>(&s.gpu());
+        EXPECT_NE(cb, nullptr) << "the offloaded layers should run on the CUDA backend, not " << s.gpu().name();
         if (cb) r.captured = cb->graphs_captured(), r.reused = cb->graphs_reused();
     }
 #endif

@@ -22,6 +22,7 @@ class cpu_backend final : public backend {
   public:
     explicit cpu_backend(cpu_options opt = {});
     std::string name() const override { return "cpu"; }
+    bool host_memory() const override { return true; }
     std::unique_ptr<buffer> alloc(size_t bytes) override;
     std::unique_ptr<buffer> alloc_zeroed(size_t bytes) override;
     void set(tensor& t, const void* src, size_t offset, size_t size) override;
