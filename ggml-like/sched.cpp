@@ -251,11 +251,7 @@ void scheduler::prepare(graph& g, const home_fn& home) {
             // a host backend's memory from a device backend's alloc_host (CUDA: page-locked), so that the copies
             // between them go straight from and into it at the bus's speed
             backend* dev = nullptr;
-            static const bool pinned = [] { // experiment switch (session 19)
-                const char* e = std::getenv("TESSERA_SCHED_PINNED");
-                return !e || std::string(e) != "0";
-            }();
-            if (backends_[b]->host_memory() && pinned)
+            if (backends_[b]->host_memory())
                 for (backend* o : backends_)
                     if (!o->host_memory() && !dev) dev = o;
             buffers_[b] = dev ? dev->alloc_host(bytes) : backends_[b]->alloc(bytes);
@@ -305,10 +301,6 @@ void scheduler::compute(graph& g, bool again) {
         prof_->graphs++;
         for (backend* b : backends_) b->synchronize();
     }
-    static const bool prefetch = [] { // experiment switch (session 19)
-        const char* e = std::getenv("TESSERA_SCHED_PREFETCH");
-        return !e || std::string(e) != "0";
-    }();
     // device backends that may still be reading a host backend's memory (set() from it returns before the copy ends
     // where that memory is page-locked): waited for before a host backend computes
     std::vector<char> reading_host(backends_.size(), 0);
@@ -359,12 +351,11 @@ void scheduler::compute(graph& g, bool again) {
                 }
         // op offload: the weights of the next split on another backend go up while this one computes (that backend's
         // stream orders them after its earlier kernels, the last readers of its weight slot)
-        if (prefetch)
-            for (size_t sj = si + 1; sj < splits_.size(); sj++)
-                if (splits_[sj].b != sp.b) {
-                    if (!weights_sent[sj] && !splits_[sj].weight_copies.empty()) send_weights(sj);
-                    break;
-                }
+        for (size_t sj = si + 1; sj < splits_.size(); sj++)
+            if (splits_[sj].b != sp.b) {
+                if (!weights_sent[sj] && !splits_[sj].weight_copies.empty()) send_weights(sj);
+                break;
+            }
         if (prof_) t0 = clock::now();
         if (again && per_backend[b] == 1)
             be.compute_again(sp.g);

@@ -44,7 +44,11 @@ class scheduler {
     }
     size_t n_offloaded() const { return n_offloaded_; } // mul_mats the last prepare() offloaded
     // Runs the splits in order, each after its copies. `again`: the graph ran last and only its inputs changed
-    // (backend::compute_again's promise), passed on to backends that hold a single split.
+    // (backend::compute_again's promise), passed on to backends that hold a single split. A host backend (the CPU)
+    // computes in page-locked memory of a device backend, so copies go straight between the two; a device still
+    // reading host memory is waited for before a host split runs and at the end. The op-offload weights of the next
+    // split on another backend are sent while the current one computes (the target's stream orders them after its
+    // earlier kernels, the last readers of the one weight slot).
     void compute(graph& g, bool again = false);
 
     // The backend holding t's memory (after prepare): inputs are set and outputs read through it.
@@ -73,15 +77,17 @@ class scheduler {
     std::vector<split> splits_;
     std::unordered_map<const tensor*, int> where_; // nodes and inputs -> backend
     const graph* prepared_ = nullptr;
-    // host memory for copies between backends: pageable on purpose, as a backend's set() from pageable memory is
-    // done with it when it returns (from page-locked memory CUDA's would still be reading while the next copy fills it)
+    // host memory for copies between two device backends (a host backend's side is copied straight from or into):
+    // pageable on purpose, as a backend's set() from pageable memory is done with it when it returns (from
+    // page-locked memory CUDA's would still be reading while the next copy fills it)
     std::vector<uint8_t> staging_;
     int offload_target_ = -1;
     int64_t offload_min_batch_ = 32;
     size_t n_offloaded_ = 0;
     std::vector<std::unique_ptr<buffer>> weight_slots_; // per backend: the offloaded weights of one split at a time
     // TESSERA_SCHED_PROFILE=1: per backend, the wall time of its splits (each waited for), of the activation copies
-    // into it and of the op-offload weight copies into it, printed to stderr when the scheduler goes
+    // into it and of the op-offload weight copies into it, printed to stderr when the scheduler goes. The weights sent
+    // ahead (while the split before computes) are not waited for: their time shows in the next wait.
     struct profile {
         std::vector<double> compute_s, copy_s, weight_s;
         std::vector<size_t> copy_bytes, weight_bytes, n_splits;

@@ -598,9 +598,7 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
     if (const size_t n = fuse_moe_route(ctx, nodes, i)) return n;        // a decode token's expert routing
     if (rope_kv_on) {
         if (const size_t n = fuse_rope_kv(ctx, nodes, i, uses)) return n;
-        static const bool qk_on = env_switch_on("TESSERA_CUDA_QK_NORM_ROPE"); // experiment switch (session 19)
-        if (qk_on)
-            if (const size_t n = fuse_qk_norm_rope_kv(ctx, nodes, i, uses)) return n; // Q / K norms, ropes, cache writes
+        if (const size_t n = fuse_qk_norm_rope_kv(ctx, nodes, i, uses)) return n; // Q / K norms, ropes, cache writes
     }
     // all_reduce [-> add (the residual)] -> rms_norm -> mul by a weight row [-> q8_1]: a decode step's sum over the
     // device group (tensor parallelism; p2p.cuh) inside the norm kernel; the sum itself, read by the add (gemma3's
