@@ -610,7 +610,7 @@ std::vector<op_case> all_cases() {
     // 64 queries (ggml's numerics), CUDA's decode and f32 prefill kernels stay in f32; the CPU's error grows with the
     // keys (NMSE against exact math: ~1e-7 at 100 keys, 3.1e-5 at 1501) -> 5e-6, 1e-4 past 256 keys, 5e-4 past 4096
     // (1.4e-4 measured at 9001 keys, H100), 1e-3 past 16384 (3.9e-4 at 17001); >= 64 queries the CPU is f32 -> 1e-10, except that CUDA's tensor-core
-    // prefill (head sizes 64 / 128, > 8 queries) rounds Q and P to
+    // prefill (head sizes 64 / 128 / 256, > 8 queries) rounds Q and P to
     // f16 (relative error <= 2^-11 each, NMSE ~1e-7 measured) -> at least 2e-6 there
     struct attn_shape {
         int64_t hd, n_head, n_head_kv, n_tok, n_past;
@@ -626,7 +626,9 @@ std::vector<op_case> all_cases() {
                                       // decode split over the keys (256 a split, more past 16384 keys), query heads per
                                       // KV head 1 / 3 / 4 / 8 / 12 (two blocks of 8 and 4), 8 tokens
                                       {128, 16, 2, 1, 600, true}, {64, 24, 2, 2, 260, true}, {128, 4, 4, 8, 400, true},
-                                      {256, 4, 2, 3, 500, false}, {64, 4, 1, 1, 17000, true}};
+                                      {256, 4, 2, 3, 500, false}, {64, 4, 1, 1, 17000, true},
+                                      // head size 256 on the tensor cores (gemma3): Q read from shared memory per tile
+                                      {256, 8, 4, 130, 0, true}, {256, 4, 1, 70, 300, true}, {256, 2, 2, 65, 0, false}};
     for (attn_shape s : attn_shapes) {
         const int64_t n_kv = s.n_past + s.n_tok;
         std::vector<leaf> l = {f32_leaf({s.hd, s.n_head, s.n_tok}, 29),
@@ -644,7 +646,7 @@ std::vector<op_case> all_cases() {
                 tensor* v = view_3d(c, t[2], s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, t[2]->nb[1], 0);
                 return attention(c, t[0], k, v, s.mask ? t[3] : nullptr, sc);
             },
-            std::max(s.n_tok > 8 && (s.hd == 64 || s.hd == 128) ? 2e-6 : 0.0,
+            std::max(s.n_tok > 8 && (s.hd == 64 || s.hd == 128 || s.hd == 256) ? 2e-6 : 0.0,
                      s.n_tok >= 64  ? 1e-10
                      : n_kv > 16384 ? 1e-3
                      : n_kv > 4096  ? 5e-4
@@ -654,7 +656,8 @@ std::vector<op_case> all_cases() {
     // the same with a mask that is not causal (pattern_mask: tiles nobody sees, tiles all zero, biases, a row that
     // sees nothing); bounds as above
     for (attn_shape s : {attn_shape{64, 6, 2, 100, 200, true}, attn_shape{128, 4, 2, 70, 230, true},
-                         attn_shape{64, 4, 2, 20, 280, true}, attn_shape{128, 4, 4, 9, 300, true}}) {
+                         attn_shape{64, 4, 2, 20, 280, true}, attn_shape{128, 4, 4, 9, 300, true},
+                         attn_shape{256, 4, 2, 70, 230, true}}) {
         const int64_t n_kv = s.n_past + s.n_tok;
         const float sc = 1.0f / std::sqrt(float(s.hd));
         add_case(
@@ -971,7 +974,7 @@ std::vector<op_case> all_cases() {
                 tensor* v = view_3d(c, t[2], s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, t[2]->nb[1], 0);
                 return attention(c, t[0], k, v, t[3], sc, t[4]);
             },
-            std::max(s.n_tok > 8 && (s.hd == 64 || s.hd == 128) ? 2e-6 : 0.0,
+            std::max(s.n_tok > 8 && (s.hd == 64 || s.hd == 128 || s.hd == 256) ? 2e-6 : 0.0,
                      s.n_tok >= 64 ? 1e-10 : n_kv > 256 ? 1e-4 : 5e-6));
     }
     return cs;

@@ -6,7 +6,7 @@
 //   decode  (n_tok <= 8): head sizes 64 / 128 / 256: split over the keys (flash-decoding), a block per (KV head, split,
 //           token) serving every query head of the KV head (attention_decode_split_kernel); other head sizes: a chunk of
 //           128 keys per step, one key per thread;
-//   prefill (n_tok > 8):  head sizes 64 / 128: flash attention on tensor cores (attention_fa_kernel; TESSERA_CUDA_FA=0:
+//   prefill (n_tok > 8):  head sizes 64 / 128 / 256: flash attention on tensor cores (attention_fa_kernel; TESSERA_CUDA_FA=0:
 //           off); others: one block per (head, 32 queries), tiles of 32 keys staged in shared memory, f32.
 // Scores and sums are f32 (the CPU rounds Q and its V accumulator to f16 below 64 queries, as ggml: the two differ by
 // that rounding; the tensor-core prefill also rounds Q and P to f16).
@@ -18,6 +18,8 @@
 #include "backends/cuda/ops/ops.cuh"
 
 #include <cuda_fp16.h>
+
+#include <atomic>
 
 namespace tessera::cuda {
 
@@ -694,8 +696,11 @@ template <int HD> void attention_exact_launch(const attn_args& a, cudaStream_t s
 constexpr int FA_BQ = 64, FA_BK = 64, FA_THREADS = 128;
 enum : int { fa_dead = 0, fa_plain = 1, fa_mixed = 2 };
 
-template <int HD> constexpr size_t fa_smem_bytes() { // two stages of K and V
-    return 2 * (2 * size_t(FA_BK) * (HD + 8) * sizeof(__half));
+// Head size 256: Q's A fragments (64 registers a thread) next to the 128 of the output would spill, so Q stays in
+// shared memory and each tile reads its fragments from there (one ldmatrix per 16 dimensions, a quarter of K's reads).
+template <int HD> __host__ __device__ constexpr bool fa_q_in_smem() { return HD > 128; }
+template <int HD> constexpr size_t fa_smem_bytes() { // two stages of K and V [, Q]
+    return (2 * 2 + (fa_q_in_smem<HD>() ? 1 : 0)) * size_t(FA_BK) * (HD + 8) * sizeof(__half);
 }
 
 // The tile summary of the mask (see above): one block per (key tile, query tile); thread t reads key t % 64 of rows
@@ -731,8 +736,10 @@ static __global__ void __launch_bounds__(256) fa_tiles_kernel(const float* mask,
 template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention_fa_kernel(attn_args a) {
     constexpr int LD = HD + 8; // halves per shared row: 8 rows of an ldmatrix land in distinct banks
     extern __shared__ __align__(16) unsigned char fa_smem[];
+    constexpr bool QS = fa_q_in_smem<HD>();
     __half* k_s = reinterpret_cast<__half*>(fa_smem); // [2 stages] (FA_BK, LD); Q before the first tile
     __half* v_s = k_s + 2 * FA_BK * LD;               // [2 stages] (FA_BK, LD)
+    __half* q_s = QS ? v_s + 2 * FA_BK * LD : k_s;    // (FA_BQ, LD): Q (its own place where it stays there)
 
     const int h = blockIdx.y, hk = h / a.group, tid = threadIdx.x;
     const int warp = tid / WARP_SIZE, lane = tid % WARP_SIZE, g = lane / 4, t = lane % 4;
@@ -747,12 +754,18 @@ template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention
             const float* qp = a.q + h * a.q_nb1 + int64_t(t0 + r) * a.q_nb2 + d;
             x = make_float2(qp[0], qp[1]);
         }
-        *reinterpret_cast<__half2*>(&k_s[r * LD + d]) = __floats2half2_rn(x.x, x.y);
+        *reinterpret_cast<__half2*>(&q_s[r * LD + d]) = __floats2half2_rn(x.x, x.y);
     }
     __syncthreads();
-    uint32_t qf[HD / 16][4];
+    // this warp's Q rows as A fragments, 16 dimensions each: kept in registers, or read again per tile (QS)
+    auto q_frag = [&](uint32_t(&f)[4], int kk) {
+        ldmatrix_x4(f, &q_s[(warp * 16 + lane % 16) * LD + kk * 16 + (lane / 16) * 8]);
+    };
+    uint32_t qf[QS ? 1 : HD / 16][4];
+    if constexpr (!QS) {
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) ldmatrix_x4(qf[kk], &k_s[(warp * 16 + lane % 16) * LD + kk * 16 + (lane / 16) * 8]);
+        for (int kk = 0; kk < HD / 16; kk++) q_frag(qf[kk], kk);
+    }
 
     const int r0 = t0 + warp * 16 + g, r1 = r0 + 8; // this thread's two query rows
     const float* mrow[2] = {a.mask && r0 < a.n_tok ? a.mask + int64_t(r0) * a.mask_nb1 : nullptr,
@@ -820,14 +833,22 @@ template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention
 #pragma unroll
             for (int e = 0; e < 4; e++) s[i][e] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++)
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t qa[4];
+            if constexpr (QS) {
+                q_frag(qa, kk);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++) qa[e] = qf[kk][e];
+            }
 #pragma unroll
             for (int j = 0; j < FA_BK / 16; j++) {
                 uint32_t b[4];
                 ldmatrix_x4(b, &kt_s[(j * 16 + lane % 8 + 8 * (lane / 16)) * LD + kk * 16 + 8 * ((lane / 8) % 2)]);
-                mma_16816(s[2 * j], qf[kk], b[0], b[1]);
-                mma_16816(s[2 * j + 1], qf[kk], b[2], b[3]);
+                mma_16816(s[2 * j], qa, b[0], b[1]);
+                mma_16816(s[2 * j + 1], qa, b[2], b[3]);
             }
+        }
         // scale, mask, row maxima (fragment: rows g / g + 8 by e / 2, keys 8 i + 2 t + e % 2)
         float mx[2] = {-INFINITY, -INFINITY};
         if (cls == fa_plain) {
@@ -915,10 +936,26 @@ template <int HD> static __global__ void __launch_bounds__(FA_THREADS) attention
 }
 
 template <int HD> void fa_launch(const attn_args& a, cudaStream_t stream) {
-    allow_dynamic_smem(reinterpret_cast<const void*>(attention_fa_kernel<HD>), int(fa_smem_bytes<HD>())); // 128: 70 KiB
+    // 64: 36 KiB, 128: 70 KiB, 256: 165 KiB
+    allow_dynamic_smem(reinterpret_cast<const void*>(attention_fa_kernel<HD>), int(fa_smem_bytes<HD>()));
     const dim3 grid(unsigned(ceil_div(a.n_tok, FA_BQ)), unsigned(a.n_head));
     attention_fa_kernel<HD><<<grid, FA_THREADS, fa_smem_bytes<HD>(), stream>>>(a);
     TS_CUDA_CHECK(cudaGetLastError());
+}
+
+// Whether the current device gives a block head size 256's shared memory (Hopper: 227 KiB; Ampere's A100 163 KiB
+// does not).
+bool fa_256_fits() {
+    static std::atomic<int> fits[64] = {}; // per device: 0 unknown, 1 yes, 2 no
+    int dev = 0;
+    TS_CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) return false;
+    if (fits[dev].load() == 0) {
+        int optin = 0;
+        TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        fits[dev].store(size_t(optin) >= fa_smem_bytes<256>() ? 1 : 2);
+    }
+    return fits[dev].load() == 1;
 }
 
 bool fa_enabled() {
@@ -928,8 +965,8 @@ bool fa_enabled() {
 
 // Whether prefill takes the tensor-core kernel (cp.async: 16-byte aligned rows).
 bool fa_wanted(const attn_args& a) {
-    return a.n_tok > 8 && (a.hd == 64 || a.hd == 128) && fa_enabled() && a.kv_nb1 % 8 == 0 && a.kv_nb2 % 8 == 0 &&
-           aligned16(a.k) && aligned16(a.v);
+    return a.n_tok > 8 && (a.hd == 64 || a.hd == 128 || (a.hd == 256 && fa_256_fits())) && fa_enabled() &&
+           a.kv_nb1 % 8 == 0 && a.kv_nb2 % 8 == 0 && aligned16(a.k) && aligned16(a.v);
 }
 
 // Whether the split decode kernel takes these arguments (16-byte loads of K rows, D halves of V rows).
@@ -978,7 +1015,8 @@ void attention_launch(const cuda_context& ctx, const attn_args& a) {
     } else if (fa_wanted(a)) {
         TS_ASSERT(!a.mask || a.tiles);
         if (a.hd == 64) fa_launch<64>(a, stream); // cp.async: 16-byte aligned rows
-        else fa_launch<128>(a, stream);
+        else if (a.hd == 128) fa_launch<128>(a, stream);
+        else fa_launch<256>(a, stream);
     } else if (a.hd <= 64) {
         prefill_launch<64>(a, stream);
     } else if (a.hd <= 128) {
