@@ -284,14 +284,23 @@ TEST_P(families, greedy_tokens_and_perplexity_match_llama_cpp) {
     EXPECT_LT(std::fabs(ppl - c.ppl) / c.ppl, 1e-3) << c.name << ": " << ppl << " vs " << c.ppl;
 
     if (!find_gpu()) return;
-    // CUDA: perplexity within 3e-3 of the CPU's (these random-weight files are far more sensitive than trained models:
-    // one int8 activation rounding moves a logit by ~0.05; measured on an H100: at most 1.9e-3), and in exact mode
-    // (the CPU's float order) the f32 files' greedy tokens equal the CPU's. Mixture-of-experts files: exact mode has
-    // no exact mul_mat_id or sinks (the fast kernels run), so only the perplexity is compared
+    // CUDA: perplexity against the CPU's over 32 chunks of 128 tokens (4096 scored positions; the 4 chunks above are
+    // llama.cpp's recorded figure). These random-weight files are far more sensitive than trained models: one int8
+    // activation rounding that flips (CUDA sums its floats in other orders) moves a logit by ~0.05, so each token's
+    // NLL moves at random and a 4-chunk perplexity carries that noise (measured on an H100: up to 1.9e-3 apart, 2.8e-3
+    // for qwen3moe q8_0); over 4096 positions it averages out. Bound: 1e-3 (#20's). And in exact mode (the CPU's
+    // float order) the f32 files' greedy tokens equal the CPU's. Mixture-of-experts files: exact mode has no exact
+    // mul_mat_id or sinks (the fast kernels run), so only the perplexity is compared
+    perplexity_params pl = pp;
+    pl.n_chunks = 32;
+    session cpu_long(*m, session_params{.n_ctx = 128});
+    const double lppl = run_perplexity(cpu_long, text, pl).ppl();
     session gpu_ppl(*m, session_params{.n_ctx = 128, .device = device_type::cuda});
-    const double gppl = run_perplexity(gpu_ppl, text, pp).ppl();
-    std::printf("%s: CUDA perplexity %.6f vs CPU %.6f (%.2e)\n", c.name, gppl, ppl, std::fabs(gppl - ppl) / ppl);
-    EXPECT_LE(std::fabs(gppl - ppl) / ppl, 3e-3) << c.name << ": CUDA " << gppl << " vs CPU " << ppl;
+    const double gppl4 = run_perplexity(gpu_ppl, text, pp).ppl();
+    const double gppl = run_perplexity(gpu_ppl, text, pl).ppl();
+    std::printf("%s: CUDA perplexity over 32 chunks %.6f vs CPU %.6f (%.2e); over 4: %.6f vs %.6f (%.2e)\n", c.name,
+                gppl, lppl, std::fabs(gppl - lppl) / lppl, gppl4, ppl, std::fabs(gppl4 - ppl) / ppl);
+    EXPECT_LE(std::fabs(gppl - lppl) / lppl, 1e-3) << c.name << ": CUDA " << gppl << " vs CPU " << lppl;
     const bool moe = std::string(c.args).find("--experts") != std::string::npos;
     if (std::string(c.name).ends_with("f32") && !moe) {
         session gpu(*m, session_params{.n_ctx = 4096, .device = device_type::cuda, .exact = true});
