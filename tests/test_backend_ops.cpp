@@ -377,6 +377,23 @@ std::vector<op_case> all_cases() {
         add_case("shared_acts_mul_mat_pair_576x" + std::to_string(cols),
                  {f32_leaf({576, cols}, 53), typed_leaf(type::q4_0, {576, 200}, 54), typed_leaf(type::q4_0, {576, 200}, 55)},
                  [](context& c, const auto& t) { return add(c, mul_mat(c, t[1], t[0]), mul_mat(c, t[2], t[0])); }, 1e-6);
+    // q, k, v of different widths (256, 128, 128 rows) on one activation: in prefill one grouped wgmma launch (their
+    // row tiles one after the other in the grid; formats dequantized to f16 first take one GEMM each), each output
+    // read whole: q's two 128-row halves, k and v summed. The grouping changes no arithmetic: the bound of one mul_mat
+    for (type t : {type::q4_0, type::q8_0, type::awq4, type::nvfp4})
+        for (int64_t cols : {int64_t(3), int64_t(40), int64_t(200)})
+            add_case(std::string("grouped_qkv_") + type_name(t) + "_576x" + std::to_string(cols),
+                     {f32_leaf({576, cols}, 56), typed_leaf(t, {576, 256}, 57), typed_leaf(t, {576, 128}, 58),
+                      typed_leaf(t, {576, 128}, 59)},
+                     [cols](context& c, const auto& l) {
+                         tensor* q = mul_mat(c, l[1], l[0]);
+                         tensor* k = mul_mat(c, l[2], l[0]);
+                         tensor* v = mul_mat(c, l[3], l[0]);
+                         tensor* q0 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 0);
+                         tensor* q1 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 128 * sizeof(float));
+                         return add(c, add(c, q0, q1), add(c, k, v));
+                     },
+                     1e-6);
     // rms_norm. bound: f32 sum of squares vs the CPU's double sum, ~1e-7 relative
     for (auto ne : {std::initializer_list<int64_t>{577, 9}, {576, 1}, {4096, 5, 2}})
         add_case(

@@ -4,7 +4,8 @@
 //   all_reduce [-> add] -> rms_norm -> mul [-> q8_1]: the same after a decode step's sum over a device group (p2p.cuh)
 //   rms_norm -> mul [-> q8_1]                                                          (the first layer's norm)
 //   swiglu / geglu / relu2_glu [-> q8_1]                                               (the down projection's input)
-//   2-3 mul_mats of one activation on the decode GEMV as one launch (mmv.cu, mul_mat_group: q, k, v; gate, up)
+//   2-3 mul_mats of one activation on the decode GEMV as one launch (mmv.cu, mul_mat_group: q, k, v; gate, up), and
+//   in prefill on the wgmma GEMM (gemm.cu, gemm_split_group: their row tiles in one grid)
 //   attention -> [its rows as a view ->] q8_1 for the mul_mat after it                (the output projection's input)
 //   rope(Q), rope(K), set_rows(K cache, rotated K), set_rows(V cache, V), in any order, views between them skipped
 //   (rope.cu, rope_kv), when no result the kernel writes lies where one of its inputs is (see fuse_rope_kv); also
@@ -587,6 +588,9 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
     if (rope_kv_on)
         if (const size_t n = fuse_qkv_rope(ctx, nodes, i, uses)) return n; // q, k, v, ropes, cache writes
     if (const size_t n = mul_mat_group(ctx, nodes, i)) return n; // q, k, v / gate, up: one GEMV launch
+    static const bool group_on = env_switch_on("TESSERA_CUDA_GEMM_GROUP"); // experiment switch (session 19)
+    if (group_on)
+        if (const size_t n = gemm_split_group(ctx, nodes, i)) return n; // the same in prefill: one grouped GEMM launch
     if (const size_t n = mul_mat_id_group(ctx, nodes, i)) return n; // the experts' gate, up: one launch
     auto at = [&](size_t j) { return j < nodes.size() ? nodes[j] : nullptr; };
     auto used_once = [&](const tensor* t) {

@@ -565,6 +565,46 @@ __half* gemm_f16_target(const cuda_context& ctx, const tensor& node) {
     return reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + split_acts_bytes(x->ne[0], cols));
 }
 
+// The q8_1 activations of x as f16 rows (the wgmma GEMM's input), once for q, k, v (gate, up)
+static const __half* q8_f16_acts(cuda_context& ctx, const tensor& x, int64_t k, int64_t cols) {
+    const split_acts acts = split_activations(ctx, x);
+    auto* xh = reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + split_acts_bytes(k, cols));
+    if (ctx.act_form != cuda_context::act_split_q8_f16) {
+        const int64_t n8 = cols * k / 8;
+        q8_f16_kernel<<<unsigned(ceil_div(n8, 256)), 256, 0, ctx.stream>>>(acts.q, acts.ds, xh, n8);
+        TS_CUDA_CHECK(cudaGetLastError());
+        ctx.act_form = cuda_context::act_split_q8_f16;
+    }
+    return xh;
+}
+
+size_t gemm_split_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
+    if (!ctx.wgmma || ctx.exact || !ctx.split) return 0;
+    const split_weight* ws[3];
+    tensor* dsts[3];
+    int n = 0;
+    const tensor* x = nullptr;
+    for (size_t j = i; j < nodes.size() && n < 3; j++) {
+        tensor* d = nodes[j];
+        if (d->o != op::mul_mat || !mul_mat_quantizes_split(ctx, *d)) break;
+        const auto it = ctx.split->find(d->src[0]);
+        if (n == 0) x = d->src[1];
+        if (d->src[1] != x || (n > 0 && (it->second.t != ws[0]->t || it->second.k != ws[0]->k))) break;
+        ws[n] = &it->second;
+        dsts[n] = d;
+        n++;
+    }
+    if (n < 2) return 0;
+    const int64_t k = ws[0]->k, cols = x->ne[1] * x->ne[2] * x->ne[3];
+    if (!gemm_split_wanted(cols) || !gemm_uses_q8(ws[0]->t)) return 0;
+    // formats dequantized inside the GEMM only (the others go to f16 rows first, matrix by matrix)
+    if (gemm_wgmma_work_size(ws[0]->t, k, ws[0]->n) != 0) return 0;
+    TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(ws[0]->t, k, ws[0]->n, cols, ctx.wgmma));
+    const __half* xh = q8_f16_acts(ctx, *x, k, cols);
+    TS_ASSERT(gemm_wgmma_group(ctx, ws, dsts, n, xh));
+    return size_t(n);
+}
+
 void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     const tensor* x = dst.src[1];
     const shape4 sx = shape_of(*x, 4), sy = shape_of(dst, 4);
@@ -573,15 +613,7 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(w.t, w.k, w.n, cols, ctx.wgmma));
     void* work = static_cast<uint8_t*>(ctx.scratch) + acts_bytes(w.k, cols);
     if (ctx.wgmma && gemm_uses_q8(w.t)) { // the q8_1 values as f16: the CPU's activations to within f16 rounding
-        const split_acts acts = split_activations(ctx, *x);
-        auto* xh = reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + split_acts_bytes(w.k, cols));
-        if (ctx.act_form != cuda_context::act_split_q8_f16) {
-            const int64_t n8 = total / 8;
-            q8_f16_kernel<<<unsigned(ceil_div(n8, 256)), 256, 0, ctx.stream>>>(acts.q, acts.ds, xh, n8);
-            TS_CUDA_CHECK(cudaGetLastError());
-            ctx.act_form = cuda_context::act_split_q8_f16;
-        }
-        gemm_wgmma(ctx, w, xh, dst, work);
+        gemm_wgmma(ctx, w, q8_f16_acts(ctx, *x, w.k, cols), dst, work);
         return;
     }
     const dim3 grid(unsigned(ceil_div(w.n, BM)), unsigned(ceil_div(cols, BN)));

@@ -58,6 +58,16 @@ template <int TN, int ST> constexpr size_t smem_bytes() {
     return size_t(ST) * (TILE_BYTES + TN * TK * 2) + 1024; // + the 1024-byte alignment of the swizzle atoms
 }
 
+// A further matrix of a grouped launch (gemm_wgmma_group): the same activations, its own weights and output.
+struct wgmma_part {
+    const uint8_t* qs;
+    const uint8_t* sc;
+    float* y;
+    int64_t y_nb1, y_nb2, y_nb3, n;
+    float out_scale;
+    int tile0; // its first row tile in the grid
+};
+
 struct wgmma_args {
     const uint8_t* qs; // split weights (quantized A), or f16 [n][k] (D = f16_weights)
     const uint8_t* sc;
@@ -67,6 +77,8 @@ struct wgmma_args {
     int64_t n, row_base, m, k, ne2, ne3; // n rows of this call, written at output rows row_base ..
     float out_scale;
     bool cols_fastest; // grid (column tiles, row tiles): the CTAs of one row tile run together, its weights read once
+    int n_more = 0;    // grouped launch: row tiles from more[i].tile0 on are matrix i + 1's
+    wgmma_part more[2] = {};
 };
 
 // The D of gemm_wgmma_kernel for weights already dequantized to f16 rows (dequant_rows_kernel): they arrive by
@@ -161,8 +173,19 @@ __device__ __forceinline__ void store_tile(const wgmma_args& a, const float (&d)
 
 // TN columns a CTA (128 or 64; 64 fits two CTAs on an SM), ST stages
 template <class D, int TN, int ST>
-static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_kernel(wgmma_args a) {
+static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_kernel(const wgmma_args a_in) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    // the matrix of this CTA's row tile (a grouped launch: q, k, v or gate, up of one activation)
+    int64_t row_tile = a_in.cols_fastest ? blockIdx.y : blockIdx.x;
+    wgmma_args a = a_in;
+    for (int i = a_in.n_more - 1; i >= 0; i--)
+        if (row_tile >= a_in.more[i].tile0) {
+            const wgmma_part& p = a_in.more[i];
+            a.qs = p.qs, a.sc = p.sc, a.y = p.y, a.y_nb1 = p.y_nb1, a.y_nb2 = p.y_nb2, a.y_nb3 = p.y_nb3, a.n = p.n;
+            a.out_scale = p.out_scale;
+            row_tile -= p.tile0;
+            break;
+        }
     using chunk_t = typename D::chunk_t;
     constexpr bool W16 = std::is_same_v<D, f16_weights>;
     constexpr int AHEAD = ST - 2;           // activation stages in flight
@@ -174,7 +197,7 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
     const uint32_t sA = base, sB = base + ST * TILE_BYTES;
 
     const int tid = threadIdx.x, wg = tid / 128;
-    const int64_t row0 = int64_t(a.cols_fastest ? blockIdx.y : blockIdx.x) * TM;
+    const int64_t row0 = row_tile * TM;
     const int64_t col0 = int64_t(a.cols_fastest ? blockIdx.x : blockIdx.y) * TN;
     const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32, ng = nb / D::chunks_per_scale;
     const int steps = int((nb + 1) / 2); // k % 64 == 32: the last step's second chunk is zeros
@@ -289,7 +312,7 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
 
     store_tile<TN>(a, d, row0 + wg * 64, col0, cols);
 #else
-    (void)a;
+    (void)a_in;
     (void)D::scale_bytes, (void)D::chunks_per_scale, (void)&D::dequant_split; // referenced on sm_90a only
     __trap(); // never launched: wgmma_built() is false without the sm_90a code
 #endif
@@ -463,11 +486,13 @@ template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cuda
     // an SM). Measured (H100, m = 512, q4_0, TFLOP/s): 4096 x 4096, 128 tiles on 132 SMs, 317 in 128-column tiles vs
     // 246 in 64-column ones; 1B's 2048-row matrices (64 tiles) the other way (end to end 71k vs 66.5k t/s)
     const int forced = forced_tile_cols();
-    const bool wide = forced ? forced == 128 : 4 * ceil_div(a.n, TM) * ceil_div(cols, 128) >= 3 * int64_t(n_sm);
-    const unsigned row_tiles = unsigned(ceil_div(a.n, TM)), col_tiles = unsigned(ceil_div(cols, wide ? 128 : 64));
+    int64_t all_rows = ceil_div(a.n, TM); // row tiles, those of a grouped launch's further matrices included
+    for (int i = 0; i < a.n_more; i++) all_rows += ceil_div(a.more[i].n, TM);
+    const bool wide = forced ? forced == 128 : 4 * all_rows * ceil_div(cols, 128) >= 3 * int64_t(n_sm);
+    const unsigned row_tiles = unsigned(all_rows), col_tiles = unsigned(ceil_div(cols, wide ? 128 : 64));
     const dim3 grid = a.cols_fastest ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
     TS_ASSERT(grid.y <= 65535);
-    if (wide && std::is_same_v<D, f16_weights> && ws_enabled())
+    if (wide && std::is_same_v<D, f16_weights> && ws_enabled() && a.n_more == 0)
         gemm_ws_f16_kernel<<<grid, WS_THREADS, WS_SMEM, stream>>>(a);
     else if (wide)
         gemm_wgmma_kernel<D, 128, stages<128>()><<<grid, THREADS, smem_bytes<128, stages<128>()>(), stream>>>(a);
@@ -589,6 +614,38 @@ void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tenso
         }
     });
     TS_ASSERT(known);
+}
+
+} // namespace tessera::cuda
+
+namespace tessera::cuda {
+
+bool gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* const* dst, int n, const __half* x) {
+    TS_ASSERT(n >= 1 && n <= 3);
+    bool fused = false;
+    visit_format(w[0]->t, [&]<class F>() {
+        if constexpr (has_split<F>::value) fused = fused_dequant<F>();
+    });
+    if (!fused) return false;
+    const tensor* xt = dst[0]->src[1];
+    const int64_t m = xt->ne[1], ne2 = xt->ne[2], ne3 = xt->ne[3], cols = m * ne2 * ne3;
+    if (cols == 0) return true;
+    const shape4 sy = shape_of(*dst[0], 4);
+    wgmma_args a{w[0]->qs, w[0]->sc, x, ctx.as<float>(dst[0]), sy.nb[1], sy.nb[2], sy.nb[3], w[0]->n, 0, m, w[0]->k,
+                 ne2, ne3, w[0]->out_scale, cols_fastest()};
+    int tile = int(ceil_div(w[0]->n, TM));
+    for (int i = 1; i < n; i++) {
+        TS_ASSERT(w[i]->t == w[0]->t && w[i]->k == w[0]->k);
+        const shape4 si = shape_of(*dst[i], 4);
+        a.more[i - 1] = wgmma_part{w[i]->qs, w[i]->sc, ctx.as<float>(dst[i]), si.nb[1], si.nb[2], si.nb[3], w[i]->n,
+                                   w[i]->out_scale, tile};
+        tile += int(ceil_div(w[i]->n, TM));
+    }
+    a.n_more = n - 1;
+    visit_format(w[0]->t, [&]<class F>() {
+        if constexpr (has_split<F>::value) launch<cuda_format<F>>(a, cols, ctx.n_sm, ctx.stream);
+    });
+    return true;
 }
 
 } // namespace tessera::cuda

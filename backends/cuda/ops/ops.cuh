@@ -235,6 +235,9 @@ bool rope_kv_params_of(const cuda_context& ctx, const tensor& rq, const tensor& 
 bool gemm_split_wanted(int64_t cols);
 size_t gemm_split_work_size(type t, int64_t k, int64_t n, int64_t cols, bool wgmma);
 void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst);
+// 2-3 mul_mats from nodes[i] of the same activations (q, k, v; gate, up) with more than 8 columns, split weights of
+// one q8 format dequantized inside the wgmma GEMM: one grouped launch (gemm_wgmma_group); the nodes covered, or 0
+size_t gemm_split_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i);
 
 // mul_mat_id's prefill on the int8 tensor cores (gemm.cu), for the formats with mmq_unpack (gemm_id_available):
 // the (slot, token) pairs grouped by expert in tiles of up to gemm_id_tile pairs (moe_route_kernel, mmv.cu), each
@@ -260,6 +263,10 @@ void gemm_id(cuda_context& ctx, const split_weight& w, const split_acts& acts, c
 bool wgmma_built(int cc_major, int cc_minor);
 size_t gemm_wgmma_work_size(type t, int64_t k, int64_t n);
 void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tensor& dst, void* work);
+// n (2-3) matrices of the same format, k and activations x (f16, as gemm_wgmma's) in one launch, their row tiles
+// one after the other in the grid (q, k, v; gate, up: narrow matrices fill the SMs together). false, launching
+// nothing, where the format is dequantized to f16 rows first.
+bool gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* const* dst, int n, const __half* x);
 // The same GEMM on f16 weight rows w [n][k] (rows row_base .. row_base + n of dst), and how many rows of k f16 values
 // fit the dequantization block (TESSERA_CUDA_DQ_MIB).
 void gemm_wgmma_f16(cuda_context& ctx, const __half* w, int64_t n, int64_t row_base, const __half* x, tensor& dst);
