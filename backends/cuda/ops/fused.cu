@@ -588,9 +588,7 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
     if (rope_kv_on)
         if (const size_t n = fuse_qkv_rope(ctx, nodes, i, uses)) return n; // q, k, v, ropes, cache writes
     if (const size_t n = mul_mat_group(ctx, nodes, i)) return n; // q, k, v / gate, up: one GEMV launch
-    static const bool group_on = env_switch_on("TESSERA_CUDA_GEMM_GROUP"); // experiment switch (session 19)
-    if (group_on)
-        if (const size_t n = gemm_split_group(ctx, nodes, i)) return n; // the same in prefill: one grouped GEMM launch
+    if (const size_t n = gemm_split_group(ctx, nodes, i)) return n; // the same in prefill: one grouped GEMM launch
     if (const size_t n = mul_mat_id_group(ctx, nodes, i)) return n; // the experts' gate, up: one launch
     auto at = [&](size_t j) { return j < nodes.size() ? nodes[j] : nullptr; };
     auto used_once = [&](const tensor* t) {
