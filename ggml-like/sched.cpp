@@ -303,8 +303,10 @@ void scheduler::compute(graph& g, bool again) {
     }
     // device backends that may still be reading a host backend's memory (set() from it returns before the copy ends
     // where that memory is page-locked): waited for before a host backend computes
-    std::vector<char> reading_host(backends_.size(), 0);
-    std::vector<char> weights_sent(splits_.size(), 0);
+    std::vector<char>& reading_host = reading_host_;
+    std::vector<char>& weights_sent = weights_sent_;
+    reading_host.assign(backends_.size(), 0); // (members: no allocation per decode step)
+    weights_sent.assign(splits_.size(), 0);
     auto send_weights = [&](size_t si) {
         split& sp = splits_[si];
         backend& be = *backends_[size_t(sp.b)];

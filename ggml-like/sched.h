@@ -85,6 +85,7 @@ class scheduler {
     int64_t offload_min_batch_ = 32;
     size_t n_offloaded_ = 0;
     std::vector<std::unique_ptr<buffer>> weight_slots_; // per backend: the offloaded weights of one split at a time
+    std::vector<char> reading_host_, weights_sent_;      // compute()'s per-call state
     // TESSERA_SCHED_PROFILE=1: per backend, the wall time of its splits (each waited for), of the activation copies
     // into it and of the op-offload weight copies into it, printed to stderr when the scheduler goes. The weights sent
     // ahead (while the split before computes) are not waited for: their time shows in the next wait.

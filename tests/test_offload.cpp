@@ -49,6 +49,16 @@ std::vector<float> run(const model& m, int n_gpu_layers, size_t* splits, int n_c
     return out;
 }
 
+// a tiny qwen3moe file: 3 layers of 4 experts, 2 chosen
+void write_tiny_moe(const std::string& path) {
+    test::tiny_model_spec spec;
+    spec.arch = "qwen3moe";
+    spec.n_layer = 3;
+    spec.n_expert = 4;
+    spec.n_expert_used = 2;
+    test::write_tiny_model(path, spec);
+}
+
 } // namespace
 
 TEST(offload, every_layer_count_gives_the_logits_of_one_backend) {
@@ -121,12 +131,7 @@ TEST(offload, a_batch_runs_the_cpu_layers_matmuls_on_the_gpu) {
 // copied, the logits of one backend bit for bit
 TEST(offload, a_batch_runs_the_cpu_experts_on_the_gpu) {
     const std::string path = temp_path("opoff_moe.gguf");
-    test::tiny_model_spec spec;
-    spec.arch = "qwen3moe";
-    spec.n_layer = 3;
-    spec.n_expert = 4;
-    spec.n_expert_used = 2;
-    test::write_tiny_model(path, spec);
+    write_tiny_moe(path);
     auto m = model::load(path);
     auto go = [&](bool op_offload, size_t* offloaded) {
         session_params p{.n_ctx = 128, .n_batch = 64, .n_threads = 2};
@@ -154,12 +159,7 @@ TEST(offload, a_batch_runs_the_cpu_experts_on_the_gpu) {
 // later experts) offloaded; the logits of one backend for every N
 TEST(offload, experts_of_the_first_layers_on_the_cpu) {
     const std::string path = temp_path("ncmoe.gguf");
-    test::tiny_model_spec spec;
-    spec.arch = "qwen3moe";
-    spec.n_layer = 3;
-    spec.n_expert = 4;
-    spec.n_expert_used = 2;
-    test::write_tiny_model(path, spec);
+    write_tiny_moe(path);
     auto m = model::load(path);
     size_t splits = 0;
     const std::vector<float> ref = run(*m, -1, &splits);

@@ -190,9 +190,9 @@ struct rope_kv_nodes {
     const tensor *rq, *rk, *sk, *sv;
     bool write_k; // the rotated K is read by more than its cache write
 };
-size_t match_rope_kv(const cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
-                     const std::unordered_map<const tensor*, int>& uses, rope_kv_nodes& m) {
-    const tensor* got[4];
+// The 4 nodes from nodes[i] on that compute (views and leaves between them skipped; nodes[i] itself one of them):
+// the index past the last, or 0 where the graph ends first.
+size_t next_four(const std::vector<tensor*>& nodes, size_t i, const tensor* (&got)[4]) {
     size_t j = i;
     for (int c = 0; c < 4; j++) {
         if (j >= nodes.size()) return 0;
@@ -201,9 +201,18 @@ size_t match_rope_kv(const cuda_context& ctx, const std::vector<tensor*>& nodes,
             if (c == 0) return 0;
             continue;
         }
-        if (t->o != op::rope && t->o != op::set_rows) return 0;
         got[c++] = t;
     }
+    return j;
+}
+
+size_t match_rope_kv(const cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                     const std::unordered_map<const tensor*, int>& uses, rope_kv_nodes& m) {
+    const tensor* got[4];
+    const size_t j = next_four(nodes, i, got);
+    if (j == 0) return 0;
+    for (const tensor* t : got)
+        if (t->o != op::rope && t->o != op::set_rows) return 0;
     const tensor *ropes[2] = {}, *sets[2] = {};
     int nr = 0, ns = 0;
     for (const tensor* t : got) {
@@ -271,16 +280,8 @@ size_t fuse_qk_norm_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes
         return it == uses.end() ? 0 : it->second;
     };
     const tensor* seq[4];
-    size_t j = i;
-    for (int c = 0; c < 4; j++) {
-        if (j >= nodes.size()) return 0;
-        const tensor* t = nodes[j];
-        if (t->o == op::view || t->o == op::none) {
-            if (c == 0) return 0;
-            continue;
-        }
-        seq[c++] = t;
-    }
+    size_t j = next_four(nodes, i, seq);
+    if (j == 0) return 0;
     const tensor *nq = seq[0], *mq = seq[1], *nk = seq[2], *mk = seq[3];
     if (nq->o != op::rms_norm || mq->o != op::mul || nk->o != op::rms_norm || mk->o != op::mul || mq->src[0] != nq ||
         mk->src[0] != nk || used(nq) != 1 || used(nk) != 1 || used(mq) != 1 || used(mk) != 1 ||

@@ -579,30 +579,18 @@ static const __half* q8_f16_acts(cuda_context& ctx, const tensor& x, int64_t k, 
 }
 
 size_t gemm_split_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
-    if (!ctx.wgmma || ctx.exact || !ctx.split) return 0;
-    const split_weight* ws[3];
-    tensor* dsts[3];
-    int n = 0;
-    const tensor* x = nullptr;
-    for (size_t j = i; j < nodes.size() && n < 3; j++) {
-        tensor* d = nodes[j];
-        if (d->o != op::mul_mat || !mul_mat_quantizes_split(ctx, *d)) break;
-        const auto it = ctx.split->find(d->src[0]);
-        if (n == 0) x = d->src[1];
-        if (d->src[1] != x || (n > 0 && (it->second.t != ws[0]->t || it->second.k != ws[0]->k))) break;
-        ws[n] = &it->second;
-        dsts[n] = d;
-        n++;
-    }
-    if (n < 2) return 0;
-    const int64_t k = ws[0]->k, cols = x->ne[1] * x->ne[2] * x->ne[3];
+    if (!ctx.wgmma || ctx.exact) return 0;
+    const mat_group g = find_mat_group(ctx, nodes, i);
+    if (g.n < 2 || !mul_mat_quantizes_split(ctx, *g.dsts[0])) return 0; // (the others: the same activation and type)
+    const split_weight* const* ws = g.ws;
+    const int64_t k = ws[0]->k, cols = g.x->ne[1] * g.x->ne[2] * g.x->ne[3];
     if (!gemm_split_wanted(cols) || !gemm_uses_q8(ws[0]->t)) return 0;
     // formats dequantized inside the GEMM only (the others go to f16 rows first, matrix by matrix)
     if (gemm_wgmma_work_size(ws[0]->t, k, ws[0]->n) != 0) return 0;
     TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(ws[0]->t, k, ws[0]->n, cols, ctx.wgmma));
-    const __half* xh = q8_f16_acts(ctx, *x, k, cols);
-    TS_ASSERT(gemm_wgmma_group(ctx, ws, dsts, n, xh));
-    return size_t(n);
+    const __half* xh = q8_f16_acts(ctx, *g.x, k, cols);
+    TS_ASSERT(gemm_wgmma_group(ctx, ws, g.dsts, g.n, xh));
+    return size_t(g.n);
 }
 
 void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {

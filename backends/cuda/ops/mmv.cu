@@ -826,24 +826,12 @@ namespace {
 // mul_mat_group, and with rope mul_mat_group_rope (exactly three matrices, or nothing launched)
 size_t group_launch(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i, const rope_kv_params* rope,
                     int64_t rope_hd) {
-    if (ctx.exact || !ctx.split) return 0;
-    const split_weight* ws[3];
-    tensor* dsts[3];
-    int n = 0;
-    const tensor* x = nullptr;
-    for (size_t j = i; j < nodes.size() && n < 3; j++) {
-        tensor* d = nodes[j];
-        if (d->o != op::mul_mat) break;
-        const tensor* w = d->src[0];
-        if (w->view_src) break;
-        const auto it = ctx.split->find(w);
-        if (it == ctx.split->end()) break;
-        if (n == 0) x = d->src[1];
-        if (d->src[1] != x || (n > 0 && (it->second.t != ws[0]->t || it->second.k != ws[0]->k))) break;
-        ws[n] = &it->second;
-        dsts[n] = d;
-        n++;
-    }
+    if (ctx.exact) return 0;
+    const mat_group grp = find_mat_group(ctx, nodes, i);
+    const split_weight* const* ws = grp.ws;
+    tensor* const* dsts = grp.dsts;
+    const int n = grp.n;
+    const tensor* x = grp.x;
     if (n < 2 || (rope && n != 3)) return 0;
     const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
     if (rope && (x->ne[2] != 1 || x->ne[3] != 1 || ws[0]->n % 2 != 0 || ws[1]->n % 2 != 0 || ws[2]->n % 2 != 0))
@@ -865,6 +853,25 @@ size_t group_launch(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
 }
 
 } // namespace
+
+mat_group find_mat_group(const cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
+    mat_group g;
+    if (!ctx.split) return g;
+    for (size_t j = i; j < nodes.size() && g.n < 3; j++) {
+        tensor* d = nodes[j];
+        if (d->o != op::mul_mat) break;
+        const tensor* w = d->src[0];
+        if (w->view_src) break;
+        const auto it = ctx.split->find(w);
+        if (it == ctx.split->end()) break;
+        if (g.n == 0) g.x = d->src[1];
+        if (d->src[1] != g.x || (g.n > 0 && (it->second.t != g.ws[0]->t || it->second.k != g.ws[0]->k))) break;
+        g.ws[g.n] = &it->second;
+        g.dsts[g.n] = d;
+        g.n++;
+    }
+    return g;
+}
 
 size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
     return group_launch(ctx, nodes, i, nullptr, 0);

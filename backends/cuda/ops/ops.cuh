@@ -96,6 +96,15 @@ bool gemm_uses_q8(type t);
 // Consecutive mul_mat nodes nodes[i..] (2 or 3) reading the same activations with split weights of one format and k,
 // on the decode GEMV (q, k, v; gate, up), launched as one kernel; returns how many (0: not such a run).
 size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i);
+// The mul_mats from nodes[i] on, up to 3, of one activation whose weights are loaded in the split layout with one
+// format and k (q, k, v; gate, up): what mul_mat_group and gemm_split_group launch together. n = 0: none.
+struct mat_group {
+    const split_weight* ws[3];
+    tensor* dsts[3];
+    int n = 0;
+    const tensor* x = nullptr;
+};
+mat_group find_mat_group(const cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i);
 struct rope_kv_params;
 // The same for exactly three (q, k, v; true when launched), the epilogue rotating Q and K (heads of hd values,
 // "normal" mode: rows 2i, 2i + 1 of a head are a pair) and writing K and V to their caches as p says (rope.cu).
