@@ -380,11 +380,12 @@ std::vector<op_case> all_cases() {
     // q, k, v of different widths (256, 128, 128 rows) on one activation: in prefill one grouped wgmma launch (their
     // row tiles one after the other in the grid; formats dequantized to f16 first take one GEMM each), each output
     // read whole: q's two 128-row halves, k and v summed. The grouping changes no arithmetic: the bound of one mul_mat
+    // Also over a longer k (2048: 32 steps of 64).
     for (type t : {type::q4_0, type::q8_0, type::awq4, type::nvfp4})
-        for (int64_t cols : {int64_t(3), int64_t(40), int64_t(200)})
-            add_case(std::string("grouped_qkv_") + type_name(t) + "_512x" + std::to_string(cols),
-                     {f32_leaf({512, cols}, 56), typed_leaf(t, {512, 256}, 57), typed_leaf(t, {512, 128}, 58),
-                      typed_leaf(t, {512, 128}, 59)},
+        for (auto [k, cols] : {std::pair<int64_t, int64_t>{512, 3}, {512, 40}, {512, 200}, {2048, 200}})
+            add_case(std::string("grouped_qkv_") + type_name(t) + "_" + std::to_string(k) + "x" + std::to_string(cols),
+                     {f32_leaf({k, cols}, 56), typed_leaf(t, {k, 256}, 57), typed_leaf(t, {k, 128}, 58),
+                      typed_leaf(t, {k, 128}, 59)},
                      [cols](context& c, const auto& l) {
                          tensor* q = mul_mat(c, l[1], l[0]);
                          tensor* k = mul_mat(c, l[2], l[0]);
@@ -507,11 +508,13 @@ std::vector<op_case> all_cases() {
                 gemm && s.m > 8 ? gemm_bound(s.m) : bound);
         // the GEMM's tiles: 128 weight rows x 64 columns x 64 k; partial tiles every way (k = 96, 160: a last k step
         // of one chunk), and exact multiples; f16 / bf16 weights take the wgmma GEMM on Hopper (the CPU's activation
-        // rounding, f32 sums: the decode bounds)
+        // rounding, f32 sums: the decode bounds). Also few tiles over a long k (2080: 33 steps of 64, the last one
+        // half; 4096 x 256 x 512: 8 tiles of 64 steps).
         if (gemm || t == type::f16 || t == type::bf16)
             for (mm_shape s : {mm_shape{512, 300, 100}, mm_shape{256, 128, 64}, mm_shape{2048, 257, 513},
                                mm_shape{96, 40, 20}, mm_shape{160, 130, 70}, mm_shape{160, 130, 130},
-                               mm_shape{256, 384, 128}, mm_shape{96, 1000, 300}})
+                               mm_shape{256, 384, 128}, mm_shape{96, 1000, 300}, mm_shape{2080, 200, 150},
+                               mm_shape{4096, 256, 512}})
                 add_case(std::string("mul_mat_") + type_name(t) + "_gemm_k" + std::to_string(s.k) + "_n" +
                              std::to_string(s.n) + "_m" + std::to_string(s.m),
                          {typed_leaf(t, {s.k, s.n}, 26), f32_leaf({s.k, s.m}, 27)},
@@ -763,6 +766,7 @@ std::vector<op_case> all_cases() {
         bool ff;
         bool bias = false;
         bool qk_norm = false; // qwen3's / gemma3's per-head RMS norms of Q and K before rope
+        float q_scale = 0.0f; // gemma3's query_pre_attn_scalar: a scale of the rotated Q (CUDA: in the rope_kv kernel)
     };
     for (qkv_shape s : {qkv_shape{type::q4_0, 64, 6, 2, 1, 9, false, 64, false},
                         qkv_shape{type::q8_0, 128, 8, 2, 3, 20, false, 128, true},
@@ -778,7 +782,10 @@ std::vector<op_case> all_cases() {
                         qkv_shape{type::q8_0, 128, 8, 2, 1, 20, true, 128, false, false, true}, // qwen3-like
                         qkv_shape{type::q4_0, 256, 4, 1, 1, 9, true, 256, false, false, true},  // gemma3-like
                         qkv_shape{type::q4_0, 128, 6, 2, 3, 9, true, 128, false, false, true},
-                        qkv_shape{type::q4_1, 128, 4, 2, 40, 3, true, 128, false, false, true}}) {
+                        qkv_shape{type::q4_1, 128, 4, 2, 40, 3, true, 128, false, false, true},
+                        qkv_shape{type::q4_0, 256, 4, 1, 1, 9, true, 256, false, false, true, 0.0625f}, // gemma3
+                        qkv_shape{type::q4_0, 256, 4, 2, 40, 3, true, 256, false, false, true, 0.0625f},
+                        qkv_shape{type::q8_0, 64, 4, 2, 40, 3, false, 64, false, false, false, 0.2f}}) {
         const int64_t E = 256, n_kv = s.n_past + s.n_tok;
         std::vector<int32_t> rows;
         for (int64_t t = 0; t < s.n_tok; t++) rows.push_back(int32_t(s.n_past + t));
@@ -819,7 +826,7 @@ std::vector<op_case> all_cases() {
         add_case(std::string("qkv_rope_kv_attention_") + type_name(s.t) + "_hd" + std::to_string(s.hd) + "_h" +
                      std::to_string(s.n_head) + "_kv" + std::to_string(s.n_head_kv) + "_rot" + std::to_string(s.n_rot) +
                      "_tok" + std::to_string(s.n_tok) + (s.neox ? "_neox" : "") + (s.ff ? "_ff" : "") +
-                     (s.bias ? "_bias" : "") + (s.qk_norm ? "_qknorm" : ""),
+                     (s.bias ? "_bias" : "") + (s.qk_norm ? "_qknorm" : "") + (s.q_scale != 0.0f ? "_qscale" : ""),
                  leaves,
                  [=](context& c, const auto& t) {
                      const rope_mode mode = s.neox ? rope_mode::neox : rope_mode::normal;
@@ -852,6 +859,7 @@ std::vector<op_case> all_cases() {
                      for (tensor* e : {qr, kw, vw}) expand_first->push_back(e);
                      tensor* kv = view_3d(c, kw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, kw->nb[1], 0);
                      tensor* vv = view_3d(c, vw, s.hd, s.n_head_kv, n_kv, size_t(s.hd) * 2, vw->nb[1], 0);
+                     if (s.q_scale != 0.0f) return attention(c, scale(c, qr, s.q_scale), kv, vv, t[7], 1.0f);
                      return attention(c, qr, kv, vv, t[7], 1.0f / std::sqrt(float(s.hd)));
                  },
                  s.n_tok > 1 || n_kv > 256 ? 1e-4 : 5e-6);

@@ -749,6 +749,9 @@ void cuda_backend::launch_nodes(graph& g) {
                     for (size_t j = 0, k = 0; j < covered; j++)
                         if (g.nodes[ni + j]->o != op::view && g.nodes[ni + j]->o != op::none)
                             key += std::string(k++ ? "+" : " ") + op_name(g.nodes[ni + j]->o);
+                    for (size_t j = 0; j < covered; j++) // the matrices' rows, to tell the groups apart
+                        if (g.nodes[ni + j]->o == op::mul_mat)
+                            key += strf(" %lld", (long long)g.nodes[ni + j]->src[0]->ne[1]);
                     auto& [t, count] = profile_->by_op[key];
                     t += double(ms);
                     count++;
@@ -847,7 +850,8 @@ void cuda_backend::launch_nodes(graph& g) {
             std::string key = op_name(n->o);
             if (n->o == op::mul_mat) {
                 const int64_t cols = n->src[1]->ne[1] * n->src[1]->ne[2] * n->src[1]->ne[3];
-                key += strf(" %s %s", type_name(n->src[0]->t), cols > 8 ? "gemm" : "gemv");
+                key += strf(" %s %s %lldx%lld", type_name(n->src[0]->t), cols > 8 ? "gemm" : "gemv",
+                            (long long)n->src[0]->ne[1], (long long)n->src[0]->ne[0]); // rows x k
             }
             auto& [t, count] = profile_->by_op[key];
             t += double(ms);

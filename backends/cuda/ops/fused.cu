@@ -9,7 +9,8 @@
 //   attention -> [its rows as a view ->] q8_1 for the mul_mat after it                (the output projection's input)
 //   rope(Q), rope(K), set_rows(K cache, rotated K), set_rows(V cache, V), in any order, views between them skipped
 //   (rope.cu, rope_kv), when no result the kernel writes lies where one of its inputs is (see fuse_rope_kv); also
-//   with the Q / K norms before the ropes (qwen3, gemma3: fuse_qk_norm_rope_kv)
+//   with the Q / K norms before the ropes (qwen3, gemma3: fuse_qk_norm_rope_kv), and a scale of the rotated Q after
+//   them (gemma3's query_pre_attn_scalar: q_scale_after)
 //   the q, k, v mul_mats on the decode GEMV followed by that rope / cache-write group, reading only their results:
 //   the GEMV's epilogue does the group's work (normal and NEOX rope; fuse_qkv_rope, mmv.cu)
 //   the slots of mul(experts' outputs, chosen weights) added in order (a mixture-of-experts block's end); the
@@ -22,6 +23,8 @@
 // Not fused while a per-node callback watches (compare --layers) or TESSERA_CUDA_FUSE=0 (TESSERA_CUDA_ROPE_KV=0: the
 // rope / cache-write group alone, with or without the GEMV; TESSERA_CUDA_QKV_ROPE=0: not with the GEMV).
 #include "backends/cuda/ops/ops.cuh"
+
+#include <initializer_list>
 
 namespace tessera::cuda {
 
@@ -261,11 +264,38 @@ size_t match_rope_kv(const cuda_context& ctx, const std::vector<tensor*>& nodes,
     return j - i;
 }
 
+// A scale of the rotated Q right after rope_kv's nodes (from nodes[j] on, views skipped), which alone reads it, and
+// whose result overlaps none of `inputs`: rope_kv's kernel then writes the scaled Q there and not the rotated one
+// (gemma3's query_pre_attn_scalar); null otherwise. Its node count (views included) in n_more.
+const tensor* q_scale_after(const cuda_context& ctx, const std::vector<tensor*>& nodes, size_t j,
+                            const std::unordered_map<const tensor*, int>& uses, const rope_kv_nodes& m,
+                            std::initializer_list<const tensor*> inputs, size_t& n_more) {
+    size_t e = j;
+    while (e < nodes.size() && (nodes[e]->o == op::view || nodes[e]->o == op::none)) e++;
+    if (e >= nodes.size()) return nullptr;
+    const tensor* s = nodes[e];
+    const auto it = uses.find(m.rq);
+    if (s->o != op::scale || s->src[0] != m.rq || it == uses.end() || it->second != 1 || (m.rq->flags & flag_output) ||
+        !same_shape(s, m.rq))
+        return nullptr;
+    for (const tensor* in : inputs)
+        if (in && overlap(span_of(ctx, s), span_of(ctx, in))) return nullptr;
+    for (const tensor* o : {m.sk, m.sv, m.write_k ? m.rk : nullptr})
+        if (o && overlap(span_of(ctx, s), span_of(ctx, o))) return nullptr;
+    n_more = e + 1 - j;
+    return s;
+}
+
 size_t fuse_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                     const std::unordered_map<const tensor*, int>& uses) {
     rope_kv_nodes m;
     const size_t n = match_rope_kv(ctx, nodes, i, uses, m);
-    return n > 0 && rope_kv(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k) ? n : 0;
+    if (n == 0) return 0;
+    size_t n_more = 0;
+    const tensor* qs = q_scale_after(ctx, nodes, i + n, uses, m,
+                                     {m.rq->src[0], m.rk->src[0], m.sv->src[0], m.rq->src[1], m.rq->src[2], m.sk->src[2]},
+                                     n_more);
+    return rope_kv(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k, nullptr, qs) ? n + n_more : 0;
 }
 
 // rms_norm(q) -> mul(its weight) -> rms_norm(k) -> mul(its weight) (qwen3's and gemma3's Q / K norms on the head
@@ -305,7 +335,12 @@ size_t fuse_qk_norm_rope_kv(cuda_context& ctx, const std::vector<tensor*>& nodes
             if (o && in && overlap(span_of(ctx, o), span_of(ctx, in))) return 0;
     const qk_norms norms{nq->src[0], nk->src[0], ctx.as<float>(mq->src[1]), ctx.as<float>(mk->src[1]),
                          nq->op_params.f[0]};
-    return rope_kv(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k, &norms) ? j - i + n : 0;
+    size_t n_more = 0;
+    const tensor* qs = q_scale_after(ctx, nodes, j + n, uses, m,
+                                     {nq->src[0], nk->src[0], m.sv->src[0], m.rq->src[1], m.rq->src[2], m.sk->src[2],
+                                      mq->src[1], mk->src[1]},
+                                     n_more);
+    return rope_kv(ctx, *m.rq, *m.rk, *m.sk, *m.sv, m.write_k, &norms, qs) ? j - i + n + n_more : 0;
 }
 
 // The q, k, v mul_mats at nodes[i..i + 2] (decode: one GEMV launch, mul_mat_group), their bias adds if any, and

@@ -5,8 +5,8 @@
 //
 // A 128 (weight rows) x TN (columns) tile per CTA of two warpgroups, each warpgroup 64 rows x TN columns with its
 // accumulators in registers. TN = 128 (six stages, one CTA an SM), or 64 (four stages, two CTAs an SM) when 128-column
-// tiles would leave more than a quarter of the SMs idle (1B's 2048-row matrices at 512 tokens; 8B's 4096-row ones,
-// 128 tiles on 132 SMs, are 29% faster in 128-column tiles). f16 rows in 128-column tiles go to a warp-specialized
+// tiles would leave 45% of the SMs idle or more (1B's 2048-row matrices at 512 tokens; 8B's 4096-row ones, 128 tiles
+// on 132 SMs, are 29% faster in 128-column tiles; see launch()). f16 rows in 128-column tiles go to a warp-specialized
 // kernel (gemm_ws_f16_kernel, below). k advances 64 elements (two 32-element chunks,
 // one 128-byte swizzle row of f16) a step:
 //   activations  cp.async straight into the 128-byte-swizzled layout wgmma reads (16-byte piece c of row r at
@@ -39,6 +39,12 @@
 // shared memory for A; activations written in the fragments' k order): 259 / 218 / 255 for q4_0 in one call against
 // this kernel's 246 / 282 / 246 -- the dequantization then waits on the wgmma two steps back, and the register-held
 // weight prefetch (two steps) is too short at 14336 rows.
+// Tried and removed (session 20): split k for matrices whose tiles fill few SMs (Gemma-3-4B's o and down, 2560 rows:
+// 80 tiles of 128 x 128 on 132 SMs), each of S CTAs a tile multiplying k / S and the last to finish summing the
+// partials (written to the scratch, counted in ctx.counters) in split order. In the model (ncu, H100, pp512, us per
+// launch), S = 3: o 94 vs 40 (64-column tiles) / 53 (128-column), down 160 vs 172 / 150; end to end 22.1k vs 24.5k
+// t/s. A split CTA paid ~30 us more than its share of steps. In the model this kernel runs at ~1.5 us a step of 64 k
+// (Gemma's q/k/v: 185 TFLOP/s; SM throughput ~20%, latency-bound at one CTA an SM), against ~0.85 us in isolation.
 #include "backends/cuda/ops/mma.cuh"
 #include "backends/cuda/ops/ops.cuh"
 
@@ -486,13 +492,15 @@ bool ws_enabled() {
 }
 
 template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cudaStream_t stream) {
-    // 128-column tiles (one CTA an SM) where they give at least 3/4 of the SMs a tile, else 64-column ones (two CTAs
+    // 128-column tiles (one CTA an SM) where they give at least 55% of the SMs a tile, else 64-column ones (two CTAs
     // an SM). Measured (H100, m = 512, q4_0, TFLOP/s): 4096 x 4096, 128 tiles on 132 SMs, 317 in 128-column tiles vs
-    // 246 in 64-column ones; 1B's 2048-row matrices (64 tiles) the other way (end to end 71k vs 66.5k t/s)
+    // 246 in 64-column ones; 1B's 2048-row matrices (64 tiles) the other way (end to end 71k vs 66.5k t/s); Gemma-3-4B's
+    // 2560-row o and down (80 tiles) in 128-column tiles: pp512 25549 vs 24307 t/s with 64 (session 20; a 3/4 rule
+    // before)
     const int forced = forced_tile_cols();
     int64_t all_rows = ceil_div(a.n, TM); // row tiles, those of a grouped launch's further matrices included
     for (int i = 0; i < a.n_more; i++) all_rows += ceil_div(a.more[i].n, TM);
-    const bool wide = forced ? forced == 128 : 4 * all_rows * ceil_div(cols, 128) >= 3 * int64_t(n_sm);
+    const bool wide = forced ? forced == 128 : 20 * all_rows * ceil_div(cols, 128) >= 11 * int64_t(n_sm);
     const unsigned row_tiles = unsigned(all_rows), col_tiles = unsigned(ceil_div(cols, wide ? 128 : 64));
     const dim3 grid = a.cols_fastest ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
     TS_ASSERT(grid.y <= 65535);

@@ -181,14 +181,15 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
 // rk's own result written only when write_k; false (nothing launched) when the nodes do not have the shapes and types
 // it handles. The caller checks that no result it writes overlaps an input (fused.cu). norms (qwen3, gemma3): rq and
 // rk rotate rms_norm(q) * qw and rms_norm(k) * kw of the heads of q and k (eps: the norms'), computed in the kernel as
-// the unfused rms_norm -> mul does it.
+// the unfused rms_norm -> mul does it. q_scaled (gemma3's query_pre_attn_scalar): a scale node reading rq alone; the
+// rotated Q times its factor goes to it instead of to rq (the product rounded as the scale kernel rounds it).
 struct qk_norms {
     const tensor *q, *k; // the norms' inputs (heads as rows)
     const float *qw, *kw;
     float eps;
 };
 bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv, bool write_k,
-             const qk_norms* norms = nullptr);
+             const qk_norms* norms = nullptr, const tensor* q_scaled = nullptr);
 // Where those results go and how the angles are made, for a kernel that writes them itself (rope_kv's kernel, the q/k/v
 // GEMV's epilogue in mmv.cu): rotated Q into yq (element (j, head, token) at j + head nb1 + token nb2, in floats; yk
 // the same for K, null unless write_k), K and V as f16 into cache rows idx[token] (rows outside [0, rows) skipped, as
@@ -207,6 +208,7 @@ struct rope_kv_params {
     bool neox;
     // the q/k/v GEMV's epilogue only: a bias row added to each product before the rotation (qwen2), or null
     const float* bias[3] = {nullptr, nullptr, nullptr};
+    float q_scale = 1.0f; // rope_kv's kernel only: the rotated Q times this (a scale node after it folded in)
 };
 // gelu(g) u as the CPU computes it (ggml-like/gelu.h): 0 for g <= -10, g u for g >= 10, else the f16 table's value
 // at g rounded to f16, times u. table: cuda_context::gelu_table.

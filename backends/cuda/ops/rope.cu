@@ -23,10 +23,12 @@ constexpr int ROPE_HEADS = 4;
 // y == nullptr: the result only goes there.
 // xn (not null): the block's heads h0.. as rows of hd floats in shared memory, read instead of x (rope_kv_kernel's
 // Q / K norms: head_norm below).
+// ys: the results written to y are multiplied by it (a scale node folded in; 1: the plain rope, x 1 exact).
 template <bool NEOX>
 __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y,
                                            shape4 sy, int n_rot, const rope_angles& ang, const float* table, int64_t t,
-                                           int64_t h0, float* cs, __half* cache, const float* xn = nullptr) {
+                                           int64_t h0, float* cs, __half* cache, const float* xn = nullptr,
+                                           float ys = 1.0f) {
     const int half = n_rot / 2;
     for (int i = threadIdx.x; i < half && table; i += blockDim.x) { // exact mode: the host's (cos, sin)
         cs[2 * i] = table[t * n_rot + 2 * i];
@@ -52,8 +54,8 @@ __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int3
             const float2 r = rope_rotate(xr[j0 * xs], xr[j1 * xs], make_float2(cs[2 * i], cs[2 * i + 1]));
             const float y0 = r.x, y1 = r.y;
             if (yr) {
-                yr[j0 * sy.nb[0]] = y0;
-                yr[j1 * sy.nb[0]] = y1;
+                yr[j0 * sy.nb[0]] = __fmul_rn(y0, ys);
+                yr[j1 * sy.nb[0]] = __fmul_rn(y1, ys);
             }
             if (cr) {
                 cr[j0] = __float2half_rn(y0); // set_rows' conversion (round to nearest even)
@@ -62,7 +64,7 @@ __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int3
         } else {
             const int64_t j = i + half; // n_rot .. hd - 1
             const float v = xr[j * xs];
-            if (yr) yr[j * sy.nb[0]] = v;
+            if (yr) yr[j * sy.nb[0]] = __fmul_rn(v, ys);
             if (cr) cr[j] = __float2half_rn(v);
         }
     }
@@ -145,7 +147,7 @@ template <bool NEOX> static __global__ void __launch_bounds__(ROPE_THREADS) rope
         const int64_t h0 = int64_t(g) * ROPE_HEADS;
         if (a.qn) head_norm(a.q, a.sq, t, h0, min(int64_t(ROPE_HEADS), a.sq.ne[1] - h0), a.qn, a.eps, xn);
         rope_block<NEOX>(a.q, a.sq, p.pos, p.ff, p.yq, p.syq, p.n_rot, p.ang, nullptr, t, h0, cs, nullptr,
-                         a.qn ? xn : nullptr);
+                         a.qn ? xn : nullptr, p.q_scale);
     } else if (g < a.gq + a.gk) {
         __half* cache = row >= 0 && row < p.kc_rows ? p.kc + row * p.kc_nb1 : nullptr;
         const int64_t h0 = int64_t(g - a.gq) * ROPE_HEADS;
@@ -218,9 +220,17 @@ bool rope_kv_params_of(const cuda_context& ctx, const tensor& rq, const tensor& 
 }
 
 bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor& sk, const tensor& sv, bool write_k,
-             const qk_norms* norms) {
+             const qk_norms* norms, const tensor* q_scaled) {
     rope_kv_params p;
     if (!rope_kv_params_of(ctx, rq, rk, sk, sv, write_k, p)) return false;
+    if (q_scaled) {
+        if (q_scaled->o != op::scale || q_scaled->src[0] != &rq || q_scaled->t != type::f32) return false;
+        for (int d = 0; d < 4; d++)
+            if (q_scaled->ne[d] != rq.ne[d]) return false;
+        p.yq = ctx.as<float>(q_scaled);
+        p.syq = shape_of(*q_scaled, 4);
+        p.q_scale = q_scaled->op_params.f[0];
+    }
     const tensor* v = sv.src[0];
     const int64_t n_tok = rq.ne[2];
     if (n_tok == 0) return true;
