@@ -165,9 +165,8 @@ struct cuda_context {
     size_t scratch_size = 0;
     // the activations mul_mat last converted into scratch: their source and form (act_split_q8: q8_1 for the split
     // GEMV, act_f16: f16 for the GEMM, act_split_q8_f16: q8_1 and its values d q as f16 for the wgmma GEMM,
-    // act_bf16_f16: rounded to bf16 then held as f16, for bf16 weights); a mul_mat of the same source right after (q,
-    // k, v; gate, up) reuses them
-    enum act_form_t { act_none, act_split_q8, act_f16, act_split_q8_f16, act_bf16_f16 };
+    // act_bf16: bf16, for bf16 weights); a mul_mat of the same source right after (q, k, v; gate, up) reuses them
+    enum act_form_t { act_none, act_split_q8, act_f16, act_split_q8_f16, act_bf16 };
     // prefill GEMMs on wgmma (Hopper, sm_90a code present; TESSERA_CUDA_WGMMA=0: off)
     bool wgmma = false;
     // exact mode (TESSERA_CUDA_EXACT=1): ops reproduce the CPU's float results bit for bit where they can (mul_mat of
@@ -189,6 +188,9 @@ struct cuda_context {
     size_t n_counters = 0;
     // the device group this backend is a member of (nccl_comm's handle; null alone): all_reduce nodes
     void* group = nullptr;
+    // a cuBLAS handle on `stream` with its own workspace (cublas_create, gemm.cu): f16 / bf16 weights' prefill GEMM;
+    // null until a graph has such a node
+    void* cublas = nullptr;
 
     // Device address of t's first element: a weight's copy, a view into a weight's copy, or t.data (device memory
     // bound by the graph runner or allocated by this backend).

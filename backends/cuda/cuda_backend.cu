@@ -223,6 +223,10 @@ cuda_backend::~cuda_backend() {
             if (e) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
     for (captured& c : captured_)
         if (c.exec) (void)cudaGraphExecDestroy(reinterpret_cast<cudaGraphExec_t>(c.exec));
+    if (cublas_) {
+        (void)cudaSetDevice(info_.id);
+        cublas_destroy(cublas_);
+    }
     scratch_.reset();
     weights_buf_.reset();
     if (stream_) (void)cudaStreamDestroy(as_stream(stream_));
@@ -511,6 +515,12 @@ void cuda_backend::compute_impl(graph& g) {
         counters_ = std::make_unique<device_buffer>(n_counters * sizeof(int), info_, "block counters");
         TS_CUDA_CHECK(cudaMemsetAsync(counters_->base(), 0, counters_->size(), as_stream(stream_)));
     }
+    if (!cublas_ && !exact_) // outside any capture: cuBLAS allocates when its handle is made
+        for (const tensor* n : g.nodes)
+            if (n->o == op::mul_mat && gemm_float_shape(*n)) {
+                cublas_ = cublas_create(as_stream(stream_));
+                break;
+            }
     // Without a per-node callback the launches are captured into a CUDA graph and run as one: the GPU then goes from
     // kernel to kernel without waiting for the CPU (a decode step is ~15 kernels a layer, most a few microseconds).
     // A graph whose signature (its structure, every launch's pointers, shapes and parameters) equals the one captured
@@ -722,6 +732,7 @@ void cuda_backend::launch_nodes(graph& g) {
     ctx.counters = counters_ ? static_cast<int*>(counters_->base()) : nullptr;
     ctx.n_counters = counters_ ? n_counters : 0;
     ctx.group = comm_;
+    ctx.cublas = cublas_;
     cudaEvent_t ev[2] = {nullptr, nullptr};
     if (profile_) {
         TS_CUDA_CHECK(cudaEventCreate(&ev[0]));

@@ -18,6 +18,7 @@
 
 #include "backends/cuda/quant/formats.cuh"
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,33 +30,19 @@ namespace {
 
 constexpr int BM = 128, BN = 64, BK = 32, PAD = 8, THREADS = 256;
 
-// x rows (k, m, ne2, ne3 with strides) -> f16 [cols][k]; VIA_BF16: rounded to bf16 first (the CPU's activations for
-// bf16 weights), then to f16 (exact where the value is in f16's normal range)
-template <bool VIA_BF16 = false>
+// x rows (k, m, ne2, ne3 with strides) -> f16 [cols][k]
 static __global__ void f16_rows_kernel(const float* x, shape4 sx, __half* y, int64_t total) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= total) return;
     const int64_t k = sx.ne[0], e = i % k, r = i / k;
-    float v = x[row_offset(sx, r) + e * sx.nb[0]];
-    if constexpr (VIA_BF16) v = __bfloat162float(__float2bfloat16_rn(v));
-    y[i] = __float2half_rn(v);
+    y[i] = __float2half_rn(x[row_offset(sx, r) + e * sx.nb[0]]);
 }
-
-// bf16 weight values -> f16, 8 a thread (n8 groups); magnitudes past f16's range saturate to +-65504 rather than
-// becoming infinities
-static __global__ void bf16_to_f16_kernel(const __nv_bfloat16* w, __half* out, int64_t n8) {
+// the same rows rounded to bf16 (the CPU's activations for bf16 weights)
+static __global__ void bf16_rows_kernel(const float* x, shape4 sx, __nv_bfloat16* y, int64_t total) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= n8) return;
-    const uint4 q = reinterpret_cast<const uint4*>(w)[i];
-    const auto* b = reinterpret_cast<const __nv_bfloat162*>(&q);
-    uint4 o;
-    auto* h = reinterpret_cast<__half2*>(&o);
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 f = __bfloat1622float2(b[j]);
-        h[j] = __floats2half2_rn(fminf(fmaxf(f.x, -65504.0f), 65504.0f), fminf(fmaxf(f.y, -65504.0f), 65504.0f));
-    }
-    reinterpret_cast<uint4*>(out)[i] = o;
+    if (i >= total) return;
+    const int64_t k = sx.ne[0], e = i % k, r = i / k;
+    y[i] = __float2bfloat16_rn(x[row_offset(sx, r) + e * sx.nb[0]]);
 }
 
 // q8_1 activations (split_activations: q [cols][k], (d, s) per 32) -> their values d q as f16 rows [cols][k], 8
@@ -673,30 +660,74 @@ void gemm_id(cuda_context& ctx, const split_weight& w, const split_acts& acts, c
     TS_CUDA_CHECK(cudaGetLastError());
 }
 
-namespace {
-
 bool gemm_float_shape(const tensor& node) {
     const tensor* w = node.src[0];
     const tensor* x = node.src[1];
+    const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
+    // the output's columns one stride apart (cuBLAS's ldc), within int range
+    const bool even = node.t == type::f32 && node.nb[0] == 4 && node.nb[1] % 4 == 0 &&
+                      (node.ne[2] == 1 || node.nb[2] == node.nb[1] * size_t(node.ne[1])) &&
+                      (node.ne[3] == 1 || node.nb[3] == node.nb[2] * size_t(node.ne[2])) &&
+                      node.nb[1] / 4 <= size_t(INT32_MAX) && w->ne[1] <= INT32_MAX && cols <= INT32_MAX &&
+                      w->ne[0] <= INT32_MAX;
     return (w->t == type::f16 || w->t == type::bf16) && w->ne[2] == 1 && w->ne[3] == 1 && !w->view_src &&
-           w->nb[1] == size_t(w->ne[0]) * 2 && w->ne[0] % 32 == 0 && x->t == type::f32 &&
-           gemm_split_wanted(x->ne[1] * x->ne[2] * x->ne[3]);
+           w->nb[1] == size_t(w->ne[0]) * 2 && w->ne[0] % 32 == 0 && x->t == type::f32 && gemm_split_wanted(cols) &&
+           even;
 }
+
+namespace {
+
+void cublas_check(cublasStatus_t s, const char* what) {
+    if (s != CUBLAS_STATUS_SUCCESS) throw error(std::string("CUDA: ") + what + " failed: " + cublasGetStatusString(s));
+}
+
+constexpr size_t CUBLAS_WORKSPACE = size_t(32) << 20; // what cuBLAS asks for on Hopper
+
+struct cublas_state {
+    cublasHandle_t h = nullptr;
+    void* ws = nullptr;
+};
 
 } // namespace
 
-bool gemm_float_wanted(const cuda_context& ctx, const tensor& node) {
-    return ctx.wgmma && !ctx.exact && gemm_float_shape(node);
+void* cublas_create(cudaStream_t stream) {
+    auto st = std::make_unique<cublas_state>();
+    cublas_check(cublasCreate(&st->h), "cublasCreate");
+    const auto fail = [&](auto f) {
+        try {
+            f();
+        } catch (...) {
+            if (st->ws) (void)cudaFree(st->ws);
+            (void)cublasDestroy(st->h);
+            throw;
+        }
+    };
+    fail([&] {
+        TS_CUDA_CHECK(cudaMalloc(&st->ws, CUBLAS_WORKSPACE));
+        cublas_check(cublasSetStream(st->h, stream), "cublasSetStream");
+        // its own workspace: nothing allocated while a CUDA graph is captured
+        cublas_check(cublasSetWorkspace(st->h, st->ws, CUBLAS_WORKSPACE), "cublasSetWorkspace");
+    });
+    return st.release();
 }
 
-// f16 activations [cols][k], then for bf16 weights a block of their rows as f16
-size_t gemm_float_work_size(const tensor& node, bool wgmma) {
-    if (!wgmma || !gemm_float_shape(node)) return 0;
-    const tensor* w = node.src[0];
+void cublas_destroy(void* handle) {
+    auto* st = static_cast<cublas_state*>(handle);
+    if (!st) return;
+    (void)cublasDestroy(st->h);
+    (void)cudaFree(st->ws);
+    delete st;
+}
+
+bool gemm_float_wanted(const cuda_context& ctx, const tensor& node) {
+    return ctx.cublas && !ctx.exact && gemm_float_shape(node);
+}
+
+// the activations [cols][k] as f16 or bf16
+size_t gemm_float_work_size(const tensor& node) {
+    if (!gemm_float_shape(node)) return 0;
     const tensor* x = node.src[1];
-    const int64_t k = w->ne[0], cols = x->ne[1] * x->ne[2] * x->ne[3];
-    const size_t acts = (size_t(k) * size_t(cols) * sizeof(__half) + 255) / 256 * 256;
-    return acts + (w->t == type::bf16 ? size_t(gemm_wgmma_block_rows(k, w->ne[1])) * size_t(k) * sizeof(__half) : 0);
+    return (size_t(x->ne[0]) * size_t(x->ne[1] * x->ne[2] * x->ne[3]) * sizeof(__half) + 255) / 256 * 256;
 }
 
 void gemm_float(cuda_context& ctx, tensor& dst) {
@@ -704,35 +735,31 @@ void gemm_float(cuda_context& ctx, tensor& dst) {
     const tensor* x = dst.src[1];
     const int64_t k = w->ne[0], n = w->ne[1], cols = x->ne[1] * x->ne[2] * x->ne[3], total = cols * k;
     if (total == 0 || n == 0) return;
-    TS_ASSERT(ctx.scratch_size >= gemm_float_work_size(dst, ctx.wgmma));
+    TS_ASSERT(ctx.scratch_size >= gemm_float_work_size(dst));
     const bool bf16 = w->t == type::bf16;
-    const auto form = bf16 ? cuda_context::act_bf16_f16 : cuda_context::act_f16;
-    auto* xh = static_cast<__half*>(ctx.scratch);
+    TS_ASSERT(ctx.cublas);
+    // y (n x cols, column-major, ldc the output's column stride) = W^T (W: k x n column-major, as stored) x
+    const auto form = bf16 ? cuda_context::act_bf16 : cuda_context::act_f16;
+    void* xa = ctx.scratch;
     if (!(ctx.act_src == x && ctx.act_form == form)) { // q, k, v (gate, up) share one conversion
         const shape4 sx = shape_of(*x, 4);
         const unsigned blocks = unsigned(ceil_div(total, 256));
         if (bf16)
-            f16_rows_kernel<true><<<blocks, 256, 0, ctx.stream>>>(ctx.as<float>(x), sx, xh, total);
+            bf16_rows_kernel<<<blocks, 256, 0, ctx.stream>>>(ctx.as<float>(x), sx, static_cast<__nv_bfloat16*>(xa),
+                                                             total);
         else
-            f16_rows_kernel<<<blocks, 256, 0, ctx.stream>>>(ctx.as<float>(x), sx, xh, total);
+            f16_rows_kernel<<<blocks, 256, 0, ctx.stream>>>(ctx.as<float>(x), sx, static_cast<__half*>(xa), total);
         TS_CUDA_CHECK(cudaGetLastError());
         ctx.act_src = x;
         ctx.act_form = form;
     }
-    if (!bf16) {
-        gemm_wgmma_f16(ctx, reinterpret_cast<const __half*>(ctx.ptr(w)), n, 0, xh, dst);
-        return;
-    }
-    auto* wh = reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) +
-                                         (size_t(total) * sizeof(__half) + 255) / 256 * 256);
-    const auto* wb = reinterpret_cast<const __nv_bfloat16*>(ctx.ptr(w));
-    const int64_t block = gemm_wgmma_block_rows(k, n);
-    for (int64_t r0 = 0; r0 < n; r0 += block) {
-        const int64_t rows = std::min(block, n - r0), n8 = rows * k / 8;
-        bf16_to_f16_kernel<<<unsigned(ceil_div(n8, 256)), 256, 0, ctx.stream>>>(wb + r0 * k, wh, n8);
-        TS_CUDA_CHECK(cudaGetLastError());
-        gemm_wgmma_f16(ctx, wh, rows, r0, xh, dst);
-    }
+    const float one = 1.0f, zero = 0.0f;
+    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    cublas_check(cublasGemmEx(static_cast<cublas_state*>(ctx.cublas)->h, CUBLAS_OP_T, CUBLAS_OP_N, int(n),
+                              int(cols), int(k), &one, ctx.ptr(w), t, int(k), xa, t, int(k), &zero,
+                              ctx.ptr(&dst), CUDA_R_32F, int(dst.nb[1] / 4), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
 }
 
 } // namespace tessera::cuda

@@ -577,21 +577,6 @@ bool cols_fastest() {
 
 } // namespace
 
-int64_t gemm_wgmma_block_rows(int64_t k, int64_t n) {
-    return dq_rows(k, n);
-}
-
-void gemm_wgmma_f16(cuda_context& ctx, const __half* w, int64_t n, int64_t row_base, const __half* x, tensor& dst) {
-    const tensor* xt = dst.src[1];
-    const shape4 sy = shape_of(dst, 4);
-    const int64_t k = xt->ne[0], m = xt->ne[1], ne2 = xt->ne[2], ne3 = xt->ne[3], cols = m * ne2 * ne3;
-    if (cols == 0 || n == 0) return;
-    TS_ASSERT(k % 32 == 0);
-    const wgmma_args a{reinterpret_cast<const uint8_t*>(w), nullptr, x, ctx.as<float>(&dst), sy.nb[1], sy.nb[2],
-                       sy.nb[3], n, row_base, m, k, ne2, ne3, 1.0f, cols_fastest()};
-    launch<f16_weights>(a, cols, ctx.n_sm, ctx.stream);
-}
-
 void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tensor& dst, void* work) {
     const tensor* xt = dst.src[1];
     const shape4 sy = shape_of(dst, 4);

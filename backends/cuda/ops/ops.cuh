@@ -278,16 +278,19 @@ void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tenso
 // one after the other in the grid (q, k, v; gate, up: narrow matrices fill the SMs together). false, launching
 // nothing, where the format is dequantized to f16 rows first.
 bool gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* const* dst, int n, const __half* x);
-// The same GEMM on f16 weight rows w [n][k] (rows row_base .. row_base + n of dst), and how many rows of k f16 values
-// fit the dequantization block (TESSERA_CUDA_DQ_MIB).
-void gemm_wgmma_f16(cuda_context& ctx, const __half* w, int64_t n, int64_t row_base, const __half* x, tensor& dst);
-int64_t gemm_wgmma_block_rows(int64_t k, int64_t n);
 
-// Prefill mul_mat of f16 / bf16 weights in the file's layout (gemm.cu): wgmma on f16 activations (bf16 weights
-// converted to f16 a block of rows at a time, their activations rounded to bf16 first, as the CPU rounds them), for
-// more than 8 columns of a plain 2-D weight with k % 32 == 0; other shapes and GPUs take the GEMV (mmv.cu).
+// Prefill mul_mat of f16 / bf16 weights in the file's layout (gemm.cu): cuBLAS (ctx.cublas) on the activations
+// rounded to the weights' type, as the CPU rounds them, f32 sums. For more than 8 columns of a plain 2-D weight with
+// k % 32 == 0 and an output whose columns are equally spaced; other shapes take the GEMV (mmv.cu). Measured (H100,
+// 2026-11-26, 8B shape, pp512, llama.cpp's CUDA build beside): f16 25.4-25.8k vs 22.3k t/s, bf16 26.3-26.4k vs 25.3k;
+// the wgmma kernel on f16 rows it replaced: 14.6k / 11.7k (bf16 converted to f16 a block of rows at a time).
+// gemm_float_shape: whether a node is one; cublas_create / cublas_destroy: the handle of cuda_context::cublas, on a
+// stream of the current device, with a workspace of its own.
+bool gemm_float_shape(const tensor& node);
 bool gemm_float_wanted(const cuda_context& ctx, const tensor& node);
-size_t gemm_float_work_size(const tensor& node, bool wgmma);
+size_t gemm_float_work_size(const tensor& node);
 void gemm_float(cuda_context& ctx, tensor& dst);
+void* cublas_create(cudaStream_t stream);
+void cublas_destroy(void* handle);
 
 } // namespace tessera::cuda
