@@ -690,33 +690,27 @@ struct cublas_state {
 
 } // namespace
 
+void cublas_destroy(void* handle) {
+    auto* st = static_cast<cublas_state*>(handle);
+    if (!st) return;
+    if (st->h) (void)cublasDestroy(st->h);
+    if (st->ws) (void)cudaFree(st->ws);
+    delete st;
+}
+
 void* cublas_create(cudaStream_t stream) {
-    auto st = std::make_unique<cublas_state>();
-    cublas_check(cublasCreate(&st->h), "cublasCreate");
-    const auto fail = [&](auto f) {
-        try {
-            f();
-        } catch (...) {
-            if (st->ws) (void)cudaFree(st->ws);
-            (void)cublasDestroy(st->h);
-            throw;
-        }
-    };
-    fail([&] {
+    auto* st = new cublas_state;
+    try {
+        cublas_check(cublasCreate(&st->h), "cublasCreate");
         TS_CUDA_CHECK(cudaMalloc(&st->ws, CUBLAS_WORKSPACE));
         cublas_check(cublasSetStream(st->h, stream), "cublasSetStream");
         // its own workspace: nothing allocated while a CUDA graph is captured
         cublas_check(cublasSetWorkspace(st->h, st->ws, CUBLAS_WORKSPACE), "cublasSetWorkspace");
-    });
-    return st.release();
-}
-
-void cublas_destroy(void* handle) {
-    auto* st = static_cast<cublas_state*>(handle);
-    if (!st) return;
-    (void)cublasDestroy(st->h);
-    (void)cudaFree(st->ws);
-    delete st;
+    } catch (...) {
+        cublas_destroy(st);
+        throw;
+    }
+    return st;
 }
 
 bool gemm_float_wanted(const cuda_context& ctx, const tensor& node) {

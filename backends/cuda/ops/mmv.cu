@@ -148,17 +148,8 @@ template <class T, int V> __device__ __forceinline__ void load_w(const T* p, flo
     } else if constexpr (std::is_same_v<T, float> && V == 4) {
         const float4 v = *reinterpret_cast<const float4*>(p);
         w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-    } else if constexpr (std::is_same_v<T, __half> && V == 4) {
-        const uint2 v = *reinterpret_cast<const uint2*>(p);
-        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
-        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
-        w[0] = a.x, w[1] = a.y, w[2] = b.x, w[3] = b.y;
-    } else if constexpr (std::is_same_v<T, __nv_bfloat16> && V == 4) {
-        const uint2 v = *reinterpret_cast<const uint2*>(p);
-        w[0] = __uint_as_float(v.x << 16), w[1] = __uint_as_float(v.x & 0xffff0000u);
-        w[2] = __uint_as_float(v.y << 16), w[3] = __uint_as_float(v.y & 0xffff0000u);
     } else {
-        static_assert(V == 1, "vector loads: 4 elements of f32/f16/bf16, or 1");
+        static_assert(V == 1, "vector loads: 4 f32 or 8 f16/bf16 elements, or 1");
         if constexpr (std::is_same_v<T, float>)
             w[0] = *p;
         else if constexpr (std::is_same_v<T, __half>)
