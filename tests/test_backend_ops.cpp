@@ -395,6 +395,51 @@ std::vector<op_case> all_cases() {
                          return add(c, add(c, q0, q1), add(c, k, v));
                      },
                      1e-6);
+    // The same on float weights (decode: one launch of the float GEMV, mul_mat_f_group), q, k, v next to each other as
+    // the model builds them; and gate, up and the GLU of the two (its epilogue), the products read by nothing else or
+    // (_read_too) also by the output. The bounds of one float mul_mat (the CPU rounds x to f16 / bf16 for those).
+    for (type t : {type::f32, type::f16, type::bf16}) {
+        const double bound = t == type::f32 ? 1e-10 : t == type::f16 ? 1e-6 : 1e-4;
+        for (auto [k, cols] : {std::pair<int64_t, int64_t>{512, 1}, {512, 3}, {4096, 1}, {512, 8}})
+            add_case(std::string("grouped_qkv_") + type_name(t) + "_" + std::to_string(k) + "x" + std::to_string(cols),
+                     {f32_leaf({k, cols}, 56), typed_leaf(t, {k, 256}, 57), typed_leaf(t, {k, 128}, 58),
+                      typed_leaf(t, {k, 128}, 59)},
+                     [cols](context& c, const auto& l) {
+                         tensor* q = mul_mat(c, l[1], l[0]);
+                         tensor* k = mul_mat(c, l[2], l[0]);
+                         tensor* v = mul_mat(c, l[3], l[0]);
+                         for (tensor* e : {q, k, v}) expand_first->push_back(e);
+                         tensor* q0 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 0);
+                         tensor* q1 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 128 * sizeof(float));
+                         return add(c, add(c, q0, q1), add(c, k, v));
+                     },
+                     bound);
+        for (auto [k, n, cols] : {std::tuple<int64_t, int64_t, int64_t>{512, 1536, 1}, {512, 1536, 5}, {2048, 700, 1}})
+            for (int act = 0; act < 3; act++)
+                for (bool read_too : {false, true}) {
+                    if (read_too && (act != 0 || cols != 1)) continue;
+                    const char* an = act == 0 ? "swiglu" : act == 1 ? "geglu" : "relu2_glu";
+                    add_case(std::string("ffn_gate_up_") + an + "_down_" + type_name(t) + "_" + std::to_string(k) +
+                                 "x" + std::to_string(n) + "x" + std::to_string(cols) + (read_too ? "_read_too" : ""),
+                             // x at sigma 0.1: relu(g)^2 u of unit-sigma x passes f16's 65504, where the CPU
+                             // rounds the down projection's activations to f16
+                             {f32_leaf({k, cols}, 60, 0.1f), typed_leaf(t, {k, n}, 61), typed_leaf(t, {k, n}, 62),
+                              typed_leaf(t, {n, k}, 63)},
+                             [act, read_too](context& c, const auto& l) {
+                                 tensor* g = mul_mat(c, l[1], l[0]);
+                                 tensor* u = mul_mat(c, l[2], l[0]);
+                                 tensor* y = act == 0 ? swiglu(c, g, u) : act == 1 ? geglu(c, g, u) : relu2_glu(c, g, u);
+                                 tensor* d = mul_mat(c, l[3], y);
+                                 if (!read_too) return d;
+                                 // gate and up read again after the GLU: both products must be written
+                                 tensor* gs = sum_rows(c, add(c, g, u));
+                                 return add(c, d, view_2d(c, gs, 1, 1, gs->nb[1], 0));
+                             },
+                             // geglu: a g on either side of an f16 rounding step of the gelu table -> f32's bound
+                             // rises to ~1e-10 per flipped element of ~1500
+                             act == 1 ? std::max(bound, 1e-8) : bound);
+                }
+    }
     // rms_norm. bound: f32 sum of squares vs the CPU's double sum, ~1e-7 relative
     for (auto ne : {std::initializer_list<int64_t>{577, 9}, {576, 1}, {4096, 5, 2}})
         add_case(

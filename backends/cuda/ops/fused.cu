@@ -5,7 +5,8 @@
 //   rms_norm -> mul [-> q8_1]                                                          (the first layer's norm)
 //   swiglu / geglu / relu2_glu [-> q8_1]                                               (the down projection's input)
 //   2-3 mul_mats of one activation on the decode GEMV as one launch (mmv.cu, mul_mat_group: q, k, v; gate, up), and
-//   in prefill on the wgmma GEMM (gemm.cu, gemm_split_group: their row tiles in one grid)
+//   in prefill on the wgmma GEMM (gemm.cu, gemm_split_group: their row tiles in one grid); for float weights the
+//   same on the float GEMV, gate and up with the GLU after them in its epilogue (mmv.cu, mul_mat_f_group)
 //   attention -> [its rows as a view ->] q8_1 for the mul_mat after it                (the output projection's input)
 //   rope(Q), rope(K), set_rows(K cache, rotated K), set_rows(V cache, V), in any order, views between them skipped
 //   (rope.cu, rope_kv), when no result the kernel writes lies where one of its inputs is (see fuse_rope_kv); also
@@ -68,18 +69,6 @@ static __global__ void __launch_bounds__(1024)
         }
         if (q) q8_store_warp(v, lane, q + r * ne0 + i - lane, ds + (r * ne0 + i) / 32);
     }
-}
-
-// The gate's activation times up: silu (swiglu), gelu through ggml's f16 table (geglu), squared ReLU (relu2_glu), each
-// as elementwise.cu computes it, so the fused results are the unfused kernels' bits.
-enum class glu_act { silu, gelu, relu2 };
-template <glu_act A> __device__ __forceinline__ float glu_apply(float x, float u, const uint16_t* gelu) {
-    if constexpr (A == glu_act::silu)
-        return x / (1.0f + expf(-x)) * u;
-    else if constexpr (A == glu_act::gelu)
-        return geglu_f(x, u, gelu);
-    else
-        return relu2_glu_f(x, u);
 }
 
 // y = act(g) u over n contiguous elements (rows of ne0 % 32 == 0 when quantizing); then q8_1
@@ -624,6 +613,7 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
     if (rope_kv_on)
         if (const size_t n = fuse_qkv_rope(ctx, nodes, i, uses)) return n; // q, k, v, ropes, cache writes
     if (const size_t n = mul_mat_group(ctx, nodes, i)) return n; // q, k, v / gate, up: one GEMV launch
+    if (const size_t n = mul_mat_f_group(ctx, nodes, i, uses)) return n; // the same for float weights [+ GLU]
     if (const size_t n = gemm_split_group(ctx, nodes, i)) return n; // the same in prefill: one grouped GEMM launch
     if (const size_t n = mul_mat_id_group(ctx, nodes, i)) return n; // the experts' gate, up: one launch
     auto at = [&](size_t j) { return j < nodes.size() ? nodes[j] : nullptr; };

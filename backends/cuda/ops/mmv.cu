@@ -7,7 +7,8 @@
 //                each. More than 8 columns go to the tensor-core GEMM (gemm.cu).
 //   file layout (TESSERA_CUDA_SPLIT=0, q4_0/q4_1/q8_0): x to q8_1 blocks, mmv_q_kernel over the file's 18/20/34-byte
 //                blocks with 2- and 4-byte loads (groups of 8 columns for larger m).
-//   f32/f16/bf16 W: mmv_f_kernel<T, NC, V> reads x in f32 and dots in f32, V elements per load.
+//   f32/f16/bf16 W: mmv_f_kernel<T, NC, V, G, BT> reads x in f32 and dots in f32, V elements per load; q, k, v (gate,
+//                up) one launch, gate and up with the GLU after them in its epilogue (mul_mat_f_group).
 // Measured (tests/bench/bench_mmv, one column, H100, 2026-11-23, session 10), share of the 3.0 TB/s copy bandwidth at
 // (n, k) = (4096, 4096), (14336, 4096), (4096, 14336), three matrices a launch (as q/k/v, gate/up run): split q4_0
 // 66/80/77%, q4_1 70/80/81%, q8_0 70/83/83%, nvfp4 57/67/67% (-/72/69% after session 11's cheaper sub-scales),
@@ -77,11 +78,11 @@ struct mmv_args {
     int rows_per_block;
 };
 
-// Sums each column's partial over the threads of a row and writes y; called by every thread of the block.
-template <int NC>
-__device__ __forceinline__ void mmv_reduce_store(float (&sum)[NC], const mmv_args& a, int64_t row, int64_t col0,
-                                                 int m_valid, int64_t i2, int64_t i3) {
-    __shared__ float red[MMV_THREADS / WARP_SIZE][NC];
+// Sums each column's partial over the threads of a row: true in thread lt < m_valid of a row below n, which gets
+// column lt's sum in total. Called by every thread of the block (shared memory: a second call needs a barrier first).
+template <int NC, int BT = MMV_THREADS>
+__device__ __forceinline__ bool mmv_reduce(float (&sum)[NC], const mmv_args& a, int64_t row, int m_valid, float& total) {
+    __shared__ float red[BT / WARP_SIZE][NC];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
 #pragma unroll
     for (int j = 0; j < NC; j++) {
@@ -89,13 +90,21 @@ __device__ __forceinline__ void mmv_reduce_store(float (&sum)[NC], const mmv_arg
         if (lane == 0) red[warp][j] = sum[j];
     }
     __syncthreads();
-    const int tpr = MMV_THREADS / a.rows_per_block, wpr = tpr / WARP_SIZE;
+    const int tpr = BT / a.rows_per_block, wpr = tpr / WARP_SIZE;
     const int lt = threadIdx.x % tpr, first_warp = threadIdx.x / tpr * wpr;
-    if (row < a.n && lt < m_valid) {
-        float total = 0.0f;
-        for (int w = 0; w < wpr; w++) total += red[first_warp + w][lt];
-        a.y[i2 * a.y_nb2 + i3 * a.y_nb3 + (col0 + lt) * a.y_nb1 + row] = total;
-    }
+    if (row >= a.n || lt >= m_valid) return false;
+    total = 0.0f;
+    for (int w = 0; w < wpr; w++) total += red[first_warp + w][lt];
+    return true;
+}
+
+// ... and writes y
+template <int NC, int BT = MMV_THREADS>
+__device__ __forceinline__ void mmv_reduce_store(float (&sum)[NC], const mmv_args& a, int64_t row, int64_t col0,
+                                                 int m_valid, int64_t i2, int64_t i3) {
+    float total;
+    if (mmv_reduce<NC, BT>(sum, a, row, m_valid, total))
+        a.y[i2 * a.y_nb2 + i3 * a.y_nb3 + (col0 + threadIdx.x % (BT / a.rows_per_block)) * a.y_nb1 + row] = total;
 }
 
 // Quantized W: grid (rows / rows_per_block, columns / NC, ne2 ne3).
@@ -171,58 +180,121 @@ template <int V> __device__ __forceinline__ void load_x(const float* p, float (&
     }
 }
 
-// Float W: thread lt of a row takes elements [V lt, V lt + V), then V tpr further on, U such loads issued before the
-// first is used. Launched early (ctx.pdl), it asks L2 for its first U pieces of W while the kernel before runs.
-// Measured (H100, 8B shape, tg128): f16 152 / bf16 146 t/s, vs 144 / 150 with 8-byte loads, one at a time and no
-// prefetch (and 158 / 155 with one row a block: mmv_f_launch); llama.cpp's CUDA build 168 / 167.
-template <class T, int NC, int V> static __global__ void __launch_bounds__(MMV_THREADS) mmv_f_kernel(mmv_args a) {
+// Up to 3 float matrices on the same activations in one launch (q, k, v; gate, up: mul_mat_f_group): blocks
+// [first_block[i], first_block[i + 1]) take matrix i. One matrix is a group of one. With a GLU epilogue (G != none)
+// the group is gate (m[0]) and up (m[1]) of equal rows, and each block takes the same rows of both: y = act(gate) up
+// into glu_y (m[0]'s strides), the two products themselves written only where their y is not null.
+struct mmv_f_group {
+    mmv_args m[3];
+    unsigned first_block[3];
+    int n_mat;
+    float* glu_y;
+    const uint16_t* gelu; // geglu's f16 table
+};
+
+// V elements of W as loaded (one 16-byte load, or one element), converted by load_w's rules at use
+template <class T, int V> struct w_raw {
+    using type = std::conditional_t<V == 1, T, std::conditional_t<std::is_same_v<T, float>, float4, uint4>>;
+};
+template <class T, int V> __device__ __forceinline__ void raw_to_float(const typename w_raw<T, V>::type& r, float (&w)[V]) {
+    load_w<T, V>(reinterpret_cast<const T*>(&r), w);
+}
+
+// Float W: a block of BT threads takes rows_per_block rows, tpr threads each (G != none: the same row of gate and up,
+// the GLU epilogue). Thread lt of a row takes elements [V lt, V lt + V), then V tpr further on, U = 4 such pieces of
+// each row loaded before the first is used; the last fewer than U pieces loaded together too (predicated). Launched
+// early (ctx.pdl), it asks L2 for its first U pieces while the kernel before runs. Each row's sum is taken in the same
+// order (its pieces in order) whatever BT's split of k leaves it, in a group or with the epilogue.
+// Measured (H100, 2026-11-26, 8B shape, f16, ncu per layer, with llama.cpp's CUDA build at 166.8 t/s tg128):
+//   q, k, v one launch 23.5 us (vs 17.8 + 8.2 + 8.3 apart), gate + up + swiglu 81.6 (vs 44.2 + 44.7 + 4.2 apart),
+//   down 45 (256 threads), o 18: tg128 157 -> 165.8 t/s (bf16 155 -> 166.4). Tried and slower: U = 8 (more registers,
+//   fewer blocks: 154 t/s); two rows of one matrix a thread (150); 32 or 64 threads a row with U = 8 (132, 155).
+template <class T, int NC, int V, glu_act G = glu_act::none, int BT = MMV_THREADS>
+static __global__ void __launch_bounds__(BT) mmv_f_kernel(mmv_f_group grp) {
     constexpr int U = V > 1 ? 4 : 1;
-    const int tpr = MMV_THREADS / a.rows_per_block;
-    const int64_t row = int64_t(blockIdx.x) * a.rows_per_block + threadIdx.x / tpr;
+    constexpr int NM = G == glu_act::none ? 1 : 2; // rows a thread reads
+    using raw_t = typename w_raw<T, V>::type;
+    const int mi = G != glu_act::none                                   ? 0
+                   : grp.n_mat > 2 && blockIdx.x >= grp.first_block[2] ? 2
+                   : grp.n_mat > 1 && blockIdx.x >= grp.first_block[1] ? 1
+                                                                       : 0;
+    const mmv_args& a = mi == 0 ? grp.m[0] : mi == 1 ? grp.m[1] : grp.m[2];
+    const int tpr = BT / a.rows_per_block;
+    const int64_t row = int64_t(blockIdx.x - grp.first_block[mi]) * a.rows_per_block + threadIdx.x / tpr;
     const int lt = threadIdx.x % tpr;
     const int64_t col0 = int64_t(blockIdx.y) * NC;
     const int m_valid = int(a.m - col0 < NC ? a.m - col0 : NC);
     const int64_t i2 = blockIdx.z % a.ne2, i3 = blockIdx.z / a.ne2;
     const int64_t step = int64_t(tpr) * V;
-    const T* wr = reinterpret_cast<const T*>(a.w + (i2 / a.r2) * a.w_nb2 + (i3 / a.r3) * a.w_nb3 +
-                                             (row < a.n ? row : 0) * a.w_nb1);
+    const T* wr[NM];
+#pragma unroll
+    for (int mm = 0; mm < NM; mm++) {
+        const mmv_args& am = mm == 0 ? a : grp.m[1];
+        wr[mm] = reinterpret_cast<const T*>(am.w + (i2 / am.r2) * am.w_nb2 + (i3 / am.r3) * am.w_nb3 +
+                                            (row < a.n ? row : 0) * am.w_nb1);
+    }
     if (V > 1 && row < a.n)
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (int64_t(lt) * V + u * step < a.k) prefetch_l2(wr + int64_t(lt) * V + u * step);
+            if (int64_t(lt) * V + u * step < a.k)
+#pragma unroll
+                for (int mm = 0; mm < NM; mm++) prefetch_l2(wr[mm] + int64_t(lt) * V + u * step);
     pdl_wait();
     pdl_trigger();
 
-    float sum[NC];
+    float sum[NM][NC];
 #pragma unroll
-    for (int j = 0; j < NC; j++) sum[j] = 0.0f;
+    for (int mm = 0; mm < NM; mm++)
+#pragma unroll
+        for (int j = 0; j < NC; j++) sum[mm][j] = 0.0f;
     if (row < a.n) {
         const float* xr = static_cast<const float*>(a.x) + i2 * a.x_nb2 + i3 * a.x_nb3 + col0 * a.x_nb1;
-        auto fma_piece = [&](const float (&w)[V], int64_t i) {
+        // pieces i, i + step, ... (n of them, n <= U) of each row: loaded, then multiplied in order
+        auto pieces = [&](int64_t i, int n) {
+            raw_t w[U][NM];
 #pragma unroll
-            for (int j = 0; j < NC; j++) {
-                if (j >= m_valid) continue;
-                float x[V];
-                load_x<V>(xr + j * a.x_nb1 + i, x);
+            for (int u = 0; u < U; u++)
+                if (u < n)
 #pragma unroll
-                for (int e = 0; e < V; e++) sum[j] = fmaf(w[e], x[e], sum[j]);
+                    for (int mm = 0; mm < NM; mm++) w[u][mm] = *reinterpret_cast<const raw_t*>(wr[mm] + i + u * step);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (u >= n) break;
+                float wf[NM][V];
+#pragma unroll
+                for (int mm = 0; mm < NM; mm++) raw_to_float<T, V>(w[u][mm], wf[mm]);
+#pragma unroll
+                for (int j = 0; j < NC; j++) {
+                    if (j >= m_valid) continue;
+                    float x[V];
+                    load_x<V>(xr + j * a.x_nb1 + i + u * step, x);
+#pragma unroll
+                    for (int mm = 0; mm < NM; mm++)
+#pragma unroll
+                        for (int e = 0; e < V; e++) sum[mm][j] = fmaf(wf[mm][e], x[e], sum[mm][j]);
+                }
             }
         };
         int64_t i = int64_t(lt) * V;
-        for (; i + (U - 1) * step < a.k; i += U * step) {
-            float w[U][V];
-#pragma unroll
-            for (int u = 0; u < U; u++) load_w<T, V>(wr + i + u * step, w[u]);
-#pragma unroll
-            for (int u = 0; u < U; u++) fma_piece(w[u], i + u * step);
-        }
-        for (; i < a.k; i += step) {
-            float w[V];
-            load_w<T, V>(wr + i, w);
-            fma_piece(w, i);
+        for (; i + (U - 1) * step < a.k; i += U * step) pieces(i, U);
+        if (i < a.k) pieces(i, int((a.k - i + step - 1) / step));
+    }
+    if constexpr (G == glu_act::none) {
+        mmv_reduce_store<NC, BT>(sum[0], a, row, col0, m_valid, i2, i3);
+    } else {
+        float g, u;
+        const bool mine = mmv_reduce<NC, BT>(sum[0], a, row, m_valid, g);
+        __syncthreads(); // the first reduction's shared sums are read before the second writes them
+        mmv_reduce<NC, BT>(sum[1], a, row, m_valid, u);
+        if (mine) {
+            const mmv_args& b = grp.m[1];
+            const int64_t col = col0 + threadIdx.x % tpr;
+            const int64_t o = i2 * a.y_nb2 + i3 * a.y_nb3 + col * a.y_nb1 + row;
+            if (a.y) a.y[o] = g;
+            if (b.y) b.y[i2 * b.y_nb2 + i3 * b.y_nb3 + col * b.y_nb1 + row] = u;
+            grp.glu_y[o] = glu_apply<G>(g, u, grp.gelu);
         }
     }
-    mmv_reduce_store<NC>(sum, a, row, col0, m_valid, i2, i3);
 }
 
 // Rows per block: whole warps per row, about 8 work items per thread (32, 64 or 128 threads per row). One thread per
@@ -269,31 +341,81 @@ template <class F> void mmv_q_launch(mmv_args a, const float* x, shape4 sx, void
     });
 }
 
-template <class T> void mmv_f_launch(const cuda_context& ctx, mmv_args a) {
-    // 16-byte loads (V = 4 floats or 8 halves of W, V floats of x) need k % V == 0 and aligned rows; else one element
-    // a time
+// Whether float W of type T and its activations take 16-byte loads (V = 4 floats or 8 halves of W, V floats of x):
+// k % V == 0 and aligned rows; else one element a time.
+template <class T> bool mmv_f_vec(const mmv_args& a) {
     constexpr int V = int(16 / sizeof(T));
     const auto aligned = [](const void* p, int64_t stride_bytes, int64_t to) {
         return reinterpret_cast<uintptr_t>(p) % uintptr_t(to) == 0 && stride_bytes % to == 0;
     };
-    const bool vec = a.k % V == 0 && aligned(a.w, a.w_nb1, 16) && aligned(a.w, a.w_nb2, 16) &&
-                     aligned(a.w, a.w_nb3, 16) && aligned(a.x, a.x_nb1 * 4, 16) && aligned(a.x, a.x_nb2 * 4, 16) &&
-                     aligned(a.x, a.x_nb3 * 4, 16);
-    if (vec) {
-        // f16 / bf16: one row a block (128 threads; 4096 wide: one 16-byte piece each, 4 in flight). Measured (H100,
-        // 8B shape, tg128): f16 157.6-158.0 vs 152 t/s, bf16 154.7-155.0 vs 146.3 with rows_per_block()'s 2 rows.
-        // f32 keeps rows_per_block()'s split, whose sums exact mode's tests hold to the CPU's (a MoE router's logits)
-        mmv_grid_launch(a, a.k / V, [&]<int NC>(dim3 grid, const mmv_args& args) {
-            launch(ctx, mmv_f_kernel<T, NC, V>, grid, MMV_THREADS, 0, args);
-        }, std::is_same_v<T, float> ? 0 : 1);
-    } else {
+    return a.k % V == 0 && aligned(a.w, a.w_nb1, 16) && aligned(a.w, a.w_nb2, 16) && aligned(a.w, a.w_nb3, 16) &&
+           aligned(a.x, a.x_nb1 * 4, 16) && aligned(a.x, a.x_nb2 * 4, 16) && aligned(a.x, a.x_nb3 * 4, 16);
+}
+
+// n float matrices of type T (1-3, the same activations: m, k, ne2, ne3 and x alike) as one launch of mmv_f_kernel;
+// glu != none: gate (ms[0]) and up (ms[1]) of equal rows with the GLU epilogue into glu_y. Groups and the epilogue
+// need mmv_f_vec for every matrix (the caller checks); one matrix without it takes one element a load.
+template <class T>
+void mmv_f_launch(const cuda_context& ctx, const mmv_args* ms, int n, glu_act glu = glu_act::none,
+                  float* glu_y = nullptr) {
+    constexpr int V = int(16 / sizeof(T));
+    const mmv_args& a0 = ms[0];
+    if (a0.m == 0 || a0.ne2 * a0.ne3 == 0) return;
+    mmv_f_group g{};
+    g.n_mat = n;
+    g.glu_y = glu_y;
+    g.gelu = ctx.gelu_table;
+    if (!mmv_f_vec<T>(a0)) {
         // the odd-shape fallback: one element per load, always 8 columns per block
-        if (a.n == 0 || a.m == 0) return;
-        a.rows_per_block = rows_per_block(a.k);
-        const dim3 grid(unsigned(ceil_div(a.n, a.rows_per_block)), unsigned(ceil_div(a.m, MMV_MAX_COLS)),
-                        unsigned(a.ne2 * a.ne3));
+        TS_ASSERT(n == 1 && glu == glu_act::none);
+        if (a0.n == 0) return;
+        g.m[0] = a0;
+        g.m[0].rows_per_block = rows_per_block(a0.k);
+        const dim3 grid(unsigned(ceil_div(a0.n, g.m[0].rows_per_block)), unsigned(ceil_div(a0.m, MMV_MAX_COLS)),
+                        unsigned(a0.ne2 * a0.ne3));
         TS_ASSERT(grid.y <= 65535 && grid.z <= 65535);
-        launch(ctx, mmv_f_kernel<T, MMV_MAX_COLS, 1>, grid, MMV_THREADS, 0, a);
+        launch(ctx, mmv_f_kernel<T, MMV_MAX_COLS, 1>, grid, MMV_THREADS, 0, g);
+        return;
+    }
+    // f16 / bf16: one row a block (128 threads; 4096 wide: one 16-byte piece each, 4 in flight). Measured (H100, 8B
+    // shape, tg128): f16 157.6-158.0 vs 152 t/s, bf16 154.7-155.0 vs 146.3 with rows_per_block()'s 2 rows. f32 keeps
+    // rows_per_block()'s split, whose sums exact mode's tests hold to the CPU's (a MoE router's logits).
+    // f16 / bf16: one row a block, 128 threads (4096 wide: 4 pieces each, one round of loads), 256 for rows of more
+    // than 4 x 128 pieces (14336 wide: 7 pieces each, two rounds rather than four). Measured (H100, 2026-11-26, 8B
+    // shape, tg128; ncu per layer): the down projection 45 us with 256 threads, 48 with 128, 52 with 512 (f16 tg128
+    // 165.8 / 163.9 / 160.0 t/s); 256 threads for the 4096-wide rows too: 129.5 t/s. f32 keeps rows_per_block()'s
+    // split, whose sums exact mode's tests hold to the CPU's (a MoE router's logits).
+    const int bt = !std::is_same_v<T, float> && a0.k / V > 4 * 128 ? 256 : MMV_THREADS;
+    const int rpb = std::is_same_v<T, float> ? rows_per_block(a0.k / V) : 1;
+    unsigned blocks = 0;
+    for (int j = 0; j < n; j++) {
+        g.m[j] = ms[j];
+        g.m[j].rows_per_block = rpb;
+        g.first_block[j] = blocks;
+        if (glu == glu_act::none || j == 0) blocks += unsigned(ceil_div(ms[j].n, rpb));
+    }
+    if (blocks == 0) return;
+    const int nc = a0.m == 1 ? 1 : a0.m == 2 ? 2 : a0.m <= 4 ? 4 : MMV_MAX_COLS;
+    const dim3 grid(blocks, unsigned(ceil_div(a0.m, nc)), unsigned(a0.ne2 * a0.ne3));
+    TS_ASSERT(grid.y <= 65535 && grid.z <= 65535);
+    const auto go = [&]<int NC>() {
+        const auto by_bt = [&]<glu_act G>() {
+            if constexpr (NC == 1) // decode; 2-8 columns take the 128-thread kernel
+                if (bt == 256) return launch(ctx, mmv_f_kernel<T, NC, V, G, 256>, grid, 256, 0, g);
+            launch(ctx, mmv_f_kernel<T, NC, V, G>, grid, MMV_THREADS, 0, g);
+        };
+        switch (glu) {
+        case glu_act::none: by_bt.template operator()<glu_act::none>(); break;
+        case glu_act::silu: by_bt.template operator()<glu_act::silu>(); break;
+        case glu_act::gelu: by_bt.template operator()<glu_act::gelu>(); break;
+        case glu_act::relu2: by_bt.template operator()<glu_act::relu2>(); break;
+        }
+    };
+    switch (nc) {
+    case 1: go.template operator()<1>(); break;
+    case 2: go.template operator()<2>(); break;
+    case 4: go.template operator()<4>(); break;
+    default: go.template operator()<MMV_MAX_COLS>(); break;
     }
 }
 
@@ -960,6 +1082,112 @@ size_t mul_mat_work_size(const tensor& dst, bool wgmma) {
                     gemm_split_work_size(w.t, x.ne[0], w.ne[1], cols, wgmma));
 }
 
+namespace {
+
+// mmv_args of mul_mat node dst with W in the file's layout (float weights; the file-layout block formats)
+mmv_args file_args(const cuda_context& ctx, tensor& dst) {
+    const tensor* w = dst.src[0];
+    const tensor* x = dst.src[1];
+    mmv_args a{};
+    a.w = ctx.ptr(w);
+    a.w_nb1 = int64_t(w->nb[1]);
+    a.w_nb2 = int64_t(w->nb[2]);
+    a.w_nb3 = int64_t(w->nb[3]);
+    const shape4 sx = shape_of(*x, 4), sy = shape_of(dst, 4);
+    a.x = ctx.ptr(x);
+    a.x_nb1 = sx.nb[1];
+    a.x_nb2 = sx.nb[2];
+    a.x_nb3 = sx.nb[3];
+    a.y = ctx.as<float>(&dst);
+    a.y_nb1 = sy.nb[1];
+    a.y_nb2 = sy.nb[2];
+    a.y_nb3 = sy.nb[3];
+    a.n = w->ne[1];
+    a.m = x->ne[1];
+    a.k = w->ne[0];
+    a.ne2 = x->ne[2];
+    a.ne3 = x->ne[3];
+    a.r2 = x->ne[2] / w->ne[2];
+    a.r3 = x->ne[3] / w->ne[3];
+    return a;
+}
+
+// dense: contiguous rows, nothing between them (so two such tensors of one shape share their strides)
+bool dense_f32(const tensor* t) {
+    return t->t == type::f32 && t->is_contiguous();
+}
+
+} // namespace
+
+size_t mul_mat_f_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                       const std::unordered_map<const tensor*, int>& uses) {
+    if (ctx.exact) return 0;
+    // 2-3 mul_mats of float weights of one type and k, one activation of <= 8 columns (the GEMV), 2-D weights
+    tensor* d[3];
+    mmv_args a[3];
+    int n = 0;
+    const tensor* x = nullptr;
+    for (size_t j = i; j < nodes.size() && n < 3; j++) {
+        tensor* dn = nodes[j];
+        if (dn->o != op::mul_mat) break;
+        const tensor* w = dn->src[0];
+        if (!is_float_weight(w->t) || w->ne[2] != 1 || w->ne[3] != 1 || !mul_mat_supported(*dn) ||
+            gemm_float_wanted(ctx, *dn))
+            break;
+        if (n == 0) x = dn->src[1];
+        if (dn->src[1] != x || (n > 0 && (w->t != d[0]->src[0]->t || w->ne[0] != d[0]->src[0]->ne[0]))) break;
+        a[n] = file_args(ctx, *dn);
+        const bool vec = w->t == type::f32  ? mmv_f_vec<float>(a[n])
+                         : w->t == type::f16 ? mmv_f_vec<__half>(a[n])
+                                             : mmv_f_vec<__nv_bfloat16>(a[n]);
+        if (!vec) break;
+        d[n++] = dn;
+    }
+    if (n < 2 || x->ne[1] * x->ne[2] * x->ne[3] > MMV_MAX_COLS) return 0;
+    // gate, up -> swiglu / geglu / relu2_glu of the two: the GLU in the GEMV's epilogue; the products themselves
+    // written only where something else reads them
+    glu_act glu = glu_act::none;
+    tensor* gn = n == 2 && i + 2 < nodes.size() ? nodes[i + 2] : nullptr;
+    if (gn && gn->src[0] == d[0] && gn->src[1] == d[1] && d[0]->src[0]->ne[1] == d[1]->src[0]->ne[1] &&
+        dense_f32(gn) && dense_f32(d[0]) && dense_f32(d[1]) && gn->ne[0] == d[0]->ne[0] && gn->ne[1] == d[0]->ne[1] &&
+        gn->ne[2] == d[0]->ne[2] && gn->ne[3] == d[0]->ne[3]) {
+        glu = gn->o == op::swiglu                     ? glu_act::silu
+              : gn->o == op::geglu && ctx.gelu_table ? glu_act::gelu
+              : gn->o == op::relu2_glu               ? glu_act::relu2
+                                                     : glu_act::none;
+    }
+    // the kernel computes nodes i + 1 .. before their turn: the memory plan may have put their results where x was
+    // (x's last reader having run by then in graph order); then they are not grouped
+    const auto bytes_of = [&](const tensor* t) {
+        const uintptr_t lo = reinterpret_cast<uintptr_t>(ctx.ptr(t));
+        return std::pair<uintptr_t, uintptr_t>{lo, lo + t->n_bytes()};
+    };
+    const auto [xlo, xhi] = bytes_of(x);
+    const auto clear_of_x = [&](const tensor* t) {
+        const auto [lo, hi] = bytes_of(t);
+        return hi <= xlo || xhi <= lo;
+    };
+    if (glu != glu_act::none && !clear_of_x(gn)) glu = glu_act::none;
+    for (int j = 1; j < n; j++)
+        if (!clear_of_x(d[j])) return 0;
+    float* glu_y = nullptr;
+    if (glu != glu_act::none) {
+        glu_y = ctx.as<float>(gn);
+        for (int j = 0; j < 2; j++) {
+            const auto it = uses.find(d[j]);
+            if (it != uses.end() && it->second == 1 && !(d[j]->flags & flag_output)) a[j].y = nullptr;
+        }
+    }
+    ctx.act_src = nullptr;
+    ctx.act_form = cuda_context::act_none;
+    switch (d[0]->src[0]->t) {
+    case type::f32: mmv_f_launch<float>(ctx, a, n, glu, glu_y); break;
+    case type::f16: mmv_f_launch<__half>(ctx, a, n, glu, glu_y); break;
+    default: mmv_f_launch<__nv_bfloat16>(ctx, a, n, glu, glu_y); break;
+    }
+    return glu != glu_act::none ? 3 : size_t(n);
+}
+
 void mul_mat(cuda_context& ctx, tensor& dst) {
     const tensor* w = dst.src[0];
     const tensor* x = dst.src[1];
@@ -995,40 +1223,21 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
     }
     ctx.act_src = nullptr; // the paths below use the scratch in their own ways
     ctx.act_form = cuda_context::act_none;
-    mmv_args a{};
-    a.w = ctx.ptr(w);
-    a.w_nb1 = int64_t(w->nb[1]);
-    a.w_nb2 = int64_t(w->nb[2]);
-    a.w_nb3 = int64_t(w->nb[3]);
-    const shape4 sx = shape_of(*x, 4), sy = shape_of(dst, 4);
-    a.x = ctx.ptr(x);
-    a.x_nb1 = sx.nb[1];
-    a.x_nb2 = sx.nb[2];
-    a.x_nb3 = sx.nb[3];
-    a.y = ctx.as<float>(&dst);
-    a.y_nb1 = sy.nb[1];
-    a.y_nb2 = sy.nb[2];
-    a.y_nb3 = sy.nb[3];
-    a.n = w->ne[1];
-    a.m = x->ne[1];
-    a.k = w->ne[0];
-    a.ne2 = x->ne[2];
-    a.ne3 = x->ne[3];
-    a.r2 = x->ne[2] / w->ne[2];
-    a.r3 = x->ne[3] / w->ne[3];
+    mmv_args a = file_args(ctx, dst);
     switch (w->t) {
     case type::f32:
-        mmv_f_launch<float>(ctx, a);
+        mmv_f_launch<float>(ctx, &a, 1);
         return;
     case type::f16:
-        mmv_f_launch<__half>(ctx, a);
+        mmv_f_launch<__half>(ctx, &a, 1);
         return;
     case type::bf16:
-        mmv_f_launch<__nv_bfloat16>(ctx, a);
+        mmv_f_launch<__nv_bfloat16>(ctx, &a, 1);
         return;
     default:
         break;
     }
+    const shape4 sx = shape_of(*x, 4);
     TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst, ctx.wgmma));
     const bool known = visit_format(w->t, [&]<class F>() {
         if constexpr (cuda_format<F>::available)

@@ -96,6 +96,11 @@ bool gemm_uses_q8(type t);
 // Consecutive mul_mat nodes nodes[i..] (2 or 3) reading the same activations with split weights of one format and k,
 // on the decode GEMV (q, k, v; gate, up), launched as one kernel; returns how many (0: not such a run).
 size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i);
+// The same for float weights (f32 / f16 / bf16 in the file's layout, one type and k, <= 8 columns): 2-3 mul_mats as
+// one launch of the float GEMV; gate and up followed by swiglu / geglu / relu2_glu of the two: the GLU in its epilogue
+// (3 nodes). Not in exact mode. Returns the nodes covered, or 0 (nothing launched). uses: readers per tensor.
+size_t mul_mat_f_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                       const std::unordered_map<const tensor*, int>& uses);
 // The mul_mats from nodes[i] on, up to 3, of one activation whose weights are loaded in the split layout with one
 // format and k (q, k, v; gate, up): what mul_mat_group and gemm_split_group launch together. n = 0: none.
 struct mat_group {
@@ -221,6 +226,19 @@ __device__ __forceinline__ float geglu_f(float g, float u, const uint16_t* table
 __device__ __forceinline__ float relu2_glu_f(float g, float u) {
     const float r = g > 0.0f ? g : 0.0f;
     return __fmul_rn(__fmul_rn(r, r), u);
+}
+// The gate's activation times up: silu (swiglu), gelu through ggml's f16 table (geglu), squared ReLU (relu2_glu), each
+// as elementwise.cu computes it, so fused results (fused.cu, the float GEMV's epilogue in mmv.cu) are the unfused
+// kernels' bits.
+enum class glu_act { none, silu, gelu, relu2 };
+template <glu_act A> __device__ __forceinline__ float glu_apply(float x, float u, const uint16_t* gelu) {
+    static_assert(A != glu_act::none);
+    if constexpr (A == glu_act::silu)
+        return x / (1.0f + expf(-x)) * u;
+    else if constexpr (A == glu_act::gelu)
+        return geglu_f(x, u, gelu);
+    else
+        return relu2_glu_f(x, u);
 }
 // (cos, sin) of rotation pair i of a token at position pos, times the pair's magnitude, as the CPU computes them (the
 // angle pos theta_scale^i by i repeated f32 products, then ggml-like/rope_angles.h) (rope.cu, the q/k/v GEMV's
