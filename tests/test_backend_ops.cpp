@@ -377,43 +377,37 @@ std::vector<op_case> all_cases() {
         add_case("shared_acts_mul_mat_pair_576x" + std::to_string(cols),
                  {f32_leaf({576, cols}, 53), typed_leaf(type::q4_0, {576, 200}, 54), typed_leaf(type::q4_0, {576, 200}, 55)},
                  [](context& c, const auto& t) { return add(c, mul_mat(c, t[1], t[0]), mul_mat(c, t[2], t[0])); }, 1e-6);
-    // q, k, v of different widths (256, 128, 128 rows) on one activation: in prefill one grouped wgmma launch (their
-    // row tiles one after the other in the grid; formats dequantized to f16 first take one GEMM each), each output
-    // read whole: q's two 128-row halves, k and v summed. The grouping changes no arithmetic: the bound of one mul_mat
-    // Also over a longer k (2048: 32 steps of 64).
+    // q, k, v of different widths (256, 128, 128 rows) on one activation, each output read whole: q's two 128-row
+    // halves, k and v summed. expand: q, k and v next to each other in the graph, as the model builds them.
+    const auto add_qkv_case = [&](type t, int64_t k, int64_t cols, double bound, bool expand) {
+        add_case(std::string("grouped_qkv_") + type_name(t) + "_" + std::to_string(k) + "x" + std::to_string(cols),
+                 {f32_leaf({k, cols}, 56), typed_leaf(t, {k, 256}, 57), typed_leaf(t, {k, 128}, 58),
+                  typed_leaf(t, {k, 128}, 59)},
+                 [cols, expand](context& c, const auto& l) {
+                     tensor* q = mul_mat(c, l[1], l[0]);
+                     tensor* k = mul_mat(c, l[2], l[0]);
+                     tensor* v = mul_mat(c, l[3], l[0]);
+                     if (expand)
+                         for (tensor* e : {q, k, v}) expand_first->push_back(e);
+                     tensor* q0 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 0);
+                     tensor* q1 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 128 * sizeof(float));
+                     return add(c, add(c, q0, q1), add(c, k, v));
+                 },
+                 bound);
+    };
+    // In prefill one grouped wgmma launch (their row tiles one after the other in the grid; formats dequantized to f16
+    // first take one GEMM each). The grouping changes no arithmetic: the bound of one mul_mat. Also over a longer k
+    // (2048: 32 steps of 64).
     for (type t : {type::q4_0, type::q8_0, type::awq4, type::nvfp4})
         for (auto [k, cols] : {std::pair<int64_t, int64_t>{512, 3}, {512, 40}, {512, 200}, {2048, 200}})
-            add_case(std::string("grouped_qkv_") + type_name(t) + "_" + std::to_string(k) + "x" + std::to_string(cols),
-                     {f32_leaf({k, cols}, 56), typed_leaf(t, {k, 256}, 57), typed_leaf(t, {k, 128}, 58),
-                      typed_leaf(t, {k, 128}, 59)},
-                     [cols](context& c, const auto& l) {
-                         tensor* q = mul_mat(c, l[1], l[0]);
-                         tensor* k = mul_mat(c, l[2], l[0]);
-                         tensor* v = mul_mat(c, l[3], l[0]);
-                         tensor* q0 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 0);
-                         tensor* q1 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 128 * sizeof(float));
-                         return add(c, add(c, q0, q1), add(c, k, v));
-                     },
-                     1e-6);
-    // The same on float weights (decode: one launch of the float GEMV, mul_mat_f_group), q, k, v next to each other as
-    // the model builds them; and gate, up and the GLU of the two (its epilogue), the products read by nothing else or
-    // (_read_too) also by the output. The bounds of one float mul_mat (the CPU rounds x to f16 / bf16 for those).
+            add_qkv_case(t, k, cols, 1e-6, false);
+    // The same on float weights (decode: one launch of the float GEMV, mul_mat_f_group); and gate, up and the GLU of
+    // the two (its epilogue), the products read by nothing else or (_read_too) also by the output. The bounds of one
+    // float mul_mat (the CPU rounds x to f16 / bf16 for those).
     for (type t : {type::f32, type::f16, type::bf16}) {
         const double bound = t == type::f32 ? 1e-10 : t == type::f16 ? 1e-6 : 1e-4;
         for (auto [k, cols] : {std::pair<int64_t, int64_t>{512, 1}, {512, 3}, {4096, 1}, {512, 8}})
-            add_case(std::string("grouped_qkv_") + type_name(t) + "_" + std::to_string(k) + "x" + std::to_string(cols),
-                     {f32_leaf({k, cols}, 56), typed_leaf(t, {k, 256}, 57), typed_leaf(t, {k, 128}, 58),
-                      typed_leaf(t, {k, 128}, 59)},
-                     [cols](context& c, const auto& l) {
-                         tensor* q = mul_mat(c, l[1], l[0]);
-                         tensor* k = mul_mat(c, l[2], l[0]);
-                         tensor* v = mul_mat(c, l[3], l[0]);
-                         for (tensor* e : {q, k, v}) expand_first->push_back(e);
-                         tensor* q0 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 0);
-                         tensor* q1 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 128 * sizeof(float));
-                         return add(c, add(c, q0, q1), add(c, k, v));
-                     },
-                     bound);
+            add_qkv_case(t, k, cols, bound, true);
         for (auto [k, n, cols] : {std::tuple<int64_t, int64_t, int64_t>{512, 1536, 1}, {512, 1536, 5}, {2048, 700, 1}})
             for (int act = 0; act < 3; act++)
                 for (bool read_too : {false, true}) {

@@ -180,6 +180,14 @@ template <int V> __device__ __forceinline__ void load_x(const float* p, float (&
     }
 }
 
+// The matrix of a grouped launch (mmv_f_group, split_group) this block takes: blocks [first_block[i],
+// first_block[i + 1]) take matrix i of n_mat
+__device__ __forceinline__ int group_member(const unsigned (&first_block)[3], int n_mat) {
+    return n_mat > 2 && blockIdx.x >= first_block[2]   ? 2
+           : n_mat > 1 && blockIdx.x >= first_block[1] ? 1
+                                                       : 0;
+}
+
 // Up to 3 float matrices on the same activations in one launch (q, k, v; gate, up: mul_mat_f_group): blocks
 // [first_block[i], first_block[i + 1]) take matrix i. One matrix is a group of one. With a GLU epilogue (G != none)
 // the group is gate (m[0]) and up (m[1]) of equal rows, and each block takes the same rows of both: y = act(gate) up
@@ -214,10 +222,7 @@ static __global__ void __launch_bounds__(BT) mmv_f_kernel(mmv_f_group grp) {
     constexpr int U = V > 1 ? 4 : 1;
     constexpr int NM = G == glu_act::none ? 1 : 2; // rows a thread reads
     using raw_t = typename w_raw<T, V>::type;
-    const int mi = G != glu_act::none                                   ? 0
-                   : grp.n_mat > 2 && blockIdx.x >= grp.first_block[2] ? 2
-                   : grp.n_mat > 1 && blockIdx.x >= grp.first_block[1] ? 1
-                                                                       : 0;
+    const int mi = G != glu_act::none ? 0 : group_member(grp.first_block, grp.n_mat);
     const mmv_args& a = mi == 0 ? grp.m[0] : mi == 1 ? grp.m[1] : grp.m[2];
     const int tpr = BT / a.rows_per_block;
     const int64_t row = int64_t(blockIdx.x - grp.first_block[mi]) * a.rows_per_block + threadIdx.x / tpr;
@@ -377,12 +382,10 @@ void mmv_f_launch(const cuda_context& ctx, const mmv_args* ms, int n, glu_act gl
         launch(ctx, mmv_f_kernel<T, MMV_MAX_COLS, 1>, grid, MMV_THREADS, 0, g);
         return;
     }
-    // f16 / bf16: one row a block (128 threads; 4096 wide: one 16-byte piece each, 4 in flight). Measured (H100, 8B
-    // shape, tg128): f16 157.6-158.0 vs 152 t/s, bf16 154.7-155.0 vs 146.3 with rows_per_block()'s 2 rows. f32 keeps
-    // rows_per_block()'s split, whose sums exact mode's tests hold to the CPU's (a MoE router's logits).
-    // f16 / bf16: one row a block, 128 threads (4096 wide: 4 pieces each, one round of loads), 256 for rows of more
-    // than 4 x 128 pieces (14336 wide: 7 pieces each, two rounds rather than four). Measured (H100, 2026-11-26, 8B
-    // shape, tg128; ncu per layer): the down projection 45 us with 256 threads, 48 with 128, 52 with 512 (f16 tg128
+    // f16 / bf16: one row a block (against rows_per_block()'s 2 rows: H100, 8B shape, tg128 f16 157.6-158.0 vs 152
+    // t/s, bf16 154.7-155.0 vs 146.3), 128 threads (4096 wide: 4 pieces each, one round of loads), 256 for rows of
+    // more than 4 x 128 pieces (14336 wide: 7 pieces each, two rounds rather than four). Measured (H100, 2026-11-26,
+    // 8B shape, tg128; ncu per layer): the down projection 45 us with 256 threads, 48 with 128, 52 with 512 (f16 tg128
     // 165.8 / 163.9 / 160.0 t/s); 256 threads for the 4096-wide rows too: 129.5 t/s. f32 keeps rows_per_block()'s
     // split, whose sums exact mode's tests hold to the CPU's (a MoE router's logits).
     const int bt = !std::is_same_v<T, float> && a0.k / V > 4 * 128 ? 256 : MMV_THREADS;
@@ -533,9 +536,7 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     static_assert(S == 1 || S == 2 || S == 4, "a block's 4 warps take 4 / S row groups");
     static_assert(!ROPE || R == 2, "a rotation pair is a row group");
     using chunk_t = typename D::chunk_t;
-    const int mi = grp.n_mat > 2 && blockIdx.x >= grp.first_block[2]   ? 2
-                   : grp.n_mat > 1 && blockIdx.x >= grp.first_block[1] ? 1
-                                                                       : 0;
+    const int mi = group_member(grp.first_block, grp.n_mat);
     const split_args& a = mi == 0 ? grp.m[0] : mi == 1 ? grp.m[1] : grp.m[2];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int part = warp % S;
@@ -1011,22 +1012,37 @@ size_t group_launch(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
 
 } // namespace
 
+namespace {
+
+// The run of mul_mat nodes from nodes[i] on (at most 3) that read one activation, each taken while
+// fits(node, its place in the run) says yes: into d, how many. The groupers (find_mat_group, mul_mat_f_group) differ
+// only in what fits.
+template <class Fits> int mat_run(const std::vector<tensor*>& nodes, size_t i, tensor* (&d)[3], Fits&& fits) {
+    int n = 0;
+    for (size_t j = i; j < nodes.size() && n < 3; j++) {
+        tensor* dn = nodes[j];
+        if (dn->o != op::mul_mat || (n > 0 && dn->src[1] != d[0]->src[1]) || !fits(*dn, n)) break;
+        d[n++] = dn;
+    }
+    return n;
+}
+
+} // namespace
+
 mat_group find_mat_group(const cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
     mat_group g;
     if (!ctx.split) return g;
-    for (size_t j = i; j < nodes.size() && g.n < 3; j++) {
-        tensor* d = nodes[j];
-        if (d->o != op::mul_mat) break;
-        const tensor* w = d->src[0];
-        if (w->view_src) break;
+    // split weights of one type and k
+    g.n = mat_run(nodes, i, g.dsts, [&](const tensor& d, int j) {
+        const tensor* w = d.src[0];
+        if (w->view_src) return false;
         const auto it = ctx.split->find(w);
-        if (it == ctx.split->end()) break;
-        if (g.n == 0) g.x = d->src[1];
-        if (d->src[1] != g.x || (g.n > 0 && (it->second.t != g.ws[0]->t || it->second.k != g.ws[0]->k))) break;
-        g.ws[g.n] = &it->second;
-        g.dsts[g.n] = d;
-        g.n++;
-    }
+        if (it == ctx.split->end() || (j > 0 && (it->second.t != g.ws[0]->t || it->second.k != g.ws[0]->k)))
+            return false;
+        g.ws[j] = &it->second;
+        return true;
+    });
+    if (g.n > 0) g.x = g.dsts[0]->src[1];
     return g;
 }
 
@@ -1123,27 +1139,21 @@ size_t mul_mat_f_group(cuda_context& ctx, const std::vector<tensor*>& nodes, siz
                        const std::unordered_map<const tensor*, int>& uses) {
     if (ctx.exact) return 0;
     // 2-3 mul_mats of float weights of one type and k, one activation of <= 8 columns (the GEMV), 2-D weights
-    tensor* d[3];
+    tensor* d[3] = {};
     mmv_args a[3];
-    int n = 0;
-    const tensor* x = nullptr;
-    for (size_t j = i; j < nodes.size() && n < 3; j++) {
-        tensor* dn = nodes[j];
-        if (dn->o != op::mul_mat) break;
-        const tensor* w = dn->src[0];
-        if (!is_float_weight(w->t) || w->ne[2] != 1 || w->ne[3] != 1 || !mul_mat_supported(*dn) ||
-            gemm_float_wanted(ctx, *dn))
-            break;
-        if (n == 0) x = dn->src[1];
-        if (dn->src[1] != x || (n > 0 && (w->t != d[0]->src[0]->t || w->ne[0] != d[0]->src[0]->ne[0]))) break;
-        a[n] = file_args(ctx, *dn);
-        const bool vec = w->t == type::f32  ? mmv_f_vec<float>(a[n])
-                         : w->t == type::f16 ? mmv_f_vec<__half>(a[n])
-                                             : mmv_f_vec<__nv_bfloat16>(a[n]);
-        if (!vec) break;
-        d[n++] = dn;
-    }
-    if (n < 2 || x->ne[1] * x->ne[2] * x->ne[3] > MMV_MAX_COLS) return 0;
+    const int n = mat_run(nodes, i, d, [&](tensor& dn, int j) {
+        const tensor* w = dn.src[0];
+        if (!is_float_weight(w->t) || w->ne[2] != 1 || w->ne[3] != 1 || !mul_mat_supported(dn) ||
+            gemm_float_wanted(ctx, dn) || (j > 0 && (w->t != d[0]->src[0]->t || w->ne[0] != d[0]->src[0]->ne[0])))
+            return false;
+        a[j] = file_args(ctx, dn);
+        return w->t == type::f32   ? mmv_f_vec<float>(a[j])
+               : w->t == type::f16 ? mmv_f_vec<__half>(a[j])
+                                   : mmv_f_vec<__nv_bfloat16>(a[j]);
+    });
+    if (n < 2) return 0;
+    const tensor* x = d[0]->src[1];
+    if (x->ne[1] * x->ne[2] * x->ne[3] > MMV_MAX_COLS) return 0;
     // gate, up -> swiglu / geglu / relu2_glu of the two: the GLU in the GEMV's epilogue; the products themselves
     // written only where something else reads them
     glu_act glu = glu_act::none;
