@@ -797,6 +797,7 @@ std::vector<op_case> all_cases() {
     // and 3 tokens, 2.1e-5 - 3.7e-5 at 5, 8 and 40 tokens, the same with the fusion off (H100) -> 5e-6 for one token
     // (the attention cases' bound), else 1e-4, as past 256 keys.
     // With biases (qwen2): an add of a bias row after each product, which the fused GEMV's epilogue does too.
+    // bf16 weights: the CPU's products take x rounded to bf16 (2^-9 relative), the bound of a bf16 mul_mat, 1e-4.
     struct qkv_shape {
         type t;
         int64_t hd, n_head, n_head_kv, n_tok, n_past;
@@ -824,14 +825,22 @@ std::vector<op_case> all_cases() {
                         qkv_shape{type::q4_1, 128, 4, 2, 40, 3, true, 128, false, false, true},
                         qkv_shape{type::q4_0, 256, 4, 1, 1, 9, true, 256, false, false, true, 0.0625f}, // gemma3
                         qkv_shape{type::q4_0, 256, 4, 2, 40, 3, true, 256, false, false, true, 0.0625f},
-                        qkv_shape{type::q8_0, 64, 4, 2, 40, 3, false, 64, false, false, false, 0.2f}}) {
+                        qkv_shape{type::q8_0, 64, 4, 2, 40, 3, false, 64, false, false, false, 0.2f},
+                        // float weights: the float GEMV (one launch) then rope_kv's kernel; the GEMM at 40 tokens
+                        qkv_shape{type::f16, 128, 8, 2, 1, 20, false, 128, false},
+                        qkv_shape{type::bf16, 128, 8, 2, 1, 20, true, 96, true},
+                        qkv_shape{type::f32, 64, 6, 2, 3, 9, false, 64, false, true},
+                        qkv_shape{type::f16, 64, 4, 1, 8, 30, true, 64, false, true},
+                        qkv_shape{type::bf16, 128, 4, 2, 40, 3, false, 128, false}}) {
+        const bool float_w = s.t == type::f32 || s.t == type::f16 || s.t == type::bf16;
         const int64_t E = 256, n_kv = s.n_past + s.n_tok;
         std::vector<int32_t> rows;
         for (int64_t t = 0; t < s.n_tok; t++) rows.push_back(int32_t(s.n_past + t));
         // the biased cases' activations at sigma 1/8: logits ~3 instead of ~250, a soft softmax, so that a near-tie
         // between two keys (one f32 rounding apart) cannot move a row's whole output (the first run, at sigma 1:
-        // the 40-token case over the bound on an H200, the value not recorded)
-        std::vector<leaf> leaves = {f32_leaf({E, s.n_tok}, 80, s.bias ? 0.125f : 1.0f),
+        // the 40-token case over the bound on an H200, the value not recorded); the float weights' too, where the
+        // CPU rounds the activations to f16 / bf16 before its products
+        std::vector<leaf> leaves = {f32_leaf({E, s.n_tok}, 80, s.bias || float_w ? 0.125f : 1.0f),
                                     typed_leaf(s.t, {E, s.hd * s.n_head}, 81),
                                     typed_leaf(s.t, {E, s.hd * s.n_head_kv}, 82),
                                     typed_leaf(s.t, {E, s.hd * s.n_head_kv}, 83),
@@ -901,7 +910,7 @@ std::vector<op_case> all_cases() {
                      if (s.q_scale != 0.0f) return attention(c, scale(c, qr, s.q_scale), kv, vv, t[7], 1.0f);
                      return attention(c, qr, kv, vv, t[7], 1.0f / std::sqrt(float(s.hd)));
                  },
-                 s.n_tok > 1 || n_kv > 256 ? 1e-4 : 5e-6);
+                 s.n_tok > 1 || n_kv > 256 || s.t == type::bf16 ? 1e-4 : 5e-6);
     }
 
     // ---- expert routing (mixture-of-experts feed-forward) and gpt-oss's ops ----

@@ -217,6 +217,11 @@ template <class T, int V> __device__ __forceinline__ void raw_to_float(const typ
 //   q, k, v one launch 23.5 us (vs 17.8 + 8.2 + 8.3 apart), gate + up + swiglu 81.6 (vs 44.2 + 44.7 + 4.2 apart),
 //   down 45 (256 threads), o 18: tg128 157 -> 165.8 t/s (bf16 155 -> 166.4). Tried and slower: U = 8 (more registers,
 //   fewer blocks: 154 t/s); two rows of one matrix a thread (150); 32 or 64 threads a row with U = 8 (132, 155).
+// Also tried and dropped (H200, 2026-11-26, 8B f16 tg128, against 184.9-186.5 t/s for the GEMV then rope_kv's kernel,
+// 21.9 + 4.3 us in ncu): q, k, v with the ropes and cache writes in the epilogue as mmv_split_kernel's, a rotation
+// pair a block: both rows a thread 24.4-24.7 us in ncu, yet 185.5-185.7 t/s; a row a slot of a two-slot block
+// 26.6-27.4 us, 182.4 t/s. (The fused kernel writes the rotated Q while other blocks still read x: it needed the
+// memory plan to keep small inputs for a few nodes past their last reader.)
 template <class T, int NC, int V, glu_act G = glu_act::none, int BT = MMV_THREADS>
 static __global__ void __launch_bounds__(BT) mmv_f_kernel(mmv_f_group grp) {
     constexpr int U = V > 1 ? 4 : 1;
@@ -460,6 +465,61 @@ struct split_group {
     int64_t rope_hd;
 };
 
+// The q, k, v GEMV's rope epilogue (rope_kv's work; mmv_split_kernel with ROPE): matrix mi (0 Q, 1 K, 2 V) in heads
+// of hd rows, taken in rotation pairs. The pair at row0 (even): rows row0 and row0 + 1, except that in NEOX mode the
+// pair at row0 of Q or K is a rotation pair of a head, (i, i + n_rot / 2) for pair slot i = (row0 % hd) / 2 below
+// n_rot / 2, and two adjacent pass-through dimensions past n_rot for the slots after.
+__device__ __forceinline__ void rope_pair_rows(const rope_kv_params& p, int64_t hd, int mi, int64_t row0,
+                                               int64_t (&rows)[2]) {
+    rows[0] = row0;
+    rows[1] = row0 + 1;
+    if (p.neox && mi < 2) {
+        const int64_t half = p.n_rot / 2, base = row0 - row0 % hd, slot = row0 % hd / 2;
+        rows[0] = slot < half ? base + slot : base + 2 * slot;
+        rows[1] = slot < half ? base + slot + half : base + 2 * slot + 1;
+    }
+}
+
+// ... and the pair's products y0, y1 (rows rows[0], rows[1] of matrix mi) for token t: the bias added (the add node's
+// arithmetic: product + bias), Q and K rotated as rope_block (rope.cu) does, Q's result written, K's and V's rows
+// written to their f16 caches (set_rows' conversion, round to nearest even) and K's result where asked.
+__device__ __forceinline__ void rope_pair_store(const rope_kv_params& p, int64_t hd, int mi, const int64_t (&rows)[2],
+                                                int64_t t, float y0, float y1) {
+    const int64_t h = rows[0] / hd;                     // head
+    const int64_t j0 = rows[0] % hd, j1 = rows[1] % hd; // the pair's dimensions in the head
+    // rotated: normal mode's pairs below n_rot; NEOX's slots below n_rot / 2 (pair index = slot)
+    const bool neox = p.neox && mi < 2;
+    const int64_t pair = neox ? j0 : j0 / 2;
+    const bool rotate = mi < 2 && (neox ? j1 - j0 == p.n_rot / 2 && j0 < p.n_rot / 2 : j0 < p.n_rot);
+    if (const float* b = p.bias[mi]) {
+        y0 += b[rows[0]];
+        y1 += b[rows[1]];
+    }
+    if (rotate) {
+        const float2 r = rope_rotate(y0, y1, rope_cos_sin(p.pos[t], pair, p.ang, p.ff));
+        y0 = r.x;
+        y1 = r.y;
+    }
+    if (mi == 0) {
+        float* yr = p.yq + t * p.syq.nb[2] + h * p.syq.nb[1];
+        yr[j0 * p.syq.nb[0]] = y0;
+        yr[j1 * p.syq.nb[0]] = y1;
+        return;
+    }
+    if (mi == 1 && p.yk) {
+        float* yr = p.yk + t * p.syk.nb[2] + h * p.syk.nb[1];
+        yr[j0 * p.syk.nb[0]] = y0;
+        yr[j1 * p.syk.nb[0]] = y1;
+    }
+    const int64_t row = p.idx64 ? static_cast<const int64_t*>(p.idx)[t] : static_cast<const int32_t*>(p.idx)[t];
+    __half* cache = mi == 1 ? p.kc : p.vc;
+    if (row >= 0 && row < (mi == 1 ? p.kc_rows : p.vc_rows)) {
+        __half* cr = cache + row * (mi == 1 ? p.kc_nb1 : p.vc_nb1);
+        cr[rows[0]] = __float2half_rn(y0);
+        cr[rows[1]] = __float2half_rn(y1);
+    }
+}
+
 // This lane's share of R weight rows (chunks and scale groups at qrow, srow) dotted with NC activation rows acol[j]
 // (the first ncol of them) of the split activations: chunks first, first + 32 S, ... of the row, U loads deep. Each
 // column's sum is its own (no other column changes its order), so a column gives the same bits in any position.
@@ -546,19 +606,11 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     const int64_t nc = a.k / 32, ng = nc / D::chunks_per_scale;
     const int64_t first = lane + int64_t(part) * WARP_SIZE;
     constexpr int64_t stride = int64_t(WARP_SIZE) * S;
-    // the group's rows: row0, row0 + 1, except that with the ROPE epilogue in NEOX mode the group at row0 of Q or K
-    // takes a rotation pair of a head, (i, i + n_rot / 2) for pair slot i = (row0 % head) / 2 below n_rot / 2, and two
-    // adjacent pass-through dimensions past n_rot for the slots after (rope_pair_rows)
+    // the group's rows: row0, row0 + 1, ...; with the ROPE epilogue a rotation pair (rope_pair_rows)
     int64_t rows[R];
 #pragma unroll
     for (int r = 0; r < R; r++) rows[r] = row0 + r;
-    if constexpr (ROPE) {
-        if (grp.rope.neox && mi < 2) {
-            const int64_t hd = grp.rope_hd, half = grp.rope.n_rot / 2, base = row0 - row0 % hd, slot = row0 % hd / 2;
-            rows[0] = slot < half ? base + slot : base + 2 * slot;
-            rows[1] = slot < half ? base + slot + half : base + 2 * slot + 1;
-        }
-    }
+    if constexpr (ROPE) rope_pair_rows(grp.rope, grp.rope_hd, mi, row0, rows);
     const uint8_t* qrow[R];
     const uint8_t* srow[R];
 #pragma unroll
@@ -593,46 +645,11 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     if (!split_parts_reduce<R, NC, S>(sum, warp, lane)) return;
     if constexpr (ROPE) {
         if (lane != 0 || row0 >= a.n) return; // n is even: a pair is in or out whole
-        const rope_kv_params& p = grp.rope;
-        const int64_t h = row0 / grp.rope_hd; // head
-        const int64_t j0 = rows[0] % grp.rope_hd, j1 = rows[1] % grp.rope_hd; // the pair's dimensions in the head
-        // rotated: normal mode's pairs below n_rot; NEOX's slots below n_rot / 2 (pair index = slot)
-        const bool neox = p.neox && mi < 2;
-        const int64_t pair = neox ? j0 : j0 / 2;
-        const bool rotate = mi < 2 && (neox ? j1 - j0 == p.n_rot / 2 && j0 < p.n_rot / 2 : j0 < p.n_rot);
 #pragma unroll
-        for (int j = 0; j < NC; j++) {
-            const int64_t t = col0 + j; // token
-            if (t >= cols) break;
-            float y0 = sum[0][j] * a.out_scale, y1 = sum[1][j] * a.out_scale;
-            if (const float* b = p.bias[mi]) { // the add node's arithmetic: product + bias
-                y0 += b[rows[0]];
-                y1 += b[rows[1]];
-            }
-            if (rotate) { // as rope_block (rope.cu)
-                const float2 r = rope_rotate(y0, y1, rope_cos_sin(p.pos[t], pair, p.ang, p.ff));
-                y0 = r.x;
-                y1 = r.y;
-            }
-            if (mi == 0) {
-                float* yr = p.yq + t * p.syq.nb[2] + h * p.syq.nb[1];
-                yr[j0 * p.syq.nb[0]] = y0;
-                yr[j1 * p.syq.nb[0]] = y1;
-                continue;
-            }
-            if (mi == 1 && p.yk) {
-                float* yr = p.yk + t * p.syk.nb[2] + h * p.syk.nb[1];
-                yr[j0 * p.syk.nb[0]] = y0;
-                yr[j1 * p.syk.nb[0]] = y1;
-            }
-            const int64_t row = p.idx64 ? static_cast<const int64_t*>(p.idx)[t] : static_cast<const int32_t*>(p.idx)[t];
-            __half* cache = mi == 1 ? p.kc : p.vc;
-            if (row >= 0 && row < (mi == 1 ? p.kc_rows : p.vc_rows)) { // set_rows' conversion, round to nearest even
-                __half* cr = cache + row * (mi == 1 ? p.kc_nb1 : p.vc_nb1);
-                cr[rows[0]] = __float2half_rn(y0);
-                cr[rows[1]] = __float2half_rn(y1);
-            }
-        }
+        for (int j = 0; j < NC; j++)
+            if (col0 + j < cols)
+                rope_pair_store(grp.rope, grp.rope_hd, mi, rows, col0 + j, sum[0][j] * a.out_scale,
+                                sum[1][j] * a.out_scale);
     } else {
 #pragma unroll
         for (int r = 0; r < R; r++)
