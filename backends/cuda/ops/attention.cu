@@ -4,8 +4,8 @@
 // q (hd, n_head, n_tok) f32; k, v (hd, n_head_kv, n_kv) f16 views of the cache; mask (n_kv, >= n_tok) additive;
 // query head h reads KV head h / (n_head / n_head_kv). Two kernels:
 //   decode  (n_tok <= 8): head sizes 64 / 128 / 256: split over the keys (flash-decoding), a block per (KV head, split,
-//           token) serving every query head of the KV head (attention_decode_split_kernel); other head sizes: a chunk of
-//           128 keys per step, one key per thread;
+//           token) serving the KV head's query heads, or per part of them at short contexts (attention_decode_split_kernel);
+//           other head sizes: a chunk of 128 keys per step, one key per thread;
 //   prefill (n_tok > 8):  head sizes 64 / 128 / 256: flash attention on tensor cores (attention_fa_kernel; TESSERA_CUDA_FA=0:
 //           off); others: one block per (head, 32 queries), tiles of 32 keys staged in shared memory, f32.
 // Scores and sums are f32 (the CPU rounds Q and its V accumulator to f16 below 64 queries, as ggml: the two differ by
@@ -986,9 +986,20 @@ size_t decode_part_bytes(int64_t hd, int64_t n_head, int64_t n_tok, int64_t n_kv
 }
 
 template <int D> void decode_split_launch(const cuda_context& ctx, const attn_args& a) {
-    const int gm = a.group <= 1 ? 1 : a.group <= 2 ? 2 : a.group <= 4 ? 4 : 8;
-    const int64_t blocks_x = int64_t(a.n_head / a.group) * ceil_div(a.group, gm);
+    // Query heads a block (gm): the KV head's whole group (up to 8), each K and V row loaded once for all of them;
+    // halved while that leaves the grid under half the SMs (short contexts: one or a few key splits), the other
+    // blocks loading the same rows again from L2. Measured (H200, 2026-11-26, 8B f16 tg128, a group of 4, <= 256 keys:
+    // one split): 4 heads a block (8 blocks) attention 7.9-8.4 us in ncu, 186.6-187.0 t/s; 2 heads 5.9-6.1 us, 189.5;
+    // 1 head (32 blocks) 5.9-6.3 us, 190.3.
+    // TESSERA_CUDA_ATTN_SPREAD=0: the whole group always.
+    static const bool spread = env_switch_on("TESSERA_CUDA_ATTN_SPREAD");
+    int gm = a.group <= 1 ? 1 : a.group <= 2 ? 2 : a.group <= 4 ? 4 : 8;
     split_plan sp = decode_split_plan(a.n_kv);
+    const auto head_blocks = [&](int g) { return int64_t(a.n_head / a.group) * ceil_div(a.group, g); };
+    while (spread && gm > 1 && head_blocks(gm) * sp.n_split * a.n_tok < ctx.n_sm / 2 &&
+           (sp.n_split == 1 || size_t(head_blocks(gm / 2) * a.n_tok) <= ctx.n_counters))
+        gm /= 2;
+    const int64_t blocks_x = head_blocks(gm);
     // one split (a block walks all keys) where the partials or counters are missing; never in the model's graphs
     if (sp.n_split > 1 && (!a.part || !a.counters || size_t(blocks_x * a.n_tok) > ctx.n_counters)) sp = {a.n_kv, 1};
     TS_ASSERT(blocks_x <= INT32_MAX);
