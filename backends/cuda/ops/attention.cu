@@ -4,8 +4,8 @@
 // q (hd, n_head, n_tok) f32; k, v (hd, n_head_kv, n_kv) f16 views of the cache; mask (n_kv, >= n_tok) additive;
 // query head h reads KV head h / (n_head / n_head_kv). Two kernels:
 //   decode  (n_tok <= 8): head sizes 64 / 128 / 256: split over the keys (flash-decoding), a block per (KV head, split,
-//           token) serving the KV head's query heads, or per part of them at short contexts (attention_decode_split_kernel);
-//           other head sizes: a chunk of 128 keys per step, one key per thread;
+//           token) serving the KV head's query heads, or a part of them at short contexts
+//           (attention_decode_split_kernel); other head sizes: a chunk of 128 keys per step, one key per thread;
 //   prefill (n_tok > 8):  head sizes 64 / 128 / 256: flash attention on tensor cores (attention_fa_kernel; TESSERA_CUDA_FA=0:
 //           off); others: one block per (head, 32 queries), tiles of 32 keys staged in shared memory, f32.
 // Scores and sums are f32 (the CPU rounds Q and its V accumulator to f16 below 64 queries, as ggml: the two differ by

@@ -1027,10 +1027,6 @@ size_t group_launch(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     return size_t(n);
 }
 
-} // namespace
-
-namespace {
-
 // The run of mul_mat nodes from nodes[i] on (at most 3) that read one activation, each taken while
 // fits(node, its place in the run) says yes: into d, how many. The groupers (find_mat_group, mul_mat_f_group) differ
 // only in what fits.
