@@ -335,43 +335,6 @@ std::vector<op_case> all_cases() {
                      {f32_leaf({n, rows}, 56, 3.0f), f32_leaf({n, rows}, 57), typed_leaf(type::q4_0, {n, 33}, 58)},
                      [](context& c, const auto& t) { return mul_mat(c, t[2], relu2_glu(c, t[0], t[1])); }, 1e-6);
         }
-    // A decode step's output (or down) projection, the residual add and the next block's norm folded into that GEMV
-    // (mul_mat_norm_fold, mmv.cu): its epilogue writes the sum and (norm weight * sum) as q8_1 per 32 rows; the q, k, v
-    // GEMVs after it (one of them: the output's) scale by the norm's factor. vs the CPU: the q8_1 of w h rather than
-    // of w (h s) may round apart at a tie -> the quantized bound (ternary: its own); the sum, read whole (its first 128
-    // rows added to the output), has the add's bits. 3 columns: not folded, the same graph unfused.
-    for (type t : {type::q4_0, type::q8_0, type::q4_1, type::nvfp4, type::awq4, type::tq2_0})
-        for (auto [k, n, cols] : {std::tuple<int64_t, int64_t, int64_t>{512, 576, 1}, {4096, 4096, 1}, {512, 576, 3}}) {
-            if (t != type::q4_0 && cols != 1) continue;
-            const double bound = t == type::tq2_0 ? 1e-3 : 1e-6;
-            const std::string sh = std::to_string(k) + "x" + std::to_string(n) + "x" + std::to_string(cols);
-            add_case(std::string("norm_fold_qkv_") + type_name(t) + "_" + sh,
-                     {f32_leaf({k, cols}, 70), typed_leaf(t, {k, n}, 71), f32_leaf({n, cols}, 72, 4.0f),
-                      f32_leaf({n}, 73), typed_leaf(t, {n, 256}, 74), typed_leaf(t, {n, 128}, 75),
-                      typed_leaf(t, {n, 128}, 76)},
-                     [cols](context& c, const auto& l) {
-                         tensor* h = add(c, mul_mat(c, l[1], l[0]), l[2]);
-                         tensor* x = mul(c, rms_norm(c, h, 1e-5f), l[3]);
-                         tensor* q = mul_mat(c, l[4], x);
-                         tensor* k = mul_mat(c, l[5], x);
-                         tensor* v = mul_mat(c, l[6], x);
-                         for (tensor* e : {q, k, v}) expand_first->push_back(e);
-                         tensor* q0 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 0);
-                         tensor* q1 = view_3d(c, q, 128, cols, 1, q->nb[1], q->nb[1] * cols, 128 * sizeof(float));
-                         tensor* h0 = view_3d(c, h, 128, cols, 1, h->nb[1], h->nb[1] * cols, 0);
-                         return add(c, add(c, add(c, q0, q1), add(c, k, v)), h0);
-                     },
-                     bound);
-            if (cols != 1 || k != 512) continue;
-            add_case(std::string("norm_fold_one_") + type_name(t) + "_" + sh,
-                     {f32_leaf({k, 1}, 77), typed_leaf(t, {k, n}, 78), f32_leaf({n, 1}, 79, 4.0f), f32_leaf({n}, 80),
-                      typed_leaf(type::q8_0, {n, 200}, 81)},
-                     [](context& c, const auto& l) {
-                         tensor* h = add(c, l[2], mul_mat(c, l[1], l[0])); // the residual first
-                         return mul_mat(c, l[4], mul(c, rms_norm(c, h, 1e-6f), l[3]));
-                     },
-                     bound);
-        }
     // swiglu -> mul_mat where something else reads swiglu's f32 result too (the fused kernel writes it only then).
     // bound: two quantized mul_mats, the second on s * s (a wider spread than one mul_mat's cases: 1.05e-6 measured on
     // the H100's GEMM path, f16 activations) -> 3e-6; an unwritten f32 result would give NMSE ~1

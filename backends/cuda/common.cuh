@@ -166,8 +166,7 @@ struct cuda_context {
     // the activations mul_mat last converted into scratch: their source and form (act_split_q8: q8_1 for the split
     // GEMV, act_f16: f16 for the GEMM, act_split_q8_f16: q8_1 and its values d q as f16 for the wgmma GEMM,
     // act_bf16: bf16, for bf16 weights); a mul_mat of the same source right after (q, k, v; gate, up) reuses them
-    // act_fold_q8: q8_1 of a folded rms_norm in `fold` (mul_mat_norm_fold, mmv.cu; fold_acts)
-    enum act_form_t { act_none, act_split_q8, act_f16, act_split_q8_f16, act_bf16, act_fold_q8 };
+    enum act_form_t { act_none, act_split_q8, act_f16, act_split_q8_f16, act_bf16 };
     // prefill GEMMs on wgmma (Hopper, sm_90a code present; TESSERA_CUDA_WGMMA=0: off)
     bool wgmma = false;
     // exact mode (TESSERA_CUDA_EXACT=1): ops reproduce the CPU's float results bit for bit where they can (mul_mat of
@@ -187,16 +186,6 @@ struct cuda_context {
     // ends (attention.cu's split decode kernel: which block finishes last)
     int* counters = nullptr;
     size_t n_counters = 0;
-    // device memory for mul_mat_norm_fold's results (fold_bytes(), ops.cuh; counters zeroed), and where the last one
-    // left its activations (act_form act_fold_q8)
-    void* fold = nullptr;
-    struct folded {
-        const int8_t* q = nullptr;
-        const void* ds = nullptr; // __half2
-        const float* nss = nullptr;
-        int nss_n = 0;
-        float ne0 = 0.0f, eps = 0.0f;
-    } fold_acts;
     // the device group this backend is a member of (nccl_comm's handle; null alone): all_reduce nodes
     void* group = nullptr;
     // a cuBLAS handle on `stream` with its own workspace (cublas_create, gemm.cu): f16 / bf16 weights' prefill GEMM;

@@ -512,8 +512,7 @@ void cuda_backend::compute_impl(graph& g) {
         scratch_ = std::make_unique<device_buffer>(need + need / 8, info_, "the quantized activations");
     }
     if (!counters_) { // kernels set every counter back to 0 when they end
-        // the block counters, then mul_mat_norm_fold's buffer (its counters first)
-        counters_ = std::make_unique<device_buffer>(n_counters * sizeof(int) + fold_bytes(), info_, "block counters");
+        counters_ = std::make_unique<device_buffer>(n_counters * sizeof(int), info_, "block counters");
         TS_CUDA_CHECK(cudaMemsetAsync(counters_->base(), 0, counters_->size(), as_stream(stream_)));
     }
     if (!cublas_ && !exact_) // outside any capture: cuBLAS allocates when its handle is made
@@ -732,7 +731,6 @@ void cuda_backend::launch_nodes(graph& g) {
     ctx.exact_buf_size = exact_buf_ ? exact_buf_->size() : 0;
     ctx.counters = counters_ ? static_cast<int*>(counters_->base()) : nullptr;
     ctx.n_counters = counters_ ? n_counters : 0;
-    ctx.fold = counters_ ? static_cast<uint8_t*>(counters_->base()) + n_counters * sizeof(int) : nullptr;
     ctx.group = comm_;
     ctx.cublas = cublas_;
     cudaEvent_t ev[2] = {nullptr, nullptr};

@@ -612,7 +612,6 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
     static const bool rope_kv_on = env_switch_on("TESSERA_CUDA_ROPE_KV");
     if (rope_kv_on)
         if (const size_t n = fuse_qkv_rope(ctx, nodes, i, uses)) return n; // q, k, v, ropes, cache writes
-    if (const size_t n = mul_mat_norm_fold(ctx, nodes, i, uses)) return n; // o / down + residual + next norm
     if (const size_t n = mul_mat_group(ctx, nodes, i)) return n; // q, k, v / gate, up: one GEMV launch
     if (const size_t n = mul_mat_f_group(ctx, nodes, i, uses)) return n; // the same for float weights [+ GLU]
     if (const size_t n = gemm_split_group(ctx, nodes, i)) return n; // the same in prefill: one grouped GEMM launch

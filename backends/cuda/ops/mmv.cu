@@ -449,10 +449,6 @@ struct split_args {
     int64_t y_nb1, y_nb2, y_nb3; // floats
     int64_t n, m, k, ne2, ne3;   // columns: m x ne2 x ne3 activation rows, W shared by all
     float out_scale;
-    // a folded rms_norm's sums of squares (split_acts::nss; one column): the products times its factor
-    const float* nss;
-    int nss_n;
-    float nss_ne0, nss_eps;
 };
 
 constexpr int SPLIT_WARPS = 4; // warps per block of 128 threads; each warp takes R rows
@@ -467,27 +463,7 @@ struct split_group {
     // mmv_split_kernel's ROPE epilogue (m[0] = Q, m[1] = K, m[2] = V; heads of rope_hd values)
     rope_kv_params rope;
     int64_t rope_hd;
-    // its FOLD epilogue (mul_mat_norm_fold): h = y + res, then per 32 rows (w h) as q8_1 into q / ds and sum(h^2) into
-    // ss, a counter per 32 rows in cnt telling the warp that writes the last of them
-    struct fold_out {
-        const float* res;
-        float* h;
-        const float* w;
-        int8_t* q;
-        __half2* ds;
-        float* ss;
-        int* cnt;
-    } fold;
 };
-
-// The factor of a folded rms_norm, 1 / sqrt(sum(nss) / ne0 + eps), from the whole warp (every lane gets it); the sum
-// in a fixed order (lane slices, then the warp's tree), so each launch gives the same bits
-__device__ __forceinline__ float folded_norm_scale(const split_args& a, int lane) {
-    float v = 0.0f;
-    for (int i = lane; i < a.nss_n; i += WARP_SIZE) v += a.nss[i];
-    v = warp_sum(v);
-    return 1.0f / sqrtf(v / a.nss_ne0 + a.nss_eps);
-}
 
 // The q, k, v GEMV's rope epilogue (rope_kv's work; mmv_split_kernel with ROPE): matrix mi (0 Q, 1 K, 2 V) in heads
 // of hd rows, taken in rotation pairs. The pair at row0 (even): rows row0 and row0 + 1, except that in NEOX mode the
@@ -615,15 +591,10 @@ template <int R, int NC, int S> __device__ __forceinline__ bool split_parts_redu
 // in "normal" mode; rows i and i + n_rot / 2 of the head in NEOX mode), so the warp that has both sums adds their
 // biases (qwen2's), rotates them (Q, K) and writes Q's result and K's and V's f16 cache rows itself, with the add's
 // and rope_kv_kernel's arithmetic (rope.cu): the same bits as the GEMV followed by those kernels.
-//
-// FOLD (one column; mul_mat_norm_fold): y + res goes to h (the add's arithmetic), and the warp that writes the last
-// rows of a 32-row chunk (a counter per chunk) reads the chunk back from L2 and writes (w h) as q8_1 and sum(h^2): the
-// next GEMV's activations without the norm kernel; that GEMV applies the norm's factor to its products (a.nss).
-template <class D, int NC, int R, int U, int S, bool ROPE = false, bool FOLD = false>
+template <class D, int NC, int R, int U, int S, bool ROPE = false>
 static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_group grp) {
     static_assert(S == 1 || S == 2 || S == 4, "a block's 4 warps take 4 / S row groups");
     static_assert(!ROPE || R == 2, "a rotation pair is a row group");
-    static_assert(!FOLD || (NC == 1 && !ROPE && 32 % R == 0), "the fold takes one column, whole chunks of rows");
     using chunk_t = typename D::chunk_t;
     const int mi = group_member(grp.first_block, grp.n_mat);
     const split_args& a = mi == 0 ? grp.m[0] : mi == 1 ? grp.m[1] : grp.m[2];
@@ -672,35 +643,13 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     float sum[R][NC];
     split_lane_sums<D, R, NC, U, S>(qrow, srow, a.aq, a.ads, a.k, acol, int(min(int64_t(NC), cols - col0)), first, sum);
     if (!split_parts_reduce<R, NC, S>(sum, warp, lane)) return;
-    const float out_scale = a.nss ? a.out_scale * folded_norm_scale(a, lane) : a.out_scale;
-    if constexpr (FOLD) {
-        const split_group::fold_out& f = grp.fold;
-        const int64_t chunk = row0 / 32;
-        int last = 0;
-        if (lane == 0) {
-#pragma unroll
-            for (int r = 0; r < R; r++) // the product as the GEMV writes it, plus the residual as add does
-                f.h[row0 + r] = __fadd_rn(__fmul_rn(sum[r][0], out_scale), f.res[row0 + r]);
-            __threadfence();
-            last = atomicAdd(f.cnt + chunk, R) == 32 - R;
-        }
-        if (!__shfl_sync(0xffffffffu, last, 0)) return;
-        __threadfence();
-        const int64_t e = chunk * 32 + lane;
-        const float h = __ldcg(f.h + e); // the other warps' rows, from L2
-        q8_store_warp(h * f.w[e], lane, f.q + chunk * 32, f.ds + chunk);
-        const float ss = warp_sum(h * h);
-        if (lane == 0) {
-            f.ss[chunk] = ss;
-            f.cnt[chunk] = 0;
-        }
-    } else if constexpr (ROPE) {
+    if constexpr (ROPE) {
         if (lane != 0 || row0 >= a.n) return; // n is even: a pair is in or out whole
 #pragma unroll
         for (int j = 0; j < NC; j++)
             if (col0 + j < cols)
-                rope_pair_store(grp.rope, grp.rope_hd, mi, rows, col0 + j, sum[0][j] * out_scale,
-                                sum[1][j] * out_scale);
+                rope_pair_store(grp.rope, grp.rope_hd, mi, rows, col0 + j, sum[0][j] * a.out_scale,
+                                sum[1][j] * a.out_scale);
     } else {
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -709,7 +658,7 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
                 const int64_t c = col0 + j;
                 if (lane == 0 && row0 + r < a.n && c < cols)
                     a.y[column_offset(c, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + row0 + r] =
-                        sum[r][j] * out_scale;
+                        sum[r][j] * a.out_scale;
             }
     }
 }
@@ -754,12 +703,10 @@ int mmv_split_parts(int64_t groups, int64_t nc, int n_sm) {
 }
 
 // y_i = W_i^T x for 1 to 3 split weights of format F with the same x (quantized: acts), in one launch; with rope
-// (three: q, k, v), rope_kv's work in the epilogue instead of writing y; with fold (one matrix, one column), the fold
-// epilogue instead of writing y.
+// (three: q, k, v), rope_kv's work in the epilogue instead of writing y.
 template <class F>
 void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, split_args* args, int n_mat,
-                      split_acts acts, const rope_kv_params* rope = nullptr, int64_t rope_hd = 0,
-                      const split_group::fold_out* fold = nullptr) {
+                      split_acts acts, const rope_kv_params* rope = nullptr, int64_t rope_hd = 0) {
     using D = cuda_format<F>;
     constexpr int R = 2;
     int64_t groups = 0;
@@ -774,10 +721,6 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
         a.aq = acts.q;
         a.ads = acts.ds;
         a.out_scale = w[i]->out_scale;
-        a.nss = acts.nss;
-        a.nss_n = acts.nss_n;
-        a.nss_ne0 = acts.nss_ne0;
-        a.nss_eps = acts.nss_eps;
         grp.m[i] = a;
         grp.first_block[i] = blocks;
         blocks += unsigned(ceil_div(a.n, SPLIT_WARPS / S * R));
@@ -792,7 +735,6 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
     }
     const int64_t cols = args[0].m * args[0].ne2 * args[0].ne3;
     if (cols == 0 || blocks == 0) return;
-    TS_ASSERT(!acts.nss || cols == 1);
     const int nc = cols == 1 ? 1 : cols == 2 ? 2 : cols <= 4 ? 4 : MMV_MAX_COLS;
     const dim3 grid(blocks, unsigned(ceil_div(cols, nc)));
     TS_ASSERT(grid.y <= 65535);
@@ -810,16 +752,6 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
                : nc == 4 ? pick.template operator()<4, RP>()
                          : pick.template operator()<MMV_MAX_COLS, RP>();
     };
-    if (fold) {
-        TS_ASSERT(n_mat == 1 && !rope && cols == 1 && args[0].n % 32 == 0);
-        grp.fold = *fold;
-        launch(ctx,
-               S == 1   ? mmv_split_kernel<D, 1, R, U, 1, false, true>
-               : S == 2 ? mmv_split_kernel<D, 1, R, U, 2, false, true>
-                        : mmv_split_kernel<D, 1, R, U, 4, false, true>,
-               grid, block, 0, grp);
-        return;
-    }
     launch(ctx, rope ? pick_nc.template operator()<true>() : pick_nc.template operator()<false>(), grid, block, 0,
            grp);
 }
@@ -1051,16 +983,6 @@ bool mul_mat_quantizes_split(const cuda_context& ctx, const tensor& node) {
 split_acts split_activations(cuda_context& ctx, const tensor& x) {
     const shape4 sx = shape_of(x, 4);
     const int64_t k = x.ne[0], cols = x.ne[1] * x.ne[2] * x.ne[3], n_blocks = k / 32 * cols;
-    if (ctx.act_src == &x && ctx.act_form == cuda_context::act_fold_q8) { // mul_mat_norm_fold left them
-        split_acts f;
-        f.q = ctx.fold_acts.q;
-        f.ds = static_cast<const __half2*>(ctx.fold_acts.ds);
-        f.nss = ctx.fold_acts.nss;
-        f.nss_n = ctx.fold_acts.nss_n;
-        f.nss_ne0 = ctx.fold_acts.ne0;
-        f.nss_eps = ctx.fold_acts.eps;
-        return f;
-    }
     const split_acts acts = split_activation_ptrs(ctx, x);
     if (ctx.act_src == &x && (ctx.act_form == cuda_context::act_split_q8 || ctx.act_form == cuda_context::act_split_q8_f16))
         return acts; // q, k, v (gate, up) share them
@@ -1144,80 +1066,6 @@ size_t mul_mat_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
 bool mul_mat_group_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i, const rope_kv_params& p,
                         int64_t hd) {
     return group_launch(ctx, nodes, i, &p, hd) == 3;
-}
-
-namespace {
-
-bool norm_fold_enabled() {
-    static const bool enabled = env_switch_on("TESSERA_CUDA_NORM_FOLD");
-    return enabled;
-}
-
-// a contiguous f32 row of n values, not a view
-bool f32_row(const tensor* t, int64_t n) {
-    return t && t->t == type::f32 && t->is_contiguous() && !t->view_src && t->ne[0] == n && t->ne[1] == 1 &&
-           t->ne[2] == 1 && t->ne[3] == 1;
-}
-
-} // namespace
-
-// Measured (H100, 8B q4_0 / Qwen3-8B q8_0 tg128): see NOTES.md "CUDA decode".
-size_t mul_mat_norm_fold(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
-                         const std::unordered_map<const tensor*, int>& uses) {
-    if (ctx.exact || !ctx.fold || !ctx.split || !norm_fold_enabled() || i + 4 >= nodes.size()) return 0;
-    tensor* mm = nodes[i];
-    if (mm->o != op::mul_mat || mm->src[0]->view_src) return 0;
-    const auto it = ctx.split->find(mm->src[0]);
-    if (it == ctx.split->end()) return 0;
-    const split_weight& sw = it->second;
-    const tensor* x = mm->src[1];
-    const int64_t n = sw.n;
-    auto uses_of = [&](const tensor* t) {
-        const auto u = uses.find(t);
-        return u == uses.end() ? 0 : u->second;
-    };
-    auto inner = [&](const tensor* t) { return !(t->flags & flag_output); }; // nothing outside the graph reads it
-    if (x->t != type::f32 || !x->is_contiguous() || x->ne[0] % 32 != 0 || x->ne[1] * x->ne[2] * x->ne[3] != 1 ||
-        gemm_split_wanted(1) || n % 32 != 0 || n / 32 > FOLD_MAX_CHUNKS || !f32_row(mm, n) || uses_of(mm) != 1 ||
-        !inner(mm))
-        return 0;
-    // add (the residual) -> rms_norm -> mul by a weight row
-    tensor* add = nodes[i + 1];
-    tensor* norm = nodes[i + 2];
-    tensor* mul = nodes[i + 3];
-    if (add->o != op::add || (add->src[0] == mm) == (add->src[1] == mm) || !f32_row(add, n)) return 0;
-    const tensor* res = add->src[0] == mm ? add->src[1] : add->src[0];
-    if (!f32_row(res, n) || norm->o != op::rms_norm || norm->src[0] != add || uses_of(norm) != 1 || !inner(norm) ||
-        mul->o != op::mul || mul->src[0] != norm || !f32_row(mul, n) || !inner(mul) || !f32_row(mul->src[1], n))
-        return 0;
-    // the product read by split-weight GEMVs alone, the nodes right after it
-    const mat_group g = find_mat_group(ctx, nodes, i + 4);
-    if (g.n == 0 || g.x != mul || uses_of(mul) != g.n) return 0;
-    const split_acts acts = split_activations(ctx, *x); // this GEMV's own activations
-    split_args a = gemv_args(ctx, sw, *mm);
-    auto* base = static_cast<uint8_t*>(ctx.fold);
-    split_group::fold_out f{};
-    f.cnt = reinterpret_cast<int*>(base);
-    f.ss = reinterpret_cast<float*>(base + FOLD_MAX_CHUNKS * sizeof(int));
-    f.ds = reinterpret_cast<__half2*>(base + FOLD_MAX_CHUNKS * (sizeof(int) + sizeof(float)));
-    f.q = reinterpret_cast<int8_t*>(base + FOLD_MAX_CHUNKS * (sizeof(int) + sizeof(float) + sizeof(__half2)));
-    f.res = ctx.as<float>(res);
-    f.h = ctx.as<float>(add);
-    f.w = ctx.as<float>(mul->src[1]);
-    const split_weight* ws[1] = {&sw};
-    const bool known = visit_format(sw.t, [&]<class F>() {
-        if constexpr (has_split<F>::value) mmv_split_launch<F>(ctx, ws, &a, 1, acts, nullptr, 0, &f);
-    });
-    TS_ASSERT(known);
-    ctx.act_src = mul;
-    ctx.act_form = cuda_context::act_fold_q8;
-    ctx.fold_acts.q = f.q;
-    ctx.fold_acts.ds = f.ds;
-    ctx.fold_acts.nss = f.ss;
-    ctx.fold_acts.nss_n = int(n / 32);
-    ctx.fold_acts.ne0 = float(n);
-    ctx.fold_acts.eps = norm->op_params.f[0];
-    return 4;
 }
 
 bool split_eligible(const tensor& w) {

@@ -72,12 +72,6 @@ bool split_eligible(const tensor& w);
 struct split_acts {
     const int8_t* q = nullptr;
     const __half2* ds = nullptr;
-    // A folded rms_norm (mul_mat_norm_fold): q / ds hold (norm weight * row) without the norm's factor, and the GEMV
-    // multiplies its products by s = 1 / sqrt(sum(nss[0 .. nss_n)) / nss_ne0 + nss_eps), nss being the row's sums of
-    // squares, one per 32 values. Null: plain activations.
-    const float* nss = nullptr;
-    int nss_n = 0;
-    float nss_ne0 = 0.0f, nss_eps = 0.0f;
 };
 split_acts split_activations(cuda_context& ctx, const tensor& x);
 // Bytes of those two arrays for k x cols activations, the second aligned to 256 (what follows them starts there).
@@ -121,20 +115,6 @@ struct rope_kv_params;
 // "normal" mode: rows 2i, 2i + 1 of a head are a pair) and writing K and V to their caches as p says (rope.cu).
 bool mul_mat_group_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i, const rope_kv_params& p,
                         int64_t hd);
-
-// A decode step's mul_mat (one token, a split weight) followed by add (the residual) -> rms_norm -> mul by a weight
-// row, whose product only split-weight GEMVs right after read (q, k, v; gate, up; the output): one GEMV launch whose
-// epilogue writes the add's sum and, per 32 rows, (norm weight * sum) as q8_1 and the rows' sum of squares into
-// ctx.fold; the GEMVs after it scale their products by the norm's factor (split_acts::nss). The rms_norm and mul
-// results are not written. Returns the nodes covered (4) or 0 (nothing launched). TESSERA_CUDA_NORM_FOLD=0: off.
-size_t mul_mat_norm_fold(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
-                         const std::unordered_map<const tensor*, int>& uses);
-// Rows of 32 values ctx.fold has room for (ne0 <= 32 FOLD_MAX_CHUNKS), and its bytes: counters, sums of squares, ds,
-// q (cuda_backend allocates it zeroed; the kernel sets each counter back to 0).
-constexpr int64_t FOLD_MAX_CHUNKS = 2048;
-constexpr size_t fold_bytes() {
-    return size_t(FOLD_MAX_CHUNKS) * (sizeof(int) + sizeof(float) + 4 + 32);
-}
 
 // q8_1 of 32 values held one per lane of a warp (lane order = element order), as the CPU's quantizer (quant/q8_1.h,
 // ggml's AVX2 one): d = amax / 127, q = round half to even (v * 127 / amax), s = d sum q. Every lane gets its q and
