@@ -65,7 +65,7 @@ struct free_list {
 
 } // namespace
 
-memory_plan plan_memory(const graph& g) {
+memory_plan plan_memory(const graph& g, size_t lag) {
     memory_plan plan;
     free_list fl;
 
@@ -87,6 +87,9 @@ memory_plan plan_memory(const graph& g) {
     for (tensor* n : g.nodes)
         if (keep(n)) pinned[root_of(n)] = true;
 
+    // roots to give back after node i + lag has been planned, by that index
+    std::vector<std::vector<const tensor*>> due(g.nodes.size());
+    auto give_after = [&](const tensor* r, size_t i) { due[std::min(i + lag, g.nodes.size() - 1)].push_back(r); };
     for (size_t i = 0; i < g.nodes.size(); i++) {
         tensor* n = g.nodes[i];
         if (!n->view_src && !n->data) plan.offset[n] = fl.take(n->n_bytes());
@@ -97,13 +100,14 @@ memory_plan plan_memory(const graph& g) {
             if (it == plan.offset.end() || r->o == op::none || pinned.count(r)) return;
             auto lu = last_use.find(r);
             if (lu == last_use.end() || lu->second != i) return;
-            fl.give(it->second, r->n_bytes());
+            give_after(r, i);
             last_use.erase(lu); // released once
         };
         for (tensor* s : n->src)
             if (s) release(s);
         // a node nobody reads (and not an output) can go right away
-        if (!n->view_src && !pinned.count(n) && !last_use.count(n)) fl.give(plan.offset[n], n->n_bytes());
+        if (!n->view_src && !pinned.count(n) && !last_use.count(n) && plan.offset.count(n)) give_after(n, i);
+        for (const tensor* r : due[i]) fl.give(plan.offset.at(r), r->n_bytes());
     }
     plan.size = fl.end;
     return plan;

@@ -41,12 +41,21 @@ void backend::join(std::shared_ptr<backend_group> group, int rank) {
     throw error(fmt::format("backend {} cannot compute a model split over several backends", name()));
 }
 
+memory_plan plan_memory_for(const backend& be, const graph& g) {
+    memory_plan plan = plan_memory(g);
+    if (const size_t lag = be.fusion_window()) {
+        memory_plan wide = plan_memory(g, lag);
+        if (wide.size <= plan.size + std::max(plan.size / 2, size_t(64) << 20)) plan = std::move(wide);
+    }
+    return plan;
+}
+
 void graph_runner::prepare(graph& g) {
     for (tensor* n : g.nodes)
         if (!be_.supports(*n))
             throw error(fmt::format("backend {} does not support op {} on {} ({})", be_.name(), op_name(n->o),
                                     n->src[0] ? type_name(n->src[0]->t) : "-", n->name));
-    memory_plan plan = plan_memory(g);
+    const memory_plan plan = plan_memory_for(be_, g);
     if (!buf_ || buf_->size() < plan.size) {
         buf_.reset();
         buf_ = be_.alloc(plan.size + plan.size / 8 + 4096); // some headroom: graphs grow by a token at a time

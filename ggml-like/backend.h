@@ -45,6 +45,9 @@ struct backend {
     // -inf): then a decode graph stays the same from one token to the next, and a backend that replays captured
     // graphs (CUDA) can skip rebuilding them. 1: exactly the filled rows. (CPU and CUDA: 256, as llama.cpp pads.)
     virtual int64_t kv_pad() const { return 1; }
+    // How many nodes after node i one of this backend's kernels may compute at node i (a fused chain): graph_runner
+    // then plans memory with that lag (plan_memory_for). 0: none.
+    virtual size_t fusion_window() const { return 0; }
     // Host memory for what get() copies out and set() copies in, such as the logits of every step: memory the
     // backend copies to and from without staging (CUDA: page-locked; a 128k-vocabulary logits row then comes back in
     // ~15 us instead of ~75). Plain heap memory by default.
@@ -81,6 +84,10 @@ struct backend {
   protected:
     eval_callback on_eval;
 };
+
+// g's memory plan for be: with be's fusion window as the lag (plan_memory) unless that needs more than half again the
+// memory of none, and more than 64 MiB more.
+memory_plan plan_memory_for(const backend& be, const graph& g);
 
 // Runs graphs on one backend, keeping one compute buffer that grows as needed.
 class graph_runner {

@@ -244,7 +244,7 @@ void scheduler::prepare(graph& g, const home_fn& home) {
     // 4) memory: each backend plans and binds its own graph in its own buffer
     for (size_t b = 0; b < backends_.size(); b++) {
         if (plan_g[b].nodes.empty() && plan_g[b].leafs.empty()) continue;
-        const memory_plan plan = plan_memory(plan_g[b]);
+        const memory_plan plan = plan_memory_for(*backends_[b], plan_g[b]);
         if (!buffers_[b] || buffers_[b]->size() < plan.size) {
             buffers_[b].reset();
             const size_t bytes = plan.size + plan.size / 8 + 4096;

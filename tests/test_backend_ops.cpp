@@ -1028,6 +1028,57 @@ std::vector<op_case> all_cases() {
                      },
                      1e-5);
         }
+    // qwen3moe's block behind its norm, as the model orders it (the residual add, norm, router, routing, experts): the
+    // norm kernel leaves the experts' q8_1 activations past the router's float GEMV (fused.cu q8_target_ahead); 1
+    // token (and 3: not ahead). Bound: moe_ffn's.
+    for (int64_t n_tok : {1, 3}) {
+        const int64_t E = 64, X = 16, K = 4, F = 96;
+        add_case("moe_ffn_qwen3moe_normed_tok" + std::to_string(n_tok),
+                 {f32_leaf({E, n_tok}, 92), f32_leaf({E, n_tok}, 93, 3.0f), f32_leaf({E}, 94),
+                  typed_leaf(type::f32, {E, X}, 95), typed_leaf(type::q4_0, {E, F, X}, 96),
+                  typed_leaf(type::q4_0, {E, F, X}, 97), typed_leaf(type::q8_0, {F, E, X}, 98)},
+                 [=](context& c, const auto& l) {
+                     tensor* x = mul(c, rms_norm(c, add(c, l[0], l[1]), 1e-6f), l[2]);
+                     tensor* probs = soft_max(c, mul_mat(c, l[3], x), nullptr, 1.0f);
+                     tensor* chosen = top_k(c, probs, K, true);
+                     tensor* w2 = reshape_2d(c, get_rows(c, reshape_3d(c, probs, 1, X, n_tok), chosen), K, n_tok);
+                     tensor* w = reshape_3d(c, div(c, w2, clamp(c, sum_rows(c, w2), 6.103515625e-5f, INFINITY)), 1, K,
+                                            n_tok);
+                     expand_first->push_back(w);
+                     tensor* xe = reshape_3d(c, x, E, 1, n_tok);
+                     tensor* up = mul_mat_id(c, l[4], xe, chosen);
+                     tensor* gate = mul_mat_id(c, l[5], xe, chosen);
+                     tensor* ex = mul(c, mul_mat_id(c, l[6], swiglu(c, gate, up), chosen), w);
+                     tensor* out = view_2d(c, ex, E, n_tok, ex->nb[2], 0);
+                     for (int64_t i = 1; i < K; i++)
+                         out = add(c, out, view_2d(c, ex, E, n_tok, ex->nb[2], size_t(i) * ex->nb[1]));
+                     return out;
+                 },
+                 1e-5);
+    }
+    // a decode token's routing alone (CUDA: one block, ranks instead of a sort, fused.cu), 128 experts, top 8, with three logits tied for the
+    // largest and two tied further down: the chosen ids byte for byte (ties: the lower index first, as the CPU's sort),
+    // then the renormalized weights (expf against the CPU's: the softmax bound)
+    for (bool ids : {true, false}) {
+        leaf logits = f32_leaf({128, 1}, 91, 2.0f);
+        logits.make = [] {
+            auto v = random_normal(128, 91, 2.0f);
+            v[10] = v[20] = v[30] = 9.0f;
+            v[99] = v[5] = 7.5f;
+            return to_bytes(v);
+        };
+        add_case(std::string("moe_route_decode_128_top8_") + (ids ? "ids" : "weights"), {logits},
+                 [ids](context& c, const auto& l) {
+                     tensor* probs = soft_max(c, l[0], nullptr, 1.0f);
+                     tensor* chosen = top_k(c, probs, 8, true);
+                     tensor* w2 = reshape_2d(c, get_rows(c, reshape_3d(c, probs, 1, 128, 1), chosen), 8, 1);
+                     tensor* w = div(c, w2, clamp(c, sum_rows(c, w2), 6.103515625e-5f, INFINITY));
+                     if (!ids) return w;
+                     expand_first->push_back(w);
+                     return chosen;
+                 },
+                 ids ? 0.0 : 1e-12);
+    }
     // attention with gpt-oss's sinks (one logit per head in the softmax's denominator; values around the scores so
     // that both of the fold's branches run): the decode kernel (split over the keys past 256), the tensor-core
     // prefill (head size 64) and the f32 prefill (head size 80); bounds as the attention cases above

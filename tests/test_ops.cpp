@@ -938,6 +938,46 @@ TEST(alloc, reuse_respects_liveness) {
     EXPECT_LT(plan.size, 22u * 256u); // and it does reuse: far less than one buffer per node
 }
 
+// With a lag of L nodes (a backend that runs up to L + 1 nodes as one kernel), no result of nodes i .. i + L lies over
+// anything a node in that window reads; without one, the same chain does reuse at once. Every lag is still correct.
+TEST(alloc, lag_keeps_inputs_of_a_window_apart) {
+    harness h;
+    tensor* a = h.leaf_f32({64}, 21);
+    std::vector<tensor*> chain{scale(h.ctx, a, 2.0f)};
+    for (int i = 0; i < 12; i++) chain.push_back(scale(h.ctx, chain.back(), 1.0f));
+    tensor* out = add(h.ctx, chain.back(), chain[3]); // a late reader too
+    graph g;
+    g.expand(out);
+    auto span = [&](const memory_plan& p, const tensor* t) {
+        const size_t o = p.offset.at(t);
+        return std::pair<size_t, size_t>{o, o + t->n_bytes()};
+    };
+    auto overlaps = [&](const memory_plan& p, const tensor* x, const tensor* y) {
+        const auto [a0, a1] = span(p, x);
+        const auto [b0, b1] = span(p, y);
+        return a0 < b1 && b0 < a1;
+    };
+    const memory_plan none = plan_memory(g);
+    EXPECT_TRUE(overlaps(none, g.nodes[0], g.nodes[2])); // x0 freed once x1 has read it: x2 takes its place
+    for (size_t lag : {size_t(1), size_t(3), size_t(6)}) {
+        for (tensor* n : g.nodes) n->data = nullptr; // the last round's binding
+        const memory_plan p = plan_memory(g, lag);
+        for (size_t i = 0; i < g.nodes.size(); i++)
+            for (size_t j = i; j < g.nodes.size() && j <= i + lag; j++) // node j computed at node i
+                for (size_t k = i; k <= j; k++)                         // what nodes i .. j read
+                    for (const tensor* in : g.nodes[k]->src) {
+                        if (in && p.offset.count(in) && in != g.nodes[j]) {
+                            EXPECT_FALSE(overlaps(p, g.nodes[j], in)) << "lag " << lag << " node " << j << " input of " << k;
+                        }
+                    }
+        EXPECT_LE(p.size, 64u * 4u * (lag + 3)); // still reused past the window
+        std::vector<uint8_t> buf(p.size + 64);
+        bind_memory(g, p, buf.data());
+        h.be.compute(g);
+        for (int64_t e = 0; e < 64; e++) EXPECT_FLOAT_EQ(f32(out)[e], 4.0f * f32(a)[e]) << "lag " << lag;
+    }
+}
+
 // The float kernels that reproduce ggml's rounding: the SIMD versions must equal the scalar ones bit for bit (the
 // bound is zero: any difference would make greedy output drift from llama.cpp's).
 TEST(float_kernels, simd_equals_reference_exactly) {

@@ -502,6 +502,11 @@ void cuda_backend::timed(void (cuda_backend::*f)(graph&), graph& g) {
     host_prof_->calls++;
 }
 
+size_t cuda_backend::fusion_window() const {
+    static const bool fuse = env_switch_on("TESSERA_CUDA_FUSE");
+    return fuse && !exact_ ? 20 : 0;
+}
+
 void cuda_backend::compute_impl(graph& g) {
     TS_CUDA_CHECK(cudaSetDevice(info_.id));
     size_t need = 0;

@@ -62,6 +62,8 @@ class cuda_backend final : public backend {
     std::unique_ptr<buffer> alloc_zeroed(size_t bytes) override;
     std::unique_ptr<buffer> alloc_host(size_t bytes) override;
     int64_t kv_pad() const override { return 256; }
+    // the longest chain ops/fused.cu runs as one kernel, views included (the routing of a mixture's token: up to 16)
+    size_t fusion_window() const override;
     void set(tensor& t, const void* src, size_t offset, size_t size) override;
     void get(const tensor& t, void* dst, size_t offset, size_t size) override;
     bool supports(const tensor& node) const override;

@@ -154,6 +154,46 @@ split_acts q8_target(cuda_context& ctx, const tensor* out, const tensor* next) {
     return split_activation_ptrs(ctx, *out);
 }
 
+// The same when the reader is a mixture's expert mul_mat_id a few nodes on (from nodes[from]), reading `out` itself or
+// a contiguous reshape of it at offset 0 (into *src: the tensor it names, for ctx.act_src), and every node between
+// leaves the scratch alone: the router's float GEMV, the routing ops, views. {nullptr, nullptr} otherwise.
+split_acts q8_target_ahead(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t from, const tensor* out,
+                           const tensor** src) {
+    if (out->ne[0] % 32 != 0) return {};
+    const tensor* as_out = nullptr; // a reshape of out seen so far
+    for (size_t j = from; j < nodes.size() && j < from + 24; j++) {
+        const tensor* t = nodes[j];
+        switch (t->o) {
+        case op::view:
+            if (t->view_src == out && t->view_offs == 0 && t->is_contiguous() && t->n_elements() == out->n_elements())
+                as_out = t;
+            continue;
+        case op::none:
+        case op::soft_max:
+        case op::top_k:
+        case op::get_rows:
+        case op::sum_rows:
+        case op::clamp:
+        case op::div:
+        case op::add:
+        case op::scale:
+            continue;
+        case op::mul_mat: { // the router: float weights on the GEMV (gemm_float, cuBLAS, converts x into the scratch)
+            const type wt = t->src[0]->t;
+            if ((wt != type::f32 && wt != type::f16 && wt != type::bf16) || gemm_float_wanted(ctx, *t)) return {};
+            continue;
+        }
+        case op::mul_mat_id:
+            if ((t->src[1] != out && t->src[1] != as_out) || !mul_mat_quantizes_split(ctx, *t)) return {};
+            *src = t->src[1];
+            return split_activation_ptrs(ctx, *out);
+        default:
+            return {};
+        }
+    }
+    return {};
+}
+
 // Bytes [lo, hi) of device memory tensor t spans (f32 / f16 / i32 / i64 elements, any strides).
 struct span {
     uintptr_t lo, hi;
@@ -470,8 +510,10 @@ size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
 // A decode token's expert routing with softmax gating and renormalized weights (qwen3moe; builder::moe_ffn): probs =
 // soft_max(logits), chosen = top_k(probs, K), g = probs[chosen], sum = sum_rows(g), c = clamp(sum, lo, hi), w = g / c,
 // every result written, in one block of 256 threads: soft_max_kernel's arithmetic and thread layout (softmax.cu),
-// top_k_kernel's sort (moe.cu), sum_rows_kernel's double sum, so the bits are the unfused kernels'. The logits are
-// read into shared memory before anything is written (a result may lie where they were).
+// top_k_kernel's order (moe.cu: value descending, then index ascending), sum_rows_kernel's double sum, so the bits
+// are the unfused kernels'. The order comes from ranks (each thread counts the values before its own), not a sort: a
+// bitonic sort's 28 barriers for 128 experts made this kernel ~11 us (ncu, H100). A NaN ranks as -inf. The logits
+// are read into shared memory before anything is written (a result may lie where they were).
 constexpr int ROUTE_THREADS = 256, ROUTE_MAX = 2048;
 struct route_ptrs {
     const float* logits;
@@ -483,7 +525,8 @@ struct route_ptrs {
 };
 static __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_fused_kernel(route_ptrs r) {
     __shared__ float v_s[ROUTE_MAX];
-    __shared__ int i_s[ROUTE_MAX];
+    __shared__ float top_v[WARP_SIZE];
+    __shared__ int top_i[WARP_SIZE];
     __shared__ float red[32];
     pdl_wait();
     pdl_trigger();
@@ -503,36 +546,44 @@ static __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_fused_kernel(r
     }
     sum = block_sum(sum, red);
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    int p2 = 1;
-    while (p2 < X) p2 *= 2;
-    for (int i = threadIdx.x; i < p2; i += blockDim.x) {
-        if (i < X) {
-            v_s[i] *= inv;
-            r.probs[i] = v_s[i];
-        } else {
-            v_s[i] = -INFINITY;
-        }
-        i_s[i] = i < X ? i : INT32_MAX;
+    for (int i = threadIdx.x; i < X; i += blockDim.x) {
+        v_s[i] *= inv;
+        r.probs[i] = v_s[i];
     }
     __syncthreads();
-    bitonic_sort_desc(v_s, i_s, p2);
+    // rank of each value: how many come before it (larger, or equal at a lower index); the first K take their place
+    auto key = [](float v) { return v != v ? -INFINITY : v; };
+    for (int i = threadIdx.x; i < X; i += blockDim.x) {
+        const float v = key(v_s[i]);
+        int rank = 0;
+#pragma unroll 8
+        for (int k = 0; k < X; k++) {
+            const float u = key(v_s[k]);
+            rank += int(u > v || (u == v && k < i));
+        }
+        if (rank < r.K) {
+            top_v[rank] = v_s[i];
+            top_i[rank] = i;
+        }
+    }
+    __syncthreads();
     if (threadIdx.x >= WARP_SIZE) return;
     const int lane = threadIdx.x;
     const int src = !r.sorted && r.K > 1 && lane < 2 ? 1 - lane : lane; // ggml_top_k's order swaps the first two
     float g = 0.0f;
     if (lane < r.K) {
-        r.chosen[lane] = i_s[src];
-        g = v_s[src];
+        r.chosen[lane] = top_i[src];
+        g = top_v[src];
         r.g[lane] = g;
     }
     double d = lane < r.K ? double(g) : 0.0;
 #pragma unroll
     for (int o = WARP_SIZE / 2; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
-    const float s = float(d);
-    const float m = r.hi < s ? r.hi : s;
+    const float sm = float(d);
+    const float m = r.hi < sm ? r.hi : sm;
     const float c = m < r.lo ? r.lo : m;
     if (lane == 0) {
-        *r.sum = s;
+        *r.sum = sm;
         *r.c = c;
     }
     if (lane < r.K) r.w[lane] = g / c;
@@ -679,7 +730,10 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                         (!with_add || (dense(n0->src[0]) && dense(n0->src[1]) && same_shape(n0->src[0], n0) &&
                                        same_shape(n0->src[1], n0)));
         if (ok && rows > 0 && rows <= 65535) {
-            const split_acts qa = q8_target(ctx, mul, at(i + (with_add ? 3 : 2)));
+            // the q8_1 for the mul_mat right after, or for a mixture's experts past the router
+            const tensor* act = mul;
+            split_acts qa = q8_target(ctx, mul, at(i + (with_add ? 3 : 2)));
+            if (!qa.q && rows == 1) qa = q8_target_ahead(ctx, nodes, i + (with_add ? 3 : 2), mul, &act);
             auto* q = const_cast<int8_t*>(qa.q);
             auto* ds = const_cast<__half2*>(qa.ds);
             const float eps = norm->op_params.f[0];
@@ -697,7 +751,7 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                 launch(ctx, add_norm_mul_kernel<false>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(x),
                        nullptr, nullptr, ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q, ds);
             if (q) {
-                ctx.act_src = mul;
+                ctx.act_src = act;
                 ctx.act_form = cuda_context::act_split_q8;
             }
             return with_add ? 3 : 2;

@@ -1244,10 +1244,8 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
         gemm_float(ctx, dst);
         return;
     }
-    ctx.act_src = nullptr; // the paths below use the scratch in their own ways
-    ctx.act_form = cuda_context::act_none;
     mmv_args a = file_args(ctx, dst);
-    switch (w->t) {
+    switch (w->t) { // the float GEMV reads x as it is: activations left in the scratch stay
     case type::f32:
         mmv_f_launch<float>(ctx, &a, 1);
         return;
@@ -1260,6 +1258,8 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
     default:
         break;
     }
+    ctx.act_src = nullptr; // the path below quantizes into the scratch
+    ctx.act_form = cuda_context::act_none;
     const shape4 sx = shape_of(*x, 4);
     TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst, ctx.wgmma));
     const bool known = visit_format(w->t, [&]<class F>() {
