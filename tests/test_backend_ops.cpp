@@ -1079,6 +1079,33 @@ std::vector<op_case> all_cases() {
                  },
                  ids ? 0.0 : 1e-12);
     }
+    // gpt-oss's routing of a decode token (biased logits, top 4 of 32, soft_max over the 4; CUDA: one block, fused.cu):
+    // ids byte for byte with a tie at the top, then the weights (the softmax bound)
+    for (bool ids : {true, false}) {
+        leaf logits = f32_leaf({32, 1}, 99, 2.0f);
+        logits.make = [] {
+            auto v = random_normal(32, 99, 2.0f);
+            v[3] = v[17] = 8.0f; // tied once the bias (0 there) is added
+            return to_bytes(v);
+        };
+        leaf bias = f32_leaf({32}, 100, 0.5f);
+        bias.make = [] {
+            auto v = random_normal(32, 100, 0.5f);
+            v[3] = v[17] = 0.0f;
+            return to_bytes(v);
+        };
+        add_case(std::string("moe_route_oai_decode_32_top4_") + (ids ? "ids" : "weights"), {logits, bias},
+                 [ids](context& c, const auto& l) {
+                     tensor* p = add(c, l[0], l[1]);
+                     tensor* chosen = top_k(c, p, 4, true);
+                     tensor* g = get_rows(c, reshape_3d(c, p, 1, 32, 1), chosen);
+                     tensor* w = soft_max(c, reshape_2d(c, g, 4, 1), nullptr, 1.0f);
+                     if (!ids) return w;
+                     expand_first->push_back(w);
+                     return chosen;
+                 },
+                 ids ? 0.0 : 1e-12);
+    }
     // attention with gpt-oss's sinks (one logit per head in the softmax's denominator; values around the scores so
     // that both of the fold's branches run): the decode kernel (split over the keys past 256), the tensor-core
     // prefill (head size 64) and the f32 prefill (head size 80); bounds as the attention cases above

@@ -16,7 +16,8 @@
 //   the GEMV's epilogue does the group's work (normal and NEOX rope; fuse_qkv_rope, mmv.cu)
 //   the slots of mul(experts' outputs, chosen weights) added in order (a mixture-of-experts block's end); the
 //   experts' gate and up mul_mat_id as one launch (mmv.cu, mul_mat_id_group); a decode token's routing (soft_max,
-//   top_k, the chosen weights, their sum, clamp, div: qwen3moe's) as one block
+//   top_k, the chosen weights, their sum, clamp, div: qwen3moe's; the biased logits' top_k, the chosen ones, their
+//   soft_max: gpt-oss's) as one block
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
 // reads are skipped (the bare rms_norm). The arithmetic is the unfused kernels' (same operations, same order), so the
 // results are bit-identical to running the nodes one by one (test_backend_ops checks it). The q8_1 activations go
@@ -523,6 +524,26 @@ struct route_ptrs {
     int X, K;
     bool sorted;
 };
+// The K largest of v_s[0 .. X) (value descending, then index ascending; a NaN ranks as -inf) into top_v / top_i by
+// rank: each thread counts the values before each of its own. Every thread of the block calls it; syncs after.
+__device__ __forceinline__ void route_top(const float* v_s, int X, int K, float* top_v, int* top_i) {
+    auto key = [](float v) { return v != v ? -INFINITY : v; };
+    for (int i = threadIdx.x; i < X; i += blockDim.x) {
+        const float v = key(v_s[i]);
+        int rank = 0;
+#pragma unroll 8
+        for (int k = 0; k < X; k++) {
+            const float u = key(v_s[k]);
+            rank += int(u > v || (u == v && k < i));
+        }
+        if (rank < K) {
+            top_v[rank] = v_s[i];
+            top_i[rank] = i;
+        }
+    }
+    __syncthreads();
+}
+
 static __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_fused_kernel(route_ptrs r) {
     __shared__ float v_s[ROUTE_MAX];
     __shared__ float top_v[WARP_SIZE];
@@ -551,22 +572,7 @@ static __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_fused_kernel(r
         r.probs[i] = v_s[i];
     }
     __syncthreads();
-    // rank of each value: how many come before it (larger, or equal at a lower index); the first K take their place
-    auto key = [](float v) { return v != v ? -INFINITY : v; };
-    for (int i = threadIdx.x; i < X; i += blockDim.x) {
-        const float v = key(v_s[i]);
-        int rank = 0;
-#pragma unroll 8
-        for (int k = 0; k < X; k++) {
-            const float u = key(v_s[k]);
-            rank += int(u > v || (u == v && k < i));
-        }
-        if (rank < r.K) {
-            top_v[rank] = v_s[i];
-            top_i[rank] = i;
-        }
-    }
-    __syncthreads();
+    route_top(v_s, X, r.K, top_v, top_i);
     if (threadIdx.x >= WARP_SIZE) return;
     const int lane = threadIdx.x;
     const int src = !r.sorted && r.K > 1 && lane < 2 ? 1 - lane : lane; // ggml_top_k's order swaps the first two
@@ -655,6 +661,104 @@ size_t fuse_moe_route(cuda_context& ctx, const std::vector<tensor*>& nodes, size
     return j - i;
 }
 
+// gpt-oss's routing of a decode token (builder::moe_ffn, gating softmax_weight): p = logits + bias, chosen = top_k(p,
+// K), g = p[chosen], w = soft_max(g) over the K, every result written, in one block: the add's arithmetic, top_k's
+// order (route_top), soft_max_kernel's (K <= 32 values: its sum is warp 0's tree, the other warps adding zeros).
+struct route_oai_ptrs {
+    const float *logits, *bias;
+    float *p, *g, *w;
+    int32_t* chosen;
+    float scale;
+    int X, K;
+    bool sorted;
+};
+static __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_oai_kernel(route_oai_ptrs r) {
+    __shared__ float v_s[ROUTE_MAX];
+    __shared__ float top_v[WARP_SIZE];
+    __shared__ int top_i[WARP_SIZE];
+    pdl_wait();
+    pdl_trigger();
+    const int X = r.X;
+    for (int i = threadIdx.x; i < X; i += blockDim.x) {
+        const float v = r.logits[i] + r.bias[i];
+        v_s[i] = v;
+    }
+    __syncthreads(); // every logit read before p (which may lie over them) is written
+    for (int i = threadIdx.x; i < X; i += blockDim.x) r.p[i] = v_s[i];
+    route_top(v_s, X, r.K, top_v, top_i);
+    if (threadIdx.x >= WARP_SIZE) return;
+    const int lane = threadIdx.x;
+    const int src = !r.sorted && r.K > 1 && lane < 2 ? 1 - lane : lane; // ggml_top_k's order swaps the first two
+    const bool in = lane < r.K;
+    const float g = in ? top_v[src] : 0.0f;
+    if (in) {
+        r.chosen[lane] = top_i[src];
+        r.g[lane] = g;
+    }
+    const float v = in ? g * r.scale + 0.0f : -INFINITY;
+    const float mx = warp_max(v);
+    const float e = in && mx != -INFINITY ? expf(v - mx) : 0.0f;
+    const float sum = warp_sum(e);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if (in) r.w[lane] = e * inv;
+}
+
+// add(router logits, bias) of one token at nodes[i], then (views between) top_k of it, the batched get_rows of the
+// chosen values and soft_max over them: one moe_route_oai_kernel. Returns the nodes covered.
+size_t fuse_moe_route_oai(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
+    tensor* ad = nodes[i];
+    if (ad->o != op::add || !dense(ad) || ad->ne[1] != 1 || ad->ne[2] != 1 || ad->ne[3] != 1 || ad->ne[0] > ROUTE_MAX ||
+        !dense(ad->src[0]) || !same_shape(ad->src[0], ad))
+        return 0;
+    const tensor* b = ad->src[1];
+    if (b->t != type::f32 || !b->is_contiguous() || b->ne[0] != ad->ne[0] || b->n_elements() != b->ne[0]) return 0;
+    tensor *tk = nullptr, *gr = nullptr, *gv = nullptr, *sm = nullptr;
+    auto root = [](const tensor* t) { return t->view_src ? t->view_src : t; };
+    size_t j = i + 1;
+    for (; j < nodes.size() && j < i + 12 && !sm; j++) {
+        tensor* t = nodes[j];
+        switch (t->o) {
+        case op::view:
+            if (root(t) != ad && root(t) != gr) return 0;
+            if (root(t) == gr) gv = t;
+            break;
+        case op::top_k:
+            if (tk || t->src[0] != ad) return 0;
+            tk = t;
+            break;
+        case op::get_rows:
+            if (gr || !tk || root(t->src[0]) != ad || t->src[1] != tk) return 0;
+            gr = t;
+            break;
+        case op::soft_max:
+            if (!gv || t->src[0] != gv || t->src[1]) return 0;
+            sm = t;
+            break;
+        default:
+            return 0;
+        }
+    }
+    if (!sm) return 0;
+    const int64_t X = ad->ne[0], K = tk->ne[0];
+    if (K > WARP_SIZE || tk->ne[1] != 1 || !tk->is_contiguous() || gr->ne[0] != 1 || gr->ne[1] != K ||
+        !gr->is_contiguous() || gv->ne[0] != K || gv->ne[1] != 1 || !gv->is_contiguous() || !dense(sm) ||
+        sm->ne[0] != K || sm->ne[1] != 1)
+        return 0;
+    route_oai_ptrs r{};
+    r.logits = ctx.as<float>(ad->src[0]);
+    r.bias = ctx.as<float>(b);
+    r.p = ctx.as<float>(ad);
+    r.g = ctx.as<float>(gr);
+    r.w = ctx.as<float>(sm);
+    r.chosen = ctx.as<int32_t>(tk);
+    r.scale = sm->op_params.f[0];
+    r.X = int(X);
+    r.K = int(K);
+    r.sorted = tk->op_params.i[0] != 0;
+    launch(ctx, moe_route_oai_kernel, 1, ROUTE_THREADS, 0, r);
+    return j - i;
+}
+
 } // namespace
 
 size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
@@ -675,6 +779,7 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
     tensor* n0 = at(i);
     if (const size_t n = fuse_moe_sum(ctx, nodes, i, uses)) return n; // the experts' outputs summed over slots
     if (const size_t n = fuse_moe_route(ctx, nodes, i)) return n;        // a decode token's expert routing
+    if (const size_t n = fuse_moe_route_oai(ctx, nodes, i)) return n;    // the same, gpt-oss's
     if (rope_kv_on) {
         if (const size_t n = fuse_rope_kv(ctx, nodes, i, uses)) return n;
         if (const size_t n = fuse_qk_norm_rope_kv(ctx, nodes, i, uses)) return n; // Q / K norms, ropes, cache writes
