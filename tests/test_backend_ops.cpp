@@ -968,8 +968,9 @@ std::vector<op_case> all_cases() {
         "add_id_37x4x9", {f32_leaf({37, 4, 9}, 78), f32_leaf({37, 16}, 79), ids_leaf(4, 9, 16, 2)},
         [](context& c, const auto& t) { return add_id(c, t[0], t[1], t[2]); }, 0.0);
     // mul_mat_id: 16 experts of (k, n), 4 used a token; activations shared by a token's slots (gate, up: n_b = 1) or
-    // one row a slot (down); 1 token (decode: pair by pair), 3 (a small batch), 40 (grouped by expert, tiles of 8).
-    // Bounds: mul_mat's decode bounds (the same integers, f32 sums in another order)
+    // one row a slot (down); 1 token (decode: pair by pair), 3 (a small batch), 40 (grouped by expert: tiles of 64
+    // pairs on the tensor cores, of 8 on the GEMV for formats without them). Bounds: mul_mat's decode and GEMM bounds
+    // (the same integers, f32 sums in another order; Hopper: the q8_1 values as f16, as the dense GEMM)
     for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::mxfp4, type::nvfp4})
         for (int64_t n_tok : {1, 3, 40})
             for (bool shared : {true, false}) {
@@ -981,18 +982,24 @@ std::vector<op_case> all_cases() {
                          [](context& c, const auto& l) { return mul_mat_id(c, l[0], l[1], l[2]); },
                          t == type::f32 ? 1e-10 : t == type::bf16 ? 1e-4 : 1e-6);
             }
+    // the route of more experts than its block has threads (each thread a run of experts in the scan), and an expert
+    // chosen by more pairs than a tile holds (ids_leaf gives every token expert 0: 300 pairs, tiles of 64)
+    add_case("mul_mat_id_q8_0_k64_n40_e1100_u2_tok300",
+             {typed_leaf(type::q8_0, {64, 40, 1100}, 91), f32_leaf({64, 1, 300}, 99), ids_leaf(2, 300, 1100, 5)},
+             [](context& c, const auto& l) { return mul_mat_id(c, l[0], l[1], l[2]); }, 1e-6);
     // mxfp4 as a plain (2-D) weight: the decode GEMV and the GEMM (f16 on Hopper: its bound as nvfp4's GEMM)
     for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{1024, 67, 9}, mm_shape{512, 200, 140}})
         add_case("mul_mat_mxfp4_k" + std::to_string(s.k) + "_n" + std::to_string(s.n) + "_m" + std::to_string(s.m),
                  {typed_leaf(type::mxfp4, {s.k, s.n}, 82), f32_leaf({s.k, s.m}, 83)},
                  [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, s.m <= 8 ? 1e-6 : 5e-4);
     // the whole block as build_moe_ffn builds it (qwen3moe: softmax, top 4 of 16, weights renormalized; gpt-oss:
-    // top 4 of the biased logits, softmax over them, per-expert biases, swiglu_oai), decode and prefill; CUDA fuses
-    // the gate and up mul_mat_id of a decode step into one launch (qwen3moe: one format) and the weighted sum over the
-    // slots into one kernel. The routing is the same on both as long as no two router probabilities tie within
+    // top 4 of the biased logits, softmax over them, per-expert biases, swiglu_oai), decode and prefill (200 tokens:
+    // experts with more pairs than a tile); CUDA fuses the gate and up mul_mat_id into one launch (qwen3moe: one
+    // format), the biases and the routing weights into the experts' epilogue and the weighted sum over the slots into
+    // one kernel. The routing is the same on both as long as no two router probabilities tie within
     // rounding (random logits: they do not).
     for (bool oai : {false, true})
-        for (int64_t n_tok : {1, 40}) {
+        for (int64_t n_tok : {1, 40, 200}) {
             const int64_t E = 64, X = 16, K = 4, F = 96;
             add_case(std::string("moe_ffn_") + (oai ? "gpt_oss" : "qwen3moe") + "_tok" + std::to_string(n_tok),
                      {f32_leaf({E, n_tok}, 84), f32_leaf({X, n_tok}, 85, 2.0f), typed_leaf(type::q8_0, {E, F, X}, 86),

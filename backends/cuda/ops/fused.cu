@@ -15,7 +15,8 @@
 //   the q, k, v mul_mats on the decode GEMV followed by that rope / cache-write group, reading only their results:
 //   the GEMV's epilogue does the group's work (normal and NEOX rope; fuse_qkv_rope, mmv.cu)
 //   the slots of mul(experts' outputs, chosen weights) added in order (a mixture-of-experts block's end); the
-//   experts' gate and up mul_mat_id as one launch (mmv.cu, mul_mat_id_group); a decode token's routing (soft_max,
+//   experts' gate and up mul_mat_id as one route and launch, their biases (add_id) and the routing weights' mul in
+//   the kernel's epilogue (fuse_moe_experts, mmv.cu's mul_mat_id_fused); a decode token's routing (soft_max,
 //   top_k, the chosen weights, their sum, clamp, div: qwen3moe's; the biased logits' top_k, the chosen ones, their
 //   soft_max: gpt-oss's) as one block
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
@@ -179,9 +180,11 @@ split_acts q8_target_ahead(cuda_context& ctx, const std::vector<tensor*>& nodes,
         case op::add:
         case op::scale:
             continue;
-        case op::mul_mat: { // the router: float weights on the GEMV (gemm_float, cuBLAS, converts x into the scratch)
+        case op::mul_mat: { // the router: float weights on the GEMV, or f32 on cuBLAS (f16 / bf16 there convert x
+                            // into the scratch)
             const type wt = t->src[0]->t;
-            if ((wt != type::f32 && wt != type::f16 && wt != type::bf16) || gemm_float_wanted(ctx, *t)) return {};
+            if ((wt != type::f32 && wt != type::f16 && wt != type::bf16) || (wt != type::f32 && gemm_float_wanted(ctx, *t)))
+                return {};
             continue;
         }
         case op::mul_mat_id:
@@ -452,11 +455,58 @@ static __global__ void moe_slot_sum_kernel(const float* e, const float* w, float
     y[i] = v;
 }
 
-// mul(e, w) -> slot views -> K - 1 adds in order (builder::moe_ffn's end), where nothing else reads the views or the
-// partial sums: one moe_slot_sum_kernel writing the last add's result; where that result lies over an input (the
-// memory plan may put it where e was, e's last reader being the mul), the mul as its own kernel and then
-// moe_slot_sum_kernel (the product's last reader is the last add: in place only for one token, else the adds run as
-// they are). Returns the nodes covered (1: the mul alone).
+// The slots' sum of product m into `sum` (moe_sum_chain's) as one moe_slot_sum_kernel, where sum does not lie over m
+// (or is m itself, for one token); `nodes` (the chain's node count) on success, else 0 (nothing launched).
+size_t moe_sum_of(cuda_context& ctx, const tensor* m, tensor* sum, size_t nodes) {
+    const int64_t E = m->ne[0], K = m->ne[1], n = m->ne[2];
+    const bool in_place = ctx.ptr(sum) == ctx.ptr(m);
+    if (overlap(span_of(ctx, sum), span_of(ctx, m)) && !(in_place && n == 1)) return 0;
+    if (E * n > 0)
+        launch(ctx, moe_slot_sum_kernel, unsigned(ceil_div(E * n, FUSE_THREADS)), FUSE_THREADS, 0, ctx.as<float>(m),
+               static_cast<const float*>(nullptr), ctx.as<float>(sum), E, K, n);
+    return nodes;
+}
+
+// After the weighted product m (E, K, n) at nodes[j]: its slot views and the K - 1 adds summing them in order
+// (builder::moe_ffn's end), nothing else reading the views or the partial sums. Returns the last add (f32, (E, n),
+// contiguous) and in *end the index past it, or null.
+tensor* moe_sum_chain(const std::vector<tensor*>& nodes, size_t j, const tensor* m,
+                      const std::unordered_map<const tensor*, int>& uses, size_t* end) {
+    const int64_t E = m->ne[0], K = m->ne[1], n = m->ne[2];
+    auto used = [&](const tensor* t) {
+        const auto it = uses.find(t);
+        return it == uses.end() ? 0 : it->second;
+    };
+    if (K < 2 || used(m) != K || (m->flags & flag_output)) return nullptr;
+    // slot s of the product: (E, n) at offset s nb1, rows nb2 apart
+    auto slot = [&](const tensor* v, int64_t s) {
+        return v && v->o == op::view && v->view_src == m && v->view_offs == size_t(s) * m->nb[1] && v->ne[0] == E &&
+               v->ne[1] == n && v->ne[2] == 1 && v->ne[3] == 1 && v->nb[1] == m->nb[2] && used(v) == 1 &&
+               !(v->flags & flag_output);
+    };
+    auto at = [&](size_t k) { return k < nodes.size() ? nodes[k] : nullptr; };
+    if (!slot(at(j), 0) || !slot(at(j + 1), 1)) return nullptr;
+    tensor* sum = at(j + 2);
+    if (!sum || sum->o != op::add || sum->src[0] != at(j) || sum->src[1] != at(j + 1)) return nullptr;
+    j += 3;
+    for (int64_t s = 2; s < K; s++) {
+        tensor* next = at(j + 1);
+        if (!slot(at(j), s) || !next || next->o != op::add || next->src[0] != sum || next->src[1] != at(j))
+            return nullptr;
+        if (used(sum) != 1 || (sum->flags & flag_output)) return nullptr;
+        sum = next;
+        j += 2;
+    }
+    if (sum->t != type::f32 || !sum->is_contiguous() || sum->ne[0] != E || sum->ne[1] != n) return nullptr;
+    *end = j;
+    return sum;
+}
+
+// mul(e, w) -> slot views -> K - 1 adds in order, where nothing else reads the views or the partial sums: one
+// moe_slot_sum_kernel writing the last add's result; where that result lies over an input (the memory plan may put it
+// where e was, e's last reader being the mul), the mul as its own kernel and then moe_slot_sum_kernel (the product's
+// last reader is the last add: in place only for one token, else the adds run as they are). Returns the nodes
+// covered (1: the mul alone).
 size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                     const std::unordered_map<const tensor*, int>& uses) {
     tensor* m = nodes[i];
@@ -466,31 +516,9 @@ size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     const int64_t E = m->ne[0], K = m->ne[1], n = m->ne[2];
     if (K < 2 || m->ne[3] != 1 || !dense(m) || !same_shape(e, m) || w->ne[0] != 1 || w->ne[1] != K || w->ne[2] != n)
         return 0;
-    auto used = [&](const tensor* t) {
-        const auto it = uses.find(t);
-        return it == uses.end() ? 0 : it->second;
-    };
-    if (used(m) != K) return 0;
-    // slot s of the product: (E, n) at offset s nb1, rows nb2 apart
-    auto slot = [&](const tensor* v, int64_t s) {
-        return v && v->o == op::view && v->view_src == m && v->view_offs == size_t(s) * m->nb[1] && v->ne[0] == E &&
-               v->ne[1] == n && v->ne[2] == 1 && v->ne[3] == 1 && v->nb[1] == m->nb[2] && used(v) == 1 &&
-               !(v->flags & flag_output);
-    };
-    size_t j = i + 1;
-    auto at = [&](size_t k) { return k < nodes.size() ? nodes[k] : nullptr; };
-    if (!slot(at(j), 0) || !slot(at(j + 1), 1)) return 0;
-    const tensor* sum = at(j + 2);
-    if (!sum || sum->o != op::add || sum->src[0] != at(j) || sum->src[1] != at(j + 1)) return 0;
-    j += 3;
-    for (int64_t s = 2; s < K; s++) {
-        const tensor* next = at(j + 1);
-        if (!slot(at(j), s) || !next || next->o != op::add || next->src[0] != sum || next->src[1] != at(j)) return 0;
-        if (used(sum) != 1 || (sum->flags & flag_output)) return 0;
-        sum = next;
-        j += 2;
-    }
-    if (sum->t != type::f32 || !sum->is_contiguous() || sum->ne[0] != E || sum->ne[1] != n) return 0;
+    size_t j = 0;
+    tensor* sum = moe_sum_chain(nodes, i + 1, m, uses, &j);
+    if (!sum) return 0;
     // the product too, where the result does not lie over e (but for e itself with one token) or w
     if (dense(e) && w->t == type::f32 && w->is_contiguous() && !overlap(span_of(ctx, sum), span_of(ctx, w)) &&
         (!overlap(span_of(ctx, sum), span_of(ctx, e)) || (n == 1 && ctx.ptr(sum) == ctx.ptr(e)))) {
@@ -500,12 +528,7 @@ size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
         return j - i;
     }
     mul(ctx, *m);
-    const bool in_place = ctx.ptr(sum) == ctx.ptr(m);
-    if (overlap(span_of(ctx, sum), span_of(ctx, m)) && !(in_place && n == 1)) return 1;
-    if (E * n > 0)
-        launch(ctx, moe_slot_sum_kernel, unsigned(ceil_div(E * n, FUSE_THREADS)), FUSE_THREADS, 0, ctx.as<float>(m),
-               static_cast<const float*>(nullptr), ctx.as<float>(sum), E, K, n);
-    return j - i;
+    return 1 + moe_sum_of(ctx, m, sum, j - i - 1);
 }
 
 // A decode token's expert routing with softmax gating and renormalized weights (qwen3moe; builder::moe_ffn): probs =
@@ -595,6 +618,32 @@ static __global__ void __launch_bounds__(ROUTE_THREADS) moe_route_fused_kernel(r
     if (lane < r.K) r.w[lane] = g / c;
 }
 
+// The part both routing chains share, one node at a time: views of the head (the probabilities or biased logits) or
+// of the gathered rows (the last of those: gv), top_k(head), get_rows(a view of head, that top_k). Returns 1 when t
+// is one of them, 0 when it is something else (the chain's own tail), -1 when it breaks the chain.
+struct route_prefix {
+    tensor *tk = nullptr, *gr = nullptr, *gv = nullptr;
+};
+int route_prefix_step(const tensor* head, tensor* t, route_prefix& p) {
+    auto root = [](const tensor* x) { return x->view_src ? x->view_src : x; };
+    switch (t->o) {
+    case op::view:
+        if (root(t) != head && root(t) != p.gr) return -1;
+        if (root(t) == p.gr) p.gv = t;
+        return 1;
+    case op::top_k:
+        if (p.tk || t->src[0] != head) return -1;
+        p.tk = t;
+        return 1;
+    case op::get_rows:
+        if (p.gr || !p.tk || root(t->src[0]) != head || t->src[1] != p.tk) return -1;
+        p.gr = t;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 // soft_max (no mask) of one token's router logits at nodes[i], then top_k, the batched get_rows of the chosen
 // probabilities, sum_rows, clamp and div (views between them), each reading what builder::moe_ffn gives it: one
 // moe_route_fused_kernel. Decode only (one token); returns the nodes covered.
@@ -603,24 +652,17 @@ size_t fuse_moe_route(cuda_context& ctx, const std::vector<tensor*>& nodes, size
     if (sm->o != op::soft_max || sm->src[1] || !dense(sm) || !dense(sm->src[0]) || sm->ne[1] != 1 || sm->ne[2] != 1 ||
         sm->ne[3] != 1 || sm->ne[0] > ROUTE_MAX)
         return 0;
-    tensor *tk = nullptr, *gr = nullptr, *w2 = nullptr, *sr = nullptr, *cl = nullptr, *dv = nullptr;
-    auto root = [](const tensor* t) { return t->view_src ? t->view_src : t; };
+    route_prefix p;
+    tensor *sr = nullptr, *cl = nullptr, *dv = nullptr;
     size_t j = i + 1;
     for (; j < nodes.size() && j < i + 16 && !dv; j++) {
         tensor* t = nodes[j];
+        if (const int r = route_prefix_step(sm, t, p)) {
+            if (r < 0) return 0;
+            continue;
+        }
+        tensor* const w2 = p.gv;
         switch (t->o) {
-        case op::view:
-            if (root(t) != sm && root(t) != gr) return 0;
-            if (root(t) == gr) w2 = t;
-            break;
-        case op::top_k:
-            if (tk || t->src[0] != sm) return 0;
-            tk = t;
-            break;
-        case op::get_rows:
-            if (gr || !tk || root(t->src[0]) != sm || t->src[1] != tk) return 0;
-            gr = t;
-            break;
         case op::sum_rows:
             if (sr || !w2 || t->src[0] != w2) return 0;
             sr = t;
@@ -638,6 +680,7 @@ size_t fuse_moe_route(cuda_context& ctx, const std::vector<tensor*>& nodes, size
         }
     }
     if (!dv) return 0;
+    tensor *tk = p.tk, *gr = p.gr, *w2 = p.gv;
     const int64_t X = sm->ne[0], K = tk->ne[0];
     if (K > WARP_SIZE || tk->ne[1] != 1 || !tk->is_contiguous() || gr->ne[0] != 1 || gr->ne[1] != K ||
         !gr->is_contiguous() || w2->ne[0] != K || !w2->is_contiguous() || !dense(sr) || !dense(cl) ||
@@ -712,33 +755,20 @@ size_t fuse_moe_route_oai(cuda_context& ctx, const std::vector<tensor*>& nodes, 
         return 0;
     const tensor* b = ad->src[1];
     if (b->t != type::f32 || !b->is_contiguous() || b->ne[0] != ad->ne[0] || b->n_elements() != b->ne[0]) return 0;
-    tensor *tk = nullptr, *gr = nullptr, *gv = nullptr, *sm = nullptr;
-    auto root = [](const tensor* t) { return t->view_src ? t->view_src : t; };
+    route_prefix p;
+    tensor* sm = nullptr;
     size_t j = i + 1;
     for (; j < nodes.size() && j < i + 12 && !sm; j++) {
         tensor* t = nodes[j];
-        switch (t->o) {
-        case op::view:
-            if (root(t) != ad && root(t) != gr) return 0;
-            if (root(t) == gr) gv = t;
-            break;
-        case op::top_k:
-            if (tk || t->src[0] != ad) return 0;
-            tk = t;
-            break;
-        case op::get_rows:
-            if (gr || !tk || root(t->src[0]) != ad || t->src[1] != tk) return 0;
-            gr = t;
-            break;
-        case op::soft_max:
-            if (!gv || t->src[0] != gv || t->src[1]) return 0;
-            sm = t;
-            break;
-        default:
-            return 0;
+        if (const int r = route_prefix_step(ad, t, p)) {
+            if (r < 0) return 0;
+            continue;
         }
+        if (t->o != op::soft_max || !p.gv || t->src[0] != p.gv || t->src[1]) return 0;
+        sm = t;
     }
     if (!sm) return 0;
+    tensor *tk = p.tk, *gr = p.gr, *gv = p.gv;
     const int64_t X = ad->ne[0], K = tk->ne[0];
     if (K > WARP_SIZE || tk->ne[1] != 1 || !tk->is_contiguous() || gr->ne[0] != 1 || gr->ne[1] != K ||
         !gr->is_contiguous() || gv->ne[0] != K || gv->ne[1] != 1 || !gv->is_contiguous() || !dense(sm) ||
@@ -759,6 +789,77 @@ size_t fuse_moe_route_oai(cuda_context& ctx, const std::vector<tensor*>& nodes, 
     return j - i;
 }
 
+// The experts' matrices of a mixture (builder::moe_ffn), from a mul_mat_id at nodes[i]: up [+ add_id], gate [+
+// add_id] of the same activations and ids as one route and one launch, their biases in the kernel's epilogue; or
+// one matrix [+ add_id] [+ mul by the routing weights (the down projection)], then the slots' sum (moe_sum_chain).
+// Results go where the last node of each matrix's chain would put them (the mul_mat_id's own memory is not written);
+// not where they lie over the ids or the weights (read while results are written) or over each other. Returns the
+// nodes covered, or 0 (nothing launched: the nodes run one by one).
+size_t fuse_moe_experts(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                        const std::unordered_map<const tensor*, int>& uses) {
+    tensor* d0 = nodes[i];
+    if (d0->o != op::mul_mat_id || !mul_mat_id_fusable(ctx, *d0) || !dense(d0)) return 0;
+    auto at = [&](size_t j) { return j < nodes.size() ? nodes[j] : nullptr; };
+    auto used = [&](const tensor* t) {
+        const auto it = uses.find(t);
+        return it == uses.end() ? 0 : it->second;
+    };
+    const tensor* ids = d0->src[2];
+    const span ids_span = span_of(ctx, ids);
+    // nodes[j] when it is add_id of m (m read by nothing else) by the same ids, with a bias row per expert
+    auto biased = [&](size_t j, const tensor* m) -> tensor* {
+        tensor* t = at(j);
+        if (!t || t->o != op::add_id || t->src[0] != m || t->src[2] != ids || used(m) != 1 ||
+            (m->flags & flag_output) || !dense(t) || !same_shape(t, m))
+            return nullptr;
+        const tensor* b = t->src[1];
+        return b->t == type::f32 && b->nb[0] == 4 && b->ne[0] == m->ne[0] && b->ne[1] >= d0->src[0]->ne[2] &&
+                       b->ne[2] == 1 && b->ne[3] == 1
+                   ? t
+                   : nullptr;
+    };
+    size_t j = i + 1;
+    tensor* b0 = biased(j, d0);
+    if (b0) j++;
+    tensor* out0 = b0 ? b0 : d0;
+    tensor* d1 = at(j);
+    if (d1 && d1->o == op::mul_mat_id && mul_mat_id_fusable(ctx, *d1) && dense(d1) && same_shape(d1, d0) &&
+        d1->src[1] == d0->src[1] && d1->src[2] == ids && d1->src[0]->t == d0->src[0]->t &&
+        same_shape(d1->src[0], d0->src[0])) {
+        tensor* b1 = biased(j + 1, d1);
+        tensor* out1 = b1 ? b1 : d1;
+        const span s0 = span_of(ctx, out0), s1 = span_of(ctx, out1);
+        if (!overlap(s0, ids_span) && !overlap(s1, ids_span) && !overlap(s0, s1) && (!b0 == !b1)) {
+            tensor* d[2] = {d0, d1};
+            float* y[2] = {ctx.as<float>(out0), ctx.as<float>(out1)};
+            const tensor* bias[2] = {b0 ? b0->src[1] : nullptr, b1 ? b1->src[1] : nullptr};
+            mul_mat_id_fused(ctx, d, y, bias, 2, nullptr);
+            return (b1 ? j + 2 : j + 1) - i;
+        }
+    }
+    // one matrix: the routing weights' mul after it (w (1, n_used, n_tok), a weight a slot)
+    tensor* ml = at(j);
+    const tensor* pw = ml ? ml->src[1] : nullptr;
+    if (ml && ml->o == op::mul && ml->src[0] == out0 && used(out0) == 1 && !(out0->flags & flag_output) && dense(ml) &&
+        same_shape(ml, out0) && pw->t == type::f32 && pw->ne[0] == 1 && pw->ne[1] == ids->ne[0] &&
+        pw->ne[2] == ids->ne[1] && pw->ne[3] == 1 && pw->nb[1] == 4) {
+        const span sm = span_of(ctx, ml);
+        if (!overlap(sm, ids_span) && !overlap(sm, span_of(ctx, pw))) {
+            float* y[1] = {ctx.as<float>(ml)};
+            const tensor* bias[1] = {b0 ? b0->src[1] : nullptr};
+            mul_mat_id_fused(ctx, &d0, y, bias, 1, pw);
+            size_t end = 0;
+            tensor* sum = moe_sum_chain(nodes, j + 1, ml, uses, &end);
+            return j + 1 - i + (sum ? moe_sum_of(ctx, ml, sum, end - j - 1) : 0);
+        }
+    }
+    if (!b0 || overlap(span_of(ctx, b0), ids_span)) return 0;
+    float* y[1] = {ctx.as<float>(b0)};
+    const tensor* bias[1] = {b0->src[1]};
+    mul_mat_id_fused(ctx, &d0, y, bias, 1, nullptr);
+    return j - i;
+}
+
 } // namespace
 
 size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
@@ -770,7 +871,7 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
     if (const size_t n = mul_mat_group(ctx, nodes, i)) return n; // q, k, v / gate, up: one GEMV launch
     if (const size_t n = mul_mat_f_group(ctx, nodes, i, uses)) return n; // the same for float weights [+ GLU]
     if (const size_t n = gemm_split_group(ctx, nodes, i)) return n; // the same in prefill: one grouped GEMM launch
-    if (const size_t n = mul_mat_id_group(ctx, nodes, i)) return n; // the experts' gate, up: one launch
+    if (const size_t n = fuse_moe_experts(ctx, nodes, i, uses)) return n; // the experts' matrices [+ biases, weights]
     auto at = [&](size_t j) { return j < nodes.size() ? nodes[j] : nullptr; };
     auto used_once = [&](const tensor* t) {
         const auto it = uses.find(t);

@@ -370,8 +370,7 @@ static __global__ void __launch_bounds__(THREADS, 2) gemm_q8_kernel(mmq_args a, 
                     const int64_t r = row0 + wm * 32 + i * 16 + lane / 4 + (e / 2) * 8;
                     const int64_t c = wn * 32 + j * 8 + 2 * (lane % 4) + (e % 2);
                     if (r >= a.n || c >= cols) continue;
-                    const int64_t p = map.pairs[map.tiles[blockIdx.y].y + c];
-                    a.y[p % map.n_used * map.y_nb1 + p / map.n_used * map.y_nb2 + r] = acc[i][j][e] * a.out_scale;
+                    store_id(map, a.y, expert, map.tiles[blockIdx.y].y, r, c, acc[i][j][e] * a.out_scale);
                 }
     } else {
         store_tile(a, acc, row0, col0, wm, wn, lane);
@@ -644,20 +643,35 @@ bool gemm_id_available(type t) {
     return ok;
 }
 
-void gemm_id(cuda_context& ctx, const split_weight& w, const split_acts& acts, const id_map& map, float* y,
-             int64_t max_tiles) {
-    const dim3 grid(unsigned(ceil_div(w.n, BM)), unsigned(max_tiles));
-    TS_ASSERT(grid.y <= 65535);
-    if (grid.x == 0 || grid.y == 0) return;
-    const mmq_args a{w.qs, w.sc, acts.q, acts.ds, y, 0, 0, 0, w.n, 0, w.k, 1, 1, w.out_scale};
-    const bool known = visit_format(w.t, [&]<class F>() {
-        if constexpr (has_mmq<F>::value)
-            gemm_q8_kernel<cuda_format<F>, true><<<grid, THREADS, 0, ctx.stream>>>(a, map);
-        else
-            TS_ASSERT(!"gemm_id: a format without mmq_unpack");
-    });
-    TS_ASSERT(known);
-    TS_CUDA_CHECK(cudaGetLastError());
+size_t gemm_id_acts_bytes(int64_t k, int64_t cols) {
+    return acts_bytes(k, cols);
+}
+
+void gemm_id(cuda_context& ctx, const split_weight* const* w, float* const* y, const float* const* bias, int n,
+             const tensor& x, const id_map& map, int64_t max_tiles) {
+    const int64_t k = w[0]->k, cols = x.ne[1] * x.ne[2] * x.ne[3];
+    if (max_tiles == 0 || w[0]->n == 0) return;
+    TS_ASSERT(max_tiles <= 65535 && x.ne[0] == k);
+    if (ctx.wgmma && !ctx.exact) { // the exact mode keeps the integer kernel: each chunk's sum exact as the CPU's
+        gemm_wgmma_id(ctx, w, y, bias, n, q8_f16_acts(ctx, x, k, cols), map, max_tiles);
+        return;
+    }
+    const split_acts acts = split_activations(ctx, x);
+    for (int i = 0; i < n; i++) {
+        const dim3 grid(unsigned(ceil_div(w[i]->n, BM)), unsigned(max_tiles));
+        const mmq_args a{w[i]->qs, w[i]->sc, acts.q, acts.ds, y[i], 0, 0, 0, w[i]->n, 0, w[i]->k, 1, 1,
+                         w[i]->out_scale};
+        id_map m = map;
+        m.bias = bias[i];
+        const bool known = visit_format(w[i]->t, [&]<class F>() {
+            if constexpr (has_mmq<F>::value)
+                gemm_q8_kernel<cuda_format<F>, true><<<grid, THREADS, 0, ctx.stream>>>(a, m);
+            else
+                TS_ASSERT(!"gemm_id: a format without mmq_unpack");
+        });
+        TS_ASSERT(known);
+        TS_CUDA_CHECK(cudaGetLastError());
+    }
 }
 
 bool gemm_float_shape(const tensor& node) {
@@ -670,9 +684,11 @@ bool gemm_float_shape(const tensor& node) {
                       (node.ne[3] == 1 || node.nb[3] == node.nb[2] * size_t(node.ne[2])) &&
                       node.nb[1] / 4 <= size_t(INT32_MAX) && w->ne[1] <= INT32_MAX && cols <= INT32_MAX &&
                       w->ne[0] <= INT32_MAX;
-    return (w->t == type::f16 || w->t == type::bf16) && w->ne[2] == 1 && w->ne[3] == 1 && !w->view_src &&
-           w->nb[1] == size_t(w->ne[0]) * 2 && w->ne[0] % 32 == 0 && x->t == type::f32 && gemm_split_wanted(cols) &&
-           even;
+    // f32 weights (a mixture's router): x read as it is, so its rows must be contiguous
+    const bool f32 = w->t == type::f32 && x->is_contiguous();
+    return (w->t == type::f16 || w->t == type::bf16 || f32) && w->ne[2] == 1 && w->ne[3] == 1 && !w->view_src &&
+           w->nb[1] == size_t(w->ne[0]) * type_size(w->t) && w->ne[0] % 32 == 0 && x->t == type::f32 &&
+           gemm_split_wanted(cols) && even;
 }
 
 namespace {
@@ -719,7 +735,7 @@ bool gemm_float_wanted(const cuda_context& ctx, const tensor& node) {
 
 // the activations [cols][k] as f16 or bf16
 size_t gemm_float_work_size(const tensor& node) {
-    if (!gemm_float_shape(node)) return 0;
+    if (!gemm_float_shape(node) || node.src[0]->t == type::f32) return 0;
     const tensor* x = node.src[1];
     return (size_t(x->ne[0]) * size_t(x->ne[1] * x->ne[2] * x->ne[3]) * sizeof(__half) + 255) / 256 * 256;
 }
@@ -732,6 +748,15 @@ void gemm_float(cuda_context& ctx, tensor& dst) {
     TS_ASSERT(ctx.scratch_size >= gemm_float_work_size(dst));
     const bool bf16 = w->t == type::bf16;
     TS_ASSERT(ctx.cublas);
+    const float one = 1.0f, zero = 0.0f;
+    if (w->t == type::f32) { // f32 throughout (no TF32: CUBLAS_COMPUTE_32F in the default math mode)
+        cublas_check(cublasGemmEx(static_cast<cublas_state*>(ctx.cublas)->h, CUBLAS_OP_T, CUBLAS_OP_N, int(n),
+                                  int(cols), int(k), &one, ctx.ptr(w), CUDA_R_32F, int(k), ctx.ptr(x), CUDA_R_32F,
+                                  int(k), &zero, ctx.ptr(&dst), CUDA_R_32F, int(dst.nb[1] / 4), CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx");
+        return;
+    }
     // y (n x cols, column-major, ldc the output's column stride) = W^T (W: k x n column-major, as stored) x
     const auto form = bf16 ? cuda_context::act_bf16 : cuda_context::act_f16;
     void* xa = ctx.scratch;
@@ -747,7 +772,6 @@ void gemm_float(cuda_context& ctx, tensor& dst) {
         ctx.act_src = x;
         ctx.act_form = form;
     }
-    const float one = 1.0f, zero = 0.0f;
     const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
     cublas_check(cublasGemmEx(static_cast<cublas_state*>(ctx.cublas)->h, CUBLAS_OP_T, CUBLAS_OP_N, int(n),
                               int(cols), int(k), &one, ctx.ptr(w), t, int(k), xa, t, int(k), &zero,

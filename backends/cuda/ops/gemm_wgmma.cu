@@ -75,7 +75,8 @@ struct wgmma_part {
     float* y;
     int64_t y_nb1, y_nb2, y_nb3, n;
     float out_scale;
-    int tile0; // its first row tile in the grid
+    int tile0;         // its first row tile in the grid
+    const float* bias; // IDS: its experts' biases (id_map::bias)
 };
 
 struct wgmma_args {
@@ -89,6 +90,7 @@ struct wgmma_args {
     bool cols_fastest; // grid (column tiles, row tiles): the CTAs of one row tile run together, its weights read once
     int n_more = 0;    // grouped launch: row tiles from more[i].tile0 on are matrix i + 1's
     wgmma_part more[2] = {};
+    id_map map = {}; // IDS: the pairs' tiles (blockIdx.x), experts' rows, output rows and epilogue
 };
 
 // The D of gemm_wgmma_kernel for weights already dequantized to f16 rows (dequant_rows_kernel): they arrive by
@@ -181,10 +183,13 @@ __device__ __forceinline__ void store_tile(const wgmma_args& a, const float (&d)
     }
 }
 
-// TN columns a CTA (128 or 64; 64 fits two CTAs on an SM), ST stages
-template <class D, int TN, int ST>
+// TN columns a CTA (128 or 64; 64 fits two CTAs on an SM), ST stages. IDS (mul_mat_id's prefill, 64 columns): the
+// column tile is tile blockIdx.x of a.map (up to 64 pairs that chose one expert; past the count the CTA exits), the
+// weights that expert's rows (expert * n ..), column c the activation row of the tile's pair c.
+template <class D, int TN, int ST, bool IDS = false>
 static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_kernel(const wgmma_args a_in) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(!IDS || TN == 64, "pair tiles of 64");
     // the matrix of this CTA's row tile (a grouped launch: q, k, v or gate, up of one activation)
     int64_t row_tile = a_in.cols_fastest ? blockIdx.y : blockIdx.x;
     wgmma_args a = a_in;
@@ -193,9 +198,17 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
             const wgmma_part& p = a_in.more[i];
             a.qs = p.qs, a.sc = p.sc, a.y = p.y, a.y_nb1 = p.y_nb1, a.y_nb2 = p.y_nb2, a.y_nb3 = p.y_nb3, a.n = p.n;
             a.out_scale = p.out_scale;
+            a.map.bias = p.bias;
             row_tile -= p.tile0;
             break;
         }
+    int64_t expert = 0;
+    int first = 0, tile_cols = 0;
+    if constexpr (IDS) {
+        if (int(blockIdx.x) >= *a.map.n_tiles) return; // uniform over the block
+        const int4 tile = a.map.tiles[blockIdx.x];
+        expert = tile.x, first = tile.y, tile_cols = tile.z;
+    }
     using chunk_t = typename D::chunk_t;
     constexpr bool W16 = std::is_same_v<D, f16_weights>;
     constexpr int AHEAD = ST - 2;           // activation stages in flight
@@ -208,13 +221,13 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
 
     const int tid = threadIdx.x, wg = tid / 128;
     const int64_t row0 = row_tile * TM;
-    const int64_t col0 = int64_t(a.cols_fastest ? blockIdx.x : blockIdx.y) * TN;
-    const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32, ng = nb / D::chunks_per_scale;
+    const int64_t col0 = IDS ? 0 : int64_t(a.cols_fastest ? blockIdx.x : blockIdx.y) * TN;
+    const int64_t cols = IDS ? tile_cols : a.m * a.ne2 * a.ne3, nb = a.k / 32, ng = nb / D::chunks_per_scale;
     const int steps = int((nb + 1) / 2); // k % 64 == 32: the last step's second chunk is zeros
 
     // weights: chunk a_ci of each step for row a_row (rows past n read row n - 1 and are never stored)
     const int a_row = tid / 2, a_ci = tid % 2;
-    const int64_t w_row = row0 + a_row < a.n ? row0 + a_row : a.n - 1;
+    const int64_t w_row = expert * a.n + (row0 + a_row < a.n ? row0 + a_row : a.n - 1);
     const uint8_t* q_row = a.qs + w_row * nb * int64_t(sizeof(chunk_t));
     const uint8_t* s_row = a.sc + w_row * ng * D::scale_bytes;
     auto load_w = [&](int step, chunk_t& q, uint32_t& s) {
@@ -253,7 +266,12 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
     for (int i = 0; i < XI; i++) {
         const int r = (tid + i * THREADS) / 8;
         x_ok[i] = col0 + r < cols;
-        x_src[i] = a.x + (x_ok[i] ? (col0 + r) * a.k + pc * 8 : 0);
+        int64_t x_row = col0 + r;
+        if constexpr (IDS) { // the pair's activation row: its slot's row of its token
+            const int64_t p = x_ok[i] ? a.map.pairs[first + r] : 0;
+            x_row = p % a.map.n_used % a.map.n_b + p / a.map.n_used * a.map.n_b;
+        }
+        x_src[i] = a.x + (x_ok[i] ? x_row * a.k + pc * 8 : 0);
         x_dst[i] = uint32_t(ST * TILE_BYTES + r * 128 + ((pc ^ (r & 7)) << 4));
     }
     const __half* w_src[WI > 0 ? WI : 1];
@@ -320,7 +338,18 @@ static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_k
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 
-    store_tile<TN>(a, d, row0 + wg * 64, col0, cols);
+    if constexpr (IDS) {
+        const int w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+#pragma unroll
+        for (int i = 0; i < TN / 2; i++) {
+            const int j = i / 4, e = i % 4;
+            const int64_t r = row0 + wg * 64 + w * 16 + lane / 4 + 8 * (e / 2);
+            const int c = j * 8 + 2 * (lane % 4) + (e % 2);
+            if (r < a.n && c < cols) store_id(a.map, a.y, expert, first, r, c, d[i] * a.out_scale);
+        }
+    } else {
+        store_tile<TN>(a, d, row0 + wg * 64, col0, cols);
+    }
 #else
     (void)a_in;
     (void)D::scale_bytes, (void)D::chunks_per_scale, (void)&D::dequant_split; // referenced on sm_90a only
@@ -472,6 +501,9 @@ template <class F> void allow_smem() {
         allow_smem<cuda_format<F>, 64>();
         allow_smem<cuda_format<F>, 128>();
     }
+    if constexpr (has_mmq<F>::value)
+        TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<cuda_format<F>, 64, stages<64>(), true>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<64, stages<64>()>())));
 }
 
 // TESSERA_CUDA_WGMMA_TN=64 / =128: every GEMM with tiles of that many columns (benchmarks); 0 (unset, or any other
@@ -635,7 +667,7 @@ bool gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* c
         TS_ASSERT(w[i]->t == w[0]->t && w[i]->k == w[0]->k);
         const shape4 si = shape_of(*dst[i], 4);
         a.more[i - 1] = wgmma_part{w[i]->qs, w[i]->sc, ctx.as<float>(dst[i]), si.nb[1], si.nb[2], si.nb[3], w[i]->n,
-                                   w[i]->out_scale, tile};
+                                   w[i]->out_scale, tile, nullptr};
         tile += int(ceil_div(w[i]->n, TM));
     }
     a.n_more = n - 1;
@@ -643,6 +675,32 @@ bool gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* c
         if constexpr (has_split<F>::value) launch<cuda_format<F>>(a, cols, ctx.n_sm, ctx.stream);
     });
     return true;
+}
+
+void gemm_wgmma_id(cuda_context& ctx, const split_weight* const* w, float* const* y, const float* const* bias, int n,
+                   const __half* x, const id_map& map, int64_t max_tiles) {
+    TS_ASSERT(n >= 1 && n <= 3 && max_tiles <= 65535);
+    wgmma_args a{w[0]->qs, w[0]->sc, x, y[0], 0, 0, 0, w[0]->n, 0, 1, w[0]->k, 1, 1, w[0]->out_scale, true};
+    a.map = map;
+    a.map.bias = bias[0];
+    int tile = int(ceil_div(w[0]->n, TM));
+    for (int i = 1; i < n; i++) {
+        TS_ASSERT(w[i]->t == w[0]->t && w[i]->k == w[0]->k);
+        a.more[i - 1] = wgmma_part{w[i]->qs, w[i]->sc, y[i], 0, 0, 0, w[i]->n, w[i]->out_scale, tile, bias[i]};
+        tile += int(ceil_div(w[i]->n, TM));
+    }
+    a.n_more = n - 1;
+    if (max_tiles == 0 || tile == 0) return;
+    const dim3 grid{unsigned(max_tiles), unsigned(tile)};
+    const bool known = visit_format(w[0]->t, [&]<class F>() {
+        if constexpr (has_mmq<F>::value)
+            gemm_wgmma_kernel<cuda_format<F>, 64, stages<64>(), true>
+                <<<grid, THREADS, smem_bytes<64, stages<64>()>(), ctx.stream>>>(a);
+        else
+            TS_ASSERT(!"gemm_wgmma_id: a format without mmq_unpack");
+    });
+    TS_ASSERT(known);
+    TS_CUDA_CHECK(cudaGetLastError());
 }
 
 } // namespace tessera::cuda

@@ -784,12 +784,20 @@ struct id_args {
     float* y2;
     float out_scale2;
     int64_t tiles_per_mat;
+    // the epilogue (id_map's): the experts' biases of each matrix (or null), bias_nb1 floats an expert; the pairs'
+    // weights (or null), slot + token pw_nb1
+    const float* bias;
+    const float* bias2;
+    int64_t bias_nb1;
+    const float* pw;
+    int64_t pw_nb1;
 };
 
-// Tile y's expert and its pairs' activation rows and output offsets (the first ncol of NC); false past the last tile
+// Tile y's expert and its pairs' activation rows, output offsets and weight offsets (the first ncol of NC); false
+// past the last tile
 template <int NC>
 __device__ __forceinline__ bool id_tile(const id_args& a, int64_t y, int64_t& expert, int64_t (&acol)[NC],
-                                        int64_t (&ycol)[NC], int& ncol) {
+                                        int64_t (&ycol)[NC], int64_t (&wcol)[NC], int& ncol) {
     int64_t first = y;
     if (a.direct) {
         const int64_t i = y % a.n_used, t = y / a.n_used;
@@ -808,6 +816,7 @@ __device__ __forceinline__ bool id_tile(const id_args& a, int64_t y, int64_t& ex
         const int64_t i = p % a.n_used, t = p / a.n_used;
         acol[j] = i % a.n_b + t * a.n_b;
         ycol[j] = i * a.y_nb1 + t * a.y_nb2;
+        wcol[j] = i + t * a.pw_nb1;
     }
     return expert >= 0 && expert < a.n_expert; // a bad id (not from top_k) computes nothing: its rows stay NaN
 }
@@ -819,15 +828,16 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_id_kernel(
     using chunk_t = typename D::chunk_t;
     pdl_wait();
     pdl_trigger();
-    int64_t expert = 0, acol[NC], ycol[NC];
+    int64_t expert = 0, acol[NC], ycol[NC], wcol[NC];
     int ncol = 0;
     const bool second = blockIdx.y >= a.tiles_per_mat;
-    if (!id_tile<NC>(a, blockIdx.y - (second ? a.tiles_per_mat : 0), expert, acol, ycol, ncol))
+    if (!id_tile<NC>(a, blockIdx.y - (second ? a.tiles_per_mat : 0), expert, acol, ycol, wcol, ncol))
         return; // uniform over the block
     const uint8_t* qs = second ? a.qs2 : a.qs;
     const uint8_t* sc = second ? a.sc2 : a.sc;
     float* y = second ? a.y2 : a.y;
     const float out_scale = second ? a.out_scale2 : a.out_scale;
+    const float* bias = second ? a.bias2 : a.bias;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int64_t row0 = (int64_t(blockIdx.x) * (SPLIT_WARPS / S) + warp / S) * R;
     const int64_t nc = a.k / 32, ng = nc / D::chunks_per_scale;
@@ -848,7 +858,12 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_id_kernel(
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int j = 0; j < NC; j++)
-            if (j < ncol && row0 + r < a.n) y[ycol[j] + row0 + r] = sum[r][j] * out_scale;
+            if (j < ncol && row0 + r < a.n) { // add_id's and mul's roundings, as the separate ops
+                float v = sum[r][j] * out_scale;
+                if (bias) v = __fadd_rn(v, bias[expert * a.bias_nb1 + row0 + r]);
+                if (a.pw) v = __fmul_rn(v, a.pw[wcol[j]]);
+                y[ycol[j] + row0 + r] = v;
+            }
 }
 
 // Float experts (f32 / f16 / bf16, the file's layout, expert e at w + e w_nb2 bytes): one warp a row, tile = pair
@@ -858,9 +873,9 @@ static __global__ void __launch_bounds__(MMV_THREADS) mmv_id_f_kernel(id_args a,
                                                                        int64_t w_nb2, const float* x) {
     pdl_wait();
     pdl_trigger();
-    int64_t expert = 0, acol[1], ycol[1];
+    int64_t expert = 0, acol[1], ycol[1], wcol[1];
     int ncol = 0;
-    if (!id_tile<1>(a, blockIdx.y, expert, acol, ycol, ncol)) return;
+    if (!id_tile<1>(a, blockIdx.y, expert, acol, ycol, wcol, ncol)) return;
     const int64_t row = int64_t(blockIdx.x) * (MMV_THREADS / WARP_SIZE) + threadIdx.x / WARP_SIZE;
     if (row >= a.n) return;
     const int lane = threadIdx.x % WARP_SIZE;
@@ -877,11 +892,15 @@ static __global__ void __launch_bounds__(MMV_THREADS) mmv_id_f_kernel(id_args a,
 }
 
 // Which experts the pairs chose, as id_args' pairs and tiles: per expert a count (shared-memory atomics), its first
-// pair (a scan by one thread, experts in order, cutting each expert's run into tiles of nc), then each pair to its
-// slot. One block; 2 n_expert ints of shared memory.
-static __global__ void moe_route_kernel(const int32_t* ids, int64_t ids_nb1, int64_t n_used, int64_t n_tok,
-                                        int n_expert, int nc, int* pairs, int4* tiles, int* n_tiles) {
+// pair and first tile (an exclusive scan over the experts in order: each thread a run of experts, warps' shuffles,
+// then the warps' totals), each expert's run cut into tiles of nc, then each pair to its slot. One block of
+// ROUTE_BLOCK threads; 2 n_expert ints of shared memory.
+constexpr int ROUTE_BLOCK = 1024;
+static __global__ void __launch_bounds__(ROUTE_BLOCK) moe_route_kernel(const int32_t* ids, int64_t ids_nb1,
+                                                                        int64_t n_used, int64_t n_tok, int n_expert,
+                                                                        int nc, int* pairs, int4* tiles, int* n_tiles) {
     extern __shared__ int route_s[]; // count [n_expert], start [n_expert]
+    __shared__ int warp_c[ROUTE_BLOCK / WARP_SIZE], warp_t[ROUTE_BLOCK / WARP_SIZE];
     int* cnt = route_s;
     int* start = route_s + n_expert;
     pdl_wait();
@@ -894,22 +913,49 @@ static __global__ void moe_route_kernel(const int32_t* ids, int64_t ids_nb1, int
         if (e >= 0 && e < n_expert) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int at = 0, nt = 0;
-        for (int e = 0; e < n_expert; e++) {
-            start[e] = at;
-            for (int f = 0; f < cnt[e]; f += nc) tiles[nt++] = make_int4(e, at + f, min(nc, cnt[e] - f), 0);
-            at += cnt[e];
-            cnt[e] = 0;
-        }
-        *n_tiles = nt;
+    // this thread's experts e0 .. e1: their pairs and tiles, then everything before them
+    const int per = (n_expert + ROUTE_BLOCK - 1) / ROUTE_BLOCK;
+    const int e0 = min(n_expert, int(threadIdx.x) * per), e1 = min(n_expert, e0 + per);
+    int c = 0, t = 0;
+    for (int e = e0; e < e1; e++) {
+        c += cnt[e];
+        t += (cnt[e] + nc - 1) / nc;
     }
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    int ci = c, ti = t; // inclusive within the warp
+#pragma unroll
+    for (int o = 1; o < WARP_SIZE; o *= 2) {
+        const int cu = __shfl_up_sync(0xffffffffu, ci, o), tu = __shfl_up_sync(0xffffffffu, ti, o);
+        if (lane >= o) ci += cu, ti += tu;
+    }
+    if (lane == WARP_SIZE - 1) warp_c[warp] = ci, warp_t[warp] = ti;
+    __syncthreads();
+    if (warp == 0) {
+        int wc = warp_c[lane], wt = warp_t[lane]; // ROUTE_BLOCK / WARP_SIZE == WARP_SIZE warps
+#pragma unroll
+        for (int o = 1; o < WARP_SIZE; o *= 2) {
+            const int cu = __shfl_up_sync(0xffffffffu, wc, o), tu = __shfl_up_sync(0xffffffffu, wt, o);
+            if (lane >= o) wc += cu, wt += tu;
+        }
+        warp_c[lane] = wc, warp_t[lane] = wt; // inclusive over the warps
+    }
+    __syncthreads();
+    int at = ci - c + (warp ? warp_c[warp - 1] : 0), nt = ti - t + (warp ? warp_t[warp - 1] : 0);
+    for (int e = e0; e < e1; e++) {
+        start[e] = at;
+        for (int f = 0; f < cnt[e]; f += nc) tiles[nt++] = make_int4(e, at + f, min(nc, cnt[e] - f), 0);
+        at += cnt[e];
+    }
+    if (threadIdx.x == ROUTE_BLOCK - 1) *n_tiles = warp_t[WARP_SIZE - 1];
+    __syncthreads(); // every count read
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
     for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
         const int32_t e = ids[p % n_used + p / n_used * ids_nb1];
         if (e >= 0 && e < n_expert) pairs[start[e] + atomicAdd(&cnt[e], 1)] = int(p);
     }
 }
+static_assert(ROUTE_BLOCK == WARP_SIZE * WARP_SIZE, "one warp scans the warps' totals");
 
 // Tiles of NC pairs at most: every expert's last tile may be partial
 int64_t id_max_tiles(int64_t n_pairs, int64_t n_expert, int nc) {
@@ -1292,10 +1338,11 @@ id_args id_args_of(const cuda_context& ctx, const tensor& dst) {
     return a;
 }
 
-// mmv_id_kernel over `tiles` tiles of each of n_mat (1, 2) matrices
+// mmv_id_kernel over `tiles` tiles of each of n_mat (1, 2) matrices of one shape. The k split is one matrix's, so
+// two matrices in one launch sum in the order each would alone (the unfused graph's bits).
 void id_launch(const cuda_context& ctx, type t, const id_args& a, int64_t tiles, int n_mat) {
     constexpr int R = 2, U = 2;
-    const int S = mmv_split_parts(ceil_div(a.n, R) * tiles * n_mat, a.k / 32, ctx.n_sm);
+    const int S = mmv_split_parts(ceil_div(a.n, R) * tiles, a.k / 32, ctx.n_sm);
     const dim3 grid(unsigned(ceil_div(a.n, SPLIT_WARPS / S * R)), unsigned(tiles * n_mat));
     TS_ASSERT(grid.y <= 65535);
     const bool known = visit_format(t, [&]<class F>() {
@@ -1332,54 +1379,78 @@ size_t mul_mat_id_work_size(const tensor& dst) {
     const tensor& x = *dst.src[1];
     const tensor& ids = *dst.src[2];
     if (is_float_weight(w.t)) return 0;
-    const size_t acts = (split_acts_bytes(x.ne[0], x.ne[1] * x.ne[2]) + 255) / 256 * 256;
+    const size_t acts = (gemm_id_acts_bytes(x.ne[0], x.ne[1] * x.ne[2]) + 255) / 256 * 256;
     return acts + (id_direct(ids.ne[1]) ? 0 : id_route_bytes(ids.ne[0] * ids.ne[1], w.ne[2]));
 }
 
-// dst (n, n_used, n_tok) = each (slot, token)'s expert matrix times its activation row. Split weights: the
-// activations to q8_1 once (gate and up share them), then mmv_id_kernel, pair by pair for a few tokens, else over the
-// pairs grouped by expert (moe_route_kernel) so that a weight chunk serves up to 8 pairs. Float weights: a plain
-// kernel, pair by pair.
+// dst (n, n_used, n_tok) = each (slot, token)'s expert matrix times its activation row. Float weights: a plain
+// kernel, pair by pair; split weights: mul_mat_id_fused.
 void mul_mat_id(cuda_context& ctx, tensor& dst) {
+    const tensor* w = dst.src[0];
+    const tensor* x = dst.src[1];
+    const tensor* ids = dst.src[2];
+    const int64_t n_pairs = ids->ne[0] * ids->ne[1];
+    if (n_pairs == 0 || w->ne[1] == 0) return;
+    if (!is_float_weight(w->t)) {
+        tensor* d = &dst;
+        mul_mat_id_fused(ctx, &d, nullptr, nullptr, 1, nullptr);
+        return;
+    }
+    id_args a = id_args_of(ctx, dst);
+    a.direct = true;
+    const dim3 grid(unsigned(ceil_div(a.n, MMV_THREADS / WARP_SIZE)), unsigned(n_pairs));
+    const uint8_t* wp = ctx.ptr(w);
+    const int64_t nb1 = int64_t(w->nb[1]), nb2 = int64_t(w->nb[2]);
+    if (w->t == type::f32) launch(ctx, mmv_id_f_kernel<float>, grid, MMV_THREADS, 0, a, wp, nb1, nb2, ctx.as<float>(x));
+    else if (w->t == type::f16) launch(ctx, mmv_id_f_kernel<__half>, grid, MMV_THREADS, 0, a, wp, nb1, nb2, ctx.as<float>(x));
+    else launch(ctx, mmv_id_f_kernel<__nv_bfloat16>, grid, MMV_THREADS, 0, a, wp, nb1, nb2, ctx.as<float>(x));
+}
+
+bool mul_mat_id_fusable(const cuda_context& ctx, const tensor& d) {
+    const tensor* w = d.src[0];
+    return d.o == op::mul_mat_id && ctx.split && !is_float_weight(w->t) && !w->view_src &&
+           ctx.split->find(w) != ctx.split->end();
+}
+
+// Split weights, pair by pair for a few tokens (mmv_id_kernel; a fused norm may have left the q8_1 activations),
+// else grouped by expert (moe_route_kernel, once for all n matrices): onto the tensor-core GEMM in tiles of 64 pairs
+// (gemm_id) where the format has one, else mmv_id_kernel in tiles of 8.
+void mul_mat_id_fused(cuda_context& ctx, tensor* const* d, float* const* y_in, const tensor* const* bias, int n,
+                      const tensor* pw) {
+    TS_ASSERT(n >= 1 && n <= 2);
+    const tensor& dst = *d[0];
     const tensor* w = dst.src[0];
     const tensor* x = dst.src[1];
     const tensor* ids = dst.src[2];
     const int64_t n_used = ids->ne[0], n_tok = ids->ne[1], n_pairs = n_used * n_tok;
     if (n_pairs == 0 || w->ne[1] == 0) return;
-    id_args a = id_args_of(ctx, dst);
-    if (is_float_weight(w->t)) {
-        a.direct = true;
-        const dim3 grid(unsigned(ceil_div(a.n, MMV_THREADS / WARP_SIZE)), unsigned(n_pairs));
-        const uint8_t* wp = ctx.ptr(w);
-        const int64_t nb1 = int64_t(w->nb[1]), nb2 = int64_t(w->nb[2]);
-        if (w->t == type::f32) launch(ctx, mmv_id_f_kernel<float>, grid, MMV_THREADS, 0, a, wp, nb1, nb2, ctx.as<float>(x));
-        else if (w->t == type::f16) launch(ctx, mmv_id_f_kernel<__half>, grid, MMV_THREADS, 0, a, wp, nb1, nb2, ctx.as<float>(x));
-        else launch(ctx, mmv_id_f_kernel<__nv_bfloat16>, grid, MMV_THREADS, 0, a, wp, nb1, nb2, ctx.as<float>(x));
-        return;
-    }
     TS_ASSERT(ctx.split && !w->view_src && ctx.scratch_size >= mul_mat_id_work_size(dst));
-    const auto it = ctx.split->find(w);
-    TS_ASSERT(it != ctx.split->end());
-    const split_weight& sw = it->second;
-    a.qs = sw.qs;
-    a.sc = sw.sc;
-    a.out_scale = sw.out_scale;
-    const split_acts acts = split_activations(ctx, *x);
-    a.aq = acts.q;
-    a.ads = acts.ds;
+    const split_weight* sw[2] = {};
+    float* y[2] = {};
+    const float* bp[2] = {};
+    for (int i = 0; i < n; i++) {
+        TS_ASSERT(mul_mat_id_fusable(ctx, *d[i]) && d[i]->src[0]->t == w->t && d[i]->src[1] == x &&
+                  d[i]->src[2] == ids);
+        sw[i] = &ctx.split->find(d[i]->src[0])->second;
+        y[i] = y_in && y_in[i] ? y_in[i] : ctx.as<float>(d[i]);
+        bp[i] = bias && bias[i] ? ctx.as<float>(bias[i]) : nullptr;
+    }
+    id_args a = id_args_of(ctx, dst);
+    a.bias_nb1 = bias && bias[0] ? int64_t(bias[0]->nb[1] / 4) : 0;
+    a.pw = pw ? ctx.as<float>(pw) : nullptr;
+    a.pw_nb1 = pw ? int64_t(pw->nb[2] / 4) : 0;
     a.direct = id_direct(n_tok);
     int64_t tiles = n_pairs;
     if (!a.direct) {
-        // grouped: tiles of 64 pairs for the int8 tensor-core kernel (gemm.cu), else of 8 for mmv_id_kernel
         const bool mma = gemm_id_available(w->t);
         const int nc = mma ? gemm_id_tile : ID_NC;
-        uint8_t* r = static_cast<uint8_t*>(ctx.scratch) + (split_acts_bytes(a.k, a.n_b * n_tok) + 255) / 256 * 256;
+        uint8_t* r = static_cast<uint8_t*>(ctx.scratch) + (gemm_id_acts_bytes(a.k, a.n_b * n_tok) + 255) / 256 * 256;
         tiles = id_max_tiles(n_pairs, a.n_expert, nc);
         int* n_tiles = reinterpret_cast<int*>(r);
         int4* tile = reinterpret_cast<int4*>(r + 256);
         int* pairs = reinterpret_cast<int*>(r + 256 + size_t(id_max_tiles(n_pairs, a.n_expert, ID_NC)) * sizeof(int4));
-        launch(ctx, moe_route_kernel, 1, 1024, size_t(2 * a.n_expert) * sizeof(int), a.ids, a.ids_nb1, n_used, n_tok,
-               int(a.n_expert), nc, pairs, tile, n_tiles);
+        launch(ctx, moe_route_kernel, 1, ROUTE_BLOCK, size_t(2 * a.n_expert) * sizeof(int), a.ids, a.ids_nb1, n_used,
+               n_tok, int(a.n_expert), nc, pairs, tile, n_tiles);
         a.n_tiles = n_tiles;
         a.tiles = tile;
         a.pairs = pairs;
@@ -1392,51 +1463,31 @@ void mul_mat_id(cuda_context& ctx, tensor& dst) {
             map.n_b = a.n_b;
             map.y_nb1 = a.y_nb1;
             map.y_nb2 = a.y_nb2;
-            split_weight we = sw;
-            we.n = a.n; // rows of one expert
-            gemm_id(ctx, we, acts, map, a.y, tiles);
+            map.bias_nb1 = a.bias_nb1;
+            map.pw = a.pw;
+            map.pw_nb1 = a.pw_nb1;
+            split_weight we[2];
+            const split_weight* wp[2] = {};
+            for (int i = 0; i < n; i++) {
+                we[i] = *sw[i];
+                we[i].n = a.n; // rows of one expert
+                wp[i] = &we[i];
+            }
+            gemm_id(ctx, wp, y, bp, n, *x, map, tiles);
             return;
         }
     }
-    a.tiles_per_mat = tiles;
-    id_launch(ctx, w->t, a, tiles, 1);
-}
-
-// Two mul_mat_id nodes at nodes[i], nodes[i + 1] of split weights of one format and shape with the same activations
-// and ids (gate and up), decode (pair by pair): one launch. Returns 2, or 0 (nothing launched).
-size_t mul_mat_id_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i) {
-    if (i + 1 >= nodes.size() || !ctx.split) return 0;
-    tensor* d0 = nodes[i];
-    tensor* d1 = nodes[i + 1];
-    if (d0->o != op::mul_mat_id || d1->o != op::mul_mat_id || d0->src[1] != d1->src[1] || d0->src[2] != d1->src[2])
-        return 0;
-    const tensor* w0 = d0->src[0];
-    const tensor* w1 = d1->src[0];
-    if (w0->view_src || w1->view_src || w0->t != w1->t || is_float_weight(w0->t)) return 0;
-    for (int d = 0; d < TS_MAX_DIMS; d++)
-        if (w0->ne[d] != w1->ne[d] || d0->nb[d] != d1->nb[d]) return 0;
-    const auto i0 = ctx.split->find(w0), i1 = ctx.split->find(w1);
-    if (i0 == ctx.split->end() || i1 == ctx.split->end()) return 0;
-    const tensor* x = d0->src[1];
-    const tensor* ids = d0->src[2];
-    const int64_t n_used = ids->ne[0], n_tok = ids->ne[1], n_pairs = n_used * n_tok;
-    if (!id_direct(n_tok) || n_pairs == 0 || w0->ne[1] == 0 || 2 * n_pairs > 65535) return 0;
-    TS_ASSERT(ctx.scratch_size >= mul_mat_id_work_size(*d0));
-    id_args a = id_args_of(ctx, *d0);
-    a.y2 = ctx.as<float>(d1);
-    a.direct = true;
-    a.qs = i0->second.qs;
-    a.sc = i0->second.sc;
-    a.out_scale = i0->second.out_scale;
-    a.qs2 = i1->second.qs;
-    a.sc2 = i1->second.sc;
-    a.out_scale2 = i1->second.out_scale;
     const split_acts acts = split_activations(ctx, *x);
     a.aq = acts.q;
     a.ads = acts.ds;
-    a.tiles_per_mat = n_pairs;
-    id_launch(ctx, w0->t, a, n_pairs, 2);
-    return 2;
+    a.tiles_per_mat = tiles;
+    const int launches = tiles * n > 65535 ? n : 1; // grid.y: both matrices in one launch where they fit
+    for (int l = 0; l < launches; l++) {
+        const int i = l, more = launches == 1 ? n : 1;
+        a.qs = sw[i]->qs, a.sc = sw[i]->sc, a.y = y[i], a.out_scale = sw[i]->out_scale, a.bias = bp[i];
+        if (more == 2) a.qs2 = sw[1]->qs, a.sc2 = sw[1]->sc, a.y2 = y[1], a.out_scale2 = sw[1]->out_scale, a.bias2 = bp[1];
+        id_launch(ctx, w->t, a, tiles, more);
+    }
 }
 
 } // namespace tessera::cuda

@@ -38,9 +38,14 @@ bool top_k_supported(const tensor& dst);
 void mul_mat_id(cuda_context& ctx, tensor& dst);
 bool mul_mat_id_supported(const tensor& dst);
 size_t mul_mat_id_work_size(const tensor& dst);
-// Two consecutive mul_mat_id nodes with the same activations and ids and split weights of one format and shape (gate,
-// up) in a decode step: one launch; returns 2, or 0 when they are not such a pair (nothing launched).
-size_t mul_mat_id_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i);
+// mul_mat_id nodes d[0 .. n) (n = 1, 2: gate and up) of split experts of one format and shape with the same
+// activations and ids, as one route and (where the grid allows) one launch: matrix i's results (d[i]'s shape and
+// strides) to y[i] (y or y[i] null: d[i]'s own memory), its experts' biases bias[i] added (add_id; null: none), each
+// pair's weight from pw (1, n_used, n_tok; null: none) multiplied, rounded as those separate ops.
+// mul_mat_id_fusable: node d is a mul_mat_id of split experts.
+bool mul_mat_id_fusable(const cuda_context& ctx, const tensor& d);
+void mul_mat_id_fused(cuda_context& ctx, tensor* const* d, float* const* y, const tensor* const* bias, int n,
+                      const tensor* pw);
 void add_id(cuda_context& ctx, tensor& dst);
 void sum_rows(cuda_context& ctx, tensor& dst);
 void div(cuda_context& ctx, tensor& dst);
@@ -268,21 +273,38 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst);
 // one q8 format dequantized inside the wgmma GEMM: one grouped launch (gemm_wgmma_group); the nodes covered, or 0
 size_t gemm_split_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i);
 
-// mul_mat_id's prefill on the int8 tensor cores (gemm.cu), for the formats with mmq_unpack (gemm_id_available):
-// the (slot, token) pairs grouped by expert in tiles of up to gemm_id_tile pairs (moe_route_kernel, mmv.cu), each
-// tile a 128-row x 64-column block of the expert's matrix against its pairs' q8_1 activation rows (acts: n_b rows a
-// token), results to y at slot y_nb1 + token y_nb2 (floats). split_weight w: rows n of one expert, experts one
-// after the other.
+// mul_mat_id's prefill on the tensor cores (gemm.cu), for the formats with mmq_unpack (gemm_id_available): the
+// (slot, token) pairs grouped by expert in tiles of up to gemm_id_tile pairs (moe_route_kernel, mmv.cu), each tile a
+// 128-row x 64-column block of the expert's matrix against its pairs' activation rows (x: n_b rows a token), results
+// to y at slot y_nb1 + token y_nb2 (floats). On Hopper (ctx.wgmma, not exact) gemm_wgmma_id on the q8_1 values as
+// f16 (as the dense GEMM), else the int8 mma.sync kernel. split_weight w: rows n of one expert, experts one after the
+// other. The epilogue may add the expert's bias (add_id's) and multiply by the pair's routing weight (the mul after
+// the experts), each rounded as those ops: y = ((acc scale) + bias[expert bias_nb1 + row]) pw[slot + token pw_nb1].
 struct id_map {
     const int4* tiles = nullptr; // (expert, first pair, count, -)
     const int* n_tiles = nullptr;
     const int* pairs = nullptr; // t n_used + i, grouped by expert
     int64_t n_used = 1, n_b = 1, y_nb1 = 0, y_nb2 = 0;
+    const float* bias = nullptr; // per matrix (gemm_id's bias[])
+    int64_t bias_nb1 = 0;
+    const float* pw = nullptr; // the pairs' weights, or null
+    int64_t pw_nb1 = 0;
 };
+// output (row r, local column c) of a tile of pairs starting at pair `first` -> its pair's output row
+__device__ __forceinline__ void store_id(const id_map& map, float* y, int64_t expert, int first, int64_t r, int64_t c,
+                                         float v) {
+    const int64_t p = map.pairs[first + c], slot = p % map.n_used, tok = p / map.n_used;
+    if (map.bias) v = __fadd_rn(v, map.bias[expert * map.bias_nb1 + r]);
+    if (map.pw) v = __fmul_rn(v, map.pw[slot + tok * map.pw_nb1]);
+    y[slot * map.y_nb1 + tok * map.y_nb2 + r] = v;
+}
 constexpr int gemm_id_tile = 64;
 bool gemm_id_available(type t);
-void gemm_id(cuda_context& ctx, const split_weight& w, const split_acts& acts, const id_map& map, float* y,
-             int64_t max_tiles);
+// Bytes of the scratch the activations take (q8_1, and their f16 values on Hopper) before the route
+size_t gemm_id_acts_bytes(int64_t k, int64_t cols);
+// n (1, 2) matrices of one format and shape against the same pairs: matrix i's outputs to y[i], its biases bias[i]
+void gemm_id(cuda_context& ctx, const split_weight* const* w, float* const* y, const float* const* bias, int n,
+             const tensor& x, const id_map& map, int64_t max_tiles);
 
 // Hopper's wgmma GEMM (gemm_wgmma.cu): whether the running binary has its sm_90a code for the current device, of
 // compute capability cc_major.cc_minor (asks the device once; also raises the kernels' shared-memory limit), and the
@@ -296,6 +318,9 @@ void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tenso
 // one after the other in the grid (q, k, v; gate, up: narrow matrices fill the SMs together). false, launching
 // nothing, where the format is dequantized to f16 rows first.
 bool gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* const* dst, int n, const __half* x);
+// gemm_id's Hopper kernel: grid (tiles of pairs, row tiles of the n matrices), x the q8_1 values as f16 rows
+void gemm_wgmma_id(cuda_context& ctx, const split_weight* const* w, float* const* y, const float* const* bias, int n,
+                   const __half* x, const id_map& map, int64_t max_tiles);
 
 // Prefill mul_mat of f16 / bf16 weights in the file's layout (gemm.cu): cuBLAS (ctx.cublas) on the activations
 // rounded to the weights' type, as the CPU rounds them, f32 sums. For more than 8 columns of a plain 2-D weight with
