@@ -21,7 +21,8 @@
 //   soft_max: gpt-oss's) as one block
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
 // reads are skipped (the bare rms_norm). The arithmetic is the unfused kernels' (same operations, same order), so the
-// results are bit-identical to running the nodes one by one (test_backend_ops checks it). The q8_1 activations go
+// results are bit-identical to running the nodes one by one (test_backend_ops checks it), except that a GEMV launch
+// of several matrices (q, k, v; gate, up) may split k otherwise than one matrix alone (mmv.cu: mmv_split_parts). The q8_1 activations go
 // where split_activations (mmv.cu) puts them, which the mul_mat right after then finds already done.
 // Not fused while a per-node callback watches (compare --layers) or TESSERA_CUDA_FUSE=0 (TESSERA_CUDA_ROPE_KV=0: the
 // rope / cache-write group alone, with or without the GEMV; TESSERA_CUDA_QKV_ROPE=0: not with the GEMV).
