@@ -327,6 +327,7 @@ void gemm_wgmma_id(cuda_context& ctx, const split_weight* const* w, float* const
 // k % 32 == 0 and an output whose columns are equally spaced; other shapes take the GEMV (mmv.cu). Measured (H100,
 // 2026-11-26, 8B shape, pp512, llama.cpp's CUDA build beside): f16 25.4-25.8k vs 22.3k t/s, bf16 26.3-26.4k vs 25.3k;
 // the wgmma kernel on f16 rows it replaced: 14.6k / 11.7k (bf16 converted to f16 a block of rows at a time).
+// f32 weights (a mixture's router; f32 test files) likewise, x read in place (contiguous), f32 in and out.
 // gemm_float_shape: whether a node is one; cublas_create / cublas_destroy: the handle of cuda_context::cublas, on a
 // stream of the current device, with a workspace of its own.
 bool gemm_float_shape(const tensor& node);
