@@ -22,8 +22,9 @@
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
 // reads are skipped (the bare rms_norm). The arithmetic is the unfused kernels' (same operations, same order), so the
 // results are bit-identical to running the nodes one by one (test_backend_ops checks it), except that a GEMV launch
-// of several matrices (q, k, v; gate, up) may split k otherwise than one matrix alone (mmv.cu: mmv_split_parts). The q8_1 activations go
-// where split_activations (mmv.cu) puts them, which the mul_mat right after then finds already done.
+// of several matrices (q, k, v; gate, up) may split k otherwise than one matrix alone (mmv.cu: mmv_split_parts).
+// The q8_1 activations go where split_activations (mmv.cu) puts them, which the mul_mat right after then finds
+// already done.
 // Not fused while a per-node callback watches (compare --layers) or TESSERA_CUDA_FUSE=0 (TESSERA_CUDA_ROPE_KV=0: the
 // rope / cache-write group alone, with or without the GEMV; TESSERA_CUDA_QKV_ROPE=0: not with the GEMV).
 #include "backends/cuda/ops/ops.cuh"
@@ -184,7 +185,8 @@ split_acts q8_target_ahead(cuda_context& ctx, const std::vector<tensor*>& nodes,
         case op::mul_mat: { // the router: float weights on the GEMV, or f32 on cuBLAS (f16 / bf16 there convert x
                             // into the scratch)
             const type wt = t->src[0]->t;
-            if ((wt != type::f32 && wt != type::f16 && wt != type::bf16) || (wt != type::f32 && gemm_float_wanted(ctx, *t)))
+            if ((wt != type::f32 && wt != type::f16 && wt != type::bf16) ||
+                (wt != type::f32 && gemm_float_wanted(ctx, *t)))
                 return {};
             continue;
         }

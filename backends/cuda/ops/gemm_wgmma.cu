@@ -503,7 +503,8 @@ template <class F> void allow_smem() {
     }
     if constexpr (has_mmq<F>::value)
         TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<cuda_format<F>, 64, stages<64>(), true>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<64, stages<64>()>())));
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(smem_bytes<64, stages<64>()>())));
 }
 
 // TESSERA_CUDA_WGMMA_TN=64 / =128: every GEMM with tiles of that many columns (benchmarks); 0 (unset, or any other

@@ -1487,7 +1487,8 @@ void mul_mat_id_fused(cuda_context& ctx, tensor* const* d, float* const* y_in, c
     for (int l = 0; l < launches; l++) {
         const int i = l, more = launches == 1 ? n : 1;
         a.qs = sw[i]->qs, a.sc = sw[i]->sc, a.y = y[i], a.out_scale = sw[i]->out_scale, a.bias = bp[i];
-        if (more == 2) a.qs2 = sw[1]->qs, a.sc2 = sw[1]->sc, a.y2 = y[1], a.out_scale2 = sw[1]->out_scale, a.bias2 = bp[1];
+        if (more == 2)
+            a.qs2 = sw[1]->qs, a.sc2 = sw[1]->sc, a.y2 = y[1], a.out_scale2 = sw[1]->out_scale, a.bias2 = bp[1];
         id_launch(ctx, w->t, a, tiles, more);
     }
 }
