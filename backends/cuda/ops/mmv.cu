@@ -858,12 +858,9 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_id_kernel(
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int j = 0; j < NC; j++)
-            if (j < ncol && row0 + r < a.n) { // add_id's and mul's roundings, as the separate ops
-                float v = sum[r][j] * out_scale;
-                if (bias) v = __fadd_rn(v, bias[expert * a.bias_nb1 + row0 + r]);
-                if (a.pw) v = __fmul_rn(v, a.pw[wcol[j]]);
-                y[ycol[j] + row0 + r] = v;
-            }
+            if (j < ncol && row0 + r < a.n)
+                y[ycol[j] + row0 + r] =
+                    id_epilogue(sum[r][j] * out_scale, bias, expert * a.bias_nb1 + row0 + r, a.pw, wcol[j]);
 }
 
 // Float experts (f32 / f16 / bf16, the file's layout, expert e at w + e w_nb2 bytes): one warp a row, tile = pair

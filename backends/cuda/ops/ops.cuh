@@ -290,13 +290,19 @@ struct id_map {
     const float* pw = nullptr; // the pairs' weights, or null
     int64_t pw_nb1 = 0;
 };
+// The experts' epilogue: add_id's bias bias[bi], then the routing weight pw[wi], each with its own op's rounding (bias
+// and pw may be null: then that step is left out)
+__device__ __forceinline__ float id_epilogue(float v, const float* bias, int64_t bi, const float* pw, int64_t wi) {
+    if (bias) v = __fadd_rn(v, bias[bi]);
+    if (pw) v = __fmul_rn(v, pw[wi]);
+    return v;
+}
 // output (row r, local column c) of a tile of pairs starting at pair `first` -> its pair's output row
 __device__ __forceinline__ void store_id(const id_map& map, float* y, int64_t expert, int first, int64_t r, int64_t c,
                                          float v) {
     const int64_t p = map.pairs[first + c], slot = p % map.n_used, tok = p / map.n_used;
-    if (map.bias) v = __fadd_rn(v, map.bias[expert * map.bias_nb1 + r]);
-    if (map.pw) v = __fmul_rn(v, map.pw[slot + tok * map.pw_nb1]);
-    y[slot * map.y_nb1 + tok * map.y_nb2 + r] = v;
+    y[slot * map.y_nb1 + tok * map.y_nb2 + r] =
+        id_epilogue(v, map.bias, expert * map.bias_nb1 + r, map.pw, slot + tok * map.pw_nb1);
 }
 constexpr int gemm_id_tile = 64;
 bool gemm_id_available(type t);
