@@ -165,14 +165,15 @@ inline V::f fold8(const V::f* a) {
     return V::add(V::add(r0, r2), V::add(r1, r3));
 }
 
-// Halves of a record taken per sweep over the blocks. The kernels with one accumulator per row and activation row
-// (the blockwise ones) take both 8-lane halves in one sweep when there is one activation row: a second sweep would
-// reread the group from cache while DRAM idles. With the records asked for 4 ahead, GEMV 8192 x 8192 q4_0, 2 threads,
-// this VM (2026-11-27, medians of 5): 13.6 -> 20.7 GB/s (the raw read rate measures 16-18 without prefetching).
+// Decode (one activation row): both 8-lane halves of a record in one sweep over the blocks, the records asked for 4
+// ahead. Two sweeps reread the group from cache while DRAM idles. GEMV 8192 x 8192, 2 threads, this VM (AVX2,
+// 2026-11-27, medians of 5-6), GB/s: q4_0 13.6 -> 20.7, q4_1 12.3 -> 17.5, q8_0 14.0 -> 18.5 (the VM streams 16-18
+// without prefetching). The blockwise kernels (one accumulator per row and activation row) do it whenever NA == 1;
+// the plain ones (8 a row: both halves' spill) only as their decode form (SWEEP, chunked's KD), so prefill's
+// activation rows one at a time keep the two-sweep form.
 template <int NA> constexpr int decode_sweep = NA == 1 ? V::passes : 1;
 
-// q4_0 summed blockwise: acc = fma(float(block dot), d_w * d_a, acc). One activation row (decode): both 8-lane halves
-// in one sweep over the blocks, records asked for 4 ahead (decode_sweep)
+// q4_0 summed blockwise: acc = fma(float(block dot), d_w * d_a, acc); NA == 1 in one sweep (decode_sweep)
 template <int NA>
 void q4_0_blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
                     size_t ys) {
@@ -268,70 +269,88 @@ void mxfp4_blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, 
     }
 }
 
-// q4_0 / q4_1 in ggml_vec_dot's order: 8 float lanes per row (one per word group), folded at the end
-template <int NA, bool Q41>
+// q4_0 / q4_1 in ggml_vec_dot's order: 8 float lanes per row (one per word group), folded at the end; SWEEP: the
+// decode form (one sweep, decode_sweep's comment)
+template <int NA, bool Q41, bool SWEEP = false>
 void q4_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
               size_t ys) {
     using ablock = std::conditional_t<Q41, block_q8_1, block_q8_0>;
-    for (int h = 0; h < V::passes; h++) {
-        V::f acc[NA][8], summs[NA];
-        for (int j = 0; j < NA; j++) {
-            summs[j] = V::zero();
-            for (int g = 0; g < 8; g++) acc[j][g] = V::zero();
-        }
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t* blk = w + size_t(b) * (Q41 ? 256 + 64 : 256 + 32);
-            const uint8_t* q = blk + h * 32;
-            const uint16_t* bs = reinterpret_cast<const uint16_t*>(blk + 256) + h * 8;
-            const V::f dw = V::load_h(bs);
-            V::f d[NA];
+    constexpr size_t REC = Q41 ? 256 + 64 : 256 + 32;
+    constexpr int P = SWEEP ? V::passes : 1;
+    for (int h0 = 0; h0 < V::passes; h0 += P) {
+        V::f acc[P][NA][8], summs[P][NA];
+        for (int hh = 0; hh < P; hh++)
             for (int j = 0; j < NA; j++) {
-                const auto& ab = reinterpret_cast<const ablock*>(a + j * as)[b];
-                d[j] = V::mul(dw, V::set1f(h2f(ab.d)));
-                if constexpr (Q41) summs[j] = V::fma(V::load_h(bs + 16), V::set1f(h2f(ab.s)), summs[j]);
+                summs[hh][j] = V::zero();
+                for (int g = 0; g < 8; g++) acc[hh][j][g] = V::zero();
             }
-            for (int v = 0; v < 4; v++) {
-                const V::i x = V::load(q + 64 * v);
-                const V::i lo = V::low4(x), hi = V::high4(x);
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t* blk = w + size_t(b) * REC;
+            if constexpr (SWEEP) prefetch<REC>(blk + 4 * REC);
+            for (int hh = 0; hh < P; hh++) {
+                const int h = h0 + hh;
+                const uint8_t* q = blk + h * 32;
+                const uint16_t* bs = reinterpret_cast<const uint16_t*>(blk + 256) + h * 8;
+                const V::f dw = V::load_h(bs);
+                V::f d[NA];
                 for (int j = 0; j < NA; j++) {
                     const auto& ab = reinterpret_cast<const ablock*>(a + j * as)[b];
-                    const int32_t c_lo = Q41 ? 0 : s[j * ss + b * 8 + v], c_hi = Q41 ? 0 : s[j * ss + b * 8 + 4 + v];
-                    const V::i il = V::dp(V::set1(c_lo), lo, V::set1(word(ab.qs + 4 * v)));
-                    const V::i ih = V::dp(V::set1(c_hi), hi, V::set1(word(ab.qs + 16 + 4 * v)));
-                    acc[j][v] = V::fma(d[j], V::cvt(il), acc[j][v]);
-                    acc[j][4 + v] = V::fma(d[j], V::cvt(ih), acc[j][4 + v]);
+                    d[j] = V::mul(dw, V::set1f(h2f(ab.d)));
+                    if constexpr (Q41) summs[hh][j] = V::fma(V::load_h(bs + 16), V::set1f(h2f(ab.s)), summs[hh][j]);
+                }
+                for (int v = 0; v < 4; v++) {
+                    const V::i x = V::load(q + 64 * v);
+                    const V::i lo = V::low4(x), hi = V::high4(x);
+                    for (int j = 0; j < NA; j++) {
+                        const auto& ab = reinterpret_cast<const ablock*>(a + j * as)[b];
+                        const int32_t c_lo = Q41 ? 0 : s[j * ss + b * 8 + v], c_hi = Q41 ? 0 : s[j * ss + b * 8 + 4 + v];
+                        const V::i il = V::dp(V::set1(c_lo), lo, V::set1(word(ab.qs + 4 * v)));
+                        const V::i ih = V::dp(V::set1(c_hi), hi, V::set1(word(ab.qs + 16 + 4 * v)));
+                        acc[hh][j][v] = V::fma(d[j], V::cvt(il), acc[hh][j][v]);
+                        acc[hh][j][4 + v] = V::fma(d[j], V::cvt(ih), acc[hh][j][4 + v]);
+                    }
                 }
             }
         }
-        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, V::add(fold8(acc[j]), summs[j]));
+        for (int hh = 0; hh < P; hh++)
+            for (int j = 0; j < NA; j++)
+                V::store(y + j * ys + (h0 + hh) * V::lanes, V::add(fold8(acc[hh][j]), summs[hh][j]));
     }
 }
 
-// q8_0 in ggml_vec_dot's order
-template <int NA>
+// q8_0 in ggml_vec_dot's order; SWEEP: the decode form
+template <int NA, bool SWEEP = false>
 void q8_0_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
                 size_t ys) {
-    for (int h = 0; h < V::passes; h++) {
-        V::f acc[NA][8];
-        for (int j = 0; j < NA; j++)
-            for (int g = 0; g < 8; g++) acc[j][g] = V::zero();
+    constexpr int P = SWEEP ? V::passes : 1;
+    for (int h0 = 0; h0 < V::passes; h0 += P) {
+        V::f acc[P][NA][8];
+        for (int hh = 0; hh < P; hh++)
+            for (int j = 0; j < NA; j++)
+                for (int g = 0; g < 8; g++) acc[hh][j][g] = V::zero();
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t* blk = w + size_t(b) * (512 + 32);
-            const uint8_t* q = blk + h * 32;
-            const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(blk + 512) + h * 8);
-            V::f d[NA];
-            for (int j = 0; j < NA; j++)
-                d[j] = V::mul(dw, V::set1f(h2f(reinterpret_cast<const block_q8_0*>(a + j * as)[b].d)));
-            for (int g = 0; g < 8; g++) {
-                const V::i x = V::load(q + 64 * g);
-                for (int j = 0; j < NA; j++) {
-                    const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
-                    const V::i init = V::set1(V::q8_corrected ? s[j * ss + b * 8 + g] : 0);
-                    acc[j][g] = V::fma(d[j], V::cvt(V::dp_q8(init, x, V::set1(word(ab.qs + 4 * g)))), acc[j][g]);
+            if constexpr (SWEEP) prefetch<512 + 32>(blk + 4 * (512 + 32));
+            for (int hh = 0; hh < P; hh++) {
+                const int h = h0 + hh;
+                const uint8_t* q = blk + h * 32;
+                const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(blk + 512) + h * 8);
+                V::f d[NA];
+                for (int j = 0; j < NA; j++)
+                    d[j] = V::mul(dw, V::set1f(h2f(reinterpret_cast<const block_q8_0*>(a + j * as)[b].d)));
+                for (int g = 0; g < 8; g++) {
+                    const V::i x = V::load(q + 64 * g);
+                    for (int j = 0; j < NA; j++) {
+                        const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
+                        const V::i init = V::set1(V::q8_corrected ? s[j * ss + b * 8 + g] : 0);
+                        acc[hh][j][g] =
+                            V::fma(d[j], V::cvt(V::dp_q8(init, x, V::set1(word(ab.qs + 4 * g)))), acc[hh][j][g]);
+                    }
                 }
             }
         }
-        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(acc[j]));
+        for (int hh = 0; hh < P; hh++)
+            for (int j = 0; j < NA; j++) V::store(y + j * ys + (h0 + hh) * V::lanes, fold8(acc[hh][j]));
     }
 }
 
@@ -510,9 +529,11 @@ void i2_s_k(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const i
 
 // na activation rows in chunks of NA, then one at a time
 template <int NA, void (*K)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t),
-          void (*K1)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t)>
+          void (*K1)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t),
+          void (*KD)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t) = K1>
 void chunked(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, int64_t na,
              float* y, size_t ys) {
+    if (na == 1) return KD(w, nb, a, as, s, ss, y, ys); // decode: the one-sweep form where a kind has one
     int64_t j = 0;
     // s may be null (a kind without corrections): offset it only when it is not
     for (; j + NA <= na; j += NA) K(w, nb, a + j * as, as, s ? s + j * ss : s, ss, y + j * ys, ys);
@@ -570,10 +591,12 @@ x16_kernels x16_kernels_for(x16_kind kind) {
     case x16_kind::mxfp4_blockwise:
         return {chunked<4, mxfp4_blockwise<4>, mxfp4_blockwise<1>>, sums_blocks<12>};
     case x16_kind::q4_0:
-        return {chunked<plain_na, q4_plain<plain_na, false>, q4_plain<1, false>>, sums_groups<-8>};
-    case x16_kind::q4_1: return {chunked<plain_na, q4_plain<plain_na, true>, q4_plain<1, true>>, nullptr};
+        return {chunked<plain_na, q4_plain<plain_na, false>, q4_plain<1, false>, q4_plain<1, false, true>>, sums_groups<-8>};
+    case x16_kind::q4_1:
+        return {chunked<plain_na, q4_plain<plain_na, true>, q4_plain<1, true>, q4_plain<1, true, true>>, nullptr};
     case x16_kind::q8_0:
-        return {chunked<plain_na, q8_0_plain<plain_na>, q8_0_plain<1>>, V::q8_corrected ? sums_groups<-128> : nullptr};
+        return {chunked<plain_na, q8_0_plain<plain_na>, q8_0_plain<1>, q8_0_plain<1, true>>,
+                V::q8_corrected ? sums_groups<-128> : nullptr};
     case x16_kind::nvfp4: return {chunked<narrow_na, nvfp4_plain<narrow_na>, nvfp4_plain<1>>, sums_groups<-12>};
     case x16_kind::awq4: return {chunked<narrow_na, awq4_k<128, narrow_na>, awq4_k<128, 1>>, sums_q8_1_blocks};
     case x16_kind::awq4_g64: return {chunked<narrow_na, awq4_k<64, narrow_na>, awq4_k<64, 1>>, sums_q8_1_blocks};
