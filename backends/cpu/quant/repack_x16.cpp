@@ -166,11 +166,12 @@ inline V::f fold8(const V::f* a) {
 }
 
 // Decode (one activation row): both 8-lane halves of a record in one sweep over the blocks, the records asked for 4
-// ahead. Two sweeps reread the group from cache while DRAM idles. GEMV 8192 x 8192, 2 threads, this VM (AVX2,
-// 2026-11-27, medians of 5-6), GB/s: q4_0 13.6 -> 20.7, q4_1 12.3 -> 17.5, q8_0 14.0 -> 18.5 (the VM streams 16-18
-// without prefetching). The blockwise kernels (one accumulator per row and activation row) do it whenever NA == 1;
-// the plain ones (8 a row: both halves' spill) only as their decode form (SWEEP, chunked's KD), so prefill's
-// activation rows one at a time keep the two-sweep form.
+// ahead (awq4: 2). Two sweeps reread the group from cache while DRAM idles. GEMV 8192 x 8192, 2 threads, this VM
+// (AVX2, 2026-11-27, medians of 5-6), GB/s: q4_0 13.6 -> 20.7, q4_1 12.3 -> 17.5, q8_0 14.0 -> 18.5, nvfp4 12.9 ->
+// 15.9, awq4 13.5 -> 16.4, tq2_0 11.6 -> 16.2, i2_s 12.2 -> 16.3 (the VM streams 16-18 without prefetching). The
+// blockwise kernels (one accumulator per row and activation row) do it whenever NA == 1; the others (up to 8 a row:
+// both halves' spill) only as their decode form (SWEEP, chunked's KD), so prefill's activation rows one at a time
+// keep the two-sweep form.
 template <int NA> constexpr int decode_sweep = NA == 1 ? V::passes : 1;
 
 // q4_0 summed blockwise: acc = fma(float(block dot), d_w * d_a, acc); NA == 1 in one sweep (decode_sweep)
@@ -303,7 +304,8 @@ void q4_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const i
                     const V::i lo = V::low4(x), hi = V::high4(x);
                     for (int j = 0; j < NA; j++) {
                         const auto& ab = reinterpret_cast<const ablock*>(a + j * as)[b];
-                        const int32_t c_lo = Q41 ? 0 : s[j * ss + b * 8 + v], c_hi = Q41 ? 0 : s[j * ss + b * 8 + 4 + v];
+                        const int32_t c_lo = Q41 ? 0 : s[j * ss + b * 8 + v];
+                        const int32_t c_hi = Q41 ? 0 : s[j * ss + b * 8 + 4 + v];
                         const V::i il = V::dp(V::set1(c_lo), lo, V::set1(word(ab.qs + 4 * v)));
                         const V::i ih = V::dp(V::set1(c_hi), hi, V::set1(word(ab.qs + 16 + 4 * v)));
                         acc[hh][j][v] = V::fma(d[j], V::cvt(il), acc[hh][j][v]);
@@ -357,172 +359,199 @@ void q8_0_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const
 // nvfp4 in ggml's AVX2 order: per row 8 lanes, lane v: fma(UE4M3(d_{v/4}) * d_a0, dot of group v of q8 block 2b),
 // then fma(UE4M3(d_{2+v/4}) * d_a1, group v of block 2b + 1). Codes decode to E2M1 value + 12 (0..24, unsigned) and
 // the dot starts from -12 x the group's activation sum.
-template <int NA>
+template <int NA, bool SWEEP = false>
 void nvfp4_plain(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
                  size_t ys) {
     const V::i tab = V::table16(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-    for (int h = 0; h < V::passes; h++) {
-        V::f acc[NA][8];
-        for (int j = 0; j < NA; j++)
-            for (int g = 0; g < 8; g++) acc[j][g] = V::zero();
+    constexpr int P = SWEEP ? V::passes : 1;
+    for (int h0 = 0; h0 < V::passes; h0 += P) {
+        V::f acc[P][NA][8];
+        for (int hh = 0; hh < P; hh++)
+            for (int j = 0; j < NA; j++)
+                for (int g = 0; g < 8; g++) acc[hh][j][g] = V::zero();
         for (int64_t b = 0; b < nb32 / 2; b++) {
             const uint8_t* blk = w + size_t(b) * (512 + 64);
-            const uint8_t* q = blk + h * 32;
-            const uint8_t* sc = blk + 512 + h * V::lanes;
             prefetch<512 + 64>(blk + 4 * (512 + 64));
-            const V::f w0 = V::load_ue(sc), w1 = V::load_ue(sc + 16);
-            const V::f w2 = V::load_ue(sc + 32), w3 = V::load_ue(sc + 48);
-            V::f sa[NA][4];
-            for (int j = 0; j < NA; j++) {
-                const auto* ab = reinterpret_cast<const block_q8_0*>(a + j * as) + 2 * b;
-                // (UE4M3 / 2 / 128) * (128 d_a): the exact product UE4M3 / 2 * d_a, rounded once, as ggml's
-                const V::f f0 = V::set1f(h2f(ab[0].d) * 128.0f), f1 = V::set1f(h2f(ab[1].d) * 128.0f);
-                sa[j][0] = V::mul(w0, f0), sa[j][1] = V::mul(w1, f0);
-                sa[j][2] = V::mul(w2, f1), sa[j][3] = V::mul(w3, f1);
-            }
-            for (int v = 0; v < 8; v++) {
-                const V::i x = V::load(q + 64 * v);
-                const V::i lo = V::lut(tab, V::low4(x)), hi = V::lut(tab, V::high4(x));
+            for (int hh = 0; hh < P; hh++) {
+                const int h = h0 + hh;
+                const uint8_t* q = blk + h * 32;
+                const uint8_t* sc = blk + 512 + h * V::lanes;
+                const V::f w0 = V::load_ue(sc), w1 = V::load_ue(sc + 16);
+                const V::f w2 = V::load_ue(sc + 32), w3 = V::load_ue(sc + 48);
+                V::f sa[NA][4];
                 for (int j = 0; j < NA; j++) {
                     const auto* ab = reinterpret_cast<const block_q8_0*>(a + j * as) + 2 * b;
-                    const int32_t* c = s + j * ss + 16 * b;
-                    const V::i i0 = V::dp(V::set1(c[v]), lo, V::set1(word(ab[0].qs + 4 * v)));
-                    const V::i i1 = V::dp(V::set1(c[8 + v]), hi, V::set1(word(ab[1].qs + 4 * v)));
-                    acc[j][v] = V::fma(sa[j][v / 4], V::cvt(i0), acc[j][v]);
-                    acc[j][v] = V::fma(sa[j][2 + v / 4], V::cvt(i1), acc[j][v]);
+                    // (UE4M3 / 2 / 128) * (128 d_a): the exact product UE4M3 / 2 * d_a, rounded once, as ggml's
+                    const V::f f0 = V::set1f(h2f(ab[0].d) * 128.0f), f1 = V::set1f(h2f(ab[1].d) * 128.0f);
+                    sa[j][0] = V::mul(w0, f0), sa[j][1] = V::mul(w1, f0);
+                    sa[j][2] = V::mul(w2, f1), sa[j][3] = V::mul(w3, f1);
+                }
+                for (int v = 0; v < 8; v++) {
+                    const V::i x = V::load(q + 64 * v);
+                    const V::i lo = V::lut(tab, V::low4(x)), hi = V::lut(tab, V::high4(x));
+                    for (int j = 0; j < NA; j++) {
+                        const auto* ab = reinterpret_cast<const block_q8_0*>(a + j * as) + 2 * b;
+                        const int32_t* c = s + j * ss + 16 * b;
+                        const V::i i0 = V::dp(V::set1(c[v]), lo, V::set1(word(ab[0].qs + 4 * v)));
+                        const V::i i1 = V::dp(V::set1(c[8 + v]), hi, V::set1(word(ab[1].qs + 4 * v)));
+                        acc[hh][j][v] = V::fma(sa[j][v / 4], V::cvt(i0), acc[hh][j][v]);
+                        acc[hh][j][v] = V::fma(sa[j][2 + v / 4], V::cvt(i1), acc[hh][j][v]);
+                    }
                 }
             }
         }
-        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(acc[j]));
+        for (int hh = 0; hh < P; hh++)
+            for (int j = 0; j < NA; j++) V::store(y + j * ys + (h0 + hh) * V::lanes, fold8(acc[hh][j]));
     }
 }
 
 // awq4 (group G): per group, per q8_1 block, I = sum q q8 - z sum q8 (exact; the correction z * (-sum) by one madd),
 // acc_g = fma(float(I), d8, acc_g), then acc = fma(s, acc_g, acc)
-template <int G, int NA>
+template <int G, int NA, bool SWEEP = false>
 void awq4_k(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
             size_t ys) {
     constexpr int QB = G / 32;
     constexpr size_t rec = G * 8 + 64;
-    for (int h = 0; h < V::passes; h++) {
-        V::f acc[NA];
-        for (int j = 0; j < NA; j++) acc[j] = V::zero();
+    constexpr int P = SWEEP ? V::passes : 1;
+    for (int h0 = 0; h0 < V::passes; h0 += P) {
+        V::f acc[P][NA];
+        for (int hh = 0; hh < P; hh++)
+            for (int j = 0; j < NA; j++) acc[hh][j] = V::zero();
         for (int64_t g = 0; g < nb32 / QB; g++) {
             const uint8_t* blk = w + size_t(g) * rec;
-            const V::f sw = V::load_h(reinterpret_cast<const uint16_t*>(blk + G * 8) + h * V::lanes);
-            const V::i z = V::load_u8(blk + G * 8 + 32 + h * V::lanes); // int32 lanes: (int16 z, 0)
-            V::f accg[NA];
-            for (int j = 0; j < NA; j++) accg[j] = V::zero();
-            for (int qb = 0; qb < QB; qb++) {
-                const uint8_t* q = blk + qb * 256 + h * 32;
-                V::i lo[4], hi[4];
-                for (int v = 0; v < 4; v++) {
-                    const V::i x = V::load(q + 64 * v);
-                    lo[v] = V::low4(x);
-                    hi[v] = V::high4(x);
-                }
-                for (int j = 0; j < NA; j++) {
-                    const auto& ab = reinterpret_cast<const block_q8_1*>(a + j * as)[g * QB + qb];
-                    // s: -sum of the block's q8 (|sum| <= 4096: its low int16 is the value)
-                    V::i i0 = V::madd16(z, V::set1(s[j * ss + g * QB + qb])), i1 = V::zero_i();
+            if constexpr (SWEEP) prefetch<rec>(blk + 2 * rec);
+            for (int hh = 0; hh < P; hh++) {
+                const int h = h0 + hh;
+                const V::f sw = V::load_h(reinterpret_cast<const uint16_t*>(blk + G * 8) + h * V::lanes);
+                const V::i z = V::load_u8(blk + G * 8 + 32 + h * V::lanes); // int32 lanes: (int16 z, 0)
+                V::f accg[NA];
+                for (int j = 0; j < NA; j++) accg[j] = V::zero();
+                for (int qb = 0; qb < QB; qb++) {
+                    const uint8_t* q = blk + qb * 256 + h * 32;
+                    V::i lo[4], hi[4];
                     for (int v = 0; v < 4; v++) {
-                        i0 = V::dp(i0, lo[v], V::set1(word(ab.qs + 4 * v)));
-                        i1 = V::dp(i1, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
+                        const V::i x = V::load(q + 64 * v);
+                        lo[v] = V::low4(x);
+                        hi[v] = V::high4(x);
                     }
-                    accg[j] = V::fma(V::cvt(V::add32(i0, i1)), V::set1f(h2f(ab.d)), accg[j]);
+                    for (int j = 0; j < NA; j++) {
+                        const auto& ab = reinterpret_cast<const block_q8_1*>(a + j * as)[g * QB + qb];
+                        // s: -sum of the block's q8 (|sum| <= 4096: its low int16 is the value)
+                        V::i i0 = V::madd16(z, V::set1(s[j * ss + g * QB + qb])), i1 = V::zero_i();
+                        for (int v = 0; v < 4; v++) {
+                            i0 = V::dp(i0, lo[v], V::set1(word(ab.qs + 4 * v)));
+                            i1 = V::dp(i1, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
+                        }
+                        accg[j] = V::fma(V::cvt(V::add32(i0, i1)), V::set1f(h2f(ab.d)), accg[j]);
+                    }
                 }
+                for (int j = 0; j < NA; j++) acc[hh][j] = V::fma(sw, accg[j], acc[hh][j]);
             }
-            for (int j = 0; j < NA; j++) acc[j] = V::fma(sw, accg[j], acc[j]);
         }
-        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, acc[j]);
+        for (int hh = 0; hh < P; hh++)
+            for (int j = 0; j < NA; j++) V::store(y + j * ys + (h0 + hh) * V::lanes, acc[hh][j]);
     }
 }
 
 // tq2_0 in ggml's AVX2 order: lane l of a block = sum over h, n of the codes of group (h, n, l) times the activations,
 // minus sum q[32l .. 32l + 31] (from act_sums), acc_l = fma(float, d_a * d_w, acc_l), folded as hsum_float_8
-template <int NA>
+template <int NA, bool SWEEP = false>
 void tq2_0_plain(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
                  size_t ys) {
-    for (int h = 0; h < V::passes; h++) {
-        V::f acc[NA][8];
-        for (int j = 0; j < NA; j++)
-            for (int l = 0; l < 8; l++) acc[j][l] = V::zero();
+    constexpr int P = SWEEP ? V::passes : 1;
+    for (int h0 = 0; h0 < V::passes; h0 += P) {
+        V::f acc[P][NA][8];
+        for (int hh = 0; hh < P; hh++)
+            for (int j = 0; j < NA; j++)
+                for (int l = 0; l < 8; l++) acc[hh][j][l] = V::zero();
         for (int64_t b = 0; b < nb32 / 8; b++) {
             const uint8_t* blk = w + size_t(b) * (1024 + 64);
-            const uint8_t* q = blk + h * 32;
             prefetch<1024 + 64>(blk + 4 * (1024 + 64));
-            const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(blk + 1024) + h * V::lanes);
-            V::f d[NA];
-            for (int j = 0; j < NA; j++)
-                d[j] = V::mul(V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d), dw);
-            for (int l = 0; l < 8; l++) {
-                const V::i x0 = V::load(q + 128 * l), x1 = V::load(q + 128 * l + 64);
-                const V::i c[8] = {V::bits2<0>(x0), V::bits2<2>(x0), V::bits2<4>(x0), V::bits2<6>(x0),
-                                   V::bits2<0>(x1), V::bits2<2>(x1), V::bits2<4>(x1), V::bits2<6>(x1)};
-                for (int j = 0; j < NA; j++) {
-                    const int8_t* qa = reinterpret_cast<const block_q8_k*>(a + j * as)[b].qs + 4 * l;
-                    V::i isum;
-                    if constexpr (V::pairs16) { // a pair sum <= 2 x 3 x 128 = 768, eight of them < 2^15
-                        V::i p = V::mul_pairs(c[0], V::set1(word(qa)));
-                        p = V::add16(p, V::mul_pairs(c[4], V::set1(word(qa + 128))));
-                        for (int n = 1; n < 4; n++) {
-                            p = V::add16(p, V::mul_pairs(c[n], V::set1(word(qa + 32 * n))));
-                            p = V::add16(p, V::mul_pairs(c[4 + n], V::set1(word(qa + 128 + 32 * n))));
+            for (int hh = 0; hh < P; hh++) {
+                const int h = h0 + hh;
+                const uint8_t* q = blk + h * 32;
+                const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(blk + 1024) + h * V::lanes);
+                V::f d[NA];
+                for (int j = 0; j < NA; j++)
+                    d[j] = V::mul(V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d), dw);
+                for (int l = 0; l < 8; l++) {
+                    const V::i x0 = V::load(q + 128 * l), x1 = V::load(q + 128 * l + 64);
+                    const V::i c[8] = {V::bits2<0>(x0), V::bits2<2>(x0), V::bits2<4>(x0), V::bits2<6>(x0),
+                                       V::bits2<0>(x1), V::bits2<2>(x1), V::bits2<4>(x1), V::bits2<6>(x1)};
+                    for (int j = 0; j < NA; j++) {
+                        const int8_t* qa = reinterpret_cast<const block_q8_k*>(a + j * as)[b].qs + 4 * l;
+                        V::i isum;
+                        if constexpr (V::pairs16) { // a pair sum <= 2 x 3 x 128 = 768, eight of them < 2^15
+                            V::i p = V::mul_pairs(c[0], V::set1(word(qa)));
+                            p = V::add16(p, V::mul_pairs(c[4], V::set1(word(qa + 128))));
+                            for (int n = 1; n < 4; n++) {
+                                p = V::add16(p, V::mul_pairs(c[n], V::set1(word(qa + 32 * n))));
+                                p = V::add16(p, V::mul_pairs(c[4 + n], V::set1(word(qa + 128 + 32 * n))));
+                            }
+                            isum = V::widen(V::set1(s[j * ss + 8 * b + l]), p);
+                        } else {
+                            V::i i0 = V::set1(s[j * ss + 8 * b + l]), i1 = V::zero_i();
+                            for (int n = 0; n < 4; n++) {
+                                i0 = V::dp(i0, c[n], V::set1(word(qa + 32 * n)));
+                                i1 = V::dp(i1, c[4 + n], V::set1(word(qa + 128 + 32 * n)));
+                            }
+                            isum = V::add32(i0, i1);
                         }
-                        isum = V::widen(V::set1(s[j * ss + 8 * b + l]), p);
-                    } else {
-                        V::i i0 = V::set1(s[j * ss + 8 * b + l]), i1 = V::zero_i();
-                        for (int n = 0; n < 4; n++) {
-                            i0 = V::dp(i0, c[n], V::set1(word(qa + 32 * n)));
-                            i1 = V::dp(i1, c[4 + n], V::set1(word(qa + 128 + 32 * n)));
-                        }
-                        isum = V::add32(i0, i1);
+                        acc[hh][j][l] = V::fma(V::cvt(isum), d[j], acc[hh][j][l]);
                     }
-                    acc[j][l] = V::fma(V::cvt(isum), d[j], acc[j][l]);
                 }
             }
         }
-        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(acc[j]));
+        for (int hh = 0; hh < P; hh++)
+            for (int j = 0; j < NA; j++) V::store(y + j * ys + (h0 + hh) * V::lanes, fold8(acc[hh][j]));
     }
 }
 
 // i2_s: the exact integer sum over the row of code * q (four independent chains), minus the row's sum of q, times d_a
-template <int NA>
+template <int NA, bool SWEEP = false>
 void i2_s_k(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
             size_t ys) {
     const int64_t nb = nb32 / 4;
-    for (int h = 0; h < V::passes; h++) {
-        V::i acc[NA][4];
-        for (int j = 0; j < NA; j++)
-            for (int n = 0; n < 4; n++) acc[j][n] = V::zero_i();
+    constexpr int P = SWEEP ? V::passes : 1;
+    for (int h0 = 0; h0 < V::passes; h0 += P) {
+        V::i acc[P][NA][4];
+        for (int hh = 0; hh < P; hh++)
+            for (int j = 0; j < NA; j++)
+                for (int n = 0; n < 4; n++) acc[hh][j][n] = V::zero_i();
         for (int64_t b = 0; b < nb; b++) {
-            const uint8_t* q = w + size_t(b) * 512 + h * 32;
-            // AVX2: the block's products summed in int16 (32 pair sums of <= 2 x 3 x 128 = 768: < 2^15), one widening
-            V::i p[NA];
-            for (int j = 0; j < NA; j++) p[j] = V::zero_i();
-            for (int l = 0; l < 8; l++) {
-                const V::i x = V::load(q + 64 * l);
-                const V::i c[4] = {V::bits2<6>(x), V::bits2<4>(x), V::bits2<2>(x), V::bits2<0>(x)};
-                for (int j = 0; j < NA; j++) {
-                    const int8_t* qa = reinterpret_cast<const block_i8_s*>(a + j * as)[b].qs + 4 * l;
-                    for (int n = 0; n < 4; n++) {
-                        if constexpr (V::pairs16)
-                            p[j] = V::add16(p[j], V::mul_pairs(c[n], V::set1(word(qa + 32 * n))));
-                        else
-                            acc[j][n] = V::dp(acc[j][n], c[n], V::set1(word(qa + 32 * n)));
+            if constexpr (SWEEP) prefetch<512>(w + size_t(b + 4) * 512);
+            for (int hh = 0; hh < P; hh++) {
+                const uint8_t* q = w + size_t(b) * 512 + (h0 + hh) * 32;
+                // AVX2: the block's products summed in int16 (32 pair sums of <= 2 x 3 x 128 = 768: < 2^15), one
+                // widening
+                V::i p[NA];
+                for (int j = 0; j < NA; j++) p[j] = V::zero_i();
+                for (int l = 0; l < 8; l++) {
+                    const V::i x = V::load(q + 64 * l);
+                    const V::i c[4] = {V::bits2<6>(x), V::bits2<4>(x), V::bits2<2>(x), V::bits2<0>(x)};
+                    for (int j = 0; j < NA; j++) {
+                        const int8_t* qa = reinterpret_cast<const block_i8_s*>(a + j * as)[b].qs + 4 * l;
+                        for (int n = 0; n < 4; n++) {
+                            if constexpr (V::pairs16)
+                                p[j] = V::add16(p[j], V::mul_pairs(c[n], V::set1(word(qa + 32 * n))));
+                            else
+                                acc[hh][j][n] = V::dp(acc[hh][j][n], c[n], V::set1(word(qa + 32 * n)));
+                        }
                     }
                 }
+                if constexpr (V::pairs16)
+                    for (int j = 0; j < NA; j++) acc[hh][j][int(b % 4)] = V::widen(acc[hh][j][int(b % 4)], p[j]);
             }
-            if constexpr (V::pairs16)
-                for (int j = 0; j < NA; j++) acc[j][int(b % 4)] = V::widen(acc[j][int(b % 4)], p[j]);
         }
         for (int j = 0; j < NA; j++) {
             const auto* ab = reinterpret_cast<const block_i8_s*>(a + j * as);
             int32_t total = 0;
             for (int64_t b = 0; b < nb; b++) total += ab[b].sum;
-            const V::i sum = V::sub32(V::add32(V::add32(acc[j][0], acc[j][1]), V::add32(acc[j][2], acc[j][3])),
-                                      V::set1(total));
-            V::store(y + j * ys + h * V::lanes, V::mul(V::cvt(sum), V::set1f(ab[0].d)));
+            for (int hh = 0; hh < P; hh++) {
+                const V::i* c = acc[hh][j];
+                const V::i sum = V::sub32(V::add32(V::add32(c[0], c[1]), V::add32(c[2], c[3])), V::set1(total));
+                V::store(y + j * ys + (h0 + hh) * V::lanes, V::mul(V::cvt(sum), V::set1f(ab[0].d)));
+            }
         }
     }
 }
@@ -591,17 +620,22 @@ x16_kernels x16_kernels_for(x16_kind kind) {
     case x16_kind::mxfp4_blockwise:
         return {chunked<4, mxfp4_blockwise<4>, mxfp4_blockwise<1>>, sums_blocks<12>};
     case x16_kind::q4_0:
-        return {chunked<plain_na, q4_plain<plain_na, false>, q4_plain<1, false>, q4_plain<1, false, true>>, sums_groups<-8>};
+        return {chunked<plain_na, q4_plain<plain_na, false>, q4_plain<1, false>, q4_plain<1, false, true>>,
+                sums_groups<-8>};
     case x16_kind::q4_1:
         return {chunked<plain_na, q4_plain<plain_na, true>, q4_plain<1, true>, q4_plain<1, true, true>>, nullptr};
     case x16_kind::q8_0:
         return {chunked<plain_na, q8_0_plain<plain_na>, q8_0_plain<1>, q8_0_plain<1, true>>,
                 V::q8_corrected ? sums_groups<-128> : nullptr};
-    case x16_kind::nvfp4: return {chunked<narrow_na, nvfp4_plain<narrow_na>, nvfp4_plain<1>>, sums_groups<-12>};
-    case x16_kind::awq4: return {chunked<narrow_na, awq4_k<128, narrow_na>, awq4_k<128, 1>>, sums_q8_1_blocks};
-    case x16_kind::awq4_g64: return {chunked<narrow_na, awq4_k<64, narrow_na>, awq4_k<64, 1>>, sums_q8_1_blocks};
-    case x16_kind::tq2_0: return {chunked<plain_na, tq2_0_plain<plain_na>, tq2_0_plain<1>>, sums_tq2_0};
-    case x16_kind::i2_s: return {chunked<narrow_na, i2_s_k<narrow_na>, i2_s_k<1>>, nullptr};
+    case x16_kind::nvfp4:
+        return {chunked<narrow_na, nvfp4_plain<narrow_na>, nvfp4_plain<1>, nvfp4_plain<1, true>>, sums_groups<-12>};
+    case x16_kind::awq4:
+        return {chunked<narrow_na, awq4_k<128, narrow_na>, awq4_k<128, 1>, awq4_k<128, 1, true>>, sums_q8_1_blocks};
+    case x16_kind::awq4_g64:
+        return {chunked<narrow_na, awq4_k<64, narrow_na>, awq4_k<64, 1>, awq4_k<64, 1, true>>, sums_q8_1_blocks};
+    case x16_kind::tq2_0:
+        return {chunked<plain_na, tq2_0_plain<plain_na>, tq2_0_plain<1>, tq2_0_plain<1, true>>, sums_tq2_0};
+    case x16_kind::i2_s: return {chunked<narrow_na, i2_s_k<narrow_na>, i2_s_k<1>, i2_s_k<1, true>>, nullptr};
     }
     return {};
 }
