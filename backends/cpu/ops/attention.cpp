@@ -129,12 +129,17 @@ void attention_tiled(const compute_params& p, tensor& dst, const float_kernels& 
     }
 }
 
+// floats of the decode path's scratch per thread: 3 rows of hd per head of the group, then its M and S
+size_t decode_scratch(int64_t hd, int64_t group) {
+    return size_t(3 * hd * group + 2 * group);
+}
+
 } // namespace
 
 size_t attention_work_size(const tensor& node, int n_threads) {
     const int64_t hd = node.src[0]->ne[0], group = node.src[0]->ne[1] / node.src[1]->ne[1];
-    // decode: 4 rows of hd per thread; prefill: a counter's cache line, then attention_tiled's per-thread scratch
-    const size_t decode = size_t(4 * hd),
+    // decode: decode_scratch per thread; prefill: a counter's cache line, then attention_tiled's per-thread scratch
+    const size_t decode = decode_scratch(hd, group),
                  prefill = size_t(2 * TILE * hd + hd + group * TILE * hd + ROWS * TILE + 2 * group * TILE);
     return 64 + size_t(n_threads) * std::max(decode, prefill) * sizeof(float);
 }
@@ -158,56 +163,75 @@ void attention(const compute_params& p, tensor& dst) {
     if (n_tok >= TILE) return attention_tiled(p, dst, fk, f16_to_f32);
     const bool f16_path = k.t == type::f16;
 
-    // scratch per thread: k/v row (hd) + accumulator (hd) + q row (hd) + q as f16 (hd halves)
-    float* scratch = reinterpret_cast<float*>(p.wdata) + size_t(p.ith) * size_t(4 * hd);
-    float* row = scratch;
-    float* acc = row + hd;
-    float* qr = acc + hd;
-    uint16_t* q16 = reinterpret_cast<uint16_t*>(qr + hd);
+    // Jobs: (token, run of gs query heads sharing one K/V head). Each K and V row is read once for the run's heads,
+    // whose dependency chains (the f16 accumulator's round trip) then overlap; every head's own arithmetic is
+    // unchanged (the same steps in the same order). gs: the largest divisor of the group that still leaves a job for
+    // every thread. qwen3moe-small decode at depth 2048, 2 threads: 1846 -> 1332 us a layer.
+    int64_t gs = group;
+    while (gs > 1 && (group % gs != 0 || n_tok * (n_head / gs) < p.nth)) gs--;
+    const int64_t n_runs = n_head / gs;
+    // scratch per thread (attention_work_size): per head of a run, the accumulator (hd), the q row (hd), q as f16 (hd
+    // halves, in hd floats' room), then M and S (gs each)
+    float* scratch = reinterpret_cast<float*>(p.wdata) + size_t(p.ith) * size_t(decode_scratch(hd, group));
+    auto acc_of = [&](int64_t g) { return scratch + g * 3 * hd; };
+    auto qr_of = [&](int64_t g) { return scratch + g * 3 * hd + hd; };
+    auto q16_of = [&](int64_t g) { return reinterpret_cast<uint16_t*>(scratch + g * 3 * hd + 2 * hd); };
+    float* M = scratch + gs * 3 * hd;
+    float* S = M + gs;
     const from_float_fn f16_row = find_cpu_ops(type::f16, p.reference)->act_from_float;
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
     int64_t j0, j1;
-    split(n_tok * n_head, p.ith, p.nth, j0, j1);
+    split(n_tok * n_runs, p.ith, p.nth, j0, j1);
     for (int64_t job = j0; job < j1; job++) {
-        const int64_t t = job / n_head, h = job % n_head, hk = h / group;
-        const float* qv = at<float>(q, 0, h, t);
+        const int64_t t = job / n_runs, h0 = (job % n_runs) * gs, hk = h0 / group;
         const float* m = mask ? at<float>(*mask, 0, t) : nullptr;
-        if (f16_path) {
-            f16_row(qv, q16, hd); // Q is rounded to f16 for the K dot, as in ggml
-            f16_to_f32(q16, qr, hd);
-        } else {
-            for (int64_t i = 0; i < hd; i++) qr[i] = qv[i];
+        for (int64_t g = 0; g < gs; g++) {
+            const float* qv = at<float>(q, 0, h0 + g, t);
+            float* qr = qr_of(g);
+            if (f16_path) {
+                f16_row(qv, q16_of(g), hd); // Q is rounded to f16 for the K dot, as in ggml
+                f16_to_f32(q16_of(g), qr, hd);
+            } else {
+                for (int64_t i = 0; i < hd; i++) qr[i] = qv[i];
+            }
+            std::fill(acc_of(g), acc_of(g) + hd, 0.0f);
+            M[g] = neg_inf; // online softmax: M = running max, S = running sum of exp(s - M), acc = sum exp(s - M) v
+            S[g] = 0.0f;
         }
-        for (int64_t i = 0; i < hd; i++) acc[i] = 0.0f;
-        // online softmax: M = running max, S = running sum of exp(s - M), acc = sum exp(s - M) v
-        float M = -std::numeric_limits<float>::infinity(), S = 0.0f;
         for (int64_t j = 0; j < n_kv; j++) {
             const float mv = m ? m[j] : 0.0f;
-            if (mv == -std::numeric_limits<float>::infinity()) continue;
+            if (mv == neg_inf) continue;
             const uint8_t* kr = at<uint8_t>(k, 0, hk, j);
-            const float s = (f16_path ? fk.dot_f16(qr, reinterpret_cast<const uint16_t*>(kr), hd)
-                                      : fk.dot(qr, reinterpret_cast<const float*>(kr), hd)) *
-                                scale +
-                            mv;
-            float ms = 1.0f, vs = 1.0f;
-            if (s > M) {
-                ms = std::exp(M - s);
-                M = s;
-                fk.scale(acc, ms, hd, f16_path);
-            } else {
-                vs = std::exp(s - M);
-            }
             const uint8_t* vr = at<uint8_t>(v, 0, hk, j);
-            if (f16_path)
-                fk.mad_f16(acc, reinterpret_cast<const uint16_t*>(vr), vs, hd, true);
-            else
-                fk.mad(acc, reinterpret_cast<const float*>(vr), vs, hd, false);
-            S = std::fma(S, ms, vs);
+            for (int64_t g = 0; g < gs; g++) {
+                float* acc = acc_of(g);
+                const float s = (f16_path ? fk.dot_f16(qr_of(g), reinterpret_cast<const uint16_t*>(kr), hd)
+                                          : fk.dot(qr_of(g), reinterpret_cast<const float*>(kr), hd)) *
+                                    scale +
+                                mv;
+                float ms = 1.0f, vs = 1.0f;
+                if (s > M[g]) {
+                    ms = std::exp(M[g] - s);
+                    M[g] = s;
+                    fk.scale(acc, ms, hd, f16_path);
+                } else {
+                    vs = std::exp(s - M[g]);
+                }
+                if (f16_path)
+                    fk.mad_f16(acc, reinterpret_cast<const uint16_t*>(vr), vs, hd, true);
+                else
+                    fk.mad(acc, reinterpret_cast<const float*>(vr), vs, hd, false);
+                S[g] = std::fma(S[g], ms, vs);
+            }
         }
-        if (const tensor* sinks = dst.src[4]) attention_sink(*at<float>(*sinks, h), M, S, acc, hd);
-        float* o = at<float>(dst, 0, h, t);
-        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
-        for (int64_t i = 0; i < hd; i++) o[i] = acc[i] * inv;
+        for (int64_t g = 0; g < gs; g++) {
+            float* acc = acc_of(g);
+            if (const tensor* sinks = dst.src[4]) attention_sink(*at<float>(*sinks, h0 + g), M[g], S[g], acc, hd);
+            float* o = at<float>(dst, 0, h0 + g, t);
+            const float inv = S[g] == 0.0f ? 0.0f : 1.0f / S[g];
+            for (int64_t i = 0; i < hd; i++) o[i] = acc[i] * inv;
+        }
     }
 }
 
