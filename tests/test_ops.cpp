@@ -503,13 +503,15 @@ TEST(ops, set_rows_matches_cpy_into_a_view) {
 // The fast attention (AVX2 kernels, several query rows a pass, jobs per KV head) equals the scalar reference path bit
 // for bit (bound zero: the prefill path reproduces ggml's float order, which greedy agreement with llama.cpp needs):
 // prefill sizes across the 64-token tiles, GQA groups 1, 3 and 4 (row chunks of 12 with remainders), head sizes 64,
-// 128 and 80 (the kernels' 32-wide passes and their tails), f16 and f32 caches, with and without sinks, 1 and 3 threads.
+// 128 and 80 (the kernels' 32-wide passes and their tails), f16 and f32 caches, with and without sinks, 1 and 3 threads;
+// decode sizes (runs of the heads sharing a K/V head: whole groups, and at 3 threads on one K/V head runs of 1).
 TEST(ops, attention_fast_equals_reference_bit_for_bit) {
     struct shape {
         int64_t hd, n_head, n_head_kv, n_tok, n_past;
     };
     for (const shape& c : {shape{64, 9, 3, 130, 0}, shape{128, 8, 2, 64, 7}, shape{80, 4, 4, 70, 100},
-                           shape{64, 3, 1, 200, 33}})
+                           shape{64, 3, 1, 200, 33}, shape{64, 8, 2, 1, 40}, shape{64, 4, 1, 5, 20},
+                           shape{128, 6, 3, 2, 300}})
         for (type kt : {type::f16, type::f32})
             for (bool with_sinks : {false, true})
                 for (int threads : {1, 3}) {
