@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <limits>
 
 // The same source is compiled a second time as vec_dot_vnni.cpp (namespace avx512vnni, with AVX-512 VNNI + VL): the
 // byte dot then uses vpdpbusd instead of maddubs + madd. Integer sums are identical, so the results are too.
@@ -455,6 +456,34 @@ void mad(float* acc, const float* v, float s, int64_t n, bool f16) {
 }
 void mad_f16(float* acc, const uint16_t* v, float s, int64_t n, bool f16) {
     mad_t(acc, v, s, n, f16);
+}
+
+void attend64_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, const float* mask, int64_t n,
+                  float scale, float& M, float& S, float* acc) {
+    __m256 a[8];
+    for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(acc + 8 * i);
+    float m = M, sum = S;
+    for (int64_t j = 0; j < n; j++) {
+        const float mv = mask ? mask[j] : 0.0f;
+        if (mv == -std::numeric_limits<float>::infinity()) continue;
+        const float s = dot_ggml_order_t(q, k + j * stride, 64) * scale + mv;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > m) {
+            ms = std::exp(m - s);
+            m = s;
+            const __m256 f = _mm256_set1_ps(ms);
+            for (int i = 0; i < 8; i++) a[i] = round_f16(_mm256_mul_ps(a[i], f)); // scale(acc, ms, 64, true)
+        } else {
+            vs = std::exp(s - m);
+        }
+        const __m256 f = _mm256_set1_ps(vs);
+        const uint16_t* vr = v + j * stride;
+        for (int i = 0; i < 8; i++) a[i] = round_f16(_mm256_fmadd_ps(load8(vr + 8 * i), f, a[i])); // mad_f16
+        sum = std::fma(sum, ms, vs);
+    }
+    for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + 8 * i, a[i]);
+    M = m;
+    S = sum;
 }
 
 void scale(float* acc, float s, int64_t n, bool f16) {
