@@ -180,9 +180,9 @@ void attention(const compute_params& p, tensor& dst) {
     float* S = M + gs;
     const from_float_fn f16_row = find_cpu_ops(type::f16, p.reference)->act_from_float;
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-    // head size 64 on an f16 cache: the kernel that keeps a head's accumulator in registers (attend64_f16). At depth
-    // 2048 (qwen3moe-small, 2 threads) 1332 -> 607 us a layer.
-    const bool in_registers = f16_path && hd == 64 && fk.attend64_f16 && k.nb[2] == v.nb[2] && k.nb[2] % 2 == 0;
+    // head sizes 64, 128, ... on an f16 cache: the kernel that keeps a head's accumulator in registers (attend_f16).
+    // At depth 2048 (qwen3moe-small, 2 threads) 1332 -> 607 us a layer.
+    const bool in_registers = f16_path && hd % 64 == 0 && fk.attend_f16 && k.nb[2] == v.nb[2] && k.nb[2] % 2 == 0;
 
     int64_t j0, j1;
     split(n_tok * n_runs, p.ith, p.nth, j0, j1);
@@ -203,16 +203,16 @@ void attention(const compute_params& p, tensor& dst) {
             S[g] = 0.0f;
         }
         if (in_registers) {
-            // blocks of 32 K/V rows (16 KB at 4 K/V heads, in L1 for the run's heads), each head's accumulator in
-            // registers across a block; every head still takes the rows in order
+            // blocks of attend_rows K/V rows (32: 16 KB at 4 K/V heads of 64, in L1 for the run's heads), each head's
+            // accumulator in registers across a block; every head still takes the rows in order
             const auto* k0 = reinterpret_cast<const uint16_t*>(at<uint8_t>(k, 0, hk, 0));
             const auto* v0 = reinterpret_cast<const uint16_t*>(at<uint8_t>(v, 0, hk, 0));
             const int64_t stride = int64_t(k.nb[2] / 2);
-            for (int64_t b0 = 0; b0 < n_kv; b0 += 32) {
-                const int64_t nb = std::min<int64_t>(32, n_kv - b0);
+            for (int64_t b0 = 0; b0 < n_kv; b0 += attend_rows) {
+                const int64_t nb = std::min(attend_rows, n_kv - b0);
                 for (int64_t g = 0; g < gs; g++)
-                    fk.attend64_f16(qr_of(g), k0 + b0 * stride, v0 + b0 * stride, stride, m ? m + b0 : nullptr, nb,
-                                    scale, M[g], S[g], acc_of(g));
+                    fk.attend_f16(qr_of(g), k0 + b0 * stride, v0 + b0 * stride, stride, m ? m + b0 : nullptr, nb,
+                                  scale, hd, M[g], S[g], acc_of(g));
             }
         }
         for (int64_t j = 0; j < n_kv && !in_registers; j++) {

@@ -44,8 +44,8 @@ void f32_to_f16_row(const float* x, void* y, int64_t n);
 void f16_to_f32_row(const void* x, float* y, int64_t n);
 float dot_ggml_order(const float* x, const float* y, int64_t n);
 float dot_f16(const float* x, const uint16_t* y, int64_t n);
-void attend64_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, const float* mask, int64_t n,
-                  float scale, float& M, float& S, float* acc);
+void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, const float* mask, int64_t n,
+                float scale, int64_t hd, float& M, float& S, float* acc);
 void mad(float* acc, const float* v, float s, int64_t n, bool round_f16);
 void mad_f16(float* acc, const uint16_t* v, float s, int64_t n, bool round_f16);
 void scale(float* acc, float s, int64_t n, bool round_f16);
@@ -284,7 +284,7 @@ const float_kernels& find_float_kernels(bool reference) {
     static const float_kernels fast =
         cpu_has_avx2() ? float_kernels{avx2::dot_ggml_order, avx2::mad,     avx2::scale,        avx2::swiglu,
                                        avx2::silu,           avx2::kq_tile, avx2::softmax_tile, avx2::pv_tile,
-                                       avx2::dot_f16,        avx2::mad_f16, avx2::attend64_f16}
+                                       avx2::dot_f16,        avx2::mad_f16, avx2::attend_f16}
                        : scalar;
     return reference ? scalar : fast;
 }

@@ -56,13 +56,15 @@ struct float_kernels {
     // dot and mad with the second operand in f16 (the KV cache): the same bits as converting it to f32 first
     float (*dot_f16)(const float* x, const uint16_t* y, int64_t n);
     void (*mad_f16)(float* acc, const uint16_t* v, float s, int64_t n, bool round_f16);
-    // ggml's decode attention (one_chunk, f16 cache) for one query head of size 64 over n K/V rows (elements
-    // k[j * stride ..], v[j * stride ..]): per row not masked out (mask[j] == -inf), s = dot_f16(q, k_j) * scale +
-    // mask[j], the online softmax step on M and S, acc (f16-rounded) scaled and v_j added as scale / mad_f16 do: the
-    // same bits as those calls, with acc held in registers. mask may be null. nullptr where no kernel keeps acc so.
-    void (*attend64_f16)(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, const float* mask,
-                         int64_t n, float scale, float& M, float& S, float* acc);
+    // ggml's decode attention (one_chunk, f16 cache) for one query head (size hd, a multiple of 64) over n <=
+    // attend_rows K/V rows (elements k[j * stride ..], v[j * stride ..]): per row not masked out (mask[j] == -inf),
+    // s = dot_f16(q, k_j) * scale + mask[j], the online softmax step on M and S, acc (f16-rounded) scaled and v_j added
+    // as scale / mad_f16 do: the same bits as those calls, with acc held in registers 64 lanes at a time. mask may be
+    // null. nullptr where no kernel does it so.
+    void (*attend_f16)(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, const float* mask,
+                       int64_t n, float scale, int64_t hd, float& M, float& S, float* acc);
 };
+constexpr int64_t attend_rows = 32;
 const float_kernels& find_float_kernels(bool reference = false);
 // e^x exactly as ggml's AVX-512 kernel computes it (Arm optimized-routines polynomial, ~1.5 ulp)
 float expf_ggml(float x);

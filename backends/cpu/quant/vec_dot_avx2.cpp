@@ -458,30 +458,43 @@ void mad_f16(float* acc, const uint16_t* v, float s, int64_t n, bool f16) {
     mad_t(acc, v, s, n, f16);
 }
 
-void attend64_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, const float* mask, int64_t n,
-                  float scale, float& M, float& S, float* acc) {
-    __m256 a[8];
-    for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(acc + 8 * i);
+void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, const float* mask, int64_t n,
+                float scale, int64_t hd, float& M, float& S, float* acc) {
+    // the rows' softmax steps first (scalars only), then the accumulator 64 lanes at a time, in registers
+    float ms[attend_rows], vs[attend_rows];
+    int64_t row[attend_rows];
+    bool scaled[attend_rows];
+    int nr = 0;
     float m = M, sum = S;
     for (int64_t j = 0; j < n; j++) {
         const float mv = mask ? mask[j] : 0.0f;
         if (mv == -std::numeric_limits<float>::infinity()) continue;
-        const float s = dot_ggml_order_t(q, k + j * stride, 64) * scale + mv;
-        float ms = 1.0f, vs = 1.0f;
+        const float s = dot_ggml_order_t(q, k + j * stride, hd) * scale + mv;
+        ms[nr] = 1.0f, vs[nr] = 1.0f;
+        scaled[nr] = s > m;
         if (s > m) {
-            ms = std::exp(m - s);
+            ms[nr] = std::exp(m - s);
             m = s;
-            const __m256 f = _mm256_set1_ps(ms);
-            for (int i = 0; i < 8; i++) a[i] = round_f16(_mm256_mul_ps(a[i], f)); // scale(acc, ms, 64, true)
         } else {
-            vs = std::exp(s - m);
+            vs[nr] = std::exp(s - m);
         }
-        const __m256 f = _mm256_set1_ps(vs);
-        const uint16_t* vr = v + j * stride;
-        for (int i = 0; i < 8; i++) a[i] = round_f16(_mm256_fmadd_ps(load8(vr + 8 * i), f, a[i])); // mad_f16
-        sum = std::fma(sum, ms, vs);
+        sum = std::fma(sum, ms[nr], vs[nr]);
+        row[nr++] = j;
     }
-    for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + 8 * i, a[i]);
+    for (int64_t c = 0; c < hd; c += 64) {
+        __m256 a[8];
+        for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(acc + c + 8 * i);
+        for (int r = 0; r < nr; r++) {
+            if (scaled[r]) { // a new maximum: scale(acc, ms, hd, true)
+                const __m256 f = _mm256_set1_ps(ms[r]);
+                for (int i = 0; i < 8; i++) a[i] = round_f16(_mm256_mul_ps(a[i], f));
+            }
+            const __m256 f = _mm256_set1_ps(vs[r]);
+            const uint16_t* vr = v + row[r] * stride + c;
+            for (int i = 0; i < 8; i++) a[i] = round_f16(_mm256_fmadd_ps(load8(vr + 8 * i), f, a[i])); // mad_f16
+        }
+        for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + c + 8 * i, a[i]);
+    }
     M = m;
     S = sum;
 }
