@@ -214,31 +214,32 @@ void attention(const compute_params& p, tensor& dst) {
                     fk.attend_f16(qr_of(g), k0 + b0 * stride, v0 + b0 * stride, stride, m ? m + b0 : nullptr, nb,
                                   scale, hd, M[g], S[g], acc_of(g));
             }
-        }
-        for (int64_t j = 0; j < n_kv && !in_registers; j++) {
-            const float mv = m ? m[j] : 0.0f;
-            if (mv == neg_inf) continue;
-            const uint8_t* kr = at<uint8_t>(k, 0, hk, j);
-            const uint8_t* vr = at<uint8_t>(v, 0, hk, j);
-            for (int64_t g = 0; g < gs; g++) {
-                float* acc = acc_of(g);
-                const float s = (f16_path ? fk.dot_f16(qr_of(g), reinterpret_cast<const uint16_t*>(kr), hd)
-                                          : fk.dot(qr_of(g), reinterpret_cast<const float*>(kr), hd)) *
-                                    scale +
-                                mv;
-                float ms = 1.0f, vs = 1.0f;
-                if (s > M[g]) {
-                    ms = std::exp(M[g] - s);
-                    M[g] = s;
-                    fk.scale(acc, ms, hd, f16_path);
-                } else {
-                    vs = std::exp(s - M[g]);
+        } else {
+            for (int64_t j = 0; j < n_kv; j++) {
+                const float mv = m ? m[j] : 0.0f;
+                if (mv == neg_inf) continue;
+                const uint8_t* kr = at<uint8_t>(k, 0, hk, j);
+                const uint8_t* vr = at<uint8_t>(v, 0, hk, j);
+                for (int64_t g = 0; g < gs; g++) {
+                    float* acc = acc_of(g);
+                    const float s = (f16_path ? fk.dot_f16(qr_of(g), reinterpret_cast<const uint16_t*>(kr), hd)
+                                              : fk.dot(qr_of(g), reinterpret_cast<const float*>(kr), hd)) *
+                                        scale +
+                                    mv;
+                    float ms = 1.0f, vs = 1.0f;
+                    if (s > M[g]) {
+                        ms = std::exp(M[g] - s);
+                        M[g] = s;
+                        fk.scale(acc, ms, hd, f16_path);
+                    } else {
+                        vs = std::exp(s - M[g]);
+                    }
+                    if (f16_path)
+                        fk.mad_f16(acc, reinterpret_cast<const uint16_t*>(vr), vs, hd, true);
+                    else
+                        fk.mad(acc, reinterpret_cast<const float*>(vr), vs, hd, false);
+                    S[g] = std::fma(S[g], ms, vs);
                 }
-                if (f16_path)
-                    fk.mad_f16(acc, reinterpret_cast<const uint16_t*>(vr), vs, hd, true);
-                else
-                    fk.mad(acc, reinterpret_cast<const float*>(vr), vs, hd, false);
-                S[g] = std::fma(S[g], ms, vs);
             }
         }
         for (int64_t g = 0; g < gs; g++) {

@@ -174,59 +174,32 @@ inline V::f fold8(const V::f* a) {
 // keep the two-sweep form.
 template <int NA> constexpr int decode_sweep = NA == 1 ? V::passes : 1;
 
-// q4_0 summed blockwise: acc = fma(float(block dot), d_w * d_a, acc); NA == 1 in one sweep (decode_sweep)
-template <int NA>
-void q4_0_blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
-                    size_t ys) {
-    constexpr int P = decode_sweep<NA>;
-    for (int h0 = 0; h0 < V::passes; h0 += P) {
-        V::f acc[P][NA];
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++) acc[hh][j] = V::zero();
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t* rec = w + size_t(b) * (256 + 32);
-            if constexpr (NA == 1) prefetch<256 + 32>(rec + 4 * (256 + 32));
-            for (int hh = 0; hh < P; hh++) {
-                const int h = h0 + hh;
-                V::i lo[4], hi[4];
-                for (int v = 0; v < 4; v++) {
-                    const V::i x = V::load(rec + h * 32 + 64 * v);
-                    lo[v] = V::low4(x);
-                    hi[v] = V::high4(x);
-                }
-                const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + 256) + h * 8);
-                for (int j = 0; j < NA; j++) {
-                    const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
-                    V::i isum = V::set1(s[j * ss + b]); // -8 x the block's activation sum
-                    if constexpr (V::pairs16) { // a pair sum <= 2 x 15 x 128 = 3840, eight of them <= 30720 < 2^15
-                        V::i p = V::mul_pairs(lo[0], V::set1(word(ab.qs)));
-                        p = V::add16(p, V::mul_pairs(hi[0], V::set1(word(ab.qs + 16))));
-                        for (int v = 1; v < 4; v++) {
-                            p = V::add16(p, V::mul_pairs(lo[v], V::set1(word(ab.qs + 4 * v))));
-                            p = V::add16(p, V::mul_pairs(hi[v], V::set1(word(ab.qs + 16 + 4 * v))));
-                        }
-                        isum = V::widen(isum, p);
-                    } else {
-                        for (int v = 0; v < 4; v++) {
-                            isum = V::dp(isum, lo[v], V::set1(word(ab.qs + 4 * v)));
-                            isum = V::dp(isum, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
-                        }
-                    }
-                    acc[hh][j] = V::fma(V::cvt(isum), V::mul(dw, V::set1f(h2f(ab.d))), acc[hh][j]);
-                }
-            }
-        }
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++) V::store(y + j * ys + (h0 + hh) * V::lanes, acc[hh][j]);
+// The blockwise kernels' two formats, as policies of `blockwise` below: a record's 4-bit codes as the unsigned bytes
+// the dot takes, the record's 8 weight scales of half h, and how many int16 pair sums can be added before one widening
+// (the bound: 8 pair sums of <= 2 x 15 x 128 = 3840 for q4_0, 4 of <= 2 x 24 x 128 = 6144 for mxfp4, each < 2^15).
+// q4_0: the nibbles as they are (the block's dot starts from -8 x its activation sum); scales f16.
+struct q4_0_codes {
+    static constexpr bool one_widening = true;
+    V::i codes(V::i nibbles) const { return nibbles; }
+    static V::f scales(const uint8_t* rec, int h) {
+        return V::load_h(reinterpret_cast<const uint16_t*>(rec + 256) + h * 8);
     }
-}
+};
+// mxfp4 (llama.cpp's mxfp4_8x8 order): a code decodes to its doubled E2M1 value + 12 (0..24, unsigned; the block's dot
+// starts from -12 x its activation sum); scales E8M0, read at half value (2^(e - 128)).
+struct mxfp4_codes {
+    static constexpr bool one_widening = false;
+    V::i tab = V::table16(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    V::i codes(V::i nibbles) const { return V::lut(tab, nibbles); }
+    static V::f scales(const uint8_t* rec, int h) { return V::e8m0_half(rec + 256 + h * V::lanes); }
+};
 
-// mxfp4 summed blockwise (llama.cpp's mxfp4_8x8 order): codes decode to doubled E2M1 value + 12 (0..24, unsigned), the
-// block's dot starts from -12 x its activation sum, acc = fma(float(block dot), 2^(e - 128) * d_a, acc)
-template <int NA>
-void mxfp4_blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
-                     size_t ys) {
-    const V::i tab = V::table16(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+// q4_0 / mxfp4 summed blockwise (records of 256 code bytes + 32 scale bytes): acc = fma(float(block dot), d_w * d_a,
+// acc); s holds each block's offset (-8 or -12 x its activation sum); NA == 1 in one sweep (decode_sweep)
+template <class C, int NA>
+void blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
+               size_t ys) {
+    const C c{};
     constexpr int P = decode_sweep<NA>;
     for (int h0 = 0; h0 < V::passes; h0 += P) {
         V::f acc[P][NA];
@@ -240,21 +213,24 @@ void mxfp4_blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, 
                 V::i lo[4], hi[4];
                 for (int v = 0; v < 4; v++) {
                     const V::i x = V::load(rec + h * 32 + 64 * v);
-                    lo[v] = V::lut(tab, V::low4(x));
-                    hi[v] = V::lut(tab, V::high4(x));
+                    lo[v] = c.codes(V::low4(x));
+                    hi[v] = c.codes(V::high4(x));
                 }
-                const V::f dw = V::e8m0_half(rec + 256 + h * V::lanes);
+                const V::f dw = C::scales(rec, h);
                 for (int j = 0; j < NA; j++) {
                     const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
-                    V::i isum = V::set1(s[j * ss + b]); // -12 x the block's activation sum
-                    if constexpr (V::pairs16) { // a pair sum <= 2 x 24 x 128 = 6144: four of them (< 2^15) a widening
+                    V::i isum = V::set1(s[j * ss + b]);
+                    if constexpr (V::pairs16) {
                         V::i pl = V::mul_pairs(lo[0], V::set1(word(ab.qs)));
                         V::i ph = V::mul_pairs(hi[0], V::set1(word(ab.qs + 16)));
                         for (int v = 1; v < 4; v++) {
                             pl = V::add16(pl, V::mul_pairs(lo[v], V::set1(word(ab.qs + 4 * v))));
                             ph = V::add16(ph, V::mul_pairs(hi[v], V::set1(word(ab.qs + 16 + 4 * v))));
                         }
-                        isum = V::widen(V::widen(isum, pl), ph);
+                        if constexpr (C::one_widening)
+                            isum = V::widen(isum, V::add16(pl, ph));
+                        else
+                            isum = V::widen(V::widen(isum, pl), ph);
                     } else {
                         for (int v = 0; v < 4; v++) {
                             isum = V::dp(isum, lo[v], V::set1(word(ab.qs + 4 * v)));
@@ -616,9 +592,9 @@ constexpr int narrow_na = V::passes == 1 ? 4 : 2;
 x16_kernels x16_kernels_for(x16_kind kind) {
     switch (kind) {
     case x16_kind::q4_0_blockwise:
-        return {chunked<4, q4_0_blockwise<4>, q4_0_blockwise<1>>, sums_blocks<8>};
+        return {chunked<4, blockwise<q4_0_codes, 4>, blockwise<q4_0_codes, 1>>, sums_blocks<8>};
     case x16_kind::mxfp4_blockwise:
-        return {chunked<4, mxfp4_blockwise<4>, mxfp4_blockwise<1>>, sums_blocks<12>};
+        return {chunked<4, blockwise<mxfp4_codes, 4>, blockwise<mxfp4_codes, 1>>, sums_blocks<12>};
     case x16_kind::q4_0:
         return {chunked<plain_na, q4_plain<plain_na, false>, q4_plain<1, false>, q4_plain<1, false, true>>,
                 sums_groups<-8>};
