@@ -207,15 +207,6 @@ cuda_backend::cuda_backend(int device, bool exact) : exact_(exact) {
     cudaStream_t s = nullptr;
     TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     stream_ = s;
-    if (l2_ahead_budget() > 0 && !exact_) {
-        TS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        side_ = s;
-        cudaEvent_t e = nullptr;
-        TS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        fork_ = e;
-        TS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        join_ = e;
-    }
     wgmma_ = env_switch_on("TESSERA_CUDA_WGMMA") && wgmma_built(info_.cc_major, info_.cc_minor);
     // programmatic dependent launches (common.cuh: pdl_wait): Hopper and later; not in exact mode (its kernels are
     // launched plainly anyway) nor while the per-op profile times each node alone
@@ -238,10 +229,6 @@ cuda_backend::~cuda_backend() {
     }
     scratch_.reset();
     weights_buf_.reset();
-    if (side_) (void)cudaStreamSynchronize(as_stream(side_));
-    if (fork_) (void)cudaEventDestroy(fork_);
-    if (join_) (void)cudaEventDestroy(join_);
-    if (side_) (void)cudaStreamDestroy(as_stream(side_));
     if (stream_) (void)cudaStreamDestroy(as_stream(stream_));
 }
 
@@ -457,8 +444,7 @@ void cuda_backend::load_weights(std::span<tensor* const> weights) {
             split_on_host(*t, staging.data(), sc_offset);
             TS_CUDA_CHECK(cudaMemcpyAsync(base, staging.data(), staging.size(), cudaMemcpyHostToDevice,
                                           as_stream(stream_)));
-            split_[t] = split_weight{t->t,        t->ne[0], t->ne[1], base, base + sc_offset, split_out_scale(*t),
-                                     it.split.first, it.split.second};
+            split_[t] = split_weight{t->t, t->ne[0], t->ne[1], base, base + sc_offset, split_out_scale(*t)};
             base += up(staging.size());
         }
     }
@@ -488,7 +474,7 @@ void cuda_backend::set_weight_copy(tensor& copy, const tensor& w) {
     TS_CUDA_CHECK(cudaMemcpyAsync(copy.data, h.mem->base(), h.sc_offset + sc, cudaMemcpyHostToDevice,
                                   as_stream(stream_)));
     auto* base = static_cast<uint8_t*>(copy.data);
-    if (split_.insert_or_assign(&copy, split_weight{w.t, w.ne[0], w.ne[1], base, base + h.sc_offset, h.out_scale, qs, sc})
+    if (split_.insert_or_assign(&copy, split_weight{w.t, w.ne[0], w.ne[1], base, base + h.sc_offset, h.out_scale})
             .second)
         streamed_.push_back(&copy);
 }
@@ -765,10 +751,8 @@ void cuda_backend::launch_nodes(graph& g) {
         for (const tensor* n : g.nodes)
             for (const tensor* s : n->src)
                 if (s) uses[s]++;
-    l2_ahead ahead(ctx, as_stream(side_), fork_, join_, l2_ahead_budget());
     for (size_t ni = 0; ni < g.nodes.size(); ni++) {
         tensor* n = g.nodes[ni];
-        ahead.before(g.nodes, ni);
         if (profile_ && n->o != op::view && n->o != op::none) TS_CUDA_CHECK(cudaEventRecord(ev[0], ctx.stream));
         if (fusing) {
             if (const size_t covered = fuse(ctx, g.nodes, ni, uses)) {
@@ -891,7 +875,6 @@ void cuda_backend::launch_nodes(graph& g) {
         }
         if (on_eval && n->o != op::view && n->o != op::none) on_eval(*n); // reads the node through get(): waits
     }
-    ahead.finish();
     for (cudaEvent_t e : ev)
         if (e) (void)cudaEventDestroy(e);
 }

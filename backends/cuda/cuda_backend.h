@@ -14,8 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-struct CUstream_st; // cudaStream_t, without including the CUDA headers
-struct CUevent_st;  // cudaEvent_t
+struct CUstream_st;    // cudaStream_t, without including the CUDA headers
 struct CUgraphExec_st; // cudaGraphExec_t
 
 namespace tessera::cuda {
@@ -40,7 +39,6 @@ struct split_weight {
     const uint8_t* qs = nullptr;
     const uint8_t* sc = nullptr;
     float out_scale = 1.0f; // a per-tensor factor on the output (i2_s's tail scale)
-    size_t q_bytes = 0, s_bytes = 0; // bytes of the values (at qs) and of the scale groups (at sc)
 };
 
 // Whether the CUDA backend can compute with weights of type t (mul_mat, get_rows); for picking a device per model.
@@ -89,10 +87,6 @@ class cuda_backend final : public backend {
   private:
     device_info info_;
     CUstream_st* stream_ = nullptr;
-    // decode's weights asked of L2 ahead (ops.cuh l2_ahead): its side stream and fork / join events; null: off
-    CUstream_st* side_ = nullptr;
-    CUevent_st* fork_ = nullptr;
-    CUevent_st* join_ = nullptr;
     std::unique_ptr<buffer> weights_buf_;                 // every weight, one after another
     std::unordered_map<const tensor*, uint8_t*> weights_; // host tensor -> its copy in weights_buf_
     std::unordered_map<const tensor*, split_weight> split_; // host tensor -> its split copy in weights_buf_

@@ -74,28 +74,6 @@ bool split_eligible(const tensor& w);
 // x (f32 rows of k % 32 == 0 elements) quantized to q8_1 for the split kernels, in ctx.scratch: q [cols][k] int8 and
 // ds [cols][k / 32] (d, s = d sum q) as half2, the CPU's integers (mmv.cu). Consecutive calls with the same x (q, k, v;
 // gate, up) quantize once.
-// Decode: the small kernels between two weight GEMVs (attention, the norms, the GLU) leave HBM idle. Before such a
-// kernel, `before` asks L2 (l2_prefetch_kernel on a side stream that waits for the kernels launched so far) for the
-// first budget bytes of the weights the next GEMV launch reads (its matrices in the launch's block order), so that
-// GEMV finds them there. finish() joins the side stream back (a stream capture must end joined).
-// TESSERA_CUDA_L2_AHEAD=MiB (default 16; 0: off).
-size_t l2_ahead_budget();
-class l2_ahead {
-  public:
-    l2_ahead(const cuda_context& ctx, cudaStream_t side, cudaEvent_t fork, cudaEvent_t join, size_t budget)
-        : ctx_(ctx), side_(side), fork_(fork), join_(join), budget_(side ? budget : 0) {}
-    void before(const std::vector<tensor*>& nodes, size_t i);
-    void finish();
-
-  private:
-    const cuda_context& ctx_;
-    cudaStream_t side_;
-    cudaEvent_t fork_, join_;
-    size_t budget_;
-    const tensor* last_ = nullptr; // the mul_mat whose weights were asked for last
-    bool forked_ = false;
-};
-
 struct split_acts {
     const int8_t* q = nullptr;
     const __half2* ds = nullptr;
