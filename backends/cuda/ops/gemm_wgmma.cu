@@ -4,11 +4,11 @@
 // same activations to within f16 rounding; x itself rounded to f16 for the others).
 //
 // A 128 (weight rows) x TN (columns) tile per CTA of two warpgroups, each warpgroup 64 rows x TN columns with its
-// accumulators in registers. TN = 128 (six stages, one CTA an SM), or 64 (four stages, two CTAs an SM) when 128-column
-// tiles would leave 45% of the SMs idle or more (1B's 2048-row matrices at 512 tokens; 8B's 4096-row ones, 128 tiles
-// on 132 SMs, are 29% faster in 128-column tiles; see launch()). f16 rows in 128-column tiles go to a warp-specialized
-// kernel (gemm_ws_f16_kernel, below). k advances 64 elements (two 32-element chunks,
-// one 128-byte swizzle row of f16) a step:
+// accumulators in registers. TN = 128 (three stages, two CTAs an SM: stages()), or 64 (four stages, two CTAs an SM)
+// when 128-column tiles would leave 45% of the SMs idle or more (1B's 2048-row matrices at 512 tokens; 8B's 4096-row
+// ones, 128 tiles on 132 SMs, are 29% faster in 128-column tiles; see launch()). f16 rows in 128-column tiles go to a
+// warp-specialized kernel (gemm_ws_f16_kernel, below). k advances 64 elements (two 32-element chunks, one 128-byte
+// swizzle row of f16) a step:
 //   activations  cp.async straight into the 128-byte-swizzled layout wgmma reads (16-byte piece c of row r at
 //                r * 128 + (c ^ r % 8) * 16), ST - 2 steps ahead;
 //   weights      fused (the default): each thread loads one chunk (and its scale group) of one row into registers
@@ -101,6 +101,23 @@ struct f16_weights {
     __device__ static void dequant_split(const uint4&, const uint8_t*, int, int, __half2 (&)[8]) {}
 };
 
+// Stages of a CTA's pipeline (ST of gemm_wgmma_kernel). 64-column tiles: 4, two CTAs an SM. 128-column tiles: 3
+// (97 KiB), so two CTAs share an SM and one's loads and dequantization run under the other's wgmma; the kernel had
+// been latency-bound at one CTA an SM in 6 stages. Measured (H200, 2026-11-27, m = 512, bench_mmv TFLOP/s at 4096 x
+// 4096 / 14336 x 4096 / 4096 x 14336, 6 stages -> 3): q4_0 270 / 265 / 290 -> 337 / 356 / 330, q4_1 267 / 265 / 286
+// -> 331 / 356 / 335, q8_0 261 / 251 / 284 -> 301 / 332 / 294, awq4 274 / 267 / 298 -> 331 / 346 / 327; 8B pp512
+// q4_0 16588-16633 -> 18736-18900 t/s, q8_0 16306-16328 -> 18419-18422. tq2_0 went both ways (293 / 265 / 327 ->
+// 288 / 325 / 269): the ternary formats keep 6 stages, as do f16 rows (the warp-specialized kernel's fallback).
+template <class D, int TN> constexpr int stages() {
+    if constexpr (TN == 64)
+        return 4;
+    else if constexpr (std::is_same_v<D, f16_weights> || std::is_same_v<D, cuda_format<tq2_0>> ||
+                       std::is_same_v<D, cuda_format<i2_s>>)
+        return 6;
+    else
+        return 3;
+}
+
 // rows r0 .. r0 + rows of a split weight -> f16 [rows][k], a thread per half chunk (memory-bound)
 template <class D>
 static __global__ void dequant_rows_kernel(const uint8_t* qs, const uint8_t* sc, int64_t r0, int64_t rows, int64_t k,
@@ -183,11 +200,11 @@ __device__ __forceinline__ void store_tile(const wgmma_args& a, const float (&d)
     }
 }
 
-// TN columns a CTA (128 or 64; 64 fits two CTAs on an SM), ST stages. IDS (mul_mat_id's prefill, 64 columns): the
-// column tile is tile blockIdx.x of a.map (up to 64 pairs that chose one expert; past the count the CTA exits), the
-// weights that expert's rows (expert * n ..), column c the activation row of the tile's pair c.
+// TN columns a CTA (128 or 64), ST stages (stages(): up to 4 fit two CTAs on an SM). IDS (mul_mat_id's prefill, 64
+// columns): the column tile is tile blockIdx.x of a.map (up to 64 pairs that chose one expert; past the count the CTA
+// exits), the weights that expert's rows (expert * n ..), column c the activation row of the tile's pair c.
 template <class D, int TN, int ST, bool IDS = false>
-static __global__ void __launch_bounds__(THREADS, TN == 64 ? 2 : 1) gemm_wgmma_kernel(const wgmma_args a_in) {
+static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_kernel(const wgmma_args a_in) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(!IDS || TN == 64, "pair tiles of 64");
     // the matrix of this CTA's row tile (a grouped launch: q, k, v or gate, up of one activation)
@@ -487,14 +504,11 @@ static __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-// stages: 6 for 128-column tiles (193 KiB, one CTA an SM), 4 for 64-column ones (97 KiB, two an SM)
-template <int TN> constexpr int stages() {
-    return TN == 128 ? 6 : 4;
-}
-
+// shared memory past 48 KiB: smem_bytes of the kernel's stages (stages())
 template <class D, int TN> void allow_smem() {
-    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<D, TN, stages<TN>()>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(smem_bytes<TN, stages<TN>()>())));
+    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<D, TN, stages<D, TN>()>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(smem_bytes<TN, stages<D, TN>()>())));
 }
 template <class F> void allow_smem() {
     if constexpr (has_split<F>::value) {
@@ -502,9 +516,9 @@ template <class F> void allow_smem() {
         allow_smem<cuda_format<F>, 128>();
     }
     if constexpr (has_mmq<F>::value)
-        TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<cuda_format<F>, 64, stages<64>(), true>,
+        TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<cuda_format<F>, 64, stages<cuda_format<F>, 64>(), true>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(smem_bytes<64, stages<64>()>())));
+                                           int(smem_bytes<64, stages<cuda_format<F>, 64>()>())));
 }
 
 // TESSERA_CUDA_WGMMA_TN=64 / =128: every GEMM with tiles of that many columns (benchmarks); 0 (unset, or any other
@@ -525,9 +539,9 @@ bool ws_enabled() {
 }
 
 template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cudaStream_t stream) {
-    // 128-column tiles (one CTA an SM) where they give at least 55% of the SMs a tile, else 64-column ones (two CTAs
-    // an SM). Measured (H100, m = 512, q4_0, TFLOP/s): 4096 x 4096, 128 tiles on 132 SMs, 317 in 128-column tiles vs
-    // 246 in 64-column ones; 1B's 2048-row matrices (64 tiles) the other way (end to end 71k vs 66.5k t/s); Gemma-3-4B's
+    // 128-column tiles where they give at least 55% of the SMs a tile, else 64-column ones. Measured (H100, m = 512,
+    // q4_0, TFLOP/s, 6 stages then: stages()): 4096 x 4096, 128 tiles on 132 SMs, 317 in 128-column tiles vs 246 in
+    // 64-column ones; 1B's 2048-row matrices (64 tiles) the other way (end to end 71k vs 66.5k t/s); Gemma-3-4B's
     // 2560-row o and down (80 tiles) in 128-column tiles: pp512 25549 vs 24307 t/s with 64 (session 20; a 3/4 rule
     // before)
     const int forced = forced_tile_cols();
@@ -540,9 +554,10 @@ template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cuda
     if (wide && std::is_same_v<D, f16_weights> && ws_enabled() && a.n_more == 0)
         gemm_ws_f16_kernel<<<grid, WS_THREADS, WS_SMEM, stream>>>(a);
     else if (wide)
-        gemm_wgmma_kernel<D, 128, stages<128>()><<<grid, THREADS, smem_bytes<128, stages<128>()>(), stream>>>(a);
+        gemm_wgmma_kernel<D, 128, stages<D, 128>()>
+            <<<grid, THREADS, smem_bytes<128, stages<D, 128>()>(), stream>>>(a);
     else
-        gemm_wgmma_kernel<D, 64, stages<64>()><<<grid, THREADS, smem_bytes<64, stages<64>()>(), stream>>>(a);
+        gemm_wgmma_kernel<D, 64, stages<D, 64>()><<<grid, THREADS, smem_bytes<64, stages<D, 64>()>(), stream>>>(a);
     TS_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -695,8 +710,8 @@ void gemm_wgmma_id(cuda_context& ctx, const split_weight* const* w, float* const
     const dim3 grid{unsigned(max_tiles), unsigned(tile)};
     const bool known = visit_format(w[0]->t, [&]<class F>() {
         if constexpr (has_mmq<F>::value)
-            gemm_wgmma_kernel<cuda_format<F>, 64, stages<64>(), true>
-                <<<grid, THREADS, smem_bytes<64, stages<64>()>(), ctx.stream>>>(a);
+            gemm_wgmma_kernel<cuda_format<F>, 64, stages<cuda_format<F>, 64>(), true>
+                <<<grid, THREADS, smem_bytes<64, stages<cuda_format<F>, 64>()>(), ctx.stream>>>(a);
         else
             TS_ASSERT(!"gemm_wgmma_id: a format without mmq_unpack");
     });
