@@ -511,7 +511,8 @@ TEST(ops, attention_fast_equals_reference_bit_for_bit) {
     };
     for (const shape& c : {shape{64, 9, 3, 130, 0}, shape{128, 8, 2, 64, 7}, shape{80, 4, 4, 70, 100},
                            shape{64, 3, 1, 200, 33}, shape{64, 8, 2, 1, 40}, shape{64, 4, 1, 5, 20},
-                           shape{128, 6, 3, 2, 300}})
+                           shape{128, 6, 3, 2, 300}, shape{96, 8, 8, 1, 50}, shape{96, 6, 2, 3, 40},
+                           shape{36, 4, 2, 1, 45}})
         for (type kt : {type::f16, type::f32})
             for (bool with_sinks : {false, true})
                 for (int threads : {1, 3}) {

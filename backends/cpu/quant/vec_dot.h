@@ -56,11 +56,11 @@ struct float_kernels {
     // dot and mad with the second operand in f16 (the KV cache): the same bits as converting it to f32 first
     float (*dot_f16)(const float* x, const uint16_t* y, int64_t n);
     void (*mad_f16)(float* acc, const uint16_t* v, float s, int64_t n, bool round_f16);
-    // ggml's decode attention (one_chunk, f16 cache) for one query head (size hd, a multiple of 64) over n <=
-    // attend_rows K/V rows (elements k[j * stride ..], v[j * stride ..]): per row not masked out (mask[j] == -inf),
-    // s = dot_f16(q, k_j) * scale + mask[j], the online softmax step on M and S, acc (f16-rounded) scaled and v_j added
-    // as scale / mad_f16 do: the same bits as those calls, with acc held in registers 64 lanes at a time. mask may be
-    // null. nullptr where no kernel does it so.
+    // ggml's decode attention (one_chunk, f16 cache) for one query head (any size hd) over n <= attend_rows K/V rows
+    // (elements k[j * stride ..], v[j * stride ..]): per row not masked out (mask[j] == -inf), s = dot_f16(q, k_j) *
+    // scale + mask[j], the online softmax step on M and S, acc (f16-rounded) scaled and v_j added as scale / mad_f16
+    // do: the same bits as those calls, with acc held in registers up to 64 lanes at a time. mask may be null. nullptr
+    // where no kernel does it so.
     void (*attend_f16)(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, const float* mask,
                        int64_t n, float scale, int64_t hd, float& M, float& S, float* acc);
 };

@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -403,11 +404,11 @@ inline float at1(const uint16_t* p, int64_t i) {
     return fp16_to_fp32(p[i]);
 }
 
-template <class Y> float dot_ggml_order_t(const float* x, const Y* y, int64_t n) {
+// ggml's f32 / f16 dot up to the last multiple of 64 elements: the partial sum as a double (the tail's start)
+template <class Y> double dot_ggml_head(const float* x, const Y* y, int64_t np) {
     // 4 "registers" of 16 lanes, each held as two 8-lane halves (lo, hi)
     __m256 lo[4], hi[4];
     for (int j = 0; j < 4; j++) lo[j] = hi[j] = _mm256_setzero_ps();
-    const int64_t np = n - n % 64;
     for (int64_t i = 0; i < np; i += 64)
         for (int j = 0; j < 4; j++) {
             lo[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16 * j), load8(y + i + 16 * j), lo[j]);
@@ -419,9 +420,46 @@ template <class Y> float dot_ggml_order_t(const float* x, const Y* y, int64_t n)
     const __m256 h8 = _mm256_add_ps(vhi, vlo);
     const __m128 h4 = _mm_add_ps(_mm256_extractf128_ps(h8, 1), _mm256_castps256_ps128(h8));
     const __m128 t = _mm_add_ps(h4, _mm_shuffle_ps(h4, h4, _MM_SHUFFLE(1, 0, 3, 2))); // (0+2, 1+3, ...)
-    double total = double(_mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_shuffle_ps(t, t, 1)));
-    for (int64_t i = np; i < n; i++) total += double(x[i] * at1(y, i));
+    return double(_mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_shuffle_ps(t, t, 1)));
+}
+
+template <class Y> float dot_ggml_order_t(const float* x, const Y* y, int64_t n) {
+    const int64_t np = n - n % 64;
+    double total = dot_ggml_head(x, y, np);
+    for (int64_t i = np; i < n; i++) total += double(x[i] * at1(y, i)); // the leftovers in double, in order
     return float(total);
+}
+
+// dot_ggml_order_t of x with rows y + row[r] stride, r < nr (at most attend_rows), into out: the same bits. The
+// leftovers past the last multiple of 64 (head size 96: 32 of them) are a chain of dependent double adds per row, so
+// four rows' chains run side by side; their f32 products are formed 8 at a time first.
+void dots_ggml_order(const float* x, const uint16_t* y, int64_t stride, const int64_t* row, int nr, int64_t n,
+                     float* out) {
+    const int64_t np = n - n % 64, tail = n - np;
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const int u_n = std::min(4, nr - r0);
+        double t[4];
+        alignas(32) float prod[4][64];
+        for (int u = 0; u < u_n; u++) {
+            const uint16_t* yr = y + row[r0 + u] * stride;
+            t[u] = dot_ggml_head(x, yr, np);
+            int64_t i = 0;
+            for (; i + 8 <= tail; i += 8)
+                _mm256_store_ps(prod[u] + i, _mm256_mul_ps(_mm256_loadu_ps(x + np + i), load8(yr + np + i)));
+            for (; i < tail; i++) prod[u][i] = x[np + i] * at1(yr, np + i);
+        }
+        if (u_n == 4)
+            for (int64_t i = 0; i < tail; i++) {
+                t[0] += double(prod[0][i]);
+                t[1] += double(prod[1][i]);
+                t[2] += double(prod[2][i]);
+                t[3] += double(prod[3][i]);
+            }
+        else
+            for (int u = 0; u < u_n; u++)
+                for (int64_t i = 0; i < tail; i++) t[u] += double(prod[u][i]);
+        for (int u = 0; u < u_n; u++) out[r0 + u] = float(t[u]);
+    }
 }
 } // namespace
 
@@ -458,42 +496,64 @@ void mad_f16(float* acc, const uint16_t* v, float s, int64_t n, bool f16) {
     mad_t(acc, v, s, n, f16);
 }
 
+namespace {
+// attend_f16's accumulator update for 8 R lanes at acc: per row, scale(acc, ms) where a new maximum came, then
+// mad_f16(acc, v_row, vs), each element rounded to f16 as those calls do, with the lanes in registers
+template <int R>
+inline void attend_lanes(float* acc, const uint16_t* v, int64_t stride, const int64_t* row, const float* ms,
+                         const float* vs, const bool* scaled, int nr) {
+    __m256 a[R];
+    for (int i = 0; i < R; i++) a[i] = _mm256_loadu_ps(acc + 8 * i);
+    for (int r = 0; r < nr; r++) {
+        if (scaled[r]) {
+            const __m256 f = _mm256_set1_ps(ms[r]);
+            for (int i = 0; i < R; i++) a[i] = round_f16(_mm256_mul_ps(a[i], f));
+        }
+        const __m256 f = _mm256_set1_ps(vs[r]);
+        const uint16_t* vr = v + row[r] * stride;
+        for (int i = 0; i < R; i++) a[i] = round_f16(_mm256_fmadd_ps(load8(vr + 8 * i), f, a[i]));
+    }
+    for (int i = 0; i < R; i++) _mm256_storeu_ps(acc + 8 * i, a[i]);
+}
+} // namespace
+
 void attend_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t stride, const float* mask, int64_t n,
                 float scale, int64_t hd, float& M, float& S, float* acc) {
-    // the rows' softmax steps first (scalars only), then the accumulator 64 lanes at a time, in registers
+    // the rows' softmax steps first (scalars only), then the accumulator 64 lanes at a time (then 32, 16, 8), in
+    // registers; the last hd % 8 elements one by one as scale's and mad_t's tails
     float ms[attend_rows], vs[attend_rows];
     int64_t row[attend_rows];
     bool scaled[attend_rows];
     int nr = 0;
     float m = M, sum = S;
-    for (int64_t j = 0; j < n; j++) {
-        const float mv = mask ? mask[j] : 0.0f;
-        if (mv == -std::numeric_limits<float>::infinity()) continue;
-        const float s = dot_ggml_order_t(q, k + j * stride, hd) * scale + mv;
-        ms[nr] = 1.0f, vs[nr] = 1.0f;
-        scaled[nr] = s > m;
+    for (int64_t j = 0; j < n; j++)
+        if (!mask || mask[j] != -std::numeric_limits<float>::infinity()) row[nr++] = j;
+    float dots[attend_rows];
+    dots_ggml_order(q, k, stride, row, nr, hd, dots);
+    for (int r = 0; r < nr; r++) {
+        const float s = dots[r] * scale + (mask ? mask[row[r]] : 0.0f);
+        ms[r] = 1.0f, vs[r] = 1.0f;
+        scaled[r] = s > m;
         if (s > m) {
-            ms[nr] = std::exp(m - s);
+            ms[r] = std::exp(m - s);
             m = s;
         } else {
-            vs[nr] = std::exp(s - m);
+            vs[r] = std::exp(s - m);
         }
-        sum = std::fma(sum, ms[nr], vs[nr]);
-        row[nr++] = j;
+        sum = std::fma(sum, ms[r], vs[r]);
     }
-    for (int64_t c = 0; c < hd; c += 64) {
-        __m256 a[8];
-        for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(acc + c + 8 * i);
+    int64_t c = 0;
+    for (; c + 64 <= hd; c += 64) attend_lanes<8>(acc + c, v + c, stride, row, ms, vs, scaled, nr);
+    if (c + 32 <= hd) attend_lanes<4>(acc + c, v + c, stride, row, ms, vs, scaled, nr), c += 32;
+    if (c + 16 <= hd) attend_lanes<2>(acc + c, v + c, stride, row, ms, vs, scaled, nr), c += 16;
+    if (c + 8 <= hd) attend_lanes<1>(acc + c, v + c, stride, row, ms, vs, scaled, nr), c += 8;
+    for (; c < hd; c++) {
+        float a = acc[c];
         for (int r = 0; r < nr; r++) {
-            if (scaled[r]) { // a new maximum: scale(acc, ms, hd, true)
-                const __m256 f = _mm256_set1_ps(ms[r]);
-                for (int i = 0; i < 8; i++) a[i] = round_f16(_mm256_mul_ps(a[i], f));
-            }
-            const __m256 f = _mm256_set1_ps(vs[r]);
-            const uint16_t* vr = v + row[r] * stride + c;
-            for (int i = 0; i < 8; i++) a[i] = round_f16(_mm256_fmadd_ps(load8(vr + 8 * i), f, a[i])); // mad_f16
+            if (scaled[r]) a = fp16_to_fp32(fp32_to_fp16(a * ms[r]));
+            a = fp16_to_fp32(fp32_to_fp16(std::fma(fp16_to_fp32(v[row[r] * stride + c]), vs[r], a)));
         }
-        for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + c + 8 * i, a[i]);
+        acc[c] = a;
     }
     M = m;
     S = sum;
