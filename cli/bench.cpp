@@ -1,7 +1,8 @@
 // bench.cpp: `tessera bench`: llama-bench's tests on tessera's own decode path (session::decode, as run and chat use
 // it): pp N = one prompt of N tokens, tg N = N tokens one at a time, optionally after filling the KV cache to a depth
 // (-d). Reports mean ± standard deviation of tokens per second over -r repetitions after a warm-up, as a markdown
-// table (default), CSV or JSON.
+// table (default), CSV or JSON. --roofline adds, for generation tests, the bytes a token reads (decode_read_bytes)
+// times tokens per second against the copy bandwidth the backend measures (backend::copy_gbs).
 #include "commands.h"
 #include "console.h"
 #include "options.h"
@@ -17,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <unordered_map>
 
 namespace tessera::cli {
 
@@ -28,6 +30,7 @@ struct bench_options {
     int reps = 5;
     bool no_warmup = false;
     std::string output = "md";
+    bool roofline = false;
 };
 
 std::vector<int64_t> parse_list(const std::string& s, const char* flag) {
@@ -53,7 +56,37 @@ struct result_row {
     std::string test;
     double mean, sd;
     std::vector<double> samples;
+    double read_bytes = 0.0; // --roofline, generation tests: bytes a token reads on average
+    double copy_gbs = 0.0;   // --roofline: the backend's copy bandwidth (0: unknown)
 };
+
+// The bytes a decode step reads at n_kv cache rows: every weight once (the token embeddings one row, unless the
+// output layer is tied to them), of each layer's expert tensors the share its token chooses (n_expert_used /
+// n_expert), and the f16 K and V rows of every layer (a sliding-window layer's window at most). The minimum: a
+// backend may read more (padded cache rows, activations, re-reads from cache).
+double decode_read_bytes(const model& m, double n_kv) {
+    std::unordered_map<const tensor*, double> share;
+    const hparams& hp = m.hp;
+    for (size_t il = 0; il < m.layers.size(); il++) {
+        const layer_weights& l = m.layers[il];
+        const double f = hp.n_expert > 0 ? double(hp.n_expert_used_at(int64_t(il))) / double(hp.n_expert) : 1.0;
+        for (const tensor* t : {l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps, l.ffn_gate_exps_b, l.ffn_up_exps_b,
+                                l.ffn_down_exps_b})
+            if (t) share[t] = f;
+    }
+    double total = 0.0;
+    for (const tensor* p : m.params) {
+        double b = double(p->n_bytes());
+        if (p == m.tok_embd && m.output != m.tok_embd && p->ne[1] > 0) b /= double(p->ne[1]);
+        if (const auto it = share.find(p); it != share.end()) b *= it->second;
+        total += b;
+    }
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        const double rows = hp.is_swa(il) ? std::min(n_kv, double(hp.n_swa)) : n_kv;
+        total += rows * double(hp.n_embd_kv(il)) * 2.0 * 2.0; // K and V, f16
+    }
+    return total;
+}
 
 void bench_main(const bench_options& o) {
     if (o.reps < 1) throw error("-r must be at least 1");
@@ -92,6 +125,7 @@ void bench_main(const bench_options& o) {
         sp.device = dev.device;
         sp.n_ctx = std::max<int64_t>(sp.n_ctx, max_len);
         session s(*mdl, sp);
+        const double copy_gbs = o.roofline ? s.be().copy_gbs() : 0.0;
 
         auto run_test = [&](int64_t depth, int64_t n, bool is_pp, bool timed) {
             s.clear();
@@ -123,6 +157,11 @@ void bench_main(const bench_options& o) {
                     r.mean = sum / double(r.samples.size());
                     for (double x : r.samples) sum2 += (x - r.mean) * (x - r.mean);
                     r.sd = r.samples.size() > 1 ? std::sqrt(sum2 / double(r.samples.size() - 1)) : 0.0;
+                    if (o.roofline) {
+                        r.copy_gbs = copy_gbs;
+                        // token i of a generation test reads d + i + 1 cache rows: on average d + (n + 1) / 2
+                        if (pass == 1) r.read_bytes = decode_read_bytes(*mdl, double(d) + double(n + 1) / 2.0);
+                    }
                     rows.push_back(r);
                     if (o.m.verbose) fmt::print(stderr, "{} {}: {:.2f} ± {:.2f} t/s\n", r.backend, r.test, r.mean, r.sd);
                 }
@@ -131,26 +170,56 @@ void bench_main(const bench_options& o) {
     const std::string model_desc = fmt::format("{} {}", mdl->arch, mdl->type_summary());
     const std::string size = human_bytes(mdl->n_bytes);
     const std::string params = fmt::format("{:.2f} M", double(mdl->n_params) / 1e6);
+    const auto read_gbs = [](const result_row& r) { return r.read_bytes * r.mean / 1e9; };
     if (o.output == "json") {
         nlohmann::json j = nlohmann::json::array();
-        for (const auto& r : rows)
+        for (const auto& r : rows) {
             j.push_back({{"model", mdl->path},   {"model_type", model_desc}, {"model_size", mdl->n_bytes},
                          {"model_n_params", mdl->n_params}, {"backend", r.backend}, {"n_threads", r.threads},
                          {"test", r.test},       {"avg_ts", r.mean},         {"stddev_ts", r.sd},
                          {"samples_ts", r.samples}});
+            if (o.roofline) {
+                j.back()["copy_gbs"] = r.copy_gbs;
+                if (r.read_bytes > 0.0) {
+                    j.back()["read_bytes_per_token"] = r.read_bytes;
+                    j.back()["read_gbs"] = read_gbs(r);
+                }
+            }
+        }
         fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)); // metadata may be bad UTF-8
     } else if (o.output == "csv") {
-        fmt::print("model,size,params,backend,threads,test,avg_ts,stddev_ts\n");
+        fmt::print("model,size,params,backend,threads,test,avg_ts,stddev_ts{}\n",
+                   o.roofline ? ",read_bytes_per_token,read_gbs,copy_gbs" : "");
         for (const auto& r : rows)
-            fmt::print("\"{}\",{},{},{},{},{},{:.3f},{:.3f}\n", model_desc, mdl->n_bytes, mdl->n_params, r.backend,
-                       r.threads, r.test, r.mean, r.sd);
+            fmt::print("\"{}\",{},{},{},{},{},{:.3f},{:.3f}{}\n", model_desc, mdl->n_bytes, mdl->n_params, r.backend,
+                       r.threads, r.test, r.mean, r.sd,
+                       o.roofline ? fmt::format(",{:.0f},{:.3f},{:.3f}", r.read_bytes, read_gbs(r), r.copy_gbs) : "");
     } else {
-        fmt::print("| {:<24} | {:>10} | {:>10} | {:<7} | {:>7} | {:>14} | {:>20} |\n", "model", "size", "params",
-                   "backend", "threads", "test", "t/s");
-        fmt::print("| {:-<24} | {:->10} | {:->10} | {:-<7} | {:->7} | {:->14} | {:->20} |\n", "", "", "", "", "", "", "");
-        for (const auto& r : rows)
-            fmt::print("| {:<24} | {:>10} | {:>10} | {:<7} | {:>7} | {:>14} | {:>20} |\n", model_desc, size, params,
-                       r.backend, r.threads, r.test, fmt::format("{:.2f} ± {:.2f}", r.mean, r.sd));
+        // --roofline: two more columns, the read bandwidth of a generation test and its share of the copy bandwidth
+        const auto extra = [&](const std::string& a, const std::string& b) {
+            return o.roofline ? fmt::format(" {:>10} | {:>9} |", a, b) : std::string();
+        };
+        fmt::print("| {:<24} | {:>10} | {:>10} | {:<7} | {:>7} | {:>14} | {:>20} |{}\n", "model", "size", "params",
+                   "backend", "threads", "test", "t/s", extra("read GB/s", "% of copy"));
+        fmt::print("| {:-<24} | {:->10} | {:->10} | {:-<7} | {:->7} | {:->14} | {:->20} |{}\n", "", "", "", "", "", "", "",
+                   o.roofline ? fmt::format(" {:->10} | {:->9} |", "", "") : "");
+        for (const auto& r : rows) {
+            const bool gen = r.read_bytes > 0.0;
+            fmt::print("| {:<24} | {:>10} | {:>10} | {:<7} | {:>7} | {:>14} | {:>20} |{}\n", model_desc, size, params,
+                       r.backend, r.threads, r.test, fmt::format("{:.2f} ± {:.2f}", r.mean, r.sd),
+                       extra(gen ? fmt::format("{:.1f}", read_gbs(r)) : "-",
+                             gen && r.copy_gbs > 0.0 ? fmt::format("{:.1f}%", 100.0 * read_gbs(r) / r.copy_gbs) : "-"));
+        }
+        if (o.roofline) {
+            std::string seen;
+            for (const auto& r : rows)
+                if (seen.find(r.backend + ";") == std::string::npos) {
+                    seen += r.backend + ";";
+                    fmt::print("copy bandwidth ({}): {}\n", r.backend,
+                               r.copy_gbs > 0.0 ? fmt::format("{:.1f} GB/s (read + write)", r.copy_gbs)
+                                                : std::string("unknown"));
+                }
+        }
     }
 }
 
@@ -168,6 +237,8 @@ void add_bench(CLI::App& app) {
     cmd->add_flag("--no-warmup", o->no_warmup, "Skip the warm-up run");
     cmd->add_option("-o,--output", o->output, "md, csv or json")->capture_default_str();
     cmd->add_flag_callback("--json", [o] { o->output = "json"; }, "Same as -o json");
+    cmd->add_flag("--roofline", o->roofline,
+                  "Generation tests: the bytes a token reads x t/s, against the backend's measured copy bandwidth");
     cmd->footer("Example:\n  tessera bench -m models/SmolLM2-135M-Instruct.Q4_1.gguf -p 512 -n 128 -t 2 -r 5");
     cmd->callback([o] { bench_main(*o); });
 }

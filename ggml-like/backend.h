@@ -77,6 +77,10 @@ struct backend {
     // against the one it captured before replaying it (CUDA) may skip that check. By default compute(g).
     virtual void compute_again(graph& g) { compute(g); }
     virtual void synchronize() {}
+    // The bandwidth of this backend's memory as a large copy moves it, bytes read + bytes written a second, in GB/s
+    // (the roofline `tessera bench --roofline` sets decode speeds against), measured on the spot in under a second;
+    // 0 where unknown.
+    virtual double copy_gbs() { return 0.0; }
     // Joins a group as member `rank` (backend_group); a backend that cannot take part throws tessera::error.
     virtual void join(std::shared_ptr<backend_group> group, int rank);
     void set_eval_callback(eval_callback cb) { on_eval = std::move(cb); }

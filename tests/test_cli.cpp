@@ -5,6 +5,7 @@
 #include "ggml-like/gguf.h"
 #include "llm/chat.h"
 #include "llm/device.h"
+#include "llm/model.h"
 #include "llm/vocab.h"
 
 #include <fstream>
@@ -270,6 +271,37 @@ TEST(cli_bench, json_flag_is_output_json) {
         EXPECT_EQ(j[i].size(), k[i].size()); // the same object (timings differ)
         for (auto& [key, value] : j[i].items()) EXPECT_TRUE(k[i].contains(key)) << key;
     }
+}
+
+// --roofline: a generation test reports the bytes a token reads (every weight but the untied embeddings' other rows,
+// plus the K and V rows it attends to), that times t/s, and the copy bandwidth; a prompt test the bandwidth only
+TEST(cli_bench, roofline_reports_bytes_a_token_reads) {
+    auto r = run_tessera("bench -m " + shell_quote(tiny_model()) + " -p 8 -n 4 -d 0,16 -r 1 -t 1 --roofline --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j.size(), 4u); // pp8, tg4, pp8 @ d16, tg4 @ d16
+    const auto m = tessera::model::load(tiny_model());
+    double weights = 0.0, kv_row = 0.0;
+    for (const tessera::tensor* t : m->params)
+        weights += double(t->n_bytes()) / (t == m->tok_embd && m->output != m->tok_embd ? double(t->ne[1]) : 1.0);
+    for (int64_t il = 0; il < m->hp.n_layer; il++) kv_row += double(m->hp.n_embd_kv(il)) * 4.0; // K and V in f16
+    for (const auto& row : j) {
+        EXPECT_GT(row.at("copy_gbs").get<double>(), 0.0);
+        const std::string test = row.at("test");
+        if (test.rfind("pp", 0) == 0) {
+            EXPECT_FALSE(row.contains("read_bytes_per_token")) << test;
+            continue;
+        }
+        // tg4: tokens read 1..4 cache rows (2.5 on average); after 16: 17..20
+        const double rows = test == "tg4" ? 2.5 : 18.5;
+        const double bytes = row.at("read_bytes_per_token").get<double>();
+        EXPECT_NEAR(bytes, weights + rows * kv_row, 1e-6 * bytes) << test;
+        EXPECT_NEAR(row.at("read_gbs").get<double>(), bytes * row.at("avg_ts").get<double>() / 1e9, 1e-9) << test;
+    }
+    auto md = run_tessera("bench -m " + shell_quote(tiny_model()) + " -p 0 -n 4 -r 1 -t 1 --roofline");
+    ASSERT_EQ(md.rc, 0) << md.err;
+    EXPECT_NE(md.out.find("% of copy"), std::string::npos) << md.out;
+    EXPECT_NE(md.out.find("copy bandwidth (cpu): "), std::string::npos) << md.out;
 }
 
 TEST(cli_run, does_not_wait_on_stdin) {

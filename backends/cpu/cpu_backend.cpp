@@ -8,6 +8,7 @@
 #include "ggml-like/error.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -245,6 +246,24 @@ void cpu_backend::compute(graph& g) {
             }
         }
     });
+}
+
+// memcpy between two 256 MiB buffers (past the caches), split over the pool's threads: the best of 5 after a pass
+// that touches the pages
+double cpu_backend::copy_gbs() {
+    constexpr size_t bytes = size_t(256) << 20;
+    std::vector<uint8_t> a(bytes, 1), b(bytes);
+    double best = 0.0;
+    for (int rep = 0; rep < 6; rep++) {
+        const auto t0 = std::chrono::steady_clock::now();
+        pool_.run([&](int ith, int nth) {
+            const size_t lo = bytes * size_t(ith) / size_t(nth), hi = bytes * size_t(ith + 1) / size_t(nth);
+            std::memcpy(b.data() + lo, a.data() + lo, hi - lo);
+        });
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (rep > 0 && sec > 0.0) best = std::max(best, 2.0 * double(bytes) / sec / 1e9);
+    }
+    return best;
 }
 
 } // namespace tessera::cpu

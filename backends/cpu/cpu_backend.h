@@ -35,6 +35,7 @@ class cpu_backend final : public backend {
     // planned every step, and the masked rows change no result (test_model's padded-KV tests: the same bits).
     // qwen3moe-small q4_0 decode, 2 threads: ~0.6 of 4.7 ms a token was the rebuild (this VM, 2026-11-25).
     int64_t kv_pad() const override { return 256; }
+    double copy_gbs() override;
     size_t repacked_bytes() const { return repacked_.bytes(); }
 
     int n_threads() const { return pool_.n_threads(); }

@@ -913,4 +913,38 @@ void cuda_backend::synchronize() {
     TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
 }
 
+// A device-to-device copy of 512 MiB on the backend's stream, the best of 5 after a warm-up (bench_mmv's figure);
+// 0 when the two buffers do not fit next to the model
+double cuda_backend::copy_gbs() {
+    constexpr size_t bytes = size_t(512) << 20;
+    TS_CUDA_CHECK(cudaSetDevice(info_.id));
+    void* a = nullptr;
+    void* b = nullptr;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); // the failed allocation's error, cleared
+        if (a) TS_CUDA_CHECK(cudaFree(a));
+        return 0.0;
+    }
+    cudaStream_t st = as_stream(stream_);
+    cudaEvent_t ev[2];
+    TS_CUDA_CHECK(cudaEventCreate(&ev[0]));
+    TS_CUDA_CHECK(cudaEventCreate(&ev[1]));
+    TS_CUDA_CHECK(cudaMemsetAsync(a, 1, bytes, st));
+    double best = 0.0;
+    for (int rep = 0; rep < 6; rep++) {
+        TS_CUDA_CHECK(cudaEventRecord(ev[0], st));
+        TS_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
+        TS_CUDA_CHECK(cudaEventRecord(ev[1], st));
+        TS_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+        float ms = 0.0f;
+        TS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+        if (rep > 0 && ms > 0.0f) best = std::max(best, 2.0 * double(bytes) / (double(ms) * 1e-3) / 1e9);
+    }
+    TS_CUDA_CHECK(cudaEventDestroy(ev[0]));
+    TS_CUDA_CHECK(cudaEventDestroy(ev[1]));
+    TS_CUDA_CHECK(cudaFree(a));
+    TS_CUDA_CHECK(cudaFree(b));
+    return best;
+}
+
 } // namespace tessera::cuda

@@ -76,6 +76,7 @@ class cuda_backend final : public backend {
     void compute(graph& g) override;
     void compute_again(graph& g) override;
     void synchronize() override;
+    double copy_gbs() override;
     void join(std::shared_ptr<backend_group> group, int rank) override; // a group from make_nccl_group
 
     const device_info& info() const { return info_; }
