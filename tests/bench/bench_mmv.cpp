@@ -41,30 +41,6 @@ std::vector<float> noise(size_t n, uint32_t seed) {
     return v;
 }
 
-double d2d_copy_gbs() {
-    const size_t bytes = size_t(1) << 30;
-    void *a = nullptr, *b = nullptr;
-    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-    std::vector<float> ms;
-    for (int i = 0; i < 5; i++) {
-        cudaEventRecord(e0);
-        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float t = 0;
-        cudaEventElapsedTime(&t, e0, e1);
-        ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    cudaFree(a);
-    cudaFree(b);
-    return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3) / 1e9; // read + write
-}
-
 // cuBLAS f16 x f16 -> f32 GEMM of (n, k) x (k, m), median ms over `repeats` (0 when cuBLAS fails)
 double cublas_f16_ms(int64_t n, int64_t k, int64_t m, int repeats) {
     cublasHandle_t h = nullptr;
@@ -120,7 +96,7 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "bench_mmv: no CUDA device: {}\n", why);
         return 0;
     }
-    const double copy = d2d_copy_gbs();
+    const double copy = make_backend(device_type::cuda, 0)->copy_gbs(); // backend::copy_gbs
     fmt::print("{}: device-to-device copy {:.0f} GB/s (read + write)\n", gpu->name, copy);
     struct shape {
         int64_t n, k;
