@@ -8,6 +8,7 @@
 #include "options.h"
 
 #include "ggml-like/error.h"
+#include "ggml-like/median.h"
 #include "llm/device.h"
 #include "llm/model.h"
 
@@ -53,12 +54,6 @@ struct run_result {
     std::vector<node_out> nodes; // --nodes IL: the f32 nodes of layer IL of the prompt batch, in evaluation order
     std::string backend;
 };
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // One side of the comparison: its label (the spec as given) and the session it runs.
 struct side {

@@ -6,6 +6,7 @@
 #include "backends/cpu/quant/repack.h"
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
+#include "ggml-like/median.h"
 
 #include <algorithm>
 #include <chrono>
@@ -263,8 +264,7 @@ double cpu_backend::copy_gbs() {
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (rep > 0) gbs.push_back(sec > 0.0 ? 2.0 * double(bytes) / sec / 1e9 : 0.0);
     }
-    std::nth_element(gbs.begin(), gbs.begin() + 2, gbs.end());
-    return gbs[2];
+    return median(gbs);
 }
 
 } // namespace tessera::cpu

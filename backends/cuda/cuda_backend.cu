@@ -6,6 +6,7 @@
 #include "backends/cuda/ops/ops.cuh"
 #include "backends/cuda/quant/formats.cuh"
 #include "ggml-like/gelu.h"
+#include "ggml-like/median.h"
 
 #include <algorithm>
 #include <chrono>
@@ -940,12 +941,11 @@ double cuda_backend::copy_gbs() {
         TS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
         if (rep > 0) gbs.push_back(ms > 0.0f ? 2.0 * double(bytes) / (double(ms) * 1e-3) / 1e9 : 0.0);
     }
-    std::nth_element(gbs.begin(), gbs.begin() + 2, gbs.end());
     TS_CUDA_CHECK(cudaEventDestroy(ev[0]));
     TS_CUDA_CHECK(cudaEventDestroy(ev[1]));
     TS_CUDA_CHECK(cudaFree(a));
     TS_CUDA_CHECK(cudaFree(b));
-    return gbs[2];
+    return median(gbs);
 }
 
 } // namespace tessera::cuda
