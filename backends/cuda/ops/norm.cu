@@ -1,6 +1,7 @@
-// norm.cu: rms_norm: y = x / sqrt(mean(x^2) + eps) per row. One block per row; the sum of squares is a float block
-// reduction (the CPU sums in double; the two differ by float rounding, about 1e-7 relative). Contiguous rows of
-// ne0 % 32 == 0 take the vector kernel, which fused.cu also runs for add -> rms_norm -> mul [-> q8_1].
+// norm.cu: rms_norm: y = x / sqrt(mean(x^2) + eps) per row. One block per row (a decode row: up to 16 blocks, each
+// summing the whole row); the sum of squares is a float block reduction (the CPU sums in double; the two differ by
+// float rounding, about 1e-7 relative). Contiguous rows of ne0 % 32 == 0 take the vector kernel, which fused.cu also
+// runs for add -> rms_norm -> mul [-> q8_1].
 #include "backends/cuda/ops/ops.cuh"
 
 namespace tessera::cuda {
@@ -42,6 +43,10 @@ int norm_vec_threads(int64_t ne0) {
 // s = d sum q). w is read before pdl_wait when w_early (a weight or an input: no kernel writes it). P2P: a is this
 // member's partial sums, and the rows are first summed over the device group's members (p2p.cuh; the all_reduce
 // before the add, which then is not written).
+// Grid (rows, slices): every block of a row reads the whole row and sums its squares in the same order (one s per row),
+// and writes only its slice of the outputs (float4s [slice * n4 / slices, ..), a multiple of 8: whole q8_1 groups).
+// A decode step's norm is on the critical path between two GEMVs: in slices, each block's output work is a fraction
+// of the single block's (see add_rms_norm_mul_rows for the measurement).
 template <bool ADD, bool P2P>
 static __global__ void __launch_bounds__(1024)
     add_norm_vec_kernel(const float* a, const float* b, float* sum, const float* w, float* y, int64_t ne0, float eps,
@@ -50,6 +55,8 @@ static __global__ void __launch_bounds__(1024)
     __shared__ unsigned call;
     const int64_t r = blockIdx.x;
     const int n4 = int(ne0 / 4), T = int(blockDim.x);
+    const int per = n4 / int(gridDim.y), lo = int(blockIdx.y) * per, hi = lo + per; // this block's float4s
+    const int warp_i0 = int(threadIdx.x) / WARP_SIZE * WARP_SIZE; // the warp's first i for j = 0
     const auto* w4 = reinterpret_cast<const float4*>(w);
     float4 wv[NORM_VEC];
     auto load_w = [&] {
@@ -93,7 +100,7 @@ static __global__ void __launch_bounds__(1024)
             if (const int i = int(threadIdx.x) + j * T; i < n4) {
                 const float4 bv = b4[i];
                 v[j].x += bv.x, v[j].y += bv.y, v[j].z += bv.z, v[j].w += bv.w;
-                s4[i] = v[j];
+                if (i >= lo && i < hi) s4[i] = v[j];
             }
     }
 #pragma unroll
@@ -109,6 +116,8 @@ static __global__ void __launch_bounds__(1024)
 #pragma unroll
     for (int j = 0; j < NORM_VEC; j++) {
         const int i = int(threadIdx.x) + j * T;
+        if (warp_i0 + j * T >= hi || warp_i0 + j * T + WARP_SIZE <= lo) continue; // the whole warp: none of its i
+        const bool mine = i >= lo && i < hi;
         float4 o;
         if (w4) {
             o.x = (v[j].x * s) * wv[j].x, o.y = (v[j].y * s) * wv[j].y;
@@ -116,8 +125,8 @@ static __global__ void __launch_bounds__(1024)
         } else {
             o.x = v[j].x * s, o.y = v[j].y * s, o.z = v[j].z * s, o.w = v[j].w * s;
         }
-        if (i < n4) y4[i] = o;
-        if (q && j * T < n4) { // every lane of the warp takes part in the shuffles; groups past the row store nothing
+        if (mine) y4[i] = o;
+        if (q) { // every lane of the warp takes part in the shuffles; lanes outside the slice store nothing
             float m = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
 #pragma unroll
             for (int off = 1; off < 8; off <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
@@ -128,7 +137,7 @@ static __global__ void __launch_bounds__(1024)
             int qs = q0 + q1 + q2 + q3;
 #pragma unroll
             for (int off = 1; off < 8; off <<= 1) qs += __shfl_xor_sync(0xffffffffu, qs, off);
-            if (i < n4) {
+            if (mine) {
                 const int64_t e = r * ne0 + int64_t(i) * 4; // element index of o.x in the q8_1 rows
                 *reinterpret_cast<char4*>(q + e) = make_char4(int8_t(q0), int8_t(q1), int8_t(q2), int8_t(q3));
                 if (i % 8 == 0) ds[e / 32] = __halves2half2(__float2half_rn(d), __float2half_rn(float(qs) * d));
@@ -178,6 +187,25 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
         !aligned16(y) || (b && (!aligned16(b) || !sum || !aligned16(sum))) || (w && !aligned16(w)))
         return false;
     const int threads = norm_vec_threads(ne0);
+    // Slices for decode-sized calls (add_norm_vec_kernel): up to 16 blocks a row, each a whole number of q8_1 groups;
+    // one where the all-reduce runs in the kernel (its exchange is per row) or where an output overlaps an input
+    // (a block writes its slice while the others still read the row). Measured (H100, 2026-11-27, tg128, 16 slices
+    // vs one block, two rounds in one call, same greedy text): 8B q4_0 468.5-469.7 vs 452.7-456.3 t/s, 1B 1810-1842
+    // vs 1787-1796. tests/bench/persist_proto.cu showed the same in a GEMV chain: 55.1 vs 57.0 us a layer.
+    const int64_t n4 = ne0 / 4, bytes = rows * ne0 * int64_t(sizeof(float));
+    const auto overlaps = [&](const void* o, const void* in) {
+        const auto* p = static_cast<const uint8_t*>(o);
+        const auto* i = static_cast<const uint8_t*>(in);
+        return o && in && p < i + bytes && i < p + bytes;
+    };
+    int slices = 1;
+    if (!group && rows <= 4 && !overlaps(y, a) && !overlaps(y, b) && !overlaps(sum, a) && !overlaps(sum, b) &&
+        !overlaps(y, w) && !overlaps(sum, w))
+        for (int s = 16; s > 1; s /= 2)
+            if (n4 % (8 * s) == 0) {
+                slices = s;
+                break;
+            }
     const p2p_args none{};
     const p2p_args& pa = group ? *group : none;
     const auto pick = [&]<class K>(K plain, K add, K p2p, K p2p_add) {
@@ -186,7 +214,8 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
     launch(ctx,
            pick(add_norm_vec_kernel<false, false>, add_norm_vec_kernel<true, false>, add_norm_vec_kernel<false, true>,
                 add_norm_vec_kernel<true, true>),
-           unsigned(rows), threads, 0, a, b, b ? sum : nullptr, w, y, ne0, eps, q, ds, w_early, pa);
+           dim3(unsigned(rows), unsigned(slices)), threads, 0, a, b, b ? sum : nullptr, w, y, ne0, eps, q, ds, w_early,
+           pa);
     return true;
 }
 
