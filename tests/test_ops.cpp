@@ -384,6 +384,45 @@ TEST(ops, mul_mat_times_scalar_fused_same_bits) {
         }
 }
 
+// add -> rms_norm -> mul by a weight row, and rms_norm -> mul, run as one node per chain (cpu_backend's
+// plan_fusions). Bound: the same bits as the ops one after the other (an eval callback turns the fusion off): the
+// residual's sum read again after the norm (as a layer's next add does), per-head norms of a 3-D view (qwen3's Q/K),
+// a norm read twice (not fused), widths 576 / 4096 / 100, decode and prompt rows, 3 threads.
+TEST(ops, add_norm_mul_fused_same_bits) {
+    for (int64_t ne0 : {int64_t(576), int64_t(4096), int64_t(100)})
+        for (int64_t rows : {int64_t(1), int64_t(7), int64_t(64)})
+            for (int chain = 0; chain < 4; chain++) {
+                std::vector<float> out[2];
+                for (int fused = 0; fused < 2; fused++) {
+                    harness h(3);
+                    tensor* a = h.leaf_f32({ne0, rows}, 41);
+                    tensor* b = h.leaf_f32({ne0, rows}, 42);
+                    tensor* w = h.leaf_f32({ne0}, 43, 0.5f);
+                    tensor* y = nullptr;
+                    if (chain == 0) { // add -> norm -> mul, the sum read again
+                        tensor* sum = add(h.ctx, a, b);
+                        y = add(h.ctx, mul(h.ctx, rms_norm(h.ctx, sum, 1e-5f), w), sum);
+                    } else if (chain == 1) { // norm -> mul
+                        y = mul(h.ctx, rms_norm(h.ctx, a, 1e-6f), w);
+                    } else if (chain == 2) { // per-head norms of a 3-D view, a head-sized weight
+                        if (ne0 % 4 != 0) continue;
+                        tensor* wh = h.leaf_f32({ne0 / 4}, 44, 0.5f);
+                        y = mul(h.ctx, rms_norm(h.ctx, reshape_3d(h.ctx, a, ne0 / 4, 4, rows), 1e-6f), wh);
+                    } else { // the norm read twice: not fused
+                        tensor* nrm = rms_norm(h.ctx, add(h.ctx, a, b), 1e-5f);
+                        y = add(h.ctx, mul(h.ctx, nrm, w), nrm);
+                    }
+                    if (!fused) h.be.set_eval_callback([](const tensor&) {});
+                    out[fused] = h.run(y);
+                }
+                if (out[0].empty()) continue;
+                ASSERT_EQ(out[0].size(), out[1].size());
+                for (size_t i = 0; i < out[0].size(); i++)
+                    ASSERT_EQ(out[0][i], out[1][i]) << "chain " << chain << " ne0=" << ne0 << " rows=" << rows
+                                                    << " at " << i;
+            }
+}
+
 TEST(ops, mul_mat_transposed_activation_and_batch) {
     // x given as a permuted view (non-contiguous rows are not allowed, but dims 2/3 broadcast are)
     harness h;

@@ -145,24 +145,71 @@ void cpu_backend::load_weights(std::span<tensor* const> weights) {
 
 namespace {
 
-// mul_mat nodes followed by a `mul` of their result by a one-element f32 tensor (NVFP4's per-tensor `.scale`), where
-// the mul is the result's only reader: mul_mat then writes the mul's output, scaled, and the mul (a pass over memory
-// and a barrier) is skipped. Returns, per node, the scale tensor of a fused pair (at the mul_mat), else null.
-std::vector<const tensor*> fusable_scales(const graph& g) {
+// Chains run as one node (one pass, one barrier instead of two or three), found per graph:
+//   scale_mul     mul_mat followed by a `mul` of its result by a one-element f32 tensor (NVFP4's per-tensor `.scale`):
+//                 mul_mat writes the mul's output, scaled, and the mul (a pass over memory and a barrier) is skipped
+//   norm_mul      rms_norm -> mul by a weight row (every norm of a model), one pass per row
+//   add_norm_mul  add -> rms_norm -> mul: the residual add, its norm and the weight (decode: three single-row nodes
+//                 and their barriers become one)
+// Each keeps its ops' arithmetic (the same bits); a fused result must have no reader but the chain's next node (the
+// add's may have others: it is written), and the chain's output must not overlap what it reads (rows go to threads
+// independently).
+struct fusion {
+    enum kind { none, scale_mul, norm_mul, add_norm_mul } k = none;
+    const tensor* scale = nullptr; // scale_mul: the one-element tensor
+};
+
+bool overlaps(const tensor* a, const tensor* b) {
+    const auto* pa = static_cast<const uint8_t*>(a->data);
+    const auto* pb = static_cast<const uint8_t*>(b->data);
+    return pa && pb && pa < pb + b->n_bytes() && pb < pa + a->n_bytes();
+}
+
+bool f32_rows(const tensor* t) { return t->t == type::f32 && t->nb[0] == 4; }
+
+// rms_norm node n -> mul node m by a weight row, n read by m alone
+bool norm_mul_pair(const tensor* n, const tensor* m, std::unordered_map<const tensor*, int>& readers) {
+    if (n->o != op::rms_norm || m->o != op::mul || m->src[0] != n || !m->src[1]) return false;
+    const tensor* w = m->src[1];
+    return readers[n] == 1 && !(n->flags & flag_output) && f32_rows(m) && n->src[0]->t == type::f32 &&
+           same_shape(*n, *m) && f32_rows(w) && w->ne[0] == n->ne[0] && w->n_elements() == w->ne[0] &&
+           !overlaps(m, n->src[0]) && !overlaps(m, w);
+}
+
+std::vector<fusion> plan_fusions(const graph& g) {
     std::unordered_map<const tensor*, int> readers;
     for (const tensor* n : g.nodes)
         for (const tensor* s : n->src)
             if (s) readers[s]++;
-    std::vector<const tensor*> out(g.nodes.size(), nullptr);
+    std::vector<fusion> out(g.nodes.size());
     for (size_t i = 0; i + 1 < g.nodes.size(); i++) {
-        const tensor* mm = g.nodes[i];
-        const tensor* mu = g.nodes[i + 1];
-        if (mm->o != op::mul_mat || mu->o != op::mul || mu->src[0] != mm || !mu->src[1]) continue;
-        const tensor* s = mu->src[1];
-        if (s->t != type::f32 || s->n_elements() != 1 || !s->data || (mm->flags & flag_output) || readers[mm] != 1)
+        const tensor* n0 = g.nodes[i];
+        const tensor* n1 = g.nodes[i + 1];
+        if (n0->o == op::add && i + 2 < g.nodes.size() && n1->src[0] == n0 &&
+            norm_mul_pair(n1, g.nodes[i + 2], readers)) {
+            const tensor* a = n0->src[0];
+            const tensor* b = n0->src[1];
+            const tensor* m = g.nodes[i + 2];
+            if (f32_rows(n0) && f32_rows(a) && f32_rows(b) && same_shape(*a, *n0) && same_shape(*b, *n0) &&
+                !overlaps(m, a) && !overlaps(m, b) && !overlaps(m, n0) && !overlaps(n0, a) && !overlaps(n0, b)) {
+                out[i].k = fusion::add_norm_mul;
+                i += 2;
+                continue;
+            }
+        }
+        if (norm_mul_pair(n0, n1, readers)) {
+            out[i].k = fusion::norm_mul;
+            i++;
             continue;
-        if (!same_shape(*mm, *mu) || mu->t != type::f32 || mu->nb[0] != 4) continue;
-        out[i] = s;
+        }
+        if (n0->o != op::mul_mat || n1->o != op::mul || n1->src[0] != n0 || !n1->src[1]) continue;
+        const tensor* s = n1->src[1];
+        if (s->t != type::f32 || s->n_elements() != 1 || !s->data || (n0->flags & flag_output) || readers[n0] != 1)
+            continue;
+        if (!same_shape(*n0, *n1) || n1->t != type::f32 || n1->nb[0] != 4) continue;
+        out[i].k = fusion::scale_mul;
+        out[i].scale = s;
+        i++;
     }
     return out;
 }
@@ -181,8 +228,7 @@ void cpu_backend::compute(graph& g) {
     for (tensor* n : g.nodes) wsize = std::max(wsize, work_size(*n, pool_.n_threads()));
     if (work_.size() < wsize) work_.resize(wsize);
     // fused pairs only without a per-node callback (it must see every node's own result)
-    const std::vector<const tensor*> fused = on_eval || opt_.reference ? std::vector<const tensor*>(g.nodes.size())
-                                                                       : fusable_scales(g);
+    const std::vector<fusion> fused = on_eval || opt_.reference ? std::vector<fusion>(g.nodes.size()) : plan_fusions(g);
 
     pool_.run([&](int ith, int nth) {
         compute_params p;
@@ -195,16 +241,28 @@ void cpu_backend::compute(graph& g) {
         p.repacked = &repacked_;
         for (size_t i = 0; i < g.nodes.size(); i++) {
             tensor* n = g.nodes[i];
-            if (fused[i]) { // mul_mat into the following mul's output, times its scalar; the mul is skipped
+            if (fused[i].k == fusion::scale_mul) { // mul_mat into the following mul's output, times its scalar
                 tensor into = *n;
                 tensor* mu = g.nodes[i + 1];
                 into.data = mu->data;
                 for (int d = 0; d < TS_MAX_DIMS; d++) into.nb[d] = mu->nb[d];
-                p.out_scale = *static_cast<const float*>(fused[i]->data);
+                p.out_scale = *static_cast<const float*>(fused[i].scale->data);
                 mul_mat(p, into);
                 p.out_scale = 1.0f;
                 p.barrier();
                 i++;
+                continue;
+            }
+            if (fused[i].k == fusion::norm_mul) {
+                add_rms_norm_mul(p, nullptr, *n, *g.nodes[i + 1]);
+                p.barrier();
+                i++;
+                continue;
+            }
+            if (fused[i].k == fusion::add_norm_mul) {
+                add_rms_norm_mul(p, n, *g.nodes[i + 1], *g.nodes[i + 2]);
+                p.barrier();
+                i += 2;
                 continue;
             }
             switch (n->o) {
