@@ -159,18 +159,10 @@ struct fusion {
     const tensor* scale = nullptr; // scale_mul: the one-element tensor
 };
 
-// The bytes from an f32 tensor's first element to past its last (a strided view's rows included)
-size_t f32_span(const tensor* t) {
-    if (t->n_elements() == 0) return 0;
-    size_t last = 0;
-    for (int d = 0; d < TS_MAX_DIMS; d++) last += size_t(t->ne[d] - 1) * t->nb[d];
-    return last + sizeof(float);
-}
-
 bool overlaps(const tensor* a, const tensor* b) {
     const auto* pa = static_cast<const uint8_t*>(a->data);
     const auto* pb = static_cast<const uint8_t*>(b->data);
-    return pa && pb && pa < pb + f32_span(b) && pb < pa + f32_span(a);
+    return pa && pb && pa < pb + b->n_bytes() && pb < pa + a->n_bytes();
 }
 
 bool f32_rows(const tensor* t) { return t->t == type::f32 && t->nb[0] == 4; }
@@ -179,7 +171,7 @@ bool f32_rows(const tensor* t) { return t->t == type::f32 && t->nb[0] == 4; }
 bool norm_mul_pair(const tensor* n, const tensor* m, std::unordered_map<const tensor*, int>& readers) {
     if (n->o != op::rms_norm || m->o != op::mul || m->src[0] != n || !m->src[1]) return false;
     const tensor* w = m->src[1];
-    return readers[n] == 1 && !(n->flags & flag_output) && f32_rows(m) && n->src[0]->t == type::f32 &&
+    return readers[n] == 1 && !(n->flags & flag_output) && f32_rows(m) && f32_rows(n->src[0]) &&
            same_shape(*n, *m) && f32_rows(w) && w->ne[0] == n->ne[0] && w->n_elements() == w->ne[0] &&
            !overlaps(m, n->src[0]) && !overlaps(m, w);
 }

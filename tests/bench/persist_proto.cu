@@ -153,6 +153,17 @@ __device__ __forceinline__ void gemv_prefetch(const mat& m, int item, int warp, 
     }
 }
 
+// Element i of a q8_1 block held by lane `lane` (every lane of the warp calls it): the block's values as int8; d as if
+// a norm had made the block's largest value 1 (the chain's values stay in range over 128 phases)
+__device__ __forceinline__ void quant_lane(float v, acts x, int i, int lane) {
+    const float amax = warp_max(fabsf(v));
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int qv = __float2int_rn(v * id);
+    const float qs = warp_sum(float(qv));
+    x.q[i] = int8_t(qv);
+    if (lane == 0) x.ds[i / 32] = __floats2half2_rn(1.0f / 127.0f, qs / 127.0f);
+}
+
 // q8_1 block b of y (GLU: y holds gate, up interleaved; the block's values silu(gate) up), one warp
 template <bool GLU> __device__ __forceinline__ void quant_block(const float* y, acts x, int b, int lane) {
     float v;
@@ -162,13 +173,7 @@ template <bool GLU> __device__ __forceinline__ void quant_block(const float* y, 
     } else {
         v = y[b * 32 + lane];
     }
-    const float amax = warp_max(fabsf(v));
-    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const int qv = __float2int_rn(v * id);
-    const float qs = warp_sum(float(qv));
-    x.q[b * 32 + lane] = int8_t(qv);
-    // d as if a norm had made the block's largest value 1 (the chain's values stay in range over 128 phases)
-    if (lane == 0) x.ds[b] = __floats2half2_rn(1.0f / 127.0f, qs / 127.0f);
+    quant_lane(v, x, b * 32 + lane, lane);
 }
 
 // The decode graph's add + rms_norm (+ q8_1) kernel's shape: one block of 1024 threads for the whole row, y + res
@@ -194,13 +199,22 @@ __global__ void __launch_bounds__(1024) norm1_kernel(const float* y, const float
     for (int j = 0; j < 4; j++) {
         const int i = threadIdx.x + j * 1024;
         if (j * 1024 >= n) break;
-        const float o = v[j] * s, amax = warp_max(fabsf(o));
-        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        const int qv = __float2int_rn(o * id);
-        const float qs = warp_sum(float(qv));
-        x.q[i] = int8_t(qv);
-        if (lane == 0) x.ds[i / 32] = __floats2half2_rn(1.0f / 127.0f, qs / 127.0f);
+        quant_lane(v[j] * s, x, i, lane);
     }
+}
+
+// This thread's share of sum((y + res)^2) over a row of n floats: float4s first, first + step, ...
+__device__ __forceinline__ float sq_sum(const float* y, const float* res, int n, int first, int step) {
+    const float4* y4 = reinterpret_cast<const float4*>(y);
+    const float4* r4 = reinterpret_cast<const float4*>(res);
+    float ss = 0.0f;
+#pragma unroll 8
+    for (int i = first; i < n / 4; i += step) {
+        const float4 a = y4[i], b = r4[i];
+        const float h0 = a.x + b.x, h1 = a.y + b.y, h2 = a.z + b.z, h3 = a.w + b.w;
+        ss += h0 * h0 + h1 * h1 + h2 * h2 + h3 * h3;
+    }
+    return ss;
 }
 
 // The same work spread over 16 blocks of 256 threads: every block sums the whole row's squares (the same order in
@@ -210,26 +224,13 @@ __global__ void __launch_bounds__(256) norm16_kernel(const float* y, const float
     pdl_wait();
     pdl_trigger();
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const float4* y4 = reinterpret_cast<const float4*>(y);
-    const float4* r4 = reinterpret_cast<const float4*>(res);
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < n / 4; i += 256) {
-        const float4 a = y4[i], b = r4[i];
-        const float h0 = a.x + b.x, h1 = a.y + b.y, h2 = a.z + b.z, h3 = a.w + b.w;
-        ss += h0 * h0 + h1 * h1 + h2 * h2 + h3 * h3;
-    }
-    ss = warp_sum(ss);
+    float ss = warp_sum(sq_sum(y, res, n, threadIdx.x, 256));
     if (lane == 0) red[warp] = ss;
     __syncthreads();
     ss = warp_sum(lane < 8 ? red[lane] : 0.0f);
     const float s = 1.0f / sqrtf(ss / float(n) + 1e-5f);
     for (int i = blockIdx.x * 256 + threadIdx.x; i < n; i += gridDim.x * 256) {
-        const float o = (y[i] + res[i]) * s, amax = warp_max(fabsf(o));
-        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        const int qv = __float2int_rn(o * id);
-        const float qs = warp_sum(float(qv));
-        x.q[i] = int8_t(qv);
-        if (lane == 0) x.ds[i / 32] = __floats2half2_rn(1.0f / 127.0f, qs / 127.0f);
+        quant_lane((y[i] + res[i]) * s, x, i, lane);
     }
 }
 
@@ -238,25 +239,11 @@ __global__ void __launch_bounds__(256) normw_kernel(const float* y, const float*
     pdl_wait();
     pdl_trigger();
     const int lane = threadIdx.x % 32, b = blockIdx.x * 8 + threadIdx.x / 32;
-    const float4* y4 = reinterpret_cast<const float4*>(y);
-    const float4* r4 = reinterpret_cast<const float4*>(res);
-    float ss = 0.0f;
-#pragma unroll 8
-    for (int i = lane; i < n / 4; i += 32) {
-        const float4 a = y4[i], c = r4[i];
-        const float h0 = a.x + c.x, h1 = a.y + c.y, h2 = a.z + c.z, h3 = a.w + c.w;
-        ss += h0 * h0 + h1 * h1 + h2 * h2 + h3 * h3;
-    }
-    ss = warp_sum(ss);
+    const float ss = warp_sum(sq_sum(y, res, n, lane, 32));
     if (b >= n / 32) return;
     const float s = 1.0f / sqrtf(ss / float(n) + 1e-5f);
     const int i = b * 32 + lane;
-    const float o = (y[i] + res[i]) * s, amax = warp_max(fabsf(o));
-    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const int qv = __float2int_rn(o * id);
-    const float qs = warp_sum(float(qv));
-    x.q[i] = int8_t(qv);
-    if (lane == 0) x.ds[b] = __floats2half2_rn(1.0f / 127.0f, qs / 127.0f);
+    quant_lane((y[i] + res[i]) * s, x, i, lane);
 }
 
 int parts_for(int n, int k, int n_sm) { // mmv_split_parts: >= 48 warps an SM, every lane keeps a chunk

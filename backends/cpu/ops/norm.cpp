@@ -37,22 +37,17 @@ void add_rms_norm_mul(const compute_params& p, const tensor* sum, const tensor& 
     const int64_t ne0 = norm.ne[0];
     const float* wr = static_cast<const float*>(w.data);
     for_rows(p, dst, [&](int64_t i1, int64_t i2, int64_t i3) {
-        const float* x;
-        size_t xs = 1;
+        const float* x = at<float>(sum ? *sum : *norm.src[0], 0, i1, i2, i3);
         if (sum) { // the add's row first: its result is read later too
             const float* a = at<float>(*sum->src[0], 0, i1, i2, i3);
             const float* b = at<float>(*sum->src[1], 0, i1, i2, i3);
             float* r = at<float>(*sum, 0, i1, i2, i3);
             for (int64_t i = 0; i < ne0; i++) r[i] = a[i] + b[i];
-            x = r;
-        } else {
-            x = at<float>(*norm.src[0], 0, i1, i2, i3);
-            xs = norm.src[0]->nb[0] / 4;
         }
         float* y = at<float>(dst, 0, i1, i2, i3);
-        const float s = rms_scale(x, xs, ne0, eps);
+        const float s = rms_scale(x, 1, ne0, eps);
         for (int64_t i = 0; i < ne0; i++) {
-            const float n = x[i * xs] * s; // rms_norm's result, then mul's product
+            const float n = x[i] * s; // rms_norm's result, then mul's product
             y[i] = n * wr[i];
         }
     });
