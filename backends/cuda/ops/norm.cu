@@ -69,8 +69,8 @@ static __global__ void __launch_bounds__(1024)
     if (w_early) load_w();
     // With a residual, L2 is asked for both inputs' rows before the wait, each block its share of the lines: the
     // residual was written kernels ago and may have left L2 since (the other input, the kernel before's result, lands
-    // in L2 when written: asking for it early is harmless). Measured (H100, 2026-11-27, one call, same greedy text): 8B q4_0 tg128 485.8-491.1 vs 485.9-486.1
-    // t/s without, at depth 4096 367.3 vs 360.0; 1B within noise.
+    // in L2 when written: asking for it early is harmless). Measured (H100, 2026-11-27, one call, same greedy text):
+    // 8B q4_0 tg128 485.8-491.1 vs 485.9-486.1 t/s without, at depth 4096 367.3 vs 360.0; 1B within noise.
     if (ADD) {
         const char* la = reinterpret_cast<const char*>(a + r * ne0);
         const char* lb = reinterpret_cast<const char*>(b + r * ne0);
