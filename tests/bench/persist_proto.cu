@@ -40,14 +40,7 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                 \
-            std::exit(1);                                                                                              \
-        }                                                                                                              \
-    } while (0)
+#include "proto_check.cuh"
 
 constexpr int R = 2;           // rows of a row group
 constexpr int E = 4096, F = 14336, QKV = 6144, LAYERS = 32;
@@ -391,26 +384,18 @@ __global__ void __launch_bounds__(PWARPS * 32, 1) persist_kernel(persist_args a)
     };
     for (int l = 0; l < a.n_layers; l++) {
         const layer& L = a.L[l];
-        p_quant<false>(b.y_down, b.x, E, lane);
-        p_prefetch(a.S[0], L.qkv, warp, lane, a.pf);
-        sync();
-        p_gemv_any(a.S[0], L.qkv, b.x, b.y_qkv, warp, lane, part);
-        sync();
-        p_quant<false>(b.y_qkv, b.x, E, lane);
-        p_prefetch(a.S[1], L.o, warp, lane, a.pf);
-        sync();
-        p_gemv_any(a.S[1], L.o, b.x, b.y_o, warp, lane, part);
-        sync();
-        p_quant<false>(b.y_o, b.x, E, lane);
-        p_prefetch(a.S[2], L.gu, warp, lane, a.pf);
-        sync();
-        p_gemv_any(a.S[2], L.gu, b.x, b.y_gu, warp, lane, part);
-        sync();
-        p_quant<true>(b.y_gu, b.x, F, lane);
-        p_prefetch(a.S[3], L.down, warp, lane, a.pf);
-        sync();
-        p_gemv_any(a.S[3], L.down, b.x, b.y_down, warp, lane, part);
-        sync();
+        // the layer's 4 GEMVs, each after the quantize phase of its input (gate / up's output through the GLU)
+        const mat* m[4] = {&L.qkv, &L.o, &L.gu, &L.down};
+        const float* in[4] = {b.y_down, b.y_qkv, b.y_o, b.y_gu};
+        float* out[4] = {b.y_qkv, b.y_o, b.y_gu, b.y_down};
+        for (int p = 0; p < 4; p++) {
+            if (p == 3) p_quant<true>(in[p], b.x, F, lane);
+            else p_quant<false>(in[p], b.x, E, lane);
+            p_prefetch(a.S[p], *m[p], warp, lane, a.pf);
+            sync();
+            p_gemv_any(a.S[p], *m[p], b.x, out[p], warp, lane, part);
+            sync();
+        }
     }
 }
 

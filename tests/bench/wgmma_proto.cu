@@ -20,14 +20,7 @@
 #include <algorithm>
 #include <vector>
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                 \
-            std::exit(1);                                                                                              \
-        }                                                                                                              \
-    } while (0)
+#include "proto_check.cuh"
 
 constexpr int BM = 128, BN = 128, BK = 64, THREADS = 256;
 constexpr int TILE_BYTES = 128 * BK * 2; // A or B stage: 16 KiB
