@@ -347,6 +347,33 @@ std::vector<op_case> all_cases() {
                      return add(c, m, mul_mat(c, t[2], mul(c, s, s)));
                  },
                  3e-6);
+    // add -> rms_norm -> mul read by q, k and v mul_mats (one grouped GEMM in prefill: the fused kernel writes their f16
+    // activations and no f32 result), and read by a mul_mat and an add (the f32 result written too). bound: the fused
+    // q8 cases', 1e-6 (two GEMM outputs summed: as one); an unwritten f32 result would give NMSE ~1
+    for (int64_t rows : {int64_t(5), int64_t(40)}) {
+        const std::string sh = "4096x" + std::to_string(rows);
+        add_case("fused_add_norm_mul_q8_qkv_" + sh,
+                 {f32_leaf({4096, rows}, 60), f32_leaf({4096, rows}, 61), f32_leaf({4096}, 62),
+                  typed_leaf(type::q4_0, {4096, 256}, 63), typed_leaf(type::q4_0, {4096, 256}, 64),
+                  typed_leaf(type::q4_0, {4096, 256}, 65)},
+                 [](context& c, const auto& t) {
+                     tensor* x = mul(c, rms_norm(c, add(c, t[0], t[1]), 1e-5f), t[2]);
+                     tensor* q = mul_mat(c, t[3], x);
+                     tensor* k = mul_mat(c, t[4], x);
+                     tensor* v = mul_mat(c, t[5], x);
+                     for (tensor* e : {q, k, v}) expand_first->push_back(e);
+                     return add(c, add(c, q, k), v);
+                 },
+                 1e-6);
+        add_case("fused_add_norm_mul_q8_mul_mat_f32_read_too_" + sh,
+                 {f32_leaf({4096, rows}, 66), f32_leaf({4096, rows}, 67), f32_leaf({4096}, 68),
+                  typed_leaf(type::q8_0, {4096, 4096}, 69)},
+                 [](context& c, const auto& t) {
+                     tensor* x = mul(c, rms_norm(c, add(c, t[0], t[1]), 1e-5f), t[2]);
+                     return add(c, mul_mat(c, t[3], x), x);
+                 },
+                 1e-6);
+    }
     // The llama feed-forward block as the model builds it: gate and up mul_mats (one GEMV launch on <= 8 columns),
     // swiglu with the q8_1 of its result, the down mul_mat reading that. vs the CPU: gate and up summed in another
     // float order move a q8 value of swiglu's result at a rounding tie -> as the two chained mul_mats above, 3e-6 (the
@@ -742,7 +769,9 @@ std::vector<op_case> all_cases() {
     };
     for (rope_kv_shape s : {rope_kv_shape{64, 6, 2, 1, 9, false}, rope_kv_shape{128, 8, 2, 5, 20, true},
                             rope_kv_shape{128, 8, 2, 1, 256, false}, // decode split over the keys (2 splits)
-                            rope_kv_shape{64, 4, 4, 40, 3, false}, rope_kv_shape{128, 4, 1, 70, 30, true}}) {
+                            rope_kv_shape{64, 4, 4, 40, 3, false}, rope_kv_shape{128, 4, 1, 70, 30, true},
+                            // 64 tokens or more: blocks of 16 heads, the last one partial
+                            rope_kv_shape{64, 20, 4, 72, 5, false}, rope_kv_shape{128, 36, 18, 64, 0, true}}) {
         const int64_t n_kv = s.n_past + s.n_tok;
         std::vector<int32_t> rows;
         for (int64_t t = 0; t < s.n_tok; t++) rows.push_back(int32_t(s.n_past + t));

@@ -5,7 +5,7 @@
 //     includes the activation quantization and the launches.
 //   prefill GEMM (m = 512 columns): TFLOP/s (2 n k m / time) next to cuBLAS's f16 GEMM (f32 accumulation) on the same
 //     shape in the same run, the tensor-core peak this box reaches.
-//   usage: bench_mmv [repeats] [gemv|gemm|all]
+//   usage: bench_mmv [repeats] [gemv|gemm|all] [type name: that format only]
 #include "backends/cpu/cpu_backend.h"
 #include "ggml-like/ops.h"
 #include "llm/device.h"
@@ -90,6 +90,7 @@ double cublas_f16_ms(int64_t n, int64_t k, int64_t m, int repeats) {
 int main(int argc, char** argv) {
     const int repeats = argc > 1 ? std::atoi(argv[1]) : 20;
     const std::string what = argc > 2 ? argv[2] : "all";
+    const std::string only = argc > 3 ? argv[3] : "";
     std::string why;
     const auto gpu = find_gpu(&why);
     if (!gpu) {
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
         for (type t : types)
             for (shape s : shapes) {
                 if (gemm && t == type::f16) continue; // cuBLAS's column is the f16 reference
+                if (!only.empty() && only != type_name(t)) continue;
                 const size_t row = row_size(t, s.k), bytes = row * size_t(s.n);
                 std::vector<uint8_t> w(bytes);
                 {

@@ -102,36 +102,11 @@ static __global__ void __launch_bounds__(FUSE_THREADS) glu_q8x4_kernel(const flo
     const float4 gv = ok ? g[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float4 uv = ok ? u[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float gx[4] = {gv.x, gv.y, gv.z, gv.w}, ux[4] = {uv.x, uv.y, uv.z, uv.w};
-    float v[4], amax = 0.0f;
+    float v[4];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        v[j] = glu_apply<A>(gx[j], ux[j], gelu);
-        amax = fmaxf(amax, fabsf(v[j]));
-    }
+    for (int j = 0; j < 4; j++) v[j] = glu_apply<A>(gx[j], ux[j], gelu);
     if (y && ok) y[i] = make_float4(v[0], v[1], v[2], v[3]);
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.0f; // as quantize_q8_lane (ops.cuh)
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    int qi[4], sum = 0;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        qi[j] = __float2int_rn(v[j] * id);
-        sum += qi[j];
-    }
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (!ok) return;
-    q[i] = make_char4(int8_t(qi[0]), int8_t(qi[1]), int8_t(qi[2]), int8_t(qi[3]));
-    const __half dh = __float2half_rn(d);
-    if (i % 8 == 0) ds[i / 8] = __halves2half2(dh, __float2half_rn(float(sum) * d));
-    if (xh) {
-        const float df = __half2float(dh);
-        uint2 o;
-        *reinterpret_cast<__half2*>(&o.x) = __floats2half2_rn(float(qi[0]) * df, float(qi[1]) * df);
-        *reinterpret_cast<__half2*>(&o.y) = __floats2half2_rn(float(qi[2]) * df, float(qi[3]) * df);
-        xh[i] = o;
-    }
+    q8x4_store(v, i, ok, q, ds, xh);
 }
 
 bool fuse_enabled() {
@@ -156,6 +131,18 @@ split_acts q8_target(cuda_context& ctx, const tensor* out, const tensor* next) {
         return {};
     if (!mul_mat_quantizes_split(ctx, *next)) return {};
     return split_activation_ptrs(ctx, *out);
+}
+
+// Whether out's readers are all mul_mats from nodes[from] on, one after the other, that take out's activations as
+// the wgmma GEMM's f16 rows (gemm_f16_target): then out itself need not be written.
+bool only_gemm_readers(const cuda_context& ctx, const std::vector<tensor*>& nodes, size_t from, const tensor* out,
+                       const std::unordered_map<const tensor*, int>& uses) {
+    const auto it = uses.find(out);
+    if (it == uses.end() || (out->flags & flag_output)) return false;
+    int n = 0;
+    for (size_t j = from; j < nodes.size() && n < it->second; j++, n++)
+        if (nodes[j]->o != op::mul_mat || nodes[j]->src[1] != out || !gemm_f16_target(ctx, *nodes[j])) return false;
+    return n == it->second;
 }
 
 // The same when the reader is a mixture's expert mul_mat_id a few nodes on (from nodes[from]), reading `out` itself or
@@ -941,17 +928,21 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
         if (ok && rows > 0 && rows <= 65535) {
             // the q8_1 for the mul_mat right after, or for a mixture's experts past the router
             const tensor* act = mul;
-            split_acts qa = q8_target(ctx, mul, at(i + (with_add ? 3 : 2)));
-            if (!qa.q && rows == 1) qa = q8_target_ahead(ctx, nodes, i + (with_add ? 3 : 2), mul, &act);
+            const size_t next = i + (with_add ? 3 : 2);
+            split_acts qa = q8_target(ctx, mul, at(next));
+            if (!qa.q && rows == 1) qa = q8_target_ahead(ctx, nodes, next, mul, &act);
             auto* q = const_cast<int8_t*>(qa.q);
             auto* ds = const_cast<__half2*>(qa.ds);
             const float eps = norm->op_params.f[0];
             const bool w_early = (w->flags & flag_param) || (w->o == op::none && !w->view_src);
-            // the vector kernel (norm.cu) where the row allows, else the strided one here
-            const bool vec = add_rms_norm_mul_rows(ctx, ctx.as<float>(with_add ? n0->src[0] : x),
-                                                   with_add ? ctx.as<float>(n0->src[1]) : nullptr,
-                                                   with_add ? ctx.as<float>(n0) : nullptr, ctx.as<float>(w), w_early,
-                                                   ctx.as<float>(mul), ne0, rows, eps, q, ds, nullptr);
+            // prefill: the GEMM's f16 rows too, and the f32 result only where something else reads it
+            __half* xh = q && at(next) ? gemm_f16_target(ctx, *at(next)) : nullptr;
+            const bool y_read = !xh || !only_gemm_readers(ctx, nodes, next, mul, uses);
+            // the vector kernel (norm.cu) where the row allows, else the strided one here (which writes y and q8_1)
+            const bool vec = add_rms_norm_mul_rows(
+                ctx, ctx.as<float>(with_add ? n0->src[0] : x), with_add ? ctx.as<float>(n0->src[1]) : nullptr,
+                with_add ? ctx.as<float>(n0) : nullptr, ctx.as<float>(w), w_early,
+                y_read ? ctx.as<float>(mul) : nullptr, ne0, rows, eps, q, ds, nullptr, xh);
             if (!vec && with_add)
                 launch(ctx, add_norm_mul_kernel<true>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(n0->src[0]),
                        ctx.as<float>(n0->src[1]), ctx.as<float>(n0), ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q,
@@ -961,7 +952,7 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                        nullptr, nullptr, ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q, ds);
             if (q) {
                 ctx.act_src = act;
-                ctx.act_form = cuda_context::act_split_q8;
+                ctx.act_form = vec && xh ? cuda_context::act_split_q8_f16 : cuda_context::act_split_q8;
             }
             return with_add ? 3 : 2;
         }

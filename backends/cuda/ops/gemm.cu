@@ -553,8 +553,8 @@ __half* gemm_f16_target(const cuda_context& ctx, const tensor& node) {
 
 // The q8_1 activations of x as f16 rows (the wgmma GEMM's input), once for q, k, v (gate, up)
 static const __half* q8_f16_acts(cuda_context& ctx, const tensor& x, int64_t k, int64_t cols) {
-    const split_acts acts = split_activations(ctx, x);
     auto* xh = reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + split_acts_bytes(k, cols));
+    const split_acts acts = split_activations(ctx, x, xh);
     if (ctx.act_form != cuda_context::act_split_q8_f16) {
         const int64_t n8 = cols * k / 8;
         q8_f16_kernel<<<unsigned(ceil_div(n8, 256)), 256, 0, ctx.stream>>>(acts.q, acts.ds, xh, n8);

@@ -543,7 +543,9 @@ template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cuda
     // q4_0, TFLOP/s, 6 stages then: stages()): 4096 x 4096, 128 tiles on 132 SMs, 317 in 128-column tiles vs 246 in
     // 64-column ones; 1B's 2048-row matrices (64 tiles) the other way (end to end 71k vs 66.5k t/s); Gemma-3-4B's
     // 2560-row o and down (80 tiles) in 128-column tiles: pp512 25549 vs 24307 t/s with 64 (session 20; a 3/4 rule
-    // before)
+    // before). At 3 stages (H100, 2026-11-28, 8B q4_0 pp512, two rounds in one call): this rule 18997 / 18986 t/s;
+    // 64-column tiles for o and down too (their 128 tiles one CTA an SM): 18471 / 18676 (ncu: o + down 311 -> 319
+    // us a layer); also for q/k/v: 18324 / 18563
     const int forced = forced_tile_cols();
     int64_t all_rows = ceil_div(a.n, TM); // row tiles, those of a grouped launch's further matrices included
     for (int i = 0; i < a.n_more; i++) all_rows += ceil_div(a.more[i].n, TM);

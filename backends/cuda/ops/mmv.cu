@@ -440,6 +440,19 @@ static __global__ void quantize_split_kernel(const float* x, shape4 sx, int8_t* 
     q8_store_warp(q8_block_value(x, sx, g, lane), lane, qs + g * 32, ds + g);
 }
 
+// The same for contiguous, 16-byte-aligned rows (x[32 g + i]), the usual case: a float4 a thread (q8x4_store), no
+// index arithmetic; with xh also the values as f16 (the wgmma GEMM's activations). One warp a block with its 64-bit
+// row divisions had cost the prefill 20 us a layer on the 8B (the attention output's q8_1, 512 tokens, H100).
+static __global__ void quantize_split4_kernel(const float4* x, char4* qs, __half2* ds, uint2* xh, int64_t n4) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const bool in = i < n4; // whole groups of 8 lanes are in or out; the out ones still take part in the shuffles
+    const float4 x4 = in ? x[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float v[4] = {x4.x, x4.y, x4.z, x4.w};
+    q8x4_store(v, i, in, qs, ds, xh);
+}
+
 struct split_args {
     const uint8_t* qs; // weight chunks [n][k / 32][chunk_bytes]
     const uint8_t* sc; // weight scale groups [n][k / 32 / chunks_per_scale][scale_bytes]
@@ -1023,19 +1036,26 @@ bool mul_mat_quantizes_split(const cuda_context& ctx, const tensor& node) {
     return node.o == op::mul_mat && (!gemm_split_wanted(x->ne[1] * x->ne[2] * x->ne[3]) || gemm_uses_q8(w->t));
 }
 
-split_acts split_activations(cuda_context& ctx, const tensor& x) {
+split_acts split_activations(cuda_context& ctx, const tensor& x, __half* xh) {
     const shape4 sx = shape_of(x, 4);
     const int64_t k = x.ne[0], cols = x.ne[1] * x.ne[2] * x.ne[3], n_blocks = k / 32 * cols;
     const split_acts acts = split_activation_ptrs(ctx, x);
     if (ctx.act_src == &x && (ctx.act_form == cuda_context::act_split_q8 || ctx.act_form == cuda_context::act_split_q8_f16))
         return acts; // q, k, v (gate, up) share them
+    const float* xp = ctx.as<float>(&x);
+    const bool vec = x.is_contiguous() && aligned16(xp) && aligned16(xh);
     if (n_blocks > 0) {
         constexpr int threads = 256;
-        launch(ctx, quantize_split_kernel, unsigned(ceil_div(n_blocks * WARP_SIZE, threads)), threads, 0,
-               ctx.as<float>(&x), sx, const_cast<int8_t*>(acts.q), const_cast<__half2*>(acts.ds), n_blocks);
+        if (vec)
+            launch(ctx, quantize_split4_kernel, unsigned(ceil_div(n_blocks * 8, threads)), threads, 0,
+                   reinterpret_cast<const float4*>(xp), reinterpret_cast<char4*>(const_cast<int8_t*>(acts.q)),
+                   const_cast<__half2*>(acts.ds), reinterpret_cast<uint2*>(xh), n_blocks * 8);
+        else
+            launch(ctx, quantize_split_kernel, unsigned(ceil_div(n_blocks * WARP_SIZE, threads)), threads, 0, xp, sx,
+                   const_cast<int8_t*>(acts.q), const_cast<__half2*>(acts.ds), n_blocks);
     }
     ctx.act_src = &x;
-    ctx.act_form = cuda_context::act_split_q8;
+    ctx.act_form = vec && xh ? cuda_context::act_split_q8_f16 : cuda_context::act_split_q8;
     return acts;
 }
 

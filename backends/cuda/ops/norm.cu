@@ -38,11 +38,11 @@ int norm_vec_threads(int64_t ne0) {
     return int(ceil_div(ceil_div(ne0 / 4, NORM_VEC), WARP_SIZE) * WARP_SIZE);
 }
 
-// sum = a + b (ADD), x = ADD ? sum : a; y = (x * s) * w (w == nullptr: x * s) with s = 1 / sqrt(mean(x^2) + eps);
-// then y to q8_1 when q is given (as quantize_q8_lane: d = amax / 127, q = round half even (y * 127 / amax),
-// s = d sum q). w is read before pdl_wait when w_early (a weight or an input: no kernel writes it). P2P: a is this
-// member's partial sums, and the rows are first summed over the device group's members (p2p.cuh; the all_reduce
-// before the add, which then is not written).
+// sum = a + b (ADD), x = ADD ? sum : a; y = (x * s) * w (w == nullptr: x * s) with s = 1 / sqrt(mean(x^2) + eps),
+// written where y is given; then y to q8_1 when q is given (q8x4_store, as quantize_q8_lane: d = amax / 127, q = round
+// half even (y * 127 / amax), s = d sum q), and its values as f16 into xh when given. w is read before pdl_wait when
+// w_early (a weight or an input: no kernel writes it). P2P: a is this member's partial sums, and the rows are first
+// summed over the device group's members (p2p.cuh; the all_reduce before the add, which then is not written).
 // Grid (rows, slices): every block of a row reads the whole row and sums its squares in the same order (one s per row),
 // and writes only its slice of the outputs (float4s [slice * n4 / slices, ..), a multiple of 8: whole q8_1 groups).
 // A decode step's norm is on the critical path between two GEMVs: in slices, each block's output work is a fraction
@@ -50,7 +50,7 @@ int norm_vec_threads(int64_t ne0) {
 template <bool ADD, bool P2P>
 static __global__ void __launch_bounds__(1024)
     add_norm_vec_kernel(const float* a, const float* b, float* sum, const float* w, float* y, int64_t ne0, float eps,
-                        int8_t* q, __half2* ds, bool w_early, p2p_args pa) {
+                        int8_t* q, __half2* ds, uint2* xh, bool w_early, p2p_args pa) {
     __shared__ float red[32];
     __shared__ unsigned call;
     const int64_t r = blockIdx.x;
@@ -123,7 +123,7 @@ static __global__ void __launch_bounds__(1024)
     }
     ss = block_sum(ss, red);
     const float s = 1.0f / sqrtf(ss / float(ne0) + eps);
-    auto* y4 = reinterpret_cast<float4*>(y + r * ne0);
+    auto* y4 = y ? reinterpret_cast<float4*>(y + r * ne0) : nullptr;
 #pragma unroll
     for (int j = 0; j < NORM_VEC; j++) {
         const int i = int(threadIdx.x) + j * T;
@@ -136,23 +136,10 @@ static __global__ void __launch_bounds__(1024)
         } else {
             o.x = v[j].x * s, o.y = v[j].y * s, o.z = v[j].z * s, o.w = v[j].w * s;
         }
-        if (mine) y4[i] = o;
+        if (mine && y4) y4[i] = o;
         if (q) { // every lane of the warp takes part in the shuffles; lanes outside the slice store nothing
-            float m = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
-#pragma unroll
-            for (int off = 1; off < 8; off <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-            const float d = m / 127.0f;
-            const float id = m != 0.0f ? 127.0f / m : 0.0f;
-            const int q0 = __float2int_rn(o.x * id), q1 = __float2int_rn(o.y * id);
-            const int q2 = __float2int_rn(o.z * id), q3 = __float2int_rn(o.w * id);
-            int qs = q0 + q1 + q2 + q3;
-#pragma unroll
-            for (int off = 1; off < 8; off <<= 1) qs += __shfl_xor_sync(0xffffffffu, qs, off);
-            if (mine) {
-                const int64_t e = r * ne0 + int64_t(i) * 4; // element index of o.x in the q8_1 rows
-                *reinterpret_cast<char4*>(q + e) = make_char4(int8_t(q0), int8_t(q1), int8_t(q2), int8_t(q3));
-                if (i % 8 == 0) ds[e / 32] = __halves2half2(__float2half_rn(d), __float2half_rn(float(qs) * d));
-            }
+            const float ov[4] = {o.x, o.y, o.z, o.w};
+            q8x4_store(ov, r * (ne0 / 4) + i, mine, reinterpret_cast<char4*>(q), ds, xh);
         }
     }
 }
@@ -193,7 +180,7 @@ void rms_norm_launch(const cuda_context& ctx, const float* x, shape4 sx, float* 
 
 bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float* b, float* sum, const float* w,
                            bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds,
-                           const p2p_args* group) {
+                           const p2p_args* group, __half* xh) {
     if (ne0 % 32 != 0 || ne0 / 4 > int64_t(NORM_VEC) * 1024 || rows <= 0 || rows > 65535 || !aligned16(a) ||
         !aligned16(y) || (b && (!aligned16(b) || !sum || !aligned16(sum))) || (w && !aligned16(w)))
         return false;
@@ -225,8 +212,8 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
     launch(ctx,
            pick(add_norm_vec_kernel<false, false>, add_norm_vec_kernel<true, false>, add_norm_vec_kernel<false, true>,
                 add_norm_vec_kernel<true, true>),
-           dim3(unsigned(rows), unsigned(slices)), threads, 0, a, b, b ? sum : nullptr, w, y, ne0, eps, q, ds, w_early,
-           pa);
+           dim3(unsigned(rows), unsigned(slices)), threads, 0, a, b, b ? sum : nullptr, w, y, ne0, eps, q, ds,
+           reinterpret_cast<uint2*>(xh), w_early, pa);
     return true;
 }
 

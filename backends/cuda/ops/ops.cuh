@@ -78,7 +78,9 @@ struct split_acts {
     const int8_t* q = nullptr;
     const __half2* ds = nullptr;
 };
-split_acts split_activations(cuda_context& ctx, const tensor& x);
+// xh (not null): also the values d q as f16 rows there (the wgmma GEMM's activations) where the rows allow it
+// (contiguous, 16-byte aligned); ctx.act_form then says act_split_q8_f16.
+split_acts split_activations(cuda_context& ctx, const tensor& x, __half* xh = nullptr);
 // Bytes of those two arrays for k x cols activations, the second aligned to 256 (what follows them starts there).
 size_t split_acts_bytes(int64_t k, int64_t cols);
 // Where split_activations puts them (nothing is computed).
@@ -141,6 +143,38 @@ __device__ __forceinline__ void q8_store_warp(float v, int lane, int8_t* q, __ha
     q[lane] = int8_t(ql.q);
     if (lane == 0) *ds = __halves2half2(__float2half_rn(ql.d), __float2half_rn(ql.s));
 }
+// The same four values a thread: v = values 4 i .. 4 i + 3 of split_acts' rows, eight consecutive threads (from a
+// lane that is a multiple of 8) a block of 32. Same integers and scales as quantize_q8_lane (a max and an integer sum
+// come out the same in any order). Every lane of the warp must call it; only those with `store` write: q[i], the
+// block's (d, s) from its first thread, and with xh the values d q as f16 (d rounded to f16 first, as q8_f16_kernel:
+// the wgmma GEMM's activations, gemm_f16_target).
+__device__ __forceinline__ void q8x4_store(const float (&v)[4], int64_t i, bool store, char4* q, __half2* ds,
+                                           uint2* xh) {
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int qi[4], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        qi[j] = __float2int_rn(v[j] * id);
+        sum += qi[j];
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (!store) return;
+    q[i] = make_char4(int8_t(qi[0]), int8_t(qi[1]), int8_t(qi[2]), int8_t(qi[3]));
+    const __half dh = __float2half_rn(d);
+    if (i % 8 == 0) ds[i / 8] = __halves2half2(dh, __float2half_rn(float(sum) * d));
+    if (xh) {
+        const float df = __half2float(dh);
+        uint2 o;
+        *reinterpret_cast<__half2*>(&o.x) = __floats2half2_rn(float(qi[0]) * df, float(qi[1]) * df);
+        *reinterpret_cast<__half2*>(&o.y) = __floats2half2_rn(float(qi[2]) * df, float(qi[3]) * df);
+        xh[i] = o;
+    }
+}
 
 // Every thread of the block sorts p2 (a power of two) values v with their indices idx in shared memory, bitonically:
 // larger values first, equal values by index (top_k in moe.cu, the fused routing in fused.cu). Ends with a barrier.
@@ -173,13 +207,15 @@ constexpr int norm_threads(int64_t ne0) {
 
 // norm.cu: for `rows` contiguous rows of ne0 floats: sum = a + b (when b is given), x = b ? sum : a, y = (x * s) * w
 // (w == nullptr: x * s) with s = 1 / sqrt(mean(x^2) + eps), then y to q8_1 into q / ds (split_acts' layout) when q is
-// given. w_early: w is a weight or graph input, read before the kernel waits for the one ahead. group (not null): a
+// given, and their values d q as f16 rows into xh when given (the wgmma GEMM's activations); y == nullptr: y itself
+// is not written (nothing else reads it). w_early: w is a weight or graph input, read before the kernel waits for the
+// one ahead. group (not null): a
 // is this member's partial sums, summed over the device group first (the all_reduce before; group_p2p's arguments
 // for these rows). One launch; false (nothing launched) unless ne0 % 32 == 0, ne0 <= 16384 and every pointer is
 // 16-byte aligned.
 bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float* b, float* sum, const float* w,
                            bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds,
-                           const p2p_args* group);
+                           const p2p_args* group, __half* xh = nullptr);
 
 // fused.cu: when nodes[i] starts a chain launch_nodes can run as one kernel (add -> rms_norm -> mul [-> q8_1],
 // rms_norm -> mul, swiglu -> q8_1, attention -> q8_1, rope(Q) + rope(K) + the K/V cache writes), launches it and returns how many nodes it covered; else 0. `uses` counts the

@@ -16,9 +16,12 @@ namespace {
 
 constexpr int ROPE_THREADS = 256;
 constexpr int ROPE_HEADS = 4;
+constexpr int ROPE_WIDE_HEADS = 16, ROPE_WIDE_TOKENS = 64; // rope_kv's blocks for 64 tokens or more
 
-// One block per (token, group of ROPE_HEADS heads): a decode step has one token, and 32 heads in one block left the
-// GPU nearly idle. Threads first fill (cos, sin) of every pair in shared memory, then take (head, pair) items. With
+// One block per (token, group of hpb heads): ROPE_HEADS in decode (one token: 32 heads in one block left the GPU
+// nearly idle), ROPE_WIDE_HEADS for a prompt's many tokens (each block computes its token's angles once: 4 heads a
+// block had cost the 8B's prefill 18 us a layer). Threads first fill (cos, sin) of every pair in shared memory,
+// then take (head, pair) items. With
 // `cache` (rope_kv_kernel) each result is also written as f16 to cache[h * head_dim + j], the K-cache row of token t;
 // y == nullptr: the result only goes there.
 // xn (not null): the block's heads h0.. as rows of hd floats in shared memory, read instead of x (rope_kv_kernel's
@@ -27,7 +30,7 @@ constexpr int ROPE_HEADS = 4;
 template <bool NEOX>
 __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int32_t* pos, const float* ff, float* y,
                                            shape4 sy, int n_rot, const rope_angles& ang, const float* table, int64_t t,
-                                           int64_t h0, float* cs, __half* cache, const float* xn = nullptr,
+                                           int64_t h0, int hpb, float* cs, __half* cache, const float* xn = nullptr,
                                            float ys = 1.0f) {
     const int half = n_rot / 2;
     for (int i = threadIdx.x; i < half && table; i += blockDim.x) { // exact mode: the host's (cos, sin)
@@ -41,15 +44,23 @@ __device__ __forceinline__ void rope_block(const float* x, shape4 sx, const int3
     }
     __syncthreads();
     const int64_t hd = sx.ne[0];
-    const int64_t n_head = sx.ne[1] - h0 < ROPE_HEADS ? sx.ne[1] - h0 : ROPE_HEADS;
-    const int64_t n_items = n_head * (hd - half); // per head: n_rot/2 pairs, then hd - n_rot pass-through values
-    for (int64_t it = threadIdx.x; it < n_items; it += blockDim.x) {
-        const int64_t h = h0 + it / (hd - half), i = it % (hd - half);
+    const int per_head = int(hd) - half; // n_rot / 2 pairs, then hd - n_rot pass-through values
+    const int n_items = int(sx.ne[1] - h0 < hpb ? sx.ne[1] - h0 : hpb) * per_head;
+    for (int it = threadIdx.x; it < n_items; it += blockDim.x) { // 32-bit: 64-bit divisions cost more than the rope
+        const int hh = it / per_head, i = it - hh * per_head;
+        const int64_t h = h0 + hh;
         const float* xr = xn ? xn + (h - h0) * hd : x + h * sx.nb[1] + t * sx.nb[2];
         const int64_t xs = xn ? 1 : sx.nb[0];
         float* yr = y ? y + h * sy.nb[1] + t * sy.nb[2] : nullptr;
         __half* cr = cache ? cache + h * hd : nullptr;
-        if (i < half) {
+        if (i < half && !NEOX && xs == 1 && (!yr || sy.nb[0] == 1) &&
+            ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(yr)) & 7) == 0 &&
+            (reinterpret_cast<uintptr_t>(cr) & 3) == 0) { // a normal pair as one float2 (half2): whole lines a warp
+            const float2 v = *reinterpret_cast<const float2*>(xr + 2 * i);
+            const float2 r = rope_rotate(v.x, v.y, make_float2(cs[2 * i], cs[2 * i + 1]));
+            if (yr) *reinterpret_cast<float2*>(yr + 2 * i) = make_float2(__fmul_rn(r.x, ys), __fmul_rn(r.y, ys));
+            if (cr) *reinterpret_cast<__half2*>(cr + 2 * i) = __floats2half2_rn(r.x, r.y);
+        } else if (i < half) {
             const int64_t j0 = NEOX ? i : 2 * i, j1 = NEOX ? i + half : 2 * i + 1;
             const float2 r = rope_rotate(xr[j0 * xs], xr[j1 * xs], make_float2(cs[2 * i], cs[2 * i + 1]));
             const float y0 = r.x, y1 = r.y;
@@ -77,8 +88,8 @@ static __global__ void __launch_bounds__(ROPE_THREADS)
     extern __shared__ float cs[]; // (cos, sin) per pair: 2 * (n_rot / 2) floats
     pdl_wait();
     pdl_trigger();
-    rope_block<NEOX>(x, sx, pos, ff, y, sy, n_rot, ang, table, blockIdx.x,
-                     int64_t(blockIdx.y) * ROPE_HEADS, cs, nullptr);
+    rope_block<NEOX>(x, sx, pos, ff, y, sy, n_rot, ang, table, blockIdx.x, int64_t(blockIdx.y) * ROPE_HEADS, ROPE_HEADS,
+                     cs, nullptr);
 }
 
 // rope of Q and K and this batch's KV-cache writes (set_rows of the rotated K and of V into f16 caches) as one launch
@@ -95,6 +106,7 @@ struct rope_kv_args {
     rope_kv_params p;     // where the results go, the angles (ops.cuh)
     int64_t v_nb1, v_ne0; // V rows: stride in floats, length
     int gq, gk;
+    int hpb;              // heads a block (ROPE_HEADS with norms: one warp a head)
     const float *qn, *kn; // the Q / K norm weights (hd floats), or null
     float eps;
 };
@@ -144,16 +156,16 @@ template <bool NEOX> static __global__ void __launch_bounds__(ROPE_THREADS) rope
     const int g = int(blockIdx.y);
     float* xn = cs + p.n_rot;
     if (g < a.gq) {
-        const int64_t h0 = int64_t(g) * ROPE_HEADS;
-        if (a.qn) head_norm(a.q, a.sq, t, h0, min(int64_t(ROPE_HEADS), a.sq.ne[1] - h0), a.qn, a.eps, xn);
-        rope_block<NEOX>(a.q, a.sq, p.pos, p.ff, p.yq, p.syq, p.n_rot, p.ang, nullptr, t, h0, cs, nullptr,
+        const int64_t h0 = int64_t(g) * a.hpb;
+        if (a.qn) head_norm(a.q, a.sq, t, h0, min(int64_t(a.hpb), a.sq.ne[1] - h0), a.qn, a.eps, xn);
+        rope_block<NEOX>(a.q, a.sq, p.pos, p.ff, p.yq, p.syq, p.n_rot, p.ang, nullptr, t, h0, a.hpb, cs, nullptr,
                          a.qn ? xn : nullptr, p.q_scale);
     } else if (g < a.gq + a.gk) {
         __half* cache = row >= 0 && row < p.kc_rows ? p.kc + row * p.kc_nb1 : nullptr;
-        const int64_t h0 = int64_t(g - a.gq) * ROPE_HEADS;
+        const int64_t h0 = int64_t(g - a.gq) * a.hpb;
         if (cache || p.yk) {
-            if (a.kn) head_norm(a.k, a.sk, t, h0, min(int64_t(ROPE_HEADS), a.sk.ne[1] - h0), a.kn, a.eps, xn);
-            rope_block<NEOX>(a.k, a.sk, p.pos, p.ff, p.yk, p.syk, p.n_rot, p.ang, nullptr, t, h0, cs, cache,
+            if (a.kn) head_norm(a.k, a.sk, t, h0, min(int64_t(a.hpb), a.sk.ne[1] - h0), a.kn, a.eps, xn);
+            rope_block<NEOX>(a.k, a.sk, p.pos, p.ff, p.yk, p.syk, p.n_rot, p.ang, nullptr, t, h0, a.hpb, cs, cache,
                              a.kn ? xn : nullptr);
         }
     } else if (row >= 0 && row < p.vc_rows) {
@@ -257,8 +269,9 @@ bool rope_kv(cuda_context& ctx, const tensor& rq, const tensor& rk, const tensor
     a.p = p;
     a.v_nb1 = int64_t(v->nb[1] / 4);
     a.v_ne0 = v->ne[0];
-    a.gq = int(ceil_div(rq.ne[1], ROPE_HEADS));
-    a.gk = int(ceil_div(rk.ne[1], ROPE_HEADS));
+    a.hpb = norms || n_tok < ROPE_WIDE_TOKENS ? ROPE_HEADS : ROPE_WIDE_HEADS;
+    a.gq = int(ceil_div(rq.ne[1], a.hpb));
+    a.gk = int(ceil_div(rk.ne[1], a.hpb));
     const int gv = int(ceil_div(v->ne[0], int64_t(ROPE_THREADS) * 4));
     const dim3 grid(unsigned(n_tok), unsigned(a.gq + a.gk + gv));
     TS_ASSERT(grid.y <= 65535);
