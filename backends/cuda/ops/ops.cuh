@@ -209,10 +209,9 @@ constexpr int norm_threads(int64_t ne0) {
 // (w == nullptr: x * s) with s = 1 / sqrt(mean(x^2) + eps), then y to q8_1 into q / ds (split_acts' layout) when q is
 // given, and their values d q as f16 rows into xh when given (the wgmma GEMM's activations); y == nullptr: y itself
 // is not written (nothing else reads it). w_early: w is a weight or graph input, read before the kernel waits for the
-// one ahead. group (not null): a
-// is this member's partial sums, summed over the device group first (the all_reduce before; group_p2p's arguments
-// for these rows). One launch; false (nothing launched) unless ne0 % 32 == 0, ne0 <= 16384 and every pointer is
-// 16-byte aligned.
+// one ahead. group (not null): a is this member's partial sums, summed over the device group first (the all_reduce
+// before; group_p2p's arguments for these rows). One launch; false (nothing launched) unless ne0 % 32 == 0,
+// ne0 <= 16384 and every pointer is 16-byte aligned.
 bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float* b, float* sum, const float* w,
                            bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds,
                            const p2p_args* group, __half* xh = nullptr);

@@ -21,9 +21,9 @@ constexpr int ROPE_WIDE_HEADS = 16, ROPE_WIDE_TOKENS = 64; // rope_kv's blocks f
 // One block per (token, group of hpb heads): ROPE_HEADS in decode (one token: 32 heads in one block left the GPU
 // nearly idle), ROPE_WIDE_HEADS for a prompt's many tokens (each block computes its token's angles once: 4 heads a
 // block had cost the 8B's prefill 18 us a layer). Threads first fill (cos, sin) of every pair in shared memory,
-// then take (head, pair) items. With
-// `cache` (rope_kv_kernel) each result is also written as f16 to cache[h * head_dim + j], the K-cache row of token t;
-// y == nullptr: the result only goes there.
+// then take (head, pair) items (a normal-mode pair of contiguous rows as one float2). With `cache` (rope_kv_kernel)
+// each result is also written as f16 to cache[h * head_dim + j], the K-cache row of token t; y == nullptr: the
+// result only goes there.
 // xn (not null): the block's heads h0.. as rows of hd floats in shared memory, read instead of x (rope_kv_kernel's
 // Q / K norms: head_norm below).
 // ys: the results written to y are multiplied by it (a scale node folded in; 1: the plain rope, x 1 exact).
