@@ -21,24 +21,11 @@
 #include <vector>
 
 #include "proto_check.cuh"
+#include "proto_ptx.cuh"
 
 constexpr int BM = 128, BN = 128, BK = 64, THREADS = 256;
 constexpr int TILE_BYTES = 128 * BK * 2; // A or B stage: 16 KiB
 template <int ST> constexpr size_t SMEM = size_t(ST) * 2 * TILE_BYTES + 1024;
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-// shared-memory matrix descriptor: start >> 4, leading byte offset 16 >> 4 (unused with K-major swizzle), stride byte
-// offset 1024 >> 4 (8-row groups), 128-byte swizzle
-__device__ __forceinline__ uint64_t desc(uint32_t addr) {
-    return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(16 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
 
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) {
     asm volatile("{\n"

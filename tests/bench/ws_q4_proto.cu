@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "proto_check.cuh"
+#include "proto_ptx.cuh"
 
 constexpr int BK = 64, BN = 256, LAG = 2, R = 4; // k a step; columns a tile; producer lag; weight steps in registers
 
@@ -32,26 +33,6 @@ template <int BM> struct cfg {
     static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, ST = BM == 64 ? 5 : 4;
     static constexpr size_t SMEM = size_t(ST) * (A_BYTES + B_BYTES) + 2 * ST * 8 + 1024;
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ uint64_t desc(uint32_t addr) {
-    return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
-    asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}\n" ::"r"(
-                     bar),
-                 "r"(parity)
-                 : "memory");
-}
 
 #define R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t da, uint64_t db) {
@@ -151,7 +132,7 @@ __global__ void __launch_bounds__(cfg<BM>::THREADS, 1)
                     const int row = p / 8 + 16 * i;
                     cp_async16(xst + row * 128 + ((pc ^ (row & 7)) << 4), X + (col0 + row) * k + int64_t(s) * BK + pc * 8);
                 }
-                asm volatile("cp.async.commit_group;\n" ::);
+                cp_async_commit();
                 uint8_t* ast = sm + stage * K::A_BYTES;
 #pragma unroll
                 for (int j = 0; j < WI; j++) {
@@ -173,7 +154,7 @@ __global__ void __launch_bounds__(cfg<BM>::THREADS, 1)
                 }
                 load_w(s + R, r);
                 if (s >= LAG) {
-                    asm volatile("cp.async.wait_group %0;\n" ::"n"(LAG));
+                    cp_async_wait<LAG>();
                     complete(s - LAG);
                 }
             }
