@@ -83,17 +83,7 @@ template <int ST, int V> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmm
         }
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-
-    // accumulator fragment: warp w of the warpgroup holds rows 16 w .. 16 w + 15; register 4 j + e: row lane / 4 + 8 (e / 2),
-    // column 8 j + 2 (lane % 4) + e % 2
-    const int w = (tid % 128) / 32, lane = tid % 32;
-#pragma unroll
-    for (int i = 0; i < 64; i++) {
-        const int j = i / 4, e = i % 4;
-        const int64_t r = row0 + wg * 64 + w * 16 + lane / 4 + 8 * (e / 2);
-        const int64_t c = col0 + j * 8 + 2 * (lane % 4) + (e % 2);
-        C[c * n + r] = d[i];
-    }
+    store_fragment<BN>(d, C, n, row0 + wg * 64, col0);
 }
 
 __global__ void gemm_ref(const __half* W, const __half* X, float* C, int n, int m, int k) {

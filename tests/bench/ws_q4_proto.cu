@@ -182,14 +182,7 @@ __global__ void __launch_bounds__(cfg<BM>::THREADS, 1)
         if (s > 0) mbar_arrive(empty((s - 1) % ST));
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    const int w = (tid % 128) / 32, lane = tid % 32;
-#pragma unroll
-    for (int i = 0; i < 128; i++) {
-        const int j = i / 4, e = i % 4;
-        const int64_t r = row0 + c * 64 + w * 16 + lane / 4 + 8 * (e / 2);
-        const int64_t col = col0 + j * 8 + 2 * (lane % 4) + (e % 2);
-        C[col * n + r] = d[i];
-    }
+    store_fragment<BN>(d, C, n, row0 + c * 64, col0);
 }
 
 // reference: the same f16 values, f32 sums on CUDA cores
