@@ -142,13 +142,13 @@ size_t mul_mat_work_size(const tensor& node) {
     const tensor& x = *node.src[1];
     const size_t rows = size_t(x.ne[1] * x.ne[2] * x.ne[3]);
     const size_t act = row_size(ops->dot_type, x.ne[0]) * rows;
-    // tile counter, activations, then (for weights that may be repacked) at most one int32 correction per 4 elements
+    // tile counter, activations, then (weights repacked in 16-row groups) the activation rows' int32 corrections
     const type t = node.src[0]->t;
     if (t == type::f16 || t == type::bf16) // float16.h: activations as halves
         return 64 + (size_t(x.ne[0]) * 2 * rows + 63) / 64 * 64;
-    const bool may_repack = t == type::q4_0 || t == type::q8_0 || t == type::nvfp4 || t == type::awq4 ||
-                            t == type::awq4_g64 || t == type::tq2_0;
-    return 64 + (act + 63) / 64 * 64 + (may_repack ? size_t(x.ne[0] / 4) * 4 * rows : 0);
+    x16_kind kind;
+    const size_t sums = x16_kind_for(*node.src[0], kind) ? size_t(x16_act_sums_count(kind, x.ne[0])) * 4 * rows : 0;
+    return 64 + (act + 63) / 64 * 64 + sums;
 }
 
 void mul_mat(const compute_params& p, tensor& dst) {
