@@ -1016,6 +1016,39 @@ std::vector<op_case> all_cases() {
     add_case("mul_mat_id_q8_0_k64_n40_e1100_u2_tok300",
              {typed_leaf(type::q8_0, {64, 40, 1100}, 91), f32_leaf({64, 1, 300}, 99), ids_leaf(2, 300, 1100, 5)},
              [](context& c, const auto& l) { return mul_mat_id(c, l[0], l[1], l[2]); }, 1e-6);
+    // Hopper's warp-specialized GEMM (gemm_wgmma.cu gemm_wq_kernel: 256-column tiles of 64 or 128 weight rows, for
+    // 192 columns or more where 64-row tiles give half the SMs a CTA; the shapes are sized for 132 SMs): every format
+    // dequantized inside the GEMM; partial row tiles (2100 rows), a last column tile of one column (513), k % 64 == 32
+    // (2080, 288: the last step's second chunk zeros; formats of 32-value blocks), 6144 rows (128-row tiles), and q, k,
+    // v of one activation as one grouped launch. Bounds: the GEMM bounds above (f16 activations: the formats with q8_1
+    // partners 1e-6, the ternary ones and mxfp4 5e-4).
+    for (type t :
+         {type::q4_0, type::q4_1, type::q8_0, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s, type::mxfp4})
+        for (mm_shape s : {mm_shape{2080, 2100, 513}, mm_shape{288, 6144, 300}}) {
+            // formats of 64-, 128- or 256-value groups take k = 2048 / 256 (whole groups)
+            if (t == type::awq4 || t == type::awq4_g64 || t == type::tq2_0 || t == type::i2_s) s.k = s.k / 256 * 256;
+            const bool tern = t == type::tq2_0 || t == type::i2_s || t == type::mxfp4;
+            add_case(
+                std::string("mul_mat_") + type_name(t) + "_wq_k" + std::to_string(s.k) + "_n" + std::to_string(s.n) +
+                    "_m" + std::to_string(s.m),
+                {typed_leaf(t, {s.k, s.n}, 84), f32_leaf({s.k, s.m}, 85)},
+                [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, tern ? 5e-4 : gemm_bound(s.m));
+        }
+    for (type t : {type::q4_0, type::q8_0})
+        add_case(
+            std::string("grouped_qkv_wq_") + type_name(t) + "_512x300",
+            {f32_leaf({512, 300}, 86), typed_leaf(t, {512, 4096}, 87), typed_leaf(t, {512, 1024}, 88),
+             typed_leaf(t, {512, 1000}, 89)},
+            [](context& c, const auto& l) {
+                tensor* q = mul_mat(c, l[1], l[0]);
+                tensor* k = mul_mat(c, l[2], l[0]);
+                tensor* v = mul_mat(c, l[3], l[0]);
+                for (tensor* e : {q, k, v}) expand_first->push_back(e);
+                tensor* q0 = view_2d(c, q, 1000, 300, q->nb[1], 0);
+                tensor* k0 = view_2d(c, k, 1000, 300, k->nb[1], 0);
+                return add(c, add(c, q0, k0), v);
+            },
+            gemm_bound(300));
     // mxfp4 as a plain (2-D) weight: the decode GEMV and the GEMM (f16 on Hopper: its bound as nvfp4's GEMM)
     for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{1024, 67, 9}, mm_shape{512, 200, 140}})
         add_case("mul_mat_mxfp4_k" + std::to_string(s.k) + "_n" + std::to_string(s.n) + "_m" + std::to_string(s.m),

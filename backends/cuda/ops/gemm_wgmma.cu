@@ -3,12 +3,19 @@
 // q8_1 values d q rounded to f16 for the formats whose CPU dot takes q8_1 activations, so both backends multiply the
 // same activations to within f16 rounding; x itself rounded to f16 for the others).
 //
-// A 128 (weight rows) x TN (columns) tile per CTA of two warpgroups, each warpgroup 64 rows x TN columns with its
-// accumulators in registers. TN = 128 (three stages, two CTAs an SM: stages()), or 64 (four stages, two CTAs an SM)
-// when 128-column tiles would leave 45% of the SMs idle or more (1B's 2048-row matrices at 512 tokens; 8B's 4096-row
-// ones, 128 tiles on 132 SMs, are 29% faster in 128-column tiles; see launch()). f16 rows in 128-column tiles go to a
-// warp-specialized kernel (gemm_ws_f16_kernel, below). k advances 64 elements (two 32-element chunks, one 128-byte
-// swizzle row of f16) a step:
+// Batches of 192 columns or more (prefill) go to gemm_wq_kernel (below, where the tile rule wq_rows allows): tiles of
+// 64 or 128 weight rows x 256 columns, a producer warpgroup (TMA for the activations, the weights dequantized into
+// shared memory) and one or two consumer warpgroups that only issue wgmma. Measured (H100, 2026-11-28, one call, 8B
+// pp512, TESSERA_CUDA_WGMMA_WQ=1 vs =0, same greedy text): q4_0 24686 / 23070 vs 19105 / 19481 t/s, q8_0 22429 vs
+// 17912; per layer (ncu) gate/up 294 vs 327 us, q/k/v 73 vs 96. Outside the model (tests/bench/wq_harness.cu, q4_0,
+// m = 512, TFLOP/s, the kernel below in the same run): 4096^2 364 (BM 64) vs 281, 28672 x 4096 411 (BM 128) vs 376,
+// 4096 x 14336 465 (BM 64) vs 267.
+// Otherwise a 128 (weight rows) x TN (columns) tile per CTA of two warpgroups, each warpgroup 64 rows x TN columns
+// with its accumulators in registers. TN = 128 (three stages, two CTAs an SM: stages()), or 64 (four stages, two CTAs
+// an SM) when 128-column tiles would leave 45% of the SMs idle or more (1B's 2048-row matrices at 512 tokens; 8B's
+// 4096-row ones, 128 tiles on 132 SMs, are 29% faster in 128-column tiles; see launch()). f16 rows in 128-column tiles
+// go to a warp-specialized kernel (gemm_ws_f16_kernel, below). k advances 64 elements (two 32-element chunks, one
+// 128-byte swizzle row of f16) a step:
 //   activations  cp.async straight into the 128-byte-swizzled layout wgmma reads (16-byte piece c of row r at
 //                r * 128 + (c ^ r % 8) * 16), ST - 2 steps ahead;
 //   weights      fused (the default): each thread loads one chunk (and its scale group) of one row into registers
@@ -50,6 +57,7 @@
 
 #include "backends/cuda/quant/formats.cuh"
 
+#include <cudaTypedefs.h> // cuTensorMapEncodeTiled's type (the driver entry point, found at run time), CUtensorMap
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -145,8 +153,9 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
 }
 
 // d (64 x N f32, the warpgroup's fragment: N / 2 floats a thread) += a (64 x 16 f16) b (N x 16 f16), both K-major
-#define TS_R8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-                 "+f"(d[i + 6]), "+f"(d[i + 7])
+#define TS_R8(i)                                                                                                       \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]),        \
+        "+f"(d[i + 7])
 template <int N> __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t da, uint64_t db) {
     if constexpr (N == 128) {
         asm volatile("{\n"
@@ -158,8 +167,23 @@ template <int N> __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2],
                      "}\n"
                      : TS_R8(0), TS_R8(8), TS_R8(16), TS_R8(24), TS_R8(32), TS_R8(40), TS_R8(48), TS_R8(56)
                      : "l"(da), "l"(db));
+    } else if constexpr (N == 256) {
+        asm volatile("{\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+                     "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "
+                     "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "
+                     "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, "
+                     "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, "
+                     "%97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, "
+                     "%113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+                     "%128, %129, 1, 1, 1, 0, 0;\n"
+                     "}\n"
+                     : TS_R8(0), TS_R8(8), TS_R8(16), TS_R8(24), TS_R8(32), TS_R8(40), TS_R8(48), TS_R8(56), TS_R8(64),
+                       TS_R8(72), TS_R8(80), TS_R8(88), TS_R8(96), TS_R8(104), TS_R8(112), TS_R8(120)
+                     : "l"(da), "l"(db));
     } else {
-        static_assert(N == 64, "tiles of 64 or 128 columns");
+        static_assert(N == 64, "tiles of 64, 128 or 256 columns");
         asm volatile("{\n"
                      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
                      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
@@ -174,8 +198,7 @@ template <int N> __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2],
 // One stage's wgmma for a warpgroup, issued asynchronously and committed as one group: d += (the 64 weight rows at
 // a_rows: 128-byte swizzled, TK wide) x (the stage's activation tile at b_tile), TK / 16 k-steps. Both kernels below
 // wait for it with wgmma.wait_group.
-template <int TN>
-__device__ __forceinline__ void wgmma_stage(float (&d)[TN / 2], uint32_t a_rows, uint32_t b_tile) {
+template <int TN> __device__ __forceinline__ void wgmma_stage(float (&d)[TN / 2], uint32_t a_rows, uint32_t b_tile) {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kk = 0; kk < TK / 16; kk++) wgmma_m64k16<TN>(d, smem_desc(a_rows + kk * 32), smem_desc(b_tile + kk * 32));
@@ -200,15 +223,9 @@ __device__ __forceinline__ void store_tile(const wgmma_args& a, const float (&d)
     }
 }
 
-// TN columns a CTA (128 or 64), ST stages (stages(): up to 4 fit two CTAs on an SM). IDS (mul_mat_id's prefill, 64
-// columns): the column tile is tile blockIdx.x of a.map (up to 64 pairs that chose one expert; past the count the CTA
-// exits), the weights that expert's rows (expert * n ..), column c the activation row of the tile's pair c.
-template <class D, int TN, int ST, bool IDS = false>
-static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_kernel(const wgmma_args a_in) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(!IDS || TN == 64, "pair tiles of 64");
-    // the matrix of this CTA's row tile (a grouped launch: q, k, v or gate, up of one activation)
-    int64_t row_tile = a_in.cols_fastest ? blockIdx.y : blockIdx.x;
+// The matrix of row tile `row_tile` of a grouped launch (q, k, v or gate, up of one activation): a_in itself or one of
+// a_in.more, with row_tile made relative to it.
+__device__ __forceinline__ wgmma_args part_of(const wgmma_args& a_in, int64_t& row_tile) {
     wgmma_args a = a_in;
     for (int i = a_in.n_more - 1; i >= 0; i--)
         if (row_tile >= a_in.more[i].tile0) {
@@ -219,6 +236,42 @@ static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_ke
             row_tile -= p.tile0;
             break;
         }
+    return a;
+}
+
+// Chunk ib of a weight row (q, its scale word s) dequantized into 32 halves at piece ci * 4 .. ci * 4 + 3 of the
+// 128-byte swizzled row `row` at `dst` (row * 128 bytes in); ib >= nb (k % 64 == 32: the last step's second chunk)
+// writes zeros.
+template <class D>
+__device__ __forceinline__ void dequant_to_smem(const typename D::chunk_t& q, uint32_t s, int64_t ib, int64_t nb,
+                                                uint8_t* dst, int row, int ci) {
+    uint4 v[4];
+    if (ib >= nb) {
+        v[0] = v[1] = v[2] = v[3] = make_uint4(0, 0, 0, 0);
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            __half2 o[8];
+            D::dequant_split(q, reinterpret_cast<const uint8_t*>(&s), int(ib % D::chunks_per_scale), h, o);
+            v[2 * h] = *reinterpret_cast<const uint4*>(&o[0]);
+            v[2 * h + 1] = *reinterpret_cast<const uint4*>(&o[4]);
+        }
+    }
+    uint8_t* r = dst + row * 128;
+#pragma unroll
+    for (int j = 0; j < 4; j++) *reinterpret_cast<uint4*>(r + (((ci * 4 + j) ^ (row & 7)) << 4)) = v[j];
+}
+
+// TN columns a CTA (128 or 64), ST stages (stages(): up to 4 fit two CTAs on an SM). IDS (mul_mat_id's prefill, 64
+// columns): the column tile is tile blockIdx.x of a.map (up to 64 pairs that chose one expert; past the count the CTA
+// exits), the weights that expert's rows (expert * n ..), column c the activation row of the tile's pair c.
+template <class D, int TN, int ST, bool IDS = false>
+static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_kernel(const wgmma_args a_in) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(!IDS || TN == 64, "pair tiles of 64");
+    // the matrix of this CTA's row tile (a grouped launch: q, k, v or gate, up of one activation)
+    int64_t row_tile = a_in.cols_fastest ? blockIdx.y : blockIdx.x;
+    const wgmma_args a = part_of(a_in, row_tile);
     int64_t expert = 0;
     int first = 0, tile_cols = 0;
     if constexpr (IDS) {
@@ -228,8 +281,8 @@ static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_ke
     }
     using chunk_t = typename D::chunk_t;
     constexpr bool W16 = std::is_same_v<D, f16_weights>;
-    constexpr int AHEAD = ST - 2;           // activation stages in flight
-    constexpr int B_BYTES = TN * TK * 2;    // one activation stage
+    constexpr int AHEAD = ST - 2;        // activation stages in flight
+    constexpr int B_BYTES = TN * TK * 2; // one activation stage
     static_assert(AHEAD >= 1, "at least 3 stages");
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
@@ -254,21 +307,8 @@ static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_ke
         s = load_scale_word<D::scale_bytes>(s_row + (ib / D::chunks_per_scale) * D::scale_bytes);
     };
     auto store_w = [&](int step, const chunk_t& q, uint32_t s) {
-        if (step >= steps) return;
-        const int64_t ib = 2 * int64_t(step) + a_ci;
-        uint4 v[4] = {};
-        if (ib < nb) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                __half2 o[8];
-                D::dequant_split(q, reinterpret_cast<const uint8_t*>(&s), int(ib % D::chunks_per_scale), h, o);
-                v[2 * h] = *reinterpret_cast<const uint4*>(&o[0]);
-                v[2 * h + 1] = *reinterpret_cast<const uint4*>(&o[4]);
-            }
-        }
-        uint8_t* row = sm + (step % ST) * TILE_BYTES + a_row * 128;
-#pragma unroll
-        for (int j = 0; j < 4; j++) *reinterpret_cast<uint4*>(row + (((a_ci * 4 + j) ^ (a_row & 7)) << 4)) = v[j];
+        if (step < steps)
+            dequant_to_smem<D>(q, s, 2 * int64_t(step) + a_ci, nb, sm + (step % ST) * TILE_BYTES, a_row, a_ci);
     };
     // activations: TN rows x 8 pieces of 16 bytes a step; columns past the batch and k past the end are zero-filled;
     // f16 weights the same way (rows past n zero-filled)
@@ -496,6 +536,178 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_f16_kernel(wgmma
 #endif
 }
 
+// ---- warp-specialized kernel for the block formats: tiles of BM (64 or 128) weight rows x 256 columns ----
+// Warpgroup 0 produces: one thread asks the tensor-memory accelerator (TMA) for the step's activation tile (64 k x
+// 256 columns of the f16 rows through a tensor map, landing in the 128-byte swizzle; columns past the batch and k past
+// the end read zeros), and every thread dequantizes BM / 64 weight chunks of 32 values into the stage's swizzle
+// (thread p: row (p + 128 j) / 2, chunk p % 2 of the step), their bytes loaded into registers WQ_R steps ahead.
+// Warpgroups 1 .. BM / 64 multiply 64 weight rows x 256 columns each (wgmma m64n256k16, 128 accumulators a thread)
+// and do nothing else. A stage passes through two mbarriers: `full` (the TMA's bytes, plus 128 producer arrivals
+// after each thread's fence.proxy.async) and `empty` (every consumer thread, once wgmma.wait_group shows its wgmma on
+// the stage done). One CTA an SM.
+// Against gemm_wgmma_kernel's 128 x 128 tiles: a weight row is dequantized once per 256 columns (half the work a
+// FLOP), and the multiplying warps no longer wait on the loads and the dequantization of their own threads. The
+// producer warp is the only warp of its scheduler, so its instructions a step set the pace: the activations by
+// cp.async had cost it ~70 of ~220 a step (16 pieces of 16 bytes a thread, with 64-bit addresses). The kernel's code
+// is kept small: with two dequantization paths in the unrolled producer loop and an epilogue of per-output column
+// arithmetic (20k SASS instructions against the prototype's 1.6k), ncu showed the warps stalled on instruction fetch
+// (no_instruction 3.65 cycles an issue vs 0.11) and the kernel at half the prototype's speed (4096^2 q4_0, m = 512:
+// 91 vs 45 us). The epilogue goes through shared memory in a loop instead (each column's rows as consecutive floats).
+// Now 1.8k / 2.4k instructions (BM 64 / 128).
+// WQ_EPI_LD: floats a column of the epilogue's buffer (64 rows + 4: the fragment's stores hit 32 distinct banks)
+constexpr int WQ_BN = 256, WQ_R = 4, WQ_EPI_LD = 68;
+template <int BM> constexpr int WQ_THREADS = 128 * (BM / 64 + 1);
+template <int BM> constexpr int WQ_ST = BM == 64 ? 5 : 4; // 200 / 192 KiB of stages
+template <int BM>
+constexpr size_t WQ_SMEM = size_t(WQ_ST<BM>) * size_t(BM * 128 + WQ_BN * 128) + size_t(2 * WQ_ST<BM>) * 8 + 1024;
+static_assert(size_t(WQ_ST<64>) * (64 * 128 + WQ_BN * 128) >= size_t(WQ_BN) * WQ_EPI_LD * 4 &&
+                  size_t(WQ_ST<128>) * (128 * 128 + WQ_BN * 128) >= size_t(2 * WQ_BN) * WQ_EPI_LD * 4,
+              "the epilogue's buffers fit in the stages");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// this thread's arrival on `bar`, and `bytes` more for the phase to wait for (a TMA's)
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+// the box of `map` at (c0 innermost, c1) into shared memory at dst, its bytes counted on `bar`
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+                 "%3}], [%4];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+#endif
+
+template <class D, int BM>
+static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
+    gemm_wq_kernel(const wgmma_args a_in, const __grid_constant__ CUtensorMap x_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int ST = WQ_ST<BM>, A_BYTES = BM * 128, B_BYTES = WQ_BN * 128, NC = BM / 64;
+    using chunk_t = typename D::chunk_t;
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
+    uint8_t* const sm = smem_raw + (base - raw);
+    const uint32_t sA = base, sB = base + ST * A_BYTES, bars = sB + ST * B_BYTES;
+    auto full = [&](int st) { return bars + 8 * st; };
+    auto empty = [&](int st) { return bars + 8 * (ST + st); };
+
+    int64_t row_tile = blockIdx.y; // column tiles fastest: a row tile's CTAs run together, its weights read once
+    const wgmma_args a = part_of(a_in, row_tile);
+    const int tid = threadIdx.x, wg = tid / 128;
+    const int64_t row0 = row_tile * BM, col0 = int64_t(blockIdx.x) * WQ_BN;
+    const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32, ng = nb / D::chunks_per_scale;
+    const int steps = int((nb + 1) / 2); // k % 64 == 32: the last step's second chunk is zeros
+
+    if (tid == 0) {
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&x_map)) : "memory");
+        for (int st = 0; st < ST; st++) {
+            mbar_init(full(st), 128 + 1); // the producers, and the TMA's expect_tx
+            mbar_init(empty(st), 128 * NC);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        constexpr int WI = BM / 64; // weight chunks a thread a step
+        const int p = tid, ci = p % 2;
+        int w_r[WI];
+        const uint8_t* q_row[WI];
+        const uint8_t* s_row[WI];
+#pragma unroll
+        for (int j = 0; j < WI; j++) {
+            w_r[j] = (p + 128 * j) / 2; // rows past n read row n - 1 and are never stored
+            const int64_t w_row = row0 + w_r[j] < a.n ? row0 + w_r[j] : a.n - 1;
+            q_row[j] = a.qs + w_row * nb * int64_t(sizeof(chunk_t));
+            s_row[j] = a.sc + w_row * ng * D::scale_bytes;
+        }
+        chunk_t q[WQ_R][WI];
+        uint32_t sw[WQ_R][WI];
+        auto load_w = [&](int step, int r) {
+            if (step >= steps) return;
+#pragma unroll
+            for (int j = 0; j < WI; j++) {
+                const int64_t ib = min(2 * int64_t(step) + ci, nb - 1);
+                q[r][j] = ldg_chunk<chunk_t>(q_row[j] + ib * int64_t(sizeof(chunk_t)));
+                sw[r][j] = load_scale_word<D::scale_bytes>(s_row[j] + (ib / D::chunks_per_scale) * D::scale_bytes);
+            }
+        };
+#pragma unroll
+        for (int r = 0; r < WQ_R; r++) load_w(r, r);
+        int stage = 0;
+        unsigned phase = 0; // of the stage's `empty`, once the first ST steps have filled every stage
+        for (int s0 = 0; s0 < steps; s0 += WQ_R) {
+#pragma unroll
+            for (int r = 0; r < WQ_R; r++) {
+                const int step = s0 + r;
+                if (step >= steps) break;
+                if (step >= ST) mbar_wait(empty(stage), phase ^ 1);
+                if (p == 0) {
+                    mbar_arrive_expect_tx(full(stage), B_BYTES);
+                    tma_load_2d(sB + stage * B_BYTES, &x_map, step * TK, int(col0), full(stage));
+                }
+                uint8_t* ast = sm + stage * A_BYTES;
+#pragma unroll
+                for (int j = 0; j < WI; j++)
+                    dequant_to_smem<D>(q[r][j], sw[r][j], 2 * int64_t(step) + ci, nb, ast, w_r[j], ci);
+                load_w(step + WQ_R, r);
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                mbar_arrive(full(stage));
+                if (++stage == ST) stage = 0, phase ^= 1;
+            }
+        }
+        return;
+    }
+
+    // ---- consumers: warpgroup c = wg - 1 multiplies rows 64 c .. 64 c + 63 of the tile ----
+    const int c = wg - 1;
+    float d[WQ_BN / 2];
+#pragma unroll
+    for (int i = 0; i < WQ_BN / 2; i++) d[i] = 0.0f;
+    int stage = 0, prev = ST - 1;
+    unsigned phase = 0;
+    for (int step = 0; step < steps; step++) {
+        mbar_wait(full(stage), phase);
+        wgmma_stage<WQ_BN>(d, sA + stage * A_BYTES + c * 64 * 128, sB + stage * B_BYTES);
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        if (step > 0) mbar_arrive(empty(prev));
+        prev = stage;
+        if (++stage == ST) stage = 0, phase ^= 1;
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    // every consumer's wgmma is done before the stages become the epilogue's buffers (the producer's last TMA and
+    // stores were all consumed)
+    asm volatile("bar.sync 1, %0;\n" ::"n"(NC * 128) : "memory");
+    float* buf = reinterpret_cast<float*>(sm) + c * WQ_BN * WQ_EPI_LD;
+    const int t = tid % 128, w = t / 32, lane = t % 32;
+    // fragment register 4 j + e: row lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2
+#pragma unroll
+    for (int i = 0; i < WQ_BN / 2; i++) {
+        const int j = i / 4, e = i % 4;
+        buf[(j * 8 + 2 * (lane % 4) + e % 2) * WQ_EPI_LD + w * 16 + lane / 4 + 8 * (e / 2)] = d[i];
+    }
+    asm volatile("bar.sync 1, %0;\n" ::"n"(NC * 128) : "memory");
+    // each column's 64 rows as consecutive floats: a warp writes 128 contiguous bytes
+    const int64_t r0 = row0 + c * 64;
+    const bool one_batch = a.ne2 * a.ne3 == 1;
+#pragma unroll 1
+    for (int i = t; i < 64 * WQ_BN; i += 128) {
+        const int cc = i / 64, rr = i % 64;
+        const int64_t col = col0 + cc, r = r0 + rr;
+        if (r < a.n && col < cols) {
+            const int64_t off =
+                one_batch ? col * a.y_nb1 : column_offset(col, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3);
+            a.y[off + a.row_base + r] = buf[cc * WQ_EPI_LD + rr] * a.out_scale;
+        }
+    }
+#else
+    (void)a_in;
+    (void)x_map;
+    __trap();
+#endif
+}
+
 static __global__ void wgmma_probe_kernel(int* out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     *out = 1;
@@ -514,6 +726,10 @@ template <class F> void allow_smem() {
     if constexpr (has_split<F>::value) {
         allow_smem<cuda_format<F>, 64>();
         allow_smem<cuda_format<F>, 128>();
+        TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<cuda_format<F>, 64>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<64>)));
+        TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<cuda_format<F>, 128>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<128>)));
     }
     if constexpr (has_mmq<F>::value)
         TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<cuda_format<F>, 64, stages<cuda_format<F>, 64>(), true>,
@@ -538,7 +754,83 @@ bool ws_enabled() {
     return on;
 }
 
-template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cudaStream_t stream) {
+// TESSERA_CUDA_WGMMA_WQ=0: the block formats by gemm_wgmma_kernel's tiles only (benchmarks)
+bool wq_enabled() {
+    static const bool on = env_switch_on("TESSERA_CUDA_WGMMA_WQ");
+    return on;
+}
+
+// Row tiles of rows_per_tile over the launch's matrices; sets each further matrix's first tile
+int64_t set_row_tiles(wgmma_args& a, int rows_per_tile) {
+    int64_t tiles = ceil_div(a.n, rows_per_tile);
+    for (int i = 0; i < a.n_more; i++) {
+        a.more[i].tile0 = int(tiles);
+        tiles += ceil_div(a.more[i].n, rows_per_tile);
+    }
+    return tiles;
+}
+
+// BM of gemm_wq_kernel for this launch, 0 for gemm_wgmma_kernel's tiles: its tiles are 256 columns wide, so only for
+// batches of 192 columns or more, and only where 64-row tiles give at least half the SMs a CTA. BM = 128 where its
+// waves, weighted by a CTA's rows, come out no longer than 64-row tiles' with a 15% handicap for those (slower a FLOP:
+// at 28672 x 4096, 896 vs 448 CTAs on 132 SMs, the two ran equal). 4096 rows at 512 columns: 64 (128 CTAs);
+// 6144 (q, k, v of the 8B): 128 (96 CTAs in one wave rather than 192 in two); 14336 or more: 128.
+int wq_rows(const wgmma_args& a, int64_t cols, int n_sm) {
+    if (cols < 192 || forced_tile_cols() || !wq_enabled()) return 0;
+    const int64_t col_tiles = ceil_div(cols, WQ_BN);
+    auto tiles = [&](int bm) {
+        int64_t t = ceil_div(a.n, bm);
+        for (int i = 0; i < a.n_more; i++) t += ceil_div(a.more[i].n, bm);
+        return t * col_tiles;
+    };
+    const int64_t t64 = tiles(64), t128 = tiles(128);
+    if (2 * t64 < n_sm) return 0;
+    const double w64 = double(ceil_div(t64, n_sm)) * 64 * 1.15, w128 = double(ceil_div(t128, n_sm)) * 128;
+    return w128 <= w64 ? 128 : 64;
+}
+
+// The driver's cuTensorMapEncodeTiled, nullptr where it has none; first asked by wgmma_built(), outside any capture.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        const cudaError_t e =
+            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+        if (e != cudaSuccess) (void)cudaGetLastError(); // not a sticky error: clear it
+        return e == cudaSuccess && q == cudaDriverEntryPointSuccess
+                   ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
+                   : nullptr;
+    }();
+    return encode;
+}
+
+// The activation rows x ([cols][k] f16) as a TMA tensor for gemm_wq_kernel: boxes of TK x WQ_BN in the 128-byte
+// swizzle, zeros outside. False where the driver has no cuTensorMapEncodeTiled or refuses the tensor (the caller
+// then takes gemm_wgmma_kernel).
+bool x_tensor_map(const __half* x, int64_t k, int64_t cols, CUtensorMap& map) {
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (!encode || cols >= (int64_t(1) << 31) || k >= (int64_t(1) << 31)) return false;
+    const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(cols)}, strides[1] = {cuuint64_t(k) * sizeof(__half)};
+    const cuuint32_t box[2] = {TK, WQ_BN}, elem_strides[2] = {1, 1};
+    return encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(x), dims, strides, box, elem_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <class D> void launch(wgmma_args a, int64_t cols, int n_sm, cudaStream_t stream) {
+    if constexpr (!std::is_same_v<D, f16_weights>) {
+        CUtensorMap x_map;
+        if (const int bm = wq_rows(a, cols, n_sm); bm && x_tensor_map(a.x, a.k, cols, x_map)) {
+            const dim3 grid(unsigned(ceil_div(cols, WQ_BN)), unsigned(set_row_tiles(a, bm)));
+            TS_ASSERT(grid.y <= 65535);
+            if (bm == 64)
+                gemm_wq_kernel<D, 64><<<grid, WQ_THREADS<64>, WQ_SMEM<64>, stream>>>(a, x_map);
+            else
+                gemm_wq_kernel<D, 128><<<grid, WQ_THREADS<128>, WQ_SMEM<128>, stream>>>(a, x_map);
+            TS_CUDA_CHECK(cudaGetLastError());
+            return;
+        }
+    }
     // 128-column tiles where they give at least 55% of the SMs a tile, else 64-column ones. Measured (H100, m = 512,
     // q4_0, TFLOP/s, 6 stages then: stages()): 4096 x 4096, 128 tiles on 132 SMs, 317 in 128-column tiles vs 246 in
     // 64-column ones; 1B's 2048-row matrices (64 tiles) the other way (end to end 71k vs 66.5k t/s); Gemma-3-4B's
@@ -547,8 +839,7 @@ template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cuda
     // 64-column tiles for o and down too (their 128 tiles one CTA an SM): 18471 / 18676 (ncu: o + down 311 -> 319
     // us a layer); also for q/k/v: 18324 / 18563
     const int forced = forced_tile_cols();
-    int64_t all_rows = ceil_div(a.n, TM); // row tiles, those of a grouped launch's further matrices included
-    for (int i = 0; i < a.n_more; i++) all_rows += ceil_div(a.more[i].n, TM);
+    const int64_t all_rows = set_row_tiles(a, TM); // row tiles, those of a grouped launch's further matrices included
     const bool wide = forced ? forced == 128 : 20 * all_rows * ceil_div(cols, 128) >= 11 * int64_t(n_sm);
     const unsigned row_tiles = unsigned(all_rows), col_tiles = unsigned(ceil_div(cols, wide ? 128 : 64));
     const dim3 grid = a.cols_fastest ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
@@ -556,8 +847,7 @@ template <class D> void launch(const wgmma_args& a, int64_t cols, int n_sm, cuda
     if (wide && std::is_same_v<D, f16_weights> && ws_enabled() && a.n_more == 0)
         gemm_ws_f16_kernel<<<grid, WS_THREADS, WS_SMEM, stream>>>(a);
     else if (wide)
-        gemm_wgmma_kernel<D, 128, stages<D, 128>()>
-            <<<grid, THREADS, smem_bytes<128, stages<D, 128>()>(), stream>>>(a);
+        gemm_wgmma_kernel<D, 128, stages<D, 128>()><<<grid, THREADS, smem_bytes<128, stages<D, 128>()>(), stream>>>(a);
     else
         gemm_wgmma_kernel<D, 64, stages<D, 64>()><<<grid, THREADS, smem_bytes<64, stages<D, 64>()>(), stream>>>(a);
     TS_CUDA_CHECK(cudaGetLastError());
@@ -601,12 +891,13 @@ bool wgmma_built(int cc_major, int cc_minor) {
     TS_CUDA_CHECK(cudaFree(flag));
     TS_CUDA_CHECK(e);
     if (got != 1) return false;
-    // the kernels' shared memory is past the default 48 KiB: allowed once here, outside any stream capture
+        // the kernels' shared memory is past the default 48 KiB: allowed once here, outside any stream capture
 #define TS_ALLOW_SMEM(F) allow_smem<F>();
     TS_BLOCK_FORMATS(TS_ALLOW_SMEM)
 #undef TS_ALLOW_SMEM
     allow_smem<f16_weights, 64>();
     allow_smem<f16_weights, 128>();
+    (void)tensor_map_encoder();
     TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_ws_f16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WS_SMEM)));
     return true;
 }
@@ -633,8 +924,8 @@ void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tenso
     const int64_t m = xt->ne[1], ne2 = xt->ne[2], ne3 = xt->ne[3], cols = m * ne2 * ne3;
     if (cols == 0 || w.n == 0) return;
     TS_ASSERT(w.k % 32 == 0);
-    wgmma_args a{w.qs, w.sc, x, ctx.as<float>(&dst), sy.nb[1], sy.nb[2], sy.nb[3], w.n, 0, m, w.k, ne2, ne3,
-                 w.out_scale, cols_fastest()};
+    wgmma_args a{w.qs, w.sc, x,   ctx.as<float>(&dst), sy.nb[1],      sy.nb[2], sy.nb[3], w.n, 0, m,
+                 w.k,  ne2,  ne3, w.out_scale,         cols_fastest()};
     const bool known = visit_format(w.t, [&]<class F>() {
         using D = cuda_format<F>;
         if constexpr (has_split<F>::value) {
@@ -678,15 +969,13 @@ bool gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* c
     const int64_t m = xt->ne[1], ne2 = xt->ne[2], ne3 = xt->ne[3], cols = m * ne2 * ne3;
     if (cols == 0) return true;
     const shape4 sy = shape_of(*dst[0], 4);
-    wgmma_args a{w[0]->qs, w[0]->sc, x, ctx.as<float>(dst[0]), sy.nb[1], sy.nb[2], sy.nb[3], w[0]->n, 0, m, w[0]->k,
-                 ne2, ne3, w[0]->out_scale, cols_fastest()};
-    int tile = int(ceil_div(w[0]->n, TM));
-    for (int i = 1; i < n; i++) {
+    wgmma_args a{w[0]->qs, w[0]->sc, x,   ctx.as<float>(dst[0]), sy.nb[1],      sy.nb[2], sy.nb[3], w[0]->n, 0, m,
+                 w[0]->k,  ne2,      ne3, w[0]->out_scale,       cols_fastest()};
+    for (int i = 1; i < n; i++) { // (launch sets each matrix's first row tile for the tiles it picks)
         TS_ASSERT(w[i]->t == w[0]->t && w[i]->k == w[0]->k);
         const shape4 si = shape_of(*dst[i], 4);
-        a.more[i - 1] = wgmma_part{w[i]->qs, w[i]->sc, ctx.as<float>(dst[i]), si.nb[1], si.nb[2], si.nb[3], w[i]->n,
-                                   w[i]->out_scale, tile, nullptr};
-        tile += int(ceil_div(w[i]->n, TM));
+        a.more[i - 1] = wgmma_part{w[i]->qs, w[i]->sc, ctx.as<float>(dst[i]), si.nb[1], si.nb[2],
+                                   si.nb[3], w[i]->n,  w[i]->out_scale,       0,        nullptr};
     }
     a.n_more = n - 1;
     visit_format(w[0]->t, [&]<class F>() {

@@ -1,0 +1,145 @@
+// wq_harness.cu: the project's prefill GEMM kernels outside the model, on random q4_0 weights: gemm_wq_kernel (BM 64
+// / 128, and BM 128 as a grouped launch of two halves, as the model's gate / up) and gemm_wgmma_kernel (128 x 128, 3
+// stages), TFLOP/s at m = 512 with the weights streamed from HBM (in separate allocations, or with argument `arena`
+// in one), and each warp-specialized result against the old kernel's (max |difference|; outputs poisoned with NaN
+// first). Build (about 60 s, no project build needed; the source file's host functions stay unresolved, never
+// called), on an sm_90a machine:
+//   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/wq_harness.cu \
+//     -o /tmp/wqh -Xlinker --unresolved-symbols=ignore-all
+#include "backends/cuda/ops/gemm_wgmma.cu"
+#include <cstdio>
+#include <string>
+#include <vector>
+#include <algorithm>
+#include <cmath>
+using namespace tessera;
+using namespace tessera::cuda;
+#define CKH(x)                                                                                                         \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess) {                                                                                       \
+            std::printf("%s: %s\n", #x, cudaGetErrorString(e_));                                                       \
+            return 1;                                                                                                  \
+        }                                                                                                              \
+    } while (0)
+// argv[1] == "arena": every copy of the weights in one allocation, one after the other (as the model's weights)
+int main(int argc, char** argv) {
+    const bool arena = argc > 1 && std::string(argv[1]) == "arena";
+    using D = cuda_format<q4_0>;
+    CKH(cudaFuncSetAttribute(gemm_wq_kernel<D, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<64>)));
+    CKH(cudaFuncSetAttribute(gemm_wq_kernel<D, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<128>)));
+    CKH(cudaFuncSetAttribute(gemm_wgmma_kernel<D, 128, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(smem_bytes<128, 3>())));
+    struct shape {
+        int n, m, k;
+    };
+    std::printf("%6s %6s %6s %10s %10s %10s %12s\n", "n", "m", "k", "wq64", "wq128", "old128", "wq128 group");
+    for (shape s : {shape{4096, 512, 4096}, shape{6144, 512, 4096}, shape{28672, 512, 4096}, shape{4096, 512, 14336}}) {
+        const int64_t nb = s.k / 32;
+        const size_t qbytes = size_t(s.n) * nb * 16, sbytes = size_t(s.n) * nb * 2;
+        const int copies = int(std::max<size_t>(2, (160u << 20) / (qbytes + sbytes) + 1));
+        std::vector<uint8_t> q(qbytes);
+        uint32_t st = 1;
+        for (auto& b : q) {
+            st = st * 1664525u + 1013904223u;
+            b = uint8_t(st >> 24);
+        }
+        std::vector<__half> sc(size_t(s.n) * nb, __float2half(0.01f));
+        std::vector<__half> x(size_t(s.m) * s.k);
+        for (auto& v : x) {
+            st = st * 1664525u + 1013904223u;
+            v = __float2half(float(st >> 8) / float(1 << 24) - 0.5f);
+        }
+        std::vector<uint8_t*> dq(copies), ds(copies);
+        uint8_t* big = nullptr;
+        if (arena) CKH(cudaMalloc(&big, (qbytes + sbytes) * copies));
+        for (int c = 0; c < copies; c++) {
+            if (arena) {
+                dq[c] = big + (qbytes + sbytes) * c;
+                ds[c] = dq[c] + qbytes;
+            } else {
+                CKH(cudaMalloc(&dq[c], qbytes));
+                CKH(cudaMalloc(&ds[c], sbytes));
+            }
+            CKH(cudaMemcpy(dq[c], q.data(), qbytes, cudaMemcpyHostToDevice));
+            CKH(cudaMemcpy(ds[c], sc.data(), sbytes, cudaMemcpyHostToDevice));
+        }
+        __half* dx;
+        float* dy;
+        CKH(cudaMalloc(&dx, x.size() * 2));
+        CKH(cudaMalloc(&dy, size_t(s.n) * s.m * 4));
+        CKH(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+        CUtensorMap xm;
+        if (!x_tensor_map(dx, s.k, s.m, xm)) {
+            std::printf("no tensor map\n");
+            return 1;
+        }
+        double tf[4], diff[4] = {0, 0, 0, 0};
+        std::vector<float> ref(size_t(s.n) * s.m), got(ref.size());
+        for (int var : {2, 0, 1, 3}) {
+            auto run = [&](int c) {
+                wgmma_args a{dq[c], ds[c], dx, dy,   s.n, s.n * int64_t(s.m), s.n * int64_t(s.m), s.n, 0, s.m,
+                             s.k,   1,     1,  1.0f, true};
+                const int t64 = WQ_THREADS<64>, t128 = WQ_THREADS<128>;
+                const size_t m64 = WQ_SMEM<64>, m128 = WQ_SMEM<128>, mo = smem_bytes<128, 3>();
+                if (var == 0)
+                    gemm_wq_kernel<D, 64><<<dim3(s.m / 256, s.n / 64), t64, m64>>>(a, xm);
+                else if (var == 1)
+                    gemm_wq_kernel<D, 128><<<dim3(s.m / 256, s.n / 128), t128, m128>>>(a, xm);
+                else if (var == 2)
+                    gemm_wgmma_kernel<D, 128, 3><<<dim3(s.m / 128, s.n / 128), THREADS, mo>>>(a);
+                else { // the same rows as two matrices of one grouped launch (gate, up), as the model launches them
+                    const int h = s.n / 2;
+                    a.n = h;
+                    a.n_more = 1;
+                    a.more[0] = wgmma_part{dq[c] + size_t(h) * nb * 16,
+                                           ds[c] + size_t(h) * nb * 2,
+                                           dy + h,
+                                           s.n,
+                                           s.n * int64_t(s.m),
+                                           s.n * int64_t(s.m),
+                                           h,
+                                           1.0f,
+                                           h / 128,
+                                           nullptr};
+                    gemm_wq_kernel<D, 128><<<dim3(s.m / 256, s.n / 128), t128, m128>>>(a, xm);
+                }
+            };
+            CKH(cudaMemset(dy, 0xff, size_t(s.n) * s.m * 4)); // NaN: every output must be written
+            run(0);
+            CKH(cudaDeviceSynchronize());
+            CKH(cudaMemcpy(var == 2 ? ref.data() : got.data(), dy, ref.size() * 4, cudaMemcpyDeviceToHost));
+            if (var != 2)
+                for (size_t i = 0; i < ref.size(); i++)
+                    diff[var] = std::max(diff[var], std::isnan(got[i]) ? 1e30 : double(std::fabs(got[i] - ref[i])));
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0);
+            cudaEventCreate(&e1);
+            std::vector<float> t;
+            for (int r = 0; r < 10; r++) {
+                cudaEventRecord(e0);
+                for (int c = 0; c < copies; c++) run(c);
+                cudaEventRecord(e1);
+                cudaEventSynchronize(e1);
+                float ms;
+                cudaEventElapsedTime(&ms, e0, e1);
+                t.push_back(ms / copies);
+            }
+            CKH(cudaGetLastError());
+            std::sort(t.begin(), t.end());
+            tf[var] = 2.0 * s.n * double(s.m) * s.k / (t[t.size() / 2] * 1e-3) * 1e-12;
+        }
+        std::printf("%6d %6d %6d %10.1f %10.1f %10.1f %12.1f   max |wq - old| %.3g %.3g %.3g\n", s.n, s.m, s.k, tf[0],
+                    tf[1], tf[2], tf[3], diff[0], diff[1], diff[3]);
+        if (arena)
+            cudaFree(big);
+        else
+            for (int c = 0; c < copies; c++) {
+                cudaFree(dq[c]);
+                cudaFree(ds[c]);
+            }
+        cudaFree(dx);
+        cudaFree(dy);
+    }
+    return 0;
+}
