@@ -772,9 +772,11 @@ int64_t set_row_tiles(wgmma_args& a, int rows_per_tile) {
 
 // BM of gemm_wq_kernel for this launch, 0 for gemm_wgmma_kernel's tiles: its tiles are 256 columns wide, so only for
 // batches of 192 columns or more, and only where 64-row tiles give at least half the SMs a CTA. BM = 128 where its
-// waves, weighted by a CTA's rows, come out no longer than 64-row tiles' with a 15% handicap for those (slower a FLOP:
-// at 28672 x 4096, 896 vs 448 CTAs on 132 SMs, the two ran equal). 4096 rows at 512 columns: 64 (128 CTAs);
-// 6144 (q, k, v of the 8B): 128 (96 CTAs in one wave rather than 192 in two); 14336 or more: 128.
+// waves, weighted by a CTA's rows, come out no longer than 64-row tiles' with a 15% handicap for those (slower a
+// FLOP). 4096 rows at 512 columns: 64 (128 CTAs); 6144 (q, k, v of the 8B): 128 (96 CTAs in one wave rather than 192
+// in two); 14336 or more: 128. Measured (wq_harness.cu, H100, 2026-11-28, q4_0, m = 512, TFLOP/s BM 64 / 128):
+// 4096^2 364 / 238, 6144 x 4096 284 / 354, 28672 x 4096 379 / 411, 4096 x 14336 465 / 287: the rule's choice each
+// time.
 int wq_rows(const wgmma_args& a, int64_t cols, int n_sm) {
     if (cols < 192 || forced_tile_cols() || !wq_enabled()) return 0;
     const int64_t col_tiles = ceil_div(cols, WQ_BN);
