@@ -1018,10 +1018,11 @@ std::vector<op_case> all_cases() {
              [](context& c, const auto& l) { return mul_mat_id(c, l[0], l[1], l[2]); }, 1e-6);
     // Hopper's warp-specialized GEMM (gemm_wgmma.cu gemm_wq_kernel: 256-column tiles of 64 or 128 weight rows, for
     // 192 columns or more where 64-row tiles give half the SMs a CTA; the shapes are sized for 132 SMs): every format
-    // dequantized inside the GEMM; partial row tiles (2100 rows), a last column tile of one column (513), k % 64 == 32
-    // (2080, 288: the last step's second chunk zeros; formats of 32-value blocks), 6144 rows (128-row tiles), and q, k,
-    // v of one activation as one grouped launch. Bounds: the GEMM bounds above (f16 activations: the formats with q8_1
-    // partners 1e-6, the ternary ones and mxfp4 5e-4).
+    // dequantized inside the GEMM (mxfp4, dequantized to f16 rows first, takes the other kernels at the same shapes);
+    // partial row tiles (2100 rows), a last column tile of one column (513), k % 64 == 32 (2080, 288: the last step's
+    // second chunk zeros; formats of 32-value blocks), 6144 rows (128-row tiles), and q, k, v of one activation as one
+    // grouped launch. Bounds: the GEMM bounds above (f16 activations: the formats with q8_1 partners 1e-6, the ternary
+    // ones and mxfp4 5e-4).
     for (type t :
          {type::q4_0, type::q4_1, type::q8_0, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s, type::mxfp4})
         for (mm_shape s : {mm_shape{2080, 2100, 513}, mm_shape{288, 6144, 300}}) {
