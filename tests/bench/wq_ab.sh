@@ -1,6 +1,7 @@
 # wq_ab.sh: the warp-specialized block-format GEMM (gemm_wgmma.cu gemm_wq_kernel) on a device machine, from the
 # repository root with .ref (vocabularies) and .gl (pcre2.h) carried, ~7 min on an H100:
-# 1. the kernel outside the model (tests/bench/wq_harness.cu: TFLOP/s next to the old kernel, results compared), with
+# 1. the kernel outside the model (tests/bench/wq_harness.cu, q4_0 and q8_0: TFLOP/s next to the old kernel, results
+#    compared), with
 #    PROTO=1 also tests/bench/ws_q4_proto.cu;
 # 2. the project build, the op suite (its failing lines into the log), 8B q4_0 pp512 with TESSERA_CUDA_WGMMA_WQ=1 / 0
 #    in two rounds, the greedy text of both, the pp512's kernels under ncu; with Q8=1 also 8B q8_0 pp512 WQ=1 / 0.
@@ -19,8 +20,7 @@ nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a te
   -Xlinker --unresolved-symbols=ignore-all 2>&1 | grep -E "error" | head -5 | tee -a $L
 [[ -n "$PROTO" ]] && (cd tests/bench && nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a ws_q4_proto.cu -lcublas -o /tmp/wsp 2>&1 | head -5) | tee -a $L
 [[ -n "$PROTO" ]] && { echo "== prototype" | tee -a $L; timeout 60 /tmp/wsp 2>&1 | tee -a $L; }
-echo "== project kernels, separate allocations" | tee -a $L; timeout 60 /tmp/wqh 2>&1 | tee -a $L
-echo "== project kernels, one arena" | tee -a $L; timeout 60 /tmp/wqh arena 2>&1 | tee -a $L
+for f in q4_0 q8_0; do timeout 60 /tmp/wqh $f 2>&1 | tee -a $L; done
 echo "harness done at $(( $(date +%s) - t0 )) s" | tee -a $L
 [[ -n "$QUICK" ]] && exit 0
 cmake --build /tmp/bt -j16 --target tessera test_backend_ops > $OUT/build.log 2>&1 || { grep -B2 -A12 -m3 'error' $OUT/build.log | tee -a $L; exit 1; }

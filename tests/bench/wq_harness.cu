@@ -1,9 +1,9 @@
-// wq_harness.cu: the project's prefill GEMM kernels outside the model, on random q4_0 weights: gemm_wq_kernel (BM 64
-// / 128, and BM 128 as a grouped launch of two halves, as the model's gate / up) and gemm_wgmma_kernel (128 x 128, 3
-// stages), TFLOP/s at m = 512 with the weights streamed from HBM (in separate allocations, or with argument `arena`
-// in one), and each warp-specialized result against the old kernel's (max |difference|; outputs poisoned with NaN
-// first). Build (about 60 s, no project build needed; the source file's host functions stay unresolved, never
-// called), on an sm_90a machine:
+// wq_harness.cu: the project's prefill GEMM kernels outside the model, on random q4_0 or q8_0 weights:
+// gemm_wq_kernel (BM 64 / 128, and BM 128 as a grouped launch of two halves, as the model's gate / up) and
+// gemm_wgmma_kernel (128 x 128, 3 stages), TFLOP/s at m = 512 with the weights streamed from HBM (in separate
+// allocations, or in one arena), and each warp-specialized result against the old kernel's (max |difference|;
+// outputs poisoned with NaN first). Usage: wqh [q4_0|q8_0] [arena]. Build (about 60 s, no project build needed; the
+// source file's host functions stay unresolved, never called), on an sm_90a machine:
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/wq_harness.cu \
 //     -o /tmp/wqh -Xlinker --unresolved-symbols=ignore-all
 #include "backends/cuda/ops/gemm_wgmma.cu"
@@ -22,10 +22,9 @@ using namespace tessera::cuda;
             return 1;                                                                                                  \
         }                                                                                                              \
     } while (0)
-// argv[1] == "arena": every copy of the weights in one allocation, one after the other (as the model's weights)
-int main(int argc, char** argv) {
-    const bool arena = argc > 1 && std::string(argv[1]) == "arena";
-    using D = cuda_format<q4_0>;
+// arena: every copy of the weights in one allocation, one after the other (as the model's weights)
+template <class D> int run_format(bool arena) {
+    static_assert(D::scale_bytes == 2 && D::chunks_per_scale == 1, "formats with one f16 scale a chunk");
     CKH(cudaFuncSetAttribute(gemm_wq_kernel<D, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<64>)));
     CKH(cudaFuncSetAttribute(gemm_wq_kernel<D, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<128>)));
     CKH(cudaFuncSetAttribute(gemm_wgmma_kernel<D, 128, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -36,7 +35,8 @@ int main(int argc, char** argv) {
     std::printf("%6s %6s %6s %10s %10s %10s %12s\n", "n", "m", "k", "wq64", "wq128", "old128", "wq128 group");
     for (shape s : {shape{4096, 512, 4096}, shape{6144, 512, 4096}, shape{28672, 512, 4096}, shape{4096, 512, 14336}}) {
         const int64_t nb = s.k / 32;
-        const size_t qbytes = size_t(s.n) * nb * 16, sbytes = size_t(s.n) * nb * 2;
+        const size_t q_row = size_t(nb) * sizeof(typename D::chunk_t), s_row = size_t(nb) * 2;
+        const size_t qbytes = size_t(s.n) * q_row, sbytes = size_t(s.n) * s_row;
         const int copies = int(std::max<size_t>(2, (160u << 20) / (qbytes + sbytes) + 1));
         std::vector<uint8_t> q(qbytes);
         uint32_t st = 1;
@@ -92,8 +92,8 @@ int main(int argc, char** argv) {
                     const int h = s.n / 2;
                     a.n = h;
                     a.n_more = 1;
-                    a.more[0] = wgmma_part{dq[c] + size_t(h) * nb * 16,
-                                           ds[c] + size_t(h) * nb * 2,
+                    a.more[0] = wgmma_part{dq[c] + size_t(h) * q_row,
+                                           ds[c] + size_t(h) * s_row,
                                            dy + h,
                                            s.n,
                                            s.n * int64_t(s.m),
@@ -126,6 +126,8 @@ int main(int argc, char** argv) {
                 t.push_back(ms / copies);
             }
             CKH(cudaGetLastError());
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
             std::sort(t.begin(), t.end());
             tf[var] = 2.0 * s.n * double(s.m) * s.k / (t[t.size() / 2] * 1e-3) * 1e-12;
         }
@@ -142,4 +144,15 @@ int main(int argc, char** argv) {
         cudaFree(dy);
     }
     return 0;
+}
+
+// arguments: the format (q4_0, the default, or q8_0), then optionally `arena`
+int main(int argc, char** argv) {
+    const std::string fmt = argc > 1 ? argv[1] : "q4_0";
+    const bool arena = argc > 2 && std::string(argv[2]) == "arena";
+    std::printf("%s, weights %s\n", fmt.c_str(), arena ? "in one arena" : "in separate allocations");
+    if (fmt == "q4_0") return run_format<cuda_format<q4_0>>(arena);
+    if (fmt == "q8_0") return run_format<cuda_format<q8_0>>(arena);
+    std::printf("error: format %s (q4_0 or q8_0)\n", fmt.c_str());
+    return 1;
 }
