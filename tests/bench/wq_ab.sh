@@ -1,8 +1,7 @@
 # wq_ab.sh: the warp-specialized block-format GEMM (gemm_wgmma.cu gemm_wq_kernel) on a device machine, from the
 # repository root with .ref (vocabularies) and .gl (pcre2.h) carried, ~7 min on an H100:
 # 1. the kernel outside the model (tests/bench/wq_harness.cu, q4_0 and q8_0: TFLOP/s next to the old kernel, results
-#    compared), with
-#    PROTO=1 also tests/bench/ws_q4_proto.cu;
+#    compared), with PROTO=1 also tests/bench/ws_q4_proto.cu;
 # 2. the project build, the op suite (its failing lines into the log), 8B q4_0 pp512 with TESSERA_CUDA_WGMMA_WQ=1 / 0
 #    in two rounds, the greedy text of both, the pp512's kernels under ncu; with Q8=1 also 8B q8_0 pp512 WQ=1 / 0.
 # QUICK=1 stops after step 1.
