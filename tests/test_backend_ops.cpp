@@ -1035,6 +1035,11 @@ std::vector<op_case> all_cases() {
                 {typed_leaf(t, {s.k, s.n}, 84), f32_leaf({s.k, s.m}, 85)},
                 [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, tern ? 5e-4 : gemm_bound(s.m));
         }
+    // a batch of two activation matrices (150 columns each, W broadcast over them): 300 columns through the warp-
+    // specialized kernel's epilogue with its per-column batch offsets (66 row tiles of 64 x 2 column tiles)
+    add_case("mul_mat_q4_0_wq_batched_k256_n2112_m150x2",
+             {typed_leaf(type::q4_0, {256, 2112}, 90), f32_leaf({256, 150, 2}, 91)},
+             [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, gemm_bound(300));
     for (type t : {type::q4_0, type::q8_0})
         add_case(
             std::string("grouped_qkv_wq_") + type_name(t) + "_512x300",
