@@ -1,5 +1,6 @@
 // test_float16.cpp: the CPU's f16 / bf16 mul_mat (backends/cpu/quant/float16*, mul_mat_float16 in mul_mat.cpp).
-//   1. The AVX2 kernels give exactly the bits of the scalar ones (llama.cpp's AVX-512 float orders written out).
+//   1. The AVX2 and (where the CPU has it) AVX-512 kernels give exactly the bits of the scalar ones (llama.cpp's
+//      AVX-512 float orders written out).
 //   2. The whole op gives exactly the bits of those orders, picked the way llama.cpp picks them (tinyBLAS for m >= 2,
 //      k % 16 == 0, rows % 4 == 0; ggml's row dots otherwise): odd shapes, broadcast over dims 2 and 3, a fused
 //      scalar mul, 1 and 2 threads, outputs poisoned with NaN beforehand.
@@ -46,27 +47,39 @@ float from_half(type t, uint16_t h) {
     }                                                                                                                  \
     static_assert(true)
 
+// every fast kernel set this CPU can run: the AVX2 one, and the AVX-512 one where it has AVX-512 (the one mul_mat
+// takes then); parts 1 check each
+std::vector<const cpu::float16_kernels*> fast_kernel_sets(type t) {
+    std::vector<const cpu::float16_kernels*> v;
+    if (cpu::cpu_has_avx2()) v.push_back(cpu::avx2::float16_kernels_for(t));
+    if (cpu::cpu_has_avx512vnni()) v.push_back(cpu::avx512::float16_kernels_for(t));
+    return v;
+}
+
 } // namespace
 
 // from_float: every float (normal, subnormal, huge, inf, nan, halfway cases) rounds as ggml's conversion. Bound: bits.
 TEST(float16_kernels, from_float_same_bits) {
     for (type t : {type::f16, type::bf16}) {
-        TS_FAST_KERNELS(t, fast);
-        const cpu::float16_kernels* ref = cpu::find_float16_kernels(t, true);
-        std::vector<float> x = random_normal(1003, 1, 100.0f);
-        constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-        // infinities, nans (one signalling), f16's largest and its overflow, out of range both ways, halfway cases
-        const uint32_t special_bits[] = {0x7f800001u, 0x3f808000u, 0x3f818000u, 0x3f801000u, 0x00000001u};
-        std::vector<float> specials = {inf, -inf, nan, -nan, 65504.0f, 65520.0f, 1e30f, -1e-30f, 1e-7f};
-        for (uint32_t b : special_bits) specials.push_back(std::bit_cast<float>(b));
-        for (size_t i = 0; i < std::size(specials); i++) x[7 * i + 3] = specials[i];
-        std::vector<uint16_t> a(x.size()), b(x.size());
-        fast->from_float(x.data(), a.data(), int64_t(x.size()));
-        ref->from_float(x.data(), b.data(), int64_t(x.size()));
-        const std::vector<uint16_t> want = to_halves(t, x); // ggml-like/fp16.h: ggml's conversions
-        for (size_t i = 0; i < x.size(); i++) {
-            ASSERT_EQ(a[i], b[i]) << type_name(t) << " at " << i;
-            ASSERT_EQ(a[i], want[i]) << type_name(t) << " at " << i;
+        TS_FAST_KERNELS(t, widest);
+        (void)widest;
+        for (const cpu::float16_kernels* fast : fast_kernel_sets(t)) {
+            const cpu::float16_kernels* ref = cpu::find_float16_kernels(t, true);
+            std::vector<float> x = random_normal(1003, 1, 100.0f);
+            constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+            // infinities, nans (one signalling), f16's largest and its overflow, out of range both ways, halfway cases
+            const uint32_t special_bits[] = {0x7f800001u, 0x3f808000u, 0x3f818000u, 0x3f801000u, 0x00000001u};
+            std::vector<float> specials = {inf, -inf, nan, -nan, 65504.0f, 65520.0f, 1e30f, -1e-30f, 1e-7f};
+            for (uint32_t b : special_bits) specials.push_back(std::bit_cast<float>(b));
+            for (size_t i = 0; i < std::size(specials); i++) x[7 * i + 3] = specials[i];
+            std::vector<uint16_t> a(x.size()), b(x.size());
+            fast->from_float(x.data(), a.data(), int64_t(x.size()));
+            ref->from_float(x.data(), b.data(), int64_t(x.size()));
+            const std::vector<uint16_t> want = to_halves(t, x); // ggml-like/fp16.h: ggml's conversions
+            for (size_t i = 0; i < x.size(); i++) {
+                ASSERT_EQ(a[i], b[i]) << type_name(t) << " at " << i;
+                ASSERT_EQ(a[i], want[i]) << type_name(t) << " at " << i;
+            }
         }
     }
 }
@@ -75,48 +88,52 @@ TEST(float16_kernels, from_float_same_bits) {
 // activation rows, 4 to 16 weight rows, strided rows and outputs). Bound: bits.
 TEST(float16_kernels, dot_and_gemm_same_bits) {
     for (type t : {type::f16, type::bf16}) {
-        TS_FAST_KERNELS(t, fast);
-        const cpu::float16_kernels* ref = cpu::find_float16_kernels(t, true);
-        std::vector<int64_t> ks;
-        for (int64_t k = 1; k <= 200; k++) ks.push_back(k);
-        for (int64_t k : {576, 1000, 1536}) ks.push_back(k);
-        for (int64_t k : ks) {
-            const auto w = to_halves(t, random_normal(size_t(k), uint32_t(k)));
-            const auto a = to_halves(t, random_normal(size_t(k), uint32_t(k + 1000)));
-            float f = 0, r = 0;
-            fast->gemv(w.data(), size_t(k), 1, a.data(), k, &f, 1);
-            ref->gemv(w.data(), size_t(k), 1, a.data(), k, &r, 1);
-            ASSERT_EQ(std::bit_cast<uint32_t>(f), std::bit_cast<uint32_t>(r)) << type_name(t) << " k=" << k;
-        }
-        for (int64_t k : {33, 64, 576})
-            for (int64_t n : {2, 3, 5, 8, 17, 64}) { // gemv over many rows (4 interleaved streams), strided
-                const size_t ws = size_t(k) + 8, ys = 3;
-                const auto w = to_halves(t, random_normal(ws * size_t(n), uint32_t(k * n)));
-                const auto a = to_halves(t, random_normal(size_t(k), uint32_t(k + n)));
-                std::vector<float> yf(ys * size_t(n), std::nanf("")), yr = yf;
-                fast->gemv(w.data(), ws, n, a.data(), k, yf.data(), ys);
-                ref->gemv(w.data(), ws, n, a.data(), k, yr.data(), ys);
-                for (int64_t i = 0; i < n; i++)
-                    ASSERT_EQ(std::bit_cast<uint32_t>(yf[size_t(i) * ys]), std::bit_cast<uint32_t>(yr[size_t(i) * ys]))
-                        << type_name(t) << " k=" << k << " n=" << n << " at " << i;
+        TS_FAST_KERNELS(t, widest);
+        (void)widest;
+        for (const cpu::float16_kernels* fast : fast_kernel_sets(t)) {
+            const cpu::float16_kernels* ref = cpu::find_float16_kernels(t, true);
+            std::vector<int64_t> ks;
+            for (int64_t k = 1; k <= 200; k++) ks.push_back(k);
+            for (int64_t k : {576, 1000, 1536}) ks.push_back(k);
+            for (int64_t k : ks) {
+                const auto w = to_halves(t, random_normal(size_t(k), uint32_t(k)));
+                const auto a = to_halves(t, random_normal(size_t(k), uint32_t(k + 1000)));
+                float f = 0, r = 0;
+                fast->gemv(w.data(), size_t(k), 1, a.data(), k, &f, 1);
+                ref->gemv(w.data(), size_t(k), 1, a.data(), k, &r, 1);
+                ASSERT_EQ(std::bit_cast<uint32_t>(f), std::bit_cast<uint32_t>(r)) << type_name(t) << " k=" << k;
             }
-        for (int64_t k : {16, 48, 576, 1536})
-            for (int64_t n_w : {4, 8, 16})
-                for (int64_t n_a : {1, 2, 3, 4, 5, 7, 11}) {
-                    const size_t ws = size_t(k) + 24, as = size_t(k) + 40, ys = size_t(n_w) + 3;
-                    const auto w = to_halves(t, random_normal(ws * size_t(n_w), uint32_t(k * n_w)));
-                    const auto a = to_halves(t, random_normal(as * size_t(n_a), uint32_t(k + n_a)));
-                    std::vector<float> yf(ys * size_t(n_a), std::nanf("")), yr = yf;
-                    fast->gemm(w.data(), ws, n_w, a.data(), as, n_a, k, yf.data(), ys);
-                    ref->gemm(w.data(), ws, n_w, a.data(), as, n_a, k, yr.data(), ys);
-                    for (int64_t j = 0; j < n_a; j++)
-                        for (int64_t i = 0; i < n_w; i++) {
-                            const size_t o = size_t(j) * ys + size_t(i);
-                            ASSERT_EQ(std::bit_cast<uint32_t>(yf[o]), std::bit_cast<uint32_t>(yr[o]))
-                                << type_name(t) << " k=" << k << " n_w=" << n_w << " n_a=" << n_a << " at " << i << ","
-                                << j;
-                        }
+            for (int64_t k : {33, 64, 576})
+                for (int64_t n : {2, 3, 5, 8, 17, 64}) { // gemv over many rows (4 interleaved streams), strided
+                    const size_t ws = size_t(k) + 8, ys = 3;
+                    const auto w = to_halves(t, random_normal(ws * size_t(n), uint32_t(k * n)));
+                    const auto a = to_halves(t, random_normal(size_t(k), uint32_t(k + n)));
+                    std::vector<float> yf(ys * size_t(n), std::nanf("")), yr = yf;
+                    fast->gemv(w.data(), ws, n, a.data(), k, yf.data(), ys);
+                    ref->gemv(w.data(), ws, n, a.data(), k, yr.data(), ys);
+                    for (int64_t i = 0; i < n; i++)
+                        ASSERT_EQ(std::bit_cast<uint32_t>(yf[size_t(i) * ys]),
+                                  std::bit_cast<uint32_t>(yr[size_t(i) * ys]))
+                            << type_name(t) << " k=" << k << " n=" << n << " at " << i;
                 }
+            for (int64_t k : {16, 48, 576, 1536})
+                for (int64_t n_w : {4, 8, 16})
+                    for (int64_t n_a : {1, 2, 3, 4, 5, 6, 7, 11, 13}) {
+                        const size_t ws = size_t(k) + 24, as = size_t(k) + 40, ys = size_t(n_w) + 3;
+                        const auto w = to_halves(t, random_normal(ws * size_t(n_w), uint32_t(k * n_w)));
+                        const auto a = to_halves(t, random_normal(as * size_t(n_a), uint32_t(k + n_a)));
+                        std::vector<float> yf(ys * size_t(n_a), std::nanf("")), yr = yf;
+                        fast->gemm(w.data(), ws, n_w, a.data(), as, n_a, k, yf.data(), ys);
+                        ref->gemm(w.data(), ws, n_w, a.data(), as, n_a, k, yr.data(), ys);
+                        for (int64_t j = 0; j < n_a; j++)
+                            for (int64_t i = 0; i < n_w; i++) {
+                                const size_t o = size_t(j) * ys + size_t(i);
+                                ASSERT_EQ(std::bit_cast<uint32_t>(yf[o]), std::bit_cast<uint32_t>(yr[o]))
+                                    << type_name(t) << " k=" << k << " n_w=" << n_w << " n_a=" << n_a << " at " << i
+                                    << "," << j;
+                            }
+                    }
+        }
     }
 }
 

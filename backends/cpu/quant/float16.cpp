@@ -90,6 +90,7 @@ const float16_kernels scalar_bf16{from_float<bf16_t>, gemm<bf16_t>, gemv<dot_bf1
 const float16_kernels* find_float16_kernels(type t, bool reference) {
     if (t != type::f16 && t != type::bf16) return nullptr;
     if (reference) return t == type::f16 ? &scalar_f16 : &scalar_bf16;
+    if (cpu_has_avx512vnni()) return avx512::float16_kernels_for(t);
     return cpu_has_avx2() ? avx2::float16_kernels_for(t) : nullptr;
 }
 

@@ -11,8 +11,8 @@
 // A product of two f16 (or two bf16) values is exact in f32, so fma and mul + add agree: the orders above are all
 // that matters. Not followed: llama.cpp on a CPU with AVX512_BF16 (bf16 through vdpbf16ps, pairs of elements per
 // lane) and on AVX2-only CPUs (8 lanes).
-// The scalar versions (float16.cpp) write those orders out plainly; the AVX2 ones (float16_avx2.cpp) give the same
-// bits (test_float16). TESSERA_CPU_REFERENCE=1 uses neither: it keeps the double-precision row dots of vec_dot.cpp.
+// The scalar versions (float16.cpp) write those orders out plainly; the AVX2 ones (float16_avx2.cpp) and the AVX-512
+// ones (float16_avx512.cpp) give the same bits (test_float16). TESSERA_CPU_REFERENCE=1 uses neither: it keeps the double-precision row dots of vec_dot.cpp.
 #pragma once
 
 #include "ggml-like/types.h"
@@ -34,12 +34,15 @@ struct float16_kernels {
     void (*gemv)(const uint16_t* w, size_t ws, int64_t n, const uint16_t* a, int64_t k, float* y, size_t ys);
 };
 
-// f16 or bf16 (nullptr for other types, or without AVX2 unless `reference`): the AVX2 kernels, or with `reference`
-// the scalar ones
+// f16 or bf16 (nullptr for other types, or without AVX2 unless `reference`): the AVX-512 kernels where the CPU has
+// AVX-512 F/BW/VL (+ VNNI: cpu_has_avx512vnni), else the AVX2 ones, or with `reference` the scalar ones
 const float16_kernels* find_float16_kernels(type t, bool reference = false);
 
 namespace avx2 {
 const float16_kernels* float16_kernels_for(type t);
+}
+namespace avx512 {
+const float16_kernels* float16_kernels_for(type t); // call only where cpu_has_avx512vnni()
 }
 
 } // namespace tessera::cpu
