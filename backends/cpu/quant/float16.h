@@ -12,7 +12,8 @@
 // that matters. Not followed: llama.cpp on a CPU with AVX512_BF16 (bf16 through vdpbf16ps, pairs of elements per
 // lane) and on AVX2-only CPUs (8 lanes).
 // The scalar versions (float16.cpp) write those orders out plainly; the AVX2 ones (float16_avx2.cpp) and the AVX-512
-// ones (float16_avx512.cpp) give the same bits (test_float16). TESSERA_CPU_REFERENCE=1 uses neither: it keeps the double-precision row dots of vec_dot.cpp.
+// ones (float16_avx512.cpp) give the same bits (test_float16). TESSERA_CPU_REFERENCE=1 uses none of them: it keeps
+// the double-precision row dots of vec_dot.cpp.
 #pragma once
 
 #include "ggml-like/types.h"
