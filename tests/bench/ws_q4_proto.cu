@@ -67,6 +67,24 @@ __device__ __forceinline__ void dq_word(uint32_t w, __half2 d2, __half2 (&lo)[2]
     lo[0] = cv(p), lo[1] = cv(p >> 8), hi[0] = cv(p >> 4), hi[1] = cv(p >> 12);
 }
 
+// chunk q (scale d) of weight row `row` dequantized into 32 halves at pieces ci * 4 .. ci * 4 + 3 of the row's
+// 128-byte swizzle in the A stage at `ast`
+__device__ __forceinline__ void dq_chunk_to_stage(const uint4& q, __half d, uint8_t* ast, int row, int ci) {
+    const __half2 d2 = __half2half2(d);
+    const uint32_t w4[4] = {q.x, q.y, q.z, q.w};
+    __half2 v[16]; // values 0..31 of the chunk in order
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        __half2 lo[2], hi[2];
+        dq_word(w4[t], d2, lo, hi);
+        v[2 * t] = lo[0], v[2 * t + 1] = lo[1], v[8 + 2 * t] = hi[0], v[8 + 2 * t + 1] = hi[1];
+    }
+    uint8_t* rp = ast + row * 128;
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+        *reinterpret_cast<uint4*>(rp + (((ci * 4 + c) ^ (row & 7)) << 4)) = *reinterpret_cast<const uint4*>(&v[4 * c]);
+}
+
 template <int BM>
 __global__ void __launch_bounds__(cfg<BM>::THREADS, 1)
     ws_q4_gemm(const uint4* wq, const __half* wd, const __half* X, float* C, int n, int m, int k) {
@@ -138,23 +156,7 @@ __global__ void __launch_bounds__(cfg<BM>::THREADS, 1)
                 cp_async_commit();
                 uint8_t* ast = sm + stage * K::A_BYTES;
 #pragma unroll
-                for (int j = 0; j < WI; j++) {
-                    const __half2 d2 = __half2half2(dd[r][j]);
-                    const uint32_t w4[4] = {q[r][j].x, q[r][j].y, q[r][j].z, q[r][j].w};
-                    __half2 v[16]; // values 0..31 of the chunk in order
-#pragma unroll
-                    for (int t = 0; t < 4; t++) {
-                        __half2 lo[2], hi[2];
-                        dq_word(w4[t], d2, lo, hi);
-                        v[2 * t] = lo[0], v[2 * t + 1] = lo[1], v[8 + 2 * t] = hi[0], v[8 + 2 * t + 1] = hi[1];
-                    }
-                    const int row = wr[j], ci = p % 2;
-                    uint8_t* rp = ast + row * 128;
-#pragma unroll
-                    for (int c = 0; c < 4; c++)
-                        *reinterpret_cast<uint4*>(rp + (((ci * 4 + c) ^ (row & 7)) << 4)) =
-                            *reinterpret_cast<const uint4*>(&v[4 * c]);
-                }
+                for (int j = 0; j < WI; j++) dq_chunk_to_stage(q[r][j], dd[r][j], ast, wr[j], p % 2);
                 load_w(s + R, r);
                 if (s >= LAG) {
                     cp_async_wait<LAG>();
@@ -256,20 +258,7 @@ __global__ void __launch_bounds__(PP_THREADS, 1)
                         mbar_arrive_expect_tx(full(stage), PP_B);
                         tma_load_2d(sB + stage * PP_B, &xmap, s * BK, col0, full(stage));
                     }
-                    const __half2 d2 = __half2half2(dd[r]);
-                    const uint32_t w4[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
-                    __half2 v[16]; // values 0..31 of the chunk in order
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        __half2 lo[2], hi[2];
-                        dq_word(w4[j], d2, lo, hi);
-                        v[2 * j] = lo[0], v[2 * j + 1] = lo[1], v[8 + 2 * j] = hi[0], v[8 + 2 * j + 1] = hi[1];
-                    }
-                    uint8_t* rp = sm + stage * PP_A + wr * 128;
-#pragma unroll
-                    for (int c = 0; c < 4; c++)
-                        *reinterpret_cast<uint4*>(rp + (((ci * 4 + c) ^ (wr & 7)) << 4)) =
-                            *reinterpret_cast<const uint4*>(&v[4 * c]);
+                    dq_chunk_to_stage(q[r], dd[r], sm + stage * PP_A, wr, ci);
                     load_w(s + R, r);
                     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                     mbar_arrive(full(stage));
