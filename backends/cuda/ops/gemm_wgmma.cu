@@ -206,12 +206,48 @@ template <int TN> __device__ __forceinline__ void wgmma_stage(float (&d)[TN / 2]
 }
 #endif
 
+// store_tile where y is one matrix (ne2 = ne3 = 1: column c at c * y_nb1): one pointer a thread, each store at a
+// constant offset from it plus a multiple of y_nb1, bounds as predicates. A warp's store writes 4 runs of 8 floats
+// (32-byte sectors).
+template <int TN>
+__device__ __forceinline__ void store_tile_one_matrix(const wgmma_args& a, const float (&d)[TN / 2], int64_t r0,
+                                                      int64_t col0, int64_t cols) {
+    const int w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    const int64_t r = r0 + w * 16 + lane / 4, c = col0 + 2 * (lane % 4);
+    const bool ok0 = r < a.n, ok1 = r + 8 < a.n;
+    const int c_lim = int(cols - c < TN ? cols - c : TN); // this thread's columns c + x exist for x < c_lim
+    const int64_t ld = a.y_nb1;
+    float* const y = a.y + a.row_base + r + c * ld;
+    const float s = a.out_scale;
+    if (ok1 && c_lim >= TN) { // a whole tile (the rule): no predicates
+#pragma unroll
+        for (int j = 0; j < TN / 8; j++) {
+            float* const yj = y + 8 * j * ld;
+            yj[0] = d[4 * j] * s, yj[8] = d[4 * j + 2] * s, yj[ld] = d[4 * j + 1] * s, yj[ld + 8] = d[4 * j + 3] * s;
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < TN / 8; j++) {
+        float* const yj = y + 8 * j * ld;
+        if (8 * j < c_lim) {
+            if (ok0) yj[0] = d[4 * j] * s;
+            if (ok1) yj[8] = d[4 * j + 2] * s;
+        }
+        if (8 * j + 1 < c_lim) {
+            if (ok0) yj[ld] = d[4 * j + 1] * s;
+            if (ok1) yj[ld + 8] = d[4 * j + 3] * s;
+        }
+    }
+}
+
 // A warpgroup's accumulators (64 rows from r0 x TN columns from col0) into y, each output once. Fragment: warp w of
 // the warpgroup holds rows 16 w .. 16 w + 15; register 4 j + e is row lane / 4 + 8 (e / 2), column
 // 8 j + 2 (lane % 4) + e % 2.
 template <int TN>
 __device__ __forceinline__ void store_tile(const wgmma_args& a, const float (&d)[TN / 2], int64_t r0, int64_t col0,
                                            int64_t cols) {
+    if (a.ne2 * a.ne3 == 1) return store_tile_one_matrix<TN>(a, d, r0, col0, cols);
     const int w = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
 #pragma unroll
     for (int i = 0; i < TN / 2; i++) {
@@ -552,8 +588,9 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_f16_kernel(wgmma
 // is kept small: with two dequantization paths in the unrolled producer loop and an epilogue of per-output column
 // arithmetic (20k SASS instructions against the prototype's 1.6k), ncu showed the warps stalled on instruction fetch
 // (no_instruction 3.65 cycles an issue vs 0.11) and the kernel at half the prototype's speed (4096^2 q4_0, m = 512:
-// 91 vs 45 us). The epilogue goes through shared memory in a loop instead (each column's rows as consecutive floats).
-// Now 1.8k / 2.4k instructions (BM 64 / 128).
+// 91 vs 45 us). The epilogue of one output matrix stores the fragment straight from registers, one pointer a thread
+// (store_tile_one_matrix); batches (ne2 * ne3 > 1) go through shared memory in a loop (each column's rows as
+// consecutive floats), whose per-output column arithmetic stays out of the unrolled code.
 // WQ_EPI_LD: floats a column of the epilogue's buffer (64 rows + 4: the fragment's stores hit 32 distinct banks)
 constexpr int WQ_BN = 256, WQ_R = 4, WQ_EPI_LD = 68;
 template <int BM> constexpr int WQ_THREADS = 128 * (BM / 64 + 1);
@@ -676,8 +713,13 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
         if (++stage == ST) stage = 0, phase ^= 1;
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    // every consumer's wgmma is done before the stages become the epilogue's buffers (the producer's last TMA and
-    // stores were all consumed)
+    const int64_t r0 = row0 + c * 64;
+    if (a.ne2 * a.ne3 == 1) { // the same for every thread
+        store_tile_one_matrix<WQ_BN>(a, d, r0, col0, cols);
+        return;
+    }
+    // batches: every consumer's wgmma is done before the stages become the epilogue's buffers (the producer's last
+    // TMA and stores were all consumed)
     asm volatile("bar.sync 1, %0;\n" ::"n"(NC * 128) : "memory");
     float* buf = reinterpret_cast<float*>(sm) + c * WQ_BN * WQ_EPI_LD;
     const int t = tid % 128, w = t / 32, lane = t % 32;
@@ -689,17 +731,13 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
     }
     asm volatile("bar.sync 1, %0;\n" ::"n"(NC * 128) : "memory");
     // each column's 64 rows as consecutive floats: a warp writes 128 contiguous bytes
-    const int64_t r0 = row0 + c * 64;
-    const bool one_batch = a.ne2 * a.ne3 == 1;
 #pragma unroll 1
     for (int i = t; i < 64 * WQ_BN; i += 128) {
         const int cc = i / 64, rr = i % 64;
         const int64_t col = col0 + cc, r = r0 + rr;
-        if (r < a.n && col < cols) {
-            const int64_t off =
-                one_batch ? col * a.y_nb1 : column_offset(col, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3);
-            a.y[off + a.row_base + r] = buf[cc * WQ_EPI_LD + rr] * a.out_scale;
-        }
+        if (r < a.n && col < cols)
+            a.y[column_offset(col, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + a.row_base + r] =
+                buf[cc * WQ_EPI_LD + rr] * a.out_scale;
     }
 #else
     (void)a_in;
