@@ -1,9 +1,7 @@
 // proto_ptx.cuh: the PTX wrappers the standalone wgmma prototypes share (wgmma_proto.cu, ws_q4_proto.cu; they build
 // without the project's headers): cp.async, the shared-memory matrix descriptor of wgmma's 128-byte swizzle,
-// mbarrier init / arrive / wait, TMA loads and their tensor maps, and the store of a warpgroup's accumulators.
+// mbarrier init / arrive / wait, and the store of a warpgroup's accumulators.
 #pragma once
-
-#include <cudaTypedefs.h>
 
 #include <cstdint>
 
@@ -32,38 +30,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
     asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}\n" ::"r"(bar),
                  "r"(parity)
                  : "memory");
-}
-
-// this thread's arrival on `bar`, and `bytes` more for the phase to wait for (a TMA's)
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-// the box of `map` at (c0 innermost, c1) into shared memory at dst, its bytes counted on `bar`
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-                 "%3}], [%4];\n" ::"r"(dst),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-                 : "memory");
-}
-// An f16 matrix [rows][cols] (cols contiguous) as a TMA tensor of box_cols x box_rows boxes in the 128-byte swizzle
-// (box_cols * 2 <= 128), zeros outside; false if the driver refuses it
-inline bool f16_tensor_map(const void* p, uint64_t rows, uint64_t cols, uint32_t box_rows, uint32_t box_cols,
-                           CUtensorMap& map) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-        void* fn = nullptr;
-        cudaDriverEntryPointQueryResult q{};
-        return cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
-                           cudaSuccess &&
-                       q == cudaDriverEntryPointSuccess
-                   ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
-                   : nullptr;
-    }();
-    const cuuint64_t dims[2] = {cols, rows}, strides[1] = {cols * 2};
-    const cuuint32_t box[2] = {box_cols, box_rows}, es[2] = {1, 1};
-    return encode && encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(p), dims, strides, box, es,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // A warpgroup's wgmma accumulators (64 rows from row0 x N columns from col0, f32) into C (column j at C + j n). The

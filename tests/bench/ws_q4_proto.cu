@@ -10,8 +10,9 @@
 // columns each (wgmma m64n256k16, 128 f32 accumulators a thread). Stages pass between them through mbarriers: `full`
 // (128 producer arrivals, each LAG steps after the thread's cp.async group, after fence.proxy.async) and `empty` (one
 // arrival per consumer thread, once its wgmma on the stage has finished).
-// A third variant, pp_q4_gemm (below): persistent CTAs over 64 x 256 tiles with two consumer warpgroups taking
-// turns (ping-pong) and the activations by TMA.
+// A third variant, persistent CTAs over 64 x 256 tiles with two consumer warpgroups taking turns (ping-pong) and the
+// activations by TMA, measured no faster than 64 x 256 (H200, 2026-11-28: 487 / 387 / 450 / 515 / 530 vs 489 / 381 /
+// 439 / 501 / 531 TFLOP/s on the shapes below) and was deleted (git log).
 // Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a ws_q4_proto.cu -lcublas -o ws_q4_proto
 // Run:   ./ws_q4_proto   (each shape checked against a CUDA-core reference (NMSE), then TFLOP/s of the two tilings,
 //        cuBLAS's f16 GEMM and the persistent variant on the same shape; weights in enough copies to stream from
@@ -190,115 +191,6 @@ __global__ void __launch_bounds__(cfg<BM>::THREADS, 1)
     store_fragment<BN>(d, C, n, row0 + c * 64, col0);
 }
 
-// Persistent ping-pong (the third variant): one CTA an SM loops over 64 x 256 tiles (column tiles fastest); warpgroup
-// 0 produces every tile's steps in order (one thread's TMA copy of the activation tile, every thread's dequantized
-// chunk), warpgroups 1 and 2 take the CTA's tiles in turn (consumer c: its tiles c, c + 2, ...). The stage ring is
-// filled in order, and a consumer starts a tile only once the other has waited for the last stage of its own (the
-// `turn` barriers): a consumer never waits on a stage's `full` more than one phase ahead (a wait for a phase two
-// ahead would pass on the parity of a completed one). One's epilogue (the stores of its accumulators) and the
-// pipeline's refill then run under the other's MMAs, and a launch of 3.4 waves of tiles no longer runs as 4 full
-// waves.
-constexpr int PP_ST = 5, PP_THREADS = 384;
-constexpr int PP_A = 64 * 128, PP_B = BN * 128;
-constexpr size_t PP_SMEM = size_t(PP_ST) * (PP_A + PP_B) + 2 * PP_ST * 8 + 16 + 1024;
-
-__global__ void __launch_bounds__(PP_THREADS, 1)
-    pp_q4_gemm(const uint4* wq, const __half* wd, const __grid_constant__ CUtensorMap xmap, float* C, int n, int m,
-               int k) {
-    constexpr int ST = PP_ST;
-    extern __shared__ __align__(1024) uint8_t smem_raw[];
-    const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
-    uint8_t* const sm = smem_raw + (base - raw);
-    const uint32_t sA = base, sB = base + ST * PP_A, bars = sB + ST * PP_B;
-    auto full = [&](int s) { return bars + 8 * s; };
-    auto empty = [&](int s) { return bars + 8 * (ST + s); };
-    auto turn = [&](int c) { return bars + 8 * (2 * ST + c); }; // consumer c may start its next tile
-    const int tid = threadIdx.x, wg = tid / 128;
-    const int nb = k / 32, steps = k / BK, col_tiles = m / BN, n_tiles = (n / 64) * col_tiles;
-    if (tid == 0) {
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&xmap)) : "memory");
-        for (int s = 0; s < ST; s++) {
-            mbar_init(full(s), 128 + 1); // the producers, and the TMA's expect_tx
-            mbar_init(empty(s), 128);    // the one consumer warpgroup of the stage's tile
-        }
-        mbar_init(turn(0), 128);
-        mbar_init(turn(1), 128);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-
-    if (wg == 0) {
-        const int p = tid, ci = p % 2, wr = p / 2;
-        int stage = 0, g = 0; // the stage of the CTA's g-th step
-        unsigned phase = 0;
-        for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
-            const int64_t row0 = int64_t(t / col_tiles) * 64;
-            const int col0 = (t % col_tiles) * BN;
-            const uint4* wrow = wq + (row0 + wr) * nb + ci;
-            const __half* drow = wd + (row0 + wr) * nb + ci;
-            uint4 q[R];
-            __half dd[R];
-            auto load_w = [&](int s, int r) {
-                if (s < steps) {
-                    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                                 : "=r"(q[r].x), "=r"(q[r].y), "=r"(q[r].z), "=r"(q[r].w)
-                                 : "l"(wrow + 2 * s));
-                    dd[r] = drow[2 * s];
-                }
-            };
-#pragma unroll
-            for (int r = 0; r < R; r++) load_w(r, r);
-            for (int s0 = 0; s0 < steps; s0 += R) {
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const int s = s0 + r;
-                    if (s >= steps) break;
-                    if (g >= ST) mbar_wait(empty(stage), phase ^ 1);
-                    if (p == 0) {
-                        mbar_arrive_expect_tx(full(stage), PP_B);
-                        tma_load_2d(sB + stage * PP_B, &xmap, s * BK, col0, full(stage));
-                    }
-                    dq_chunk_to_stage(q[r], dd[r], sm + stage * PP_A, wr, ci);
-                    load_w(s + R, r);
-                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                    mbar_arrive(full(stage));
-                    ++g;
-                    if (++stage == ST) stage = 0, phase ^= 1;
-                }
-            }
-        }
-        return;
-    }
-
-    const int c = wg - 1;
-    int g = 0, li = 0, turns = 0; // the CTA's step count at this tile, its tile count, this consumer's turn waits
-    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, li++, g += steps) {
-        if (li % 2 != c) continue;
-        if (li > 0) mbar_wait(turn(c), unsigned(turns++) & 1);
-        int stage = g % ST, prev = 0;
-        unsigned phase = unsigned(g / ST) & 1;
-        float d[128];
-#pragma unroll
-        for (int i = 0; i < 128; i++) d[i] = 0.0f;
-        for (int s = 0; s < steps; s++) {
-            mbar_wait(full(stage), phase);
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++)
-                wgmma_m64n256k16(d, desc(sA + stage * PP_A + kk * 32), desc(sB + stage * PP_B + kk * 32));
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            if (s > 0) mbar_arrive(empty(prev));
-            prev = stage;
-            if (++stage == ST) stage = 0, phase ^= 1;
-        }
-        mbar_arrive(turn(1 - c)); // every stage of this tile waited for: the other consumer's tile may begin
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        mbar_arrive(empty(prev)); // the producer goes on to the CTA's next tiles
-        store_fragment<BN>(d, C, n, int64_t(t / col_tiles) * 64, int64_t(t % col_tiles) * BN);
-    }
-}
-
 // reference: the same f16 values, f32 sums on CUDA cores
 __global__ void gemm_ref(const uint4* wq, const __half* wd, const __half* X, float* C, int n, int m, int k) {
     const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, col = blockIdx.y;
@@ -321,14 +213,10 @@ __global__ void gemm_ref(const uint4* wq, const __half* wd, const __half* X, flo
 int main() {
     CK(cudaFuncSetAttribute(ws_q4_gemm<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cfg<64>::SMEM)));
     CK(cudaFuncSetAttribute(ws_q4_gemm<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cfg<128>::SMEM)));
-    CK(cudaFuncSetAttribute(pp_q4_gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PP_SMEM)));
-    int n_sm = 0;
-    CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 1;
     struct shape { int n, m, k; };
-    std::printf("%6s %6s %6s %12s %12s %12s %12s %12s\n", "n", "m", "k", "64x256", "128x256", "cuBLAS f16",
-                "persist pp", "NMSE 64/128/pp");
+    std::printf("%6s %6s %6s %12s %12s %12s %12s\n", "n", "m", "k", "64x256", "128x256", "cuBLAS f16", "NMSE 64/128");
     for (shape s : {shape{4096, 512, 4096}, shape{6144, 512, 4096}, shape{14336, 512, 4096}, shape{28672, 512, 4096},
                     shape{4096, 512, 14336}}) {
         const int nb = s.k / 32;
@@ -357,12 +245,6 @@ int main() {
         CK(cudaMalloc(&dwh, size_t(s.n) * s.k * 2));
         CK(cudaMemset(dwh, 0x3c, size_t(s.n) * s.k * 2));
         CK(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-        CUtensorMap xmap;
-        if (!f16_tensor_map(dx, uint64_t(s.m), uint64_t(s.k), BN, BK, xmap)) {
-            std::fprintf(stderr, "no tensor map\n");
-            return 1;
-        }
-        const int pp_tiles = (s.n / 64) * (s.m / BN), pp_grid = std::min(pp_tiles, n_sm);
         gemm_ref<<<dim3((s.n + 255) / 256, s.m), 256>>>(dq[0], dd[0], dx, dr, s.n, s.m, s.k);
         CK(cudaGetLastError());
         std::vector<float> ref(size_t(s.n) * s.m), got(ref.size());
@@ -374,8 +256,6 @@ int main() {
             else if (var == 1)
                 ws_q4_gemm<128><<<dim3(s.m / BN, s.n / 128), cfg<128>::THREADS, cfg<128>::SMEM>>>(dq[c], dd[c], dx, dc,
                                                                                                 s.n, s.m, s.k);
-            else if (var == 3)
-                pp_q4_gemm<<<pp_grid, PP_THREADS, PP_SMEM>>>(dq[c], dd[c], xmap, dc, s.n, s.m, s.k);
             else {
                 const float one = 1.0f, zero = 0.0f;
                 if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.n, s.m, s.k, &one, dwh, CUDA_R_16F, s.k, dx, CUDA_R_16F,
@@ -384,8 +264,8 @@ int main() {
                     std::exit(1);
             }
         };
-        double tf[4], err[4];
-        for (int var = 0; var < 4; var++) {
+        double tf[3], err[3];
+        for (int var = 0; var < 3; var++) {
             if (var != 2) {
                 CK(cudaMemset(dc, 0xff, size_t(s.n) * s.m * 4)); // NaN: every output must be written
                 run(var, 0);
@@ -419,8 +299,7 @@ int main() {
             CK(cudaEventDestroy(e0));
             CK(cudaEventDestroy(e1));
         }
-        std::printf("%6d %6d %6d %12.1f %12.1f %12.1f %12.1f %7.2g/%.2g/%.2g\n", s.n, s.m, s.k, tf[0], tf[1], tf[2],
-                    tf[3], err[0], err[1], err[3]);
+        std::printf("%6d %6d %6d %12.1f %12.1f %12.1f %7.2g/%.2g\n", s.n, s.m, s.k, tf[0], tf[1], tf[2], err[0], err[1]);
         for (int c = 0; c < copies; c++) {
             CK(cudaFree(dq[c]));
             CK(cudaFree(dd[c]));
