@@ -261,7 +261,7 @@ __device__ __forceinline__ void store_tile(const wgmma_args& a, const float (&d)
 
 // The matrix of row tile `row_tile` of a grouped launch (q, k, v or gate, up of one activation): a_in itself or one of
 // a_in.more, with row_tile made relative to it.
-__device__ __forceinline__ wgmma_args part_of(const wgmma_args& a_in, int64_t& row_tile) {
+[[maybe_unused]] __device__ __forceinline__ wgmma_args part_of(const wgmma_args& a_in, int64_t& row_tile) { // sm_90a
     wgmma_args a = a_in;
     for (int i = a_in.n_more - 1; i >= 0; i--)
         if (row_tile >= a_in.more[i].tile0) {
@@ -592,7 +592,8 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_f16_kernel(wgmma
 // (store_tile_one_matrix); batches (ne2 * ne3 > 1) go through shared memory in a loop (each column's rows as
 // consecutive floats), whose per-output column arithmetic stays out of the unrolled code.
 // WQ_EPI_LD: floats a column of the epilogue's buffer (64 rows + 4: the fragment's stores hit 32 distinct banks)
-constexpr int WQ_BN = 256, WQ_R = 4, WQ_EPI_LD = 68;
+constexpr int WQ_BN = 256, WQ_EPI_LD = 68;
+[[maybe_unused]] constexpr int WQ_R = 4; // used by the sm_90a code only
 template <int BM> constexpr int WQ_THREADS = 128 * (BM / 64 + 1);
 template <int BM> constexpr int WQ_ST = BM == 64 ? 5 : 4; // 200 / 192 KiB of stages
 template <int BM>
