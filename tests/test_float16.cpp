@@ -1,9 +1,9 @@
 // test_float16.cpp: the CPU's f16 / bf16 mul_mat (backends/cpu/quant/float16*, mul_mat_float16 in mul_mat.cpp).
-//   1. The AVX2 and (where the CPU has it) AVX-512 kernels give exactly the bits of the scalar ones (llama.cpp's
-//      AVX-512 float orders written out).
-//   2. The whole op gives exactly the bits of those orders, picked the way llama.cpp picks them (tinyBLAS for m >= 2,
-//      k % 16 == 0, rows % 4 == 0; ggml's row dots otherwise): odd shapes, broadcast over dims 2 and 3, a fused
-//      scalar mul, 1 and 2 threads, outputs poisoned with NaN beforehand.
+//   1. The AVX2, and (where the CPU has them) AVX-512 and AVX512_BF16 kernels give exactly the bits of the scalar
+//      ones of their order (llama.cpp's float orders written out, float16.h), subnormal bf16 values included.
+//   2. The whole op gives exactly the bits of the order this CPU takes, picked the way llama.cpp picks them (tinyBLAS
+//      for m >= 2, k % 16 (dpbf16: 32) == 0, rows % 4 == 0; ggml's row dots otherwise): odd shapes, broadcast over
+//      dims 2 and 3, a fused scalar mul, 1 and 2 threads, outputs poisoned with NaN beforehand.
 //   3. It agrees with the reference path (TESSERA_CPU_REFERENCE=1: row dots in double) within a stated bound.
 // Inputs are seeded random values, never zeros.
 #include "helpers.h"
@@ -47,13 +47,17 @@ float from_half(type t, uint16_t h) {
     }                                                                                                                  \
     static_assert(true)
 
-// every fast kernel set this CPU can run: the AVX2 one, and the AVX-512 one where it has AVX-512 (the one mul_mat
-// takes then); parts 1 check each
+// every fast kernel set this CPU can run: the AVX2 one, the AVX-512 one where it has AVX-512, the AVX512_BF16 one
+// (bf16) where it has that; parts 1 check each against the scalar kernels of its order
 std::vector<const cpu::float16_kernels*> fast_kernel_sets(type t) {
     std::vector<const cpu::float16_kernels*> v;
     if (cpu::cpu_has_avx2()) v.push_back(cpu::avx2::float16_kernels_for(t));
     if (cpu::cpu_has_avx512vnni()) v.push_back(cpu::avx512::float16_kernels_for(t));
+    if (t == type::bf16 && cpu::cpu_has_avx512bf16()) v.push_back(cpu::avx512bf16::float16_kernels_for(t));
     return v;
+}
+const cpu::float16_kernels* scalar_twin(type t, const cpu::float16_kernels* fast) {
+    return cpu::scalar_float16_kernels(t, fast->order);
 }
 
 } // namespace
@@ -64,7 +68,7 @@ TEST(float16_kernels, from_float_same_bits) {
         TS_FAST_KERNELS(t, widest);
         (void)widest;
         for (const cpu::float16_kernels* fast : fast_kernel_sets(t)) {
-            const cpu::float16_kernels* ref = cpu::find_float16_kernels(t, true);
+            const cpu::float16_kernels* ref = scalar_twin(t, fast);
             std::vector<float> x = random_normal(1003, 1, 100.0f);
             constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
             // infinities, nans (one signalling), f16's largest and its overflow, out of range both ways, halfway cases
@@ -91,7 +95,7 @@ TEST(float16_kernels, dot_and_gemm_same_bits) {
         TS_FAST_KERNELS(t, widest);
         (void)widest;
         for (const cpu::float16_kernels* fast : fast_kernel_sets(t)) {
-            const cpu::float16_kernels* ref = cpu::find_float16_kernels(t, true);
+            const cpu::float16_kernels* ref = scalar_twin(t, fast);
             std::vector<int64_t> ks;
             for (int64_t k = 1; k <= 200; k++) ks.push_back(k);
             for (int64_t k : {576, 1000, 1536}) ks.push_back(k);
@@ -116,9 +120,10 @@ TEST(float16_kernels, dot_and_gemm_same_bits) {
                                   std::bit_cast<uint32_t>(yr[size_t(i) * ys]))
                             << type_name(t) << " k=" << k << " n=" << n << " at " << i;
                 }
-            for (int64_t k : {16, 48, 576, 1536})
+            for (int64_t k : {16, 48, 64, 576, 1536})
                 for (int64_t n_w : {4, 8, 16})
                     for (int64_t n_a : {1, 2, 3, 4, 5, 6, 7, 11, 13}) {
+                        if (k % fast->gemm_k != 0) continue;
                         const size_t ws = size_t(k) + 24, as = size_t(k) + 40, ys = size_t(n_w) + 3;
                         const auto w = to_halves(t, random_normal(ws * size_t(n_w), uint32_t(k * n_w)));
                         const auto a = to_halves(t, random_normal(as * size_t(n_a), uint32_t(k + n_a)));
@@ -133,6 +138,48 @@ TEST(float16_kernels, dot_and_gemm_same_bits) {
                                     << "," << j;
                             }
                     }
+        }
+    }
+}
+
+// Values near and below the smallest normal: weights with subnormal and small exponents against activations near 1,
+// so that products, partial sums and results are subnormal or just above. vdpbf16ps flushes subnormal inputs and
+// results to zero, the f32 orders keep them: each kernel set against the scalar kernels of its order (the dpbf16
+// kernels without the flushing fail it). Bound: bits.
+TEST(float16_kernels, subnormal_bf16_same_bits) {
+    TS_FAST_KERNELS(type::bf16, widest);
+    (void)widest;
+    uint32_t state = 7;
+    auto next = [&] { return state = state * 1664525u + 1013904223u; };
+    // exponent field 0 (subnormal) a quarter of the time, else lo + [0, span)
+    auto halves = [&](size_t n, uint32_t lo, uint32_t span, bool subnormals) {
+        std::vector<uint16_t> v(n);
+        for (uint16_t& h : v) {
+            const uint32_t r = next();
+            const uint32_t sign = (r >> 31) << 15, mant = (r >> 8) & 0x7f;
+            const uint32_t expo = subnormals && (r >> 16) % 4 == 0 ? 0 : lo + (r >> 20) % span;
+            h = uint16_t(sign | (expo << 7) | (mant ? mant : 1));
+        }
+        return v;
+    };
+    for (const cpu::float16_kernels* fast : fast_kernel_sets(type::bf16)) {
+        const cpu::float16_kernels* ref = scalar_twin(type::bf16, fast);
+        for (int64_t k : {32, 64, 96, 576}) {
+            const int64_t n_w = 8, n_a = 7;
+            const auto w = halves(size_t(k * n_w), 1, 12, true);    // 2^-126 .. 2^-115 and subnormals
+            const auto a = halves(size_t(k * n_a), 122, 10, false); // 2^-5 .. 2^4
+            std::vector<float> yf(size_t(n_w * n_a), std::nanf("")), yr = yf;
+            fast->gemv(w.data(), size_t(k), n_w, a.data(), k, yf.data(), 1);
+            ref->gemv(w.data(), size_t(k), n_w, a.data(), k, yr.data(), 1);
+            for (int64_t i = 0; i < n_w; i++)
+                ASSERT_EQ(std::bit_cast<uint32_t>(yf[size_t(i)]), std::bit_cast<uint32_t>(yr[size_t(i)]))
+                    << "gemv k=" << k << " at " << i;
+            if (k % fast->gemm_k != 0) continue;
+            fast->gemm(w.data(), size_t(k), n_w, a.data(), size_t(k), n_a, k, yf.data(), size_t(n_w));
+            ref->gemm(w.data(), size_t(k), n_w, a.data(), size_t(k), n_a, k, yr.data(), size_t(n_w));
+            for (size_t o = 0; o < yf.size(); o++)
+                ASSERT_EQ(std::bit_cast<uint32_t>(yf[o]), std::bit_cast<uint32_t>(yr[o]))
+                    << "gemm k=" << k << " at " << o;
         }
     }
 }
@@ -184,14 +231,15 @@ mm_result run_mul_mat(type t, const mm_shape& s, int n_threads, bool reference, 
     return r;
 }
 
-// llama.cpp's result written out with the scalar kernels: activations rounded to the weight's type, then tinyBLAS
-// where llama.cpp takes it (m >= 2, k % 16 == 0, n % 4 == 0), else the row dot; times the scale (one rounding)
+// llama.cpp's result written out with the scalar kernels of this CPU's order: activations rounded to the weight's
+// type, then tinyBLAS where llama.cpp takes it (m >= 2, k % 16 (dpbf16: 32) == 0, n % 4 == 0), else the row dot;
+// times the scale (one rounding)
 std::vector<float> expected_bits(type t, const mm_shape& s, const mm_result& r, float out_scale) {
     const cpu::float16_kernels* ref = cpu::find_float16_kernels(t, true);
     std::vector<uint16_t> a(r.x.size());
     std::vector<float> y(size_t(s.n * s.m * s.x2 * s.x3));
     ref->from_float(r.x.data(), a.data(), int64_t(a.size()));
-    const bool tiny = s.m >= 2 && s.k % 16 == 0 && s.n % 4 == 0;
+    const bool tiny = s.m >= 2 && s.k % ref->gemm_k == 0 && s.n % 4 == 0;
     for (int64_t i3 = 0; i3 < s.x3; i3++)
         for (int64_t i2 = 0; i2 < s.x2; i2++) {
             const uint16_t* w = r.w.data() + size_t(((i3 / (s.x3 / s.w3)) * s.w2 + i2 / (s.x2 / s.w2)) * s.n * s.k);
@@ -215,6 +263,8 @@ std::vector<float> expected_bits(type t, const mm_shape& s, const mm_result& r, 
 const mm_shape mm_shapes[] = {
     {16, 4, 1},
     {16, 4, 2},
+    {32, 8, 3},
+    {48, 8, 4}, // k % 32 == 16: dpbf16 takes the row dots
     {40, 6, 3},
     {72, 17, 7},
     {64, 64, 64},

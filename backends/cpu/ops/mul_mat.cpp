@@ -101,7 +101,7 @@ void mul_mat_float16(const compute_params& p, tensor& dst, const float16_kernels
             for (int64_t j = 0; j < cols; j++)
                 for (int64_t i = 0; i < rows; i++) y[j * int64_t(ys) + i] *= p.out_scale;
     };
-    if (m >= 2 && k % 16 == 0 && n % 4 == 0) { // where llama.cpp takes tinyBLAS
+    if (m >= 2 && k % kern.gemm_k == 0 && n % 4 == 0) { // where llama.cpp takes tinyBLAS
         // blocks of ~84 activation rows (a multiple of the tile's 3), of even size: a weight block is read from
         // memory once per activation block, and converted (bf16) once per job
         constexpr int64_t ROWS_B = 16, COLS_B = 84;

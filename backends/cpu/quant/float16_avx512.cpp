@@ -4,20 +4,9 @@
 // registers it holds 4 weight rows x 6 activation rows (24 accumulators) against the AVX2 kernels' 4 x 3.
 // Measured (AMD EPYC VM with AVX-512 + BF16, 2 threads, SmolLM2 f16 / bf16, llama-bench in the same runs,
 // 2026-11-28), pp512 / tg128 t/s: f16 1260-1467 / 190-191 vs 1268-1451 / 152-153 (the AVX2 kernels: 1003-1010 /
-// 131), bf16 1247-1453 / 187-188 vs 1698-2208 / 152-172 (AVX2: 970-973 / 133-134; llama.cpp's bf16 prompts use
-// vdpbf16ps, which these kernels do not: another order).
-// GCC 12's AVX-512 intrinsics fill their unused merge operands from _mm512_undefined_*(), which -Wuninitialized
-// reports (a false positive); silenced for the intrinsic headers only
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
-
+// 131), bf16 1247-1453 / 187-188 vs 1698-2208 / 152-172 (AVX2: 970-973 / 133-134). bf16 takes these kernels only
+// where the CPU lacks AVX512_BF16 (else bf16_avx512bf16.cpp, llama.cpp's vdpbf16ps orders).
+#include "backends/cpu/quant/avx512.h"
 #include "backends/cpu/quant/float16.h"
 
 #include "backends/cpu/quant/avx2.h"
@@ -43,20 +32,6 @@ struct bf16_t {
     }
     static float load1(uint16_t h) { return bf16_to_fp32(h); }
 };
-
-// lanes 8..15 + lanes 0..7 of a 16-lane accumulator: the first step of _mm512_reduce_add_ps
-inline __m256 fold16(__m512 v) {
-    return _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), _mm512_castps512_ps256(v));
-}
-
-// _mm512_reduce_add_ps of 4 accumulators at once (each lane of the result takes reduce16's steps)
-inline __m128 reduce16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
-    __m128 r[4];
-    const __m256 v[4] = {fold16(a), fold16(b), fold16(c), fold16(d)};
-    for (int i = 0; i < 4; i++) r[i] = _mm_add_ps(_mm256_extractf128_ps(v[i], 1), _mm256_castps256_ps128(v[i]));
-    _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); // r[l] = lane l of each accumulator
-    return _mm_add_ps(_mm_add_ps(r[0], r[2]), _mm_add_ps(r[1], r[3]));
-}
 
 // The prompt GEMM, tinyBLAS<16>'s order: 4 weight rows x RN activation rows, one 16-lane accumulator an output, one
 // pass over k. f16 weights are read from their rows; bf16 ones from a panel of 4 rows converted once to f32:

@@ -323,6 +323,19 @@ bool cpu_has_avx512vnni() {
 #endif
 }
 
+bool cpu_has_avx512bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+    // leaf 7 sub-leaf 1: EAX bit 5 AVX512_BF16 (vdpbf16ps), on top of cpu_has_avx512vnni's features
+    static const bool has = [] {
+        unsigned a, b, c, d;
+        return cpu_has_avx512vnni() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+    }();
+    return has;
+#else
+    return false;
+#endif
+}
+
 const cpu_type_ops* find_cpu_ops(type t, bool reference) {
     static const tables tab;
     const int i = slot(t);

@@ -73,5 +73,6 @@ float expf_ggml(float x);
 const cpu_type_ops* find_cpu_ops(type t, bool reference = false);
 bool cpu_has_avx2();
 bool cpu_has_avx512vnni(); // AVX-512 F/BW/VL + VNNI: the byte dots use vpdpbusd
+bool cpu_has_avx512bf16(); // and AVX512_BF16: bf16 mul_mat through vdpbf16ps, as llama.cpp built for such a CPU
 
 } // namespace tessera::cpu
