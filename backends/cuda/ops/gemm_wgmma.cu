@@ -219,7 +219,7 @@ __device__ __forceinline__ void store_tile_one_matrix(const wgmma_args& a, const
     const int64_t ld = a.y_nb1;
     float* const y = a.y + a.row_base + r + c * ld;
     const float s = a.out_scale;
-    if (ok1 && c_lim >= TN) { // a whole tile (the rule): no predicates
+    if (ok1 && c_lim >= TN) { // a whole tile (all but the last row and column tiles): no predicates
 #pragma unroll
         for (int j = 0; j < TN / 8; j++) {
             float* const yj = y + 8 * j * ld;
