@@ -16,8 +16,8 @@
 // flushed to zero when subnormal (DAZ / FTZ, the instruction's own). Prompts (>= 2 activation rows, k % 32 == 0,
 // rows % 4 == 0): tinyBLAS<32>, one accumulator an output over 32-element steps, reduced as above; otherwise
 // ggml_vec_dot_bf16: 2 accumulators over 64-element steps (elements i .. i + 31 and i + 32 .. i + 63), each reduced
-// and added in double, the rest in double. Twice the products an instruction of the f32 orders, so bf16 results
-// depend on the CPU as llama.cpp's do.
+// and added in double, the rest in double. An instruction takes twice the products of the f32 orders' fma; bf16
+// results therefore depend on the CPU, as llama.cpp's do.
 // The scalar versions (float16.cpp) write those orders out plainly; the AVX2 ones (float16_avx2.cpp), the AVX-512
 // ones (float16_avx512.cpp) and the AVX512_BF16 ones (bf16_avx512bf16.cpp) give the same bits as the scalar ones of
 // their order (test_float16). TESSERA_CPU_REFERENCE=1 uses none of them: it keeps the double-precision row dots of
