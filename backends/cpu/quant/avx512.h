@@ -14,7 +14,37 @@
 #include <immintrin.h>
 #endif
 
+#include <cstdint>
+#include <type_traits>
+
 namespace tessera::cpu::avx512 {
+
+// The prompt kernels' tiles of RN_MAX activation rows: tile(j, std::integral_constant<int, RN_MAX>) for rows j .. of
+// n_a in steps of RN_MAX, then tile(j, std::integral_constant<int, rest>) once for the 1 .. 5 rows left
+constexpr int RN_MAX = 6;
+template <class Tile> inline void activation_tiles(int64_t n_a, Tile&& tile) {
+    int64_t j = 0;
+    for (; j + RN_MAX <= n_a; j += RN_MAX) tile(j, std::integral_constant<int, RN_MAX>{});
+    switch (n_a - j) {
+    case 5:
+        tile(j, std::integral_constant<int, 5>{});
+        break;
+    case 4:
+        tile(j, std::integral_constant<int, 4>{});
+        break;
+    case 3:
+        tile(j, std::integral_constant<int, 3>{});
+        break;
+    case 2:
+        tile(j, std::integral_constant<int, 2>{});
+        break;
+    case 1:
+        tile(j, std::integral_constant<int, 1>{});
+        break;
+    default:
+        break;
+    }
+}
 
 // lanes 8..15 + lanes 0..7 of a 16-lane accumulator: the first step of _mm512_reduce_add_ps
 inline __m256 fold16(__m512 v) {

@@ -14,8 +14,10 @@ namespace tessera::cpu::avx512bf16 {
 
 namespace {
 
+using avx512::activation_tiles;
 using avx512::fold16;
 using avx512::reduce16x4;
+using avx512::RN_MAX;
 
 inline __m512bh load32(const uint16_t* p) {
     return (__m512bh)_mm512_loadu_si512(p);
@@ -39,33 +41,11 @@ inline void tile(const uint16_t* w, size_t ws, const uint16_t* a, size_t as, int
         _mm_storeu_ps(y + size_t(j) * ys, reduce16x4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
 }
 
-constexpr int RN_MAX = 6;
-
-// activation rows in tiles of RN_MAX, then the rest in one smaller tile
+// activation rows 0 .. n_a in tiles of RN_MAX, then the rest in one smaller tile
 void tiles(const uint16_t* w, size_t ws, const uint16_t* a, size_t as, int64_t n_a, int64_t k, float* y, size_t ys) {
-    int64_t j = 0;
-    for (; j + RN_MAX <= n_a; j += RN_MAX) tile<RN_MAX>(w, ws, a + size_t(j) * as, as, k, y + size_t(j) * ys, ys);
-    const uint16_t* aj = a + size_t(j) * as;
-    float* yj = y + size_t(j) * ys;
-    switch (n_a - j) {
-    case 5:
-        tile<5>(w, ws, aj, as, k, yj, ys);
-        break;
-    case 4:
-        tile<4>(w, ws, aj, as, k, yj, ys);
-        break;
-    case 3:
-        tile<3>(w, ws, aj, as, k, yj, ys);
-        break;
-    case 2:
-        tile<2>(w, ws, aj, as, k, yj, ys);
-        break;
-    case 1:
-        tile<1>(w, ws, aj, as, k, yj, ys);
-        break;
-    default:
-        break;
-    }
+    activation_tiles(n_a, [&](int64_t j, auto rn) {
+        tile<decltype(rn)::value>(w, ws, a + size_t(j) * as, as, k, y + size_t(j) * ys, ys);
+    });
 }
 
 void gemm(const uint16_t* w, size_t ws, int64_t n_w, const uint16_t* a, size_t as, int64_t n_a, int64_t k, float* y,

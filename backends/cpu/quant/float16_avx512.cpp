@@ -64,34 +64,12 @@ inline void tile(const W& w, const uint16_t* a, size_t as, int64_t k, float* y, 
         _mm_storeu_ps(y + size_t(j) * ys, reduce16x4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
 }
 
-constexpr int RN_MAX = 6;
-
-// activation rows j.. of the job in tiles of RN_MAX, then the rest in one smaller tile
+// activation rows 0 .. n_a of the job in tiles of RN_MAX, then the rest in one smaller tile
 template <class T, class W>
 inline void tiles(const W& w, const uint16_t* a, size_t as, int64_t n_a, int64_t k, float* y, size_t ys) {
-    int64_t j = 0;
-    for (; j + RN_MAX <= n_a; j += RN_MAX) tile<T, RN_MAX>(w, a + size_t(j) * as, as, k, y + size_t(j) * ys, ys);
-    const uint16_t* aj = a + size_t(j) * as;
-    float* yj = y + size_t(j) * ys;
-    switch (n_a - j) {
-    case 5:
-        tile<T, 5>(w, aj, as, k, yj, ys);
-        break;
-    case 4:
-        tile<T, 4>(w, aj, as, k, yj, ys);
-        break;
-    case 3:
-        tile<T, 3>(w, aj, as, k, yj, ys);
-        break;
-    case 2:
-        tile<T, 2>(w, aj, as, k, yj, ys);
-        break;
-    case 1:
-        tile<T, 1>(w, aj, as, k, yj, ys);
-        break;
-    default:
-        break;
-    }
+    activation_tiles(n_a, [&](int64_t j, auto rn) {
+        tile<T, decltype(rn)::value>(w, a + size_t(j) * as, as, k, y + size_t(j) * ys, ys);
+    });
 }
 
 void gemm_f16(const uint16_t* w, size_t ws, int64_t n_w, const uint16_t* a, size_t as, int64_t n_a, int64_t k, float* y,
