@@ -4,6 +4,7 @@
 #include "error.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 namespace tessera {
@@ -309,6 +310,18 @@ tensor* all_reduce(context& ctx, tensor* a) {
     TS_ASSERT(a->t == type::f32 && a->is_contiguous());
     tensor* r = new_result(ctx, op::all_reduce, *a);
     r->src[0] = a;
+    return r;
+}
+
+tensor* rms_norm_part(context& ctx, tensor* a, tensor* sum_sq, int64_t width, float eps) {
+    TS_ASSERT(a->t == type::f32 && sum_sq->t == type::f32 && sum_sq->ne[0] == 1);
+    TS_ASSERT(sum_sq->ne[1] == a->ne[1] && sum_sq->ne[2] == a->ne[2] && sum_sq->ne[3] == a->ne[3]);
+    TS_ASSERT(width >= a->ne[0] && width <= INT32_MAX);
+    tensor* r = new_result(ctx, op::rms_norm_part, *a);
+    r->src[0] = a;
+    r->src[1] = sum_sq;
+    r->op_params.f[0] = eps;
+    r->op_params.i[1] = int32_t(width);
     return r;
 }
 

@@ -90,6 +90,10 @@ tensor* tanh(context& ctx, tensor* a);
 // (backend::join, tensor parallelism): each member computes a share of a matmul's inner dimension, and every member
 // ends with the whole sum, the same bits on each.
 tensor* all_reduce(context& ctx, tensor* a);
+// rms_norm of a part of each row: a (w, rows, ...) f32, sum_sq (1, rows, ...) f32 each whole row's sum of squares
+// (width >= w values; a member's partial sums after all_reduce) -> a * 1 / sqrt(sum_sq / width + eps), the mean taken
+// in f32. A sub-norm over a width that tensor parallelism divides (BitNet's attn_sub_norm / ffn_sub_norm).
+tensor* rms_norm_part(context& ctx, tensor* a, tensor* sum_sq, int64_t width, float eps);
 // Writes a (converted to dst's type) into the memory dst views; returns a tensor aliasing dst.
 tensor* cpy(context& ctx, tensor* a, tensor* dst);
 // ggml_set_rows: row i of a (ne0, n) f32 goes to row idx[i] of dst (ne0, n_rows), converted to dst's type as cpy

@@ -34,6 +34,7 @@ const char* op_name(op o) {
     case op::set_rows: return "set_rows";
     case op::attention: return "attention";
     case op::all_reduce: return "all_reduce";
+    case op::rms_norm_part: return "rms_norm_part";
     }
     return "?";
 }

@@ -40,6 +40,8 @@ enum class op : uint8_t {
     clamp,      // dst = max(min(src0, op_params.f[1]), op_params.f[0])
     swiglu_oai, // dst = x / (1 + e^(-alpha x)) * (y + 1), x = min(src0, limit), y = clamp(src1, -limit, limit)
     all_reduce, // dst = src0 summed over the backends of a group (tensor parallelism; backend.h, backend_group)
+    rms_norm_part, // dst = src0 / sqrt(src1 / op_params.i[1] + op_params.f[0]) per row: src1 (1, rows) holds each
+                   // row's sum of squares over a width op_params.i[1] of which src0 is a part (tensor parallelism)
 };
 const char* op_name(op o);
 

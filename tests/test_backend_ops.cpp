@@ -957,6 +957,14 @@ std::vector<op_case> all_cases() {
     add_case(
         "sum_rows_300x5x3", {f32_leaf({300, 5, 3}, 75)}, [](context& c, const auto& t) { return sum_rows(c, t[0]); },
         1e-12);
+    // rms_norm_part (a sub-norm under tensor parallelism): a part of 300 of each 577-wide row, normalized by the
+    // whole rows' sums of squares (the same f32 steps on both; the sums as sum_rows: 1e-12)
+    add_case(
+        "rms_norm_part_300x9_of_577", {f32_leaf({300, 9}, 77, 2.0f), f32_leaf({577, 9}, 78, 2.0f)},
+        [](context& c, const auto& t) {
+            return rms_norm_part(c, t[0], sum_rows(c, mul(c, t[1], t[1])), 577, 1e-5f);
+        },
+        1e-12);
     // top_k: the same indices in the same order (i32 outputs compare byte for byte): sorted (llama.cpp's
     // build_moe_ffn) and ggml_top_k's order (the first two swapped); 128 experts (a power of two), 60 (padded), 1 row
     struct topk_shape {

@@ -176,6 +176,29 @@ TEST(ops, rms_norm) {
     EXPECT_LT(nmse(r.data(), e.data(), e.size()), 1e-12);
 }
 
+// A part of each row (columns [200, 500) of 577, strided) normalized by the whole row's sum of squares, given: the
+// whole row's rms_norm there, and the f32 formula bit for bit.
+TEST(ops, rms_norm_part) {
+    harness h;
+    tensor* a = h.leaf_f32({577, 9}, 8, 2.0f);
+    tensor* part = view_2d(h.ctx, a, 300, 9, a->nb[1], 200 * sizeof(float));
+    tensor* ss = sum_rows(h.ctx, mul(h.ctx, a, a));
+    const auto sums = h.run(ss);
+    const auto r = h.run(rms_norm_part(h.ctx, part, ss, 577, 1e-5f));
+    const auto whole = h.run(rms_norm(h.ctx, a, 1e-5f));
+    ASSERT_EQ(r.size(), size_t(300 * 9));
+    std::vector<float> e(r.size()), w(r.size());
+    for (int64_t row = 0; row < 9; row++) {
+        const float s = 1.0f / std::sqrt(sums[size_t(row)] / 577.0f + 1e-5f);
+        for (int64_t i = 0; i < 300; i++) {
+            e[size_t(row * 300 + i)] = f32(a)[row * 577 + 200 + i] * s;
+            w[size_t(row * 300 + i)] = whole[size_t(row * 577 + 200 + i)];
+        }
+    }
+    EXPECT_EQ(std::memcmp(r.data(), e.data(), e.size() * sizeof(float)), 0);
+    EXPECT_LT(nmse(r.data(), w.data(), w.size()), 1e-12);
+}
+
 TEST(ops, rope_normal_and_neox) {
     for (auto mode : {rope_mode::normal, rope_mode::neox}) {
         harness h;

@@ -7,6 +7,7 @@
 //   order of the sums of wo's and ffn_down's inner products changes) for every dense family, prompt and decode steps,
 //   and perplexity through the score op;
 // - mixture-of-experts layers split every expert's width (qwen3moe, gpt-oss with MXFP4 experts, biases and sinks);
+// - BitNet's sub-norms sum their squares over the members (tq2_0; i2_s, whose slices carry the tensor's scale);
 // - what cannot be split is one clear error.
 // With two CUDA devices, the split_cuda.* tests run the same checks on the GPUs (skipped with a message otherwise).
 #include "backends/cpu/cpu_backend.h"
@@ -220,7 +221,8 @@ struct family_case {
     const char* args; // random_model's; heads, KV heads and widths even
     // NMSE and worst-row bounds: the order of two partial sums moves f32 results by an ulp or so; where f32 results
     // then feed int8 activations (gpt-oss-mxfp4: f32 attention, MXFP4 experts), such a move can flip a rounding
-    double nmse = 1e-8, worst = 1e-3;
+    double nmse = 1e-8, worst = 1e-3, nll = 1e-3;
+    double same_top1 = 1.0; // the share of rows whose argmax must be one backend's
 };
 const family_case families[] = {
     {"llama-f32", "--arch llama --vocab @VOCAB/ggml-vocab-llama-spm.gguf 128,2,4,2,256,300 f32"},
@@ -236,6 +238,17 @@ const family_case families[] = {
      1e-5, 1e-2}, // measured 1.8e-6 / 4.4e-3
     {"gpt-oss-q8_0", "--arch gpt-oss --experts 8,4 --vocab @VOCAB/ggml-vocab-gpt-2.gguf 128,2,4,2,64,300,64 q8_0"},
     {"gpt-oss-f32", "--arch gpt-oss --experts 8,4 --expert-type f32 --vocab @VOCAB/ggml-vocab-gpt-2.gguf 128,2,4,2,64,300,64 f32"},
+    // BitNet: the sub-norms' sums of squares meet in an all_reduce (rms_norm_part). Ternary matrices take int8
+    // activations, where a last-bit change of a sum flips roundings, and one flip moves a dot by 1/127 of its scale:
+    // TQ2_0 (q8_K blocks of 256, whole in each member) measured NMSE 9.1e-6, worst row 8.1e-3, NLL 1.4e-3; with the
+    // sums left out (each member's own width) 1.6e-3 / 8.3e-2 / 9.8e-3. I2_S: each slice carries the tensor's scale,
+    // and each member quantizes its part of the sub-norm's output with its own absmax (BitNet's one scale a token is
+    // one scale a member's part), so the split is another rounding of the same model: measured NMSE 4.6e-4 / 6.0e-4,
+    // worst row 3.4e-2 / 3.6e-2, NLL 5.1e-3 / 7.7e-3, one of 27 rows' argmax moved
+    {"bitnet-tq2_0", "--arch bitnet --vocab @VOCAB/ggml-vocab-gpt-2.gguf 512,2,4,2,1024,300 tq2_0", 5e-5, 2e-2, 5e-3},
+    {"bitnet-i2_s", "--arch bitnet --vocab @VOCAB/ggml-vocab-gpt-2.gguf 256,2,4,2,512,300 i2_s", 2e-3, 8e-2, 2e-2, 0.9},
+    {"bitnet-b1.58-i2_s", "--arch bitnet-b1.58 --vocab @VOCAB/ggml-vocab-gpt-2.gguf 256,2,4,2,512,300 i2_s", 2e-3,
+     8e-2, 2e-2, 0.9},
 };
 
 } // namespace
@@ -268,7 +281,7 @@ TEST_P(split_row, two_members_give_one_backends_logits) {
         auto b = ref.logits.begin() + ptrdiff_t(r * size_t(m->hp.n_vocab));
         same_argmax += std::max_element(a, a + m->hp.n_vocab) - a == std::max_element(b, b + m->hp.n_vocab) - b;
     }
-    EXPECT_EQ(same_argmax, rows) << c.name;
+    EXPECT_GE(double(same_argmax), c.same_top1 * double(rows)) << c.name;
 
     // perplexity words: the NLL of every row of two packed sequences
     std::vector<token> toks;
@@ -290,13 +303,19 @@ TEST_P(split_row, two_members_give_one_backends_logits) {
     };
     const std::vector<double> a = nll(fake_gpus(2, split_mode::row)), b = nll(one);
     ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); i++) EXPECT_NEAR(a[i], b[i], 1e-3 * std::max(1.0, std::fabs(b[i]))) << i;
+    double nll_err = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        nll_err = std::max(nll_err, std::fabs(a[i] - b[i]) / std::max(1.0, std::fabs(b[i])));
+        EXPECT_NEAR(a[i], b[i], c.nll * std::max(1.0, std::fabs(b[i]))) << i;
+    }
+    std::printf("%s: row split vs one backend: NLL error %.2e\n", c.name, nll_err);
 }
 
 INSTANTIATE_TEST_SUITE_P(all, split_row, ::testing::ValuesIn(families),
                          [](const auto& info) {
                              std::string n = info.param.name;
                              std::replace(n.begin(), n.end(), '-', '_');
+                             std::replace(n.begin(), n.end(), '.', '_');
                              return n;
                          });
 
@@ -333,19 +352,6 @@ TEST(split, what_cannot_be_split_is_one_clear_error) {
     with_cpu.n_gpu_layers = 2;
     EXPECT_NE(message(with_cpu).find("does not combine with -ngl"), std::string::npos);
 
-    // bitnet's sub-norms normalize over the whole width a split divides
-    temp_file bn("errors_bitnet.gguf");
-    if (!make_family(bn, "--arch bitnet --vocab @VOCAB/ggml-vocab-gpt-2.gguf 256,2,4,2,512,300 tq2_0").empty()) {
-        auto mb = model::load(bn.path);
-        try {
-            session s(*mb, fake_gpus(2, split_mode::row));
-            ADD_FAILURE() << "bitnet split by rows";
-        } catch (const error& e) {
-            EXPECT_NE(std::string(e.what()).find("sub-norms"), std::string::npos) << e.what();
-        }
-        // split by layers it runs
-        EXPECT_EQ(run(*mb, fake_gpus(2, split_mode::layer)).label, "cpu x2 layer");
-    }
     // experts 96 wide in q4_0 (blocks of 32) over 2 members: 48 columns each, not whole blocks
     temp_file moe("errors_moe.gguf");
     if (!make_family(moe, "--arch qwen3moe --experts 4,2 --vocab @VOCAB/ggml-vocab-gpt-2.gguf 128,2,4,2,96,300,64 "
@@ -360,7 +366,8 @@ TEST(split, what_cannot_be_split_is_one_clear_error) {
 
 TEST(split_cuda, layer_and_row_agree_with_one_gpu) {
     if (gpu_count() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices (" << gpu_count() << ")";
-    for (const family_case& c : {families[1], families[4], families[5], families[7], families[9]}) {
+    for (const family_case& c : {families[1], families[4], families[5], families[7], families[9], families[11],
+                                 families[12]}) {
         temp_file f(std::string("cuda_") + c.name + ".gguf");
         if (make_family(f, c.args).empty()) GTEST_SKIP() << "vocabulary or random_model missing";
         auto m = model::load(f.path);
@@ -377,13 +384,13 @@ TEST(split_cuda, layer_and_row_agree_with_one_gpu) {
             std::printf("%s: CUDA %s split vs one GPU: worst row error %.2e\n", c.name,
                         mode == split_mode::row ? "row" : "layer", err);
             // layer: the same kernels on each GPU (bit for bit but for graph-capture-independent choices); row: the
-            // partial sums' order, and each member's GEMV shapes
-            EXPECT_LE(err, mode == split_mode::layer ? 1e-6 : 5e-3) << c.name;
+            // partial sums' order, and each member's GEMV shapes (BitNet: the CPU's bounds, split_row above)
+            EXPECT_LE(err, mode == split_mode::layer ? 1e-6 : std::max(5e-3, c.worst)) << c.name;
         }
         // exact mode (the CPU's float order): on these quantized files the CPU's row split gives one backend's logits
         // bit for bit (split_row above), so the GPUs' must too (not with experts: exact mode has no exact
-        // mul_mat_id)
-        if (m->hp.n_expert > 0) continue;
+        // mul_mat_id; not BitNet's ternary matrices, which have no exact kernels)
+        if (m->hp.n_expert > 0 || c.worst > 1e-3) continue;
         session_params ex = one;
         ex.exact = true;
         const result ex_ref = run(*m, ex);

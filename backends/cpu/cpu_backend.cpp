@@ -98,6 +98,7 @@ bool cpu_backend::supports(const tensor& node) const {
     case op::mul: return f32(node.src[0]) && f32(node.src[1]);
     case op::scale: return f32(node.src[0]);
     case op::rms_norm: return f32(node.src[0]);
+    case op::rms_norm_part: return f32(node.src[0]) && f32(node.src[1]);
     case op::rope: return f32(node.src[0]);
     case op::soft_max: return f32(node.src[0]);
     case op::silu: return f32(node.src[0]);
@@ -281,6 +282,7 @@ void cpu_backend::compute(graph& g) {
             case op::mul: mul(p, *n); break;
             case op::scale: scale(p, *n); break;
             case op::rms_norm: rms_norm(p, *n); break;
+            case op::rms_norm_part: rms_norm_part(p, *n); break;
             case op::rope: rope(p, *n); break;
             case op::soft_max: soft_max(p, *n); break;
             case op::silu: silu(p, *n); break;

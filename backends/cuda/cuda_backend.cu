@@ -359,6 +359,8 @@ bool cuda_backend::supports(const tensor& node) const {
         return f32(node.src[0]) && f32(node.src[1]);
     case op::all_reduce:
         return comm_ && f32(node.src[0]) && node.src[0]->is_contiguous();
+    case op::rms_norm_part:
+        return f32(node.src[0]) && f32(node.src[1]);
     }
     return false;
 }
@@ -799,6 +801,9 @@ void cuda_backend::launch_nodes(graph& g) {
             break;
         case op::rms_norm:
             rms_norm(ctx, *n);
+            break;
+        case op::rms_norm_part:
+            rms_norm_part(ctx, *n);
             break;
         case op::rope:
             rope(ctx, *n);

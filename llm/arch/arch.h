@@ -37,8 +37,8 @@ struct shard {
     std::vector<std::unique_ptr<mapping>> mem;
     void release_host_copies();
 };
-// Rank `rank` of n_ranks; throws tessera::error naming what cannot be split (sub-norms over the split dimension,
-// head counts or widths not divisible by n_ranks, a block format cut inside a block). Mixture-of-experts layers split
+// Rank `rank` of n_ranks; throws tessera::error naming what cannot be split (head counts or widths not divisible by
+// n_ranks, a block format cut inside a block). Mixture-of-experts layers split
 // every expert's width (the router is every member's; member 0 adds the down projection's bias).
 std::unique_ptr<shard> make_shard(const model& m, int rank, int n_ranks);
 

@@ -309,6 +309,13 @@ tensor* builder::norm(tensor* x, tensor* w, const char* what, int64_t il) {
     return named(mul(ctx, rms_norm(ctx, x, hp.rms_eps), w), what, il);
 }
 
+tensor* builder::sub_norm(tensor* x, tensor* w, const char* what, int64_t il) {
+    if (!in.part || in.part->n_ranks == 1) return norm(x, w, what, il);
+    tensor* ss = named(sum_rows(ctx, mul(ctx, x, x)), "sub_norm_sum_sq", il); // (1, n)
+    ss = named(all_reduce(ctx, ss), "sub_norm_sum_sq_all", il);
+    return named(mul(ctx, rms_norm_part(ctx, x, ss, x->ne[0] * in.part->n_ranks, hp.rms_eps), w), what, il);
+}
+
 tensor* builder::embeddings() {
     tensor* x = named(get_rows(ctx, m.tok_embd, in.ids), "embd"); // (E, n)
     if (hp.embd_scale != 0.0f) x = named(scale(ctx, x, hp.embd_scale), "inp_scaled");
@@ -406,7 +413,7 @@ tensor* builder::ffn(const layer_weights& l, tensor* x, int64_t il, glu act) {
         cur = named(swiglu_oai(ctx, gate, up, oai_alpha, oai_limit), "ffn_swiglu_oai", il);
         break;
     }
-    if (l.ffn_sub_norm) cur = norm(cur, l.ffn_sub_norm, "ffn_sub_norm", il);
+    if (l.ffn_sub_norm) cur = sub_norm(cur, l.ffn_sub_norm, "ffn_sub_norm", il);
     cur = named(mm(l.ffn_down, cur), "ffn_out", il);
     if (in.part && in.part->n_ranks > 1) cur = named(all_reduce(ctx, cur), "ffn_out_sum", il); // every member's width
     return cur;
@@ -497,7 +504,7 @@ tensor* builder::layer(const layer_weights& l, tensor* x, int64_t il, glu act, f
     attn_opts o = rope_opts(il);
     o.q_scale = q_scale;
     cur = attention(l, cur, il, o);
-    if (l.attn_sub_norm) cur = norm(cur, l.attn_sub_norm, "attn_sub_norm", il);
+    if (l.attn_sub_norm) cur = sub_norm(cur, l.attn_sub_norm, "attn_sub_norm", il);
     cur = attn_out(l, cur, il);
     if (l.attn_post_norm) cur = norm(cur, l.attn_post_norm, "attn_post_norm", il);
     tensor* ffn_inp = named(add(ctx, cur, x), "ffn_inp", il);

@@ -87,6 +87,10 @@ class builder {
     static tensor* named(tensor* t, const char* what, int64_t il = -1);
     tensor* mm(tensor* w, tensor* x);               // W x, times the weight's per-tensor scale when it has one
     tensor* norm(tensor* x, tensor* w, const char* what, int64_t il); // RMSNorm(x) * w (w broadcast over rows)
+    // norm() of a width that tensor parallelism divides (BitNet's sub-norms): each member's sum of squares of its
+    // part, summed over the members (all_reduce), divides the part (rms_norm_part); w is the member's part of the
+    // weight
+    tensor* sub_norm(tensor* x, tensor* w, const char* what, int64_t il);
     tensor* embeddings();                           // the batch's token rows, times hp.embd_scale when set
     attn_opts rope_opts(int64_t il) const;          // the layer's rope base, scale and factors, its mask kind
 

@@ -44,25 +44,30 @@ struct slicer {
         return t;
     }
     void check_matrix(const tensor* w) {
-        if (type_info(w->t).tail_bytes || w->ne[3] != 1)
+        if (w->ne[3] != 1)
             throw error(fmt::format("--split-mode row: tensor {} of type {} cannot be split", w->name,
                                     type_name(w->t)));
     }
-    uint8_t* alloc(size_t bytes) {
-        return static_cast<uint8_t*>(s.mem.emplace_back(std::make_unique<shard::mapping>(bytes))->p);
+    // memory for a slice of w of `bytes` bytes of rows, followed by a copy of w's tail (a per-tensor scale: i2_s),
+    // which every slice carries after its own rows
+    uint8_t* alloc(const tensor* w, size_t bytes) {
+        const size_t tail = type_info(w->t).tail_bytes;
+        auto* mem = static_cast<uint8_t*>(s.mem.emplace_back(std::make_unique<shard::mapping>(bytes + tail))->p);
+        if (tail) std::memcpy(mem + bytes, static_cast<const uint8_t*>(w->data) + size_t(w->ne[2]) * w->nb[2], tail);
+        return mem;
     }
-    // rows [first, first + n) of a matrix (k, rows): a view of the file; of every expert of a 3-D one (k, rows,
-    // experts), gathered
+    // rows [first, first + n) of a matrix (k, rows): a view of the file (gathered when the type has a tail); of every
+    // expert of a 3-D one (k, rows, experts), gathered
     tensor* rows(const tensor* w, int64_t first, int64_t n) {
         check_matrix(w);
-        if (w->ne[2] == 1) {
+        if (w->ne[2] == 1 && !type_info(w->t).tail_bytes) {
             tensor* t = header(w, {w->ne[0], n});
             t->data = static_cast<uint8_t*>(w->data) + size_t(first) * w->nb[1];
             return t;
         }
-        tensor* t = header(w, {w->ne[0], n, w->ne[2]});
+        tensor* t = w->ne[2] == 1 ? header(w, {w->ne[0], n}) : header(w, {w->ne[0], n, w->ne[2]});
         const size_t bytes = size_t(n) * w->nb[1];
-        uint8_t* mem = alloc(bytes * size_t(w->ne[2]));
+        uint8_t* mem = alloc(w, bytes * size_t(w->ne[2]));
         for (int64_t x = 0; x < w->ne[2]; x++)
             std::memcpy(mem + size_t(x) * bytes,
                         static_cast<const uint8_t*>(w->data) + size_t(x) * w->nb[2] + size_t(first) * w->nb[1], bytes);
@@ -80,7 +85,7 @@ struct slicer {
             return t;
         }
         tensor* t = header(b, {n, b->ne[1]});
-        uint8_t* mem = alloc(size_t(n * b->ne[1]) * sizeof(float));
+        uint8_t* mem = alloc(b, size_t(n * b->ne[1]) * sizeof(float));
         for (int64_t x = 0; x < b->ne[1]; x++)
             std::memcpy(mem + size_t(x * n) * sizeof(float),
                         static_cast<const uint8_t*>(b->data) + size_t(x) * b->nb[1] + size_t(first) * sizeof(float),
@@ -89,7 +94,7 @@ struct slicer {
         return t;
     }
     // columns [first, first + n) of every row of a matrix (k, rows) or of every expert's (k, rows, experts): whole
-    // blocks, copied
+    // blocks, copied (with the tail, as rows)
     tensor* cols(const tensor* w, int64_t first, int64_t n) {
         check_matrix(w);
         const int64_t blk = block_size(w->t);
@@ -100,7 +105,7 @@ struct slicer {
         tensor* t = w->ne[2] == 1 ? header(w, {n, w->ne[1]}) : header(w, {n, w->ne[1], w->ne[2]});
         const size_t skip = row_size(w->t, first), bytes = row_size(w->t, n);
         const int64_t n_rows = w->ne[1] * w->ne[2];
-        uint8_t* mem = alloc(bytes * size_t(n_rows));
+        uint8_t* mem = alloc(w, bytes * size_t(n_rows));
         for (int64_t r = 0; r < n_rows; r++) {
             const int64_t x = r / w->ne[1], i = r % w->ne[1];
             std::memcpy(mem + size_t(r) * bytes,
@@ -131,10 +136,6 @@ std::unique_ptr<shard> make_shard(const model& m, int rank, int n_ranks) {
     for (int64_t il = 0; il < hp.n_layer; il++) {
         const layer_weights& l = m.layers[size_t(il)];
         const int64_t H = hp.n_head_at(il), HKV = hp.n_head_kv_at(il), F = hp.n_ff_at(il), D = hp.head_dim;
-        if (l.attn_sub_norm || l.ffn_sub_norm)
-            throw error(fmt::format("--split-mode row: {}'s sub-norms normalize over the whole width, which a split "
-                                    "by rows divides (use --split-mode layer)",
-                                    m.arch));
         // the feed-forward width split: the dense block's, or each expert's (every member holds a share of every
         // expert, so the router's choice needs no exchange)
         const int64_t FF = l.ffn_gate_inp ? hp.n_ff_exp_at(il) : F;
@@ -179,6 +180,10 @@ std::unique_ptr<shard> make_shard(const model& m, int rank, int n_ranks) {
             o.ffn_down = sl.cols(l.ffn_down, rank * f, f);
         }
         o.ffn_post_norm = sl.shared(l.ffn_post_norm);
+        // sub-norms (BitNet) over the split widths: the member's part of the weight (builder::sub_norm sums the
+        // squares over the members)
+        o.attn_sub_norm = sl.elems(l.attn_sub_norm, rank * h * D, h * D);
+        o.ffn_sub_norm = sl.elems(l.ffn_sub_norm, rank * f, f);
         s->layers.push_back(o);
     }
     // the member reads its slices and every weight of the model that no slice stands for

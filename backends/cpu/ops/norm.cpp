@@ -1,5 +1,5 @@
 // norm.cpp: the row reductions: rms_norm, y = x / sqrt(mean(x^2) + eps) per row (sum of squares in double, as ggml),
-// and sum_rows (in double, as ggml_vec_sum_f32).
+// rms_norm_part (the sum of squares given), and sum_rows (in double, as ggml_vec_sum_f32).
 #include "ops.h"
 
 #include <cmath>
@@ -27,6 +27,20 @@ void rms_norm(const compute_params& p, tensor& dst) {
         float* y = at<float>(dst, 0, i1, i2, i3);
         const size_t xs = a.nb[0] / 4;
         const float s = rms_scale(x, xs, ne0, eps);
+        for (int64_t i = 0; i < ne0; i++) y[i] = x[i * xs] * s;
+    });
+}
+
+void rms_norm_part(const compute_params& p, tensor& dst) {
+    const tensor& a = *dst.src[0];
+    const tensor& ss = *dst.src[1];
+    const float eps = dst.op_params.f[0], width = float(dst.op_params.i[1]);
+    const int64_t ne0 = a.ne[0];
+    for_rows(p, dst, [&](int64_t i1, int64_t i2, int64_t i3) {
+        const float* x = at<float>(a, 0, i1, i2, i3);
+        float* y = at<float>(dst, 0, i1, i2, i3);
+        const size_t xs = a.nb[0] / 4;
+        const float s = 1.0f / std::sqrt(*at<float>(ss, 0, i1, i2, i3) / width + eps);
         for (int64_t i = 0; i < ne0; i++) y[i] = x[i * xs] * s;
     });
 }

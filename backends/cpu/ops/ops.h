@@ -52,6 +52,7 @@ void clamp(const compute_params& p, tensor& dst);
 void sum_rows(const compute_params& p, tensor& dst);
 void scale(const compute_params& p, tensor& dst);
 void rms_norm(const compute_params& p, tensor& dst);
+void rms_norm_part(const compute_params& p, tensor& dst);
 // [sum = a + b ->] rms_norm -> dst = norm * w (f32 rows of unit stride; w one row, broadcast), one pass per row with
 // the three ops' arithmetic (the same bits); sum (the add node, null: none) is written, the norm's own result is not.
 void add_rms_norm_mul(const compute_params& p, const tensor* sum, const tensor& norm, tensor& dst);

@@ -1,7 +1,7 @@
-// norm.cu: rms_norm: y = x / sqrt(mean(x^2) + eps) per row. One block per row (a decode row: up to 16 blocks, each
-// summing the whole row); the sum of squares is a float block reduction (the CPU sums in double; the two differ by
-// float rounding, about 1e-7 relative). Contiguous rows of ne0 % 32 == 0 take the vector kernel, which fused.cu also
-// runs for add -> rms_norm -> mul [-> q8_1].
+// norm.cu: rms_norm: y = x / sqrt(mean(x^2) + eps) per row (rms_norm_part: the sum of squares given). One block per
+// row (a decode row: up to 16 blocks, each summing the whole row); the sum of squares is a float block reduction (the
+// CPU sums in double; the two differ by float rounding, about 1e-7 relative). Contiguous rows of ne0 % 32 == 0 take
+// the vector kernel, which fused.cu also runs for add -> rms_norm -> mul [-> q8_1].
 #include "backends/cuda/ops/ops.cuh"
 
 namespace tessera::cuda {
@@ -170,6 +170,20 @@ static __global__ void __launch_bounds__(256) rms_norm_exact_kernel(const float*
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) yr[i * sy.nb[0]] = __fmul_rn(xr[i * sx.nb[0]], s);
 }
 
+// rms_norm_part: s = 1 / sqrt(sum_sq / width + eps) from the row's given sum of squares, y = x s; the CPU's arithmetic
+// (every step rounded once, in f32), in fast and exact mode alike. One block per row.
+static __global__ void __launch_bounds__(256)
+    rms_norm_part_kernel(const float* x, shape4 sx, const float* ss, shape4 sss, float* y, shape4 sy, float width,
+                         float eps) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t r = blockIdx.x;
+    const float* xr = x + row_offset(sx, r);
+    float* yr = y + row_offset(sy, r);
+    const float s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss[row_offset(sss, r)], width), eps)));
+    for (int64_t i = threadIdx.x; i < sx.ne[0]; i += blockDim.x) yr[i * sy.nb[0]] = __fmul_rn(xr[i * sx.nb[0]], s);
+}
+
 void rms_norm_launch(const cuda_context& ctx, const float* x, shape4 sx, float* y, shape4 sy, float eps) {
     const int64_t n_rows = sx.ne[1] * sx.ne[2] * sx.ne[3];
     if (n_rows == 0) return;
@@ -233,6 +247,16 @@ void rms_norm(cuda_context& ctx, tensor& dst) {
                               a->ne[1] * a->ne[2] * a->ne[3], dst.op_params.f[0], nullptr, nullptr, nullptr))
         return;
     rms_norm_launch(ctx, ctx.as<float>(a), shape_of(*a, 4), ctx.as<float>(&dst), shape_of(dst, 4), dst.op_params.f[0]);
+}
+
+void rms_norm_part(cuda_context& ctx, tensor& dst) {
+    const tensor* a = dst.src[0];
+    const shape4 sx = shape_of(*a, 4);
+    const int64_t n_rows = sx.ne[1] * sx.ne[2] * sx.ne[3];
+    if (n_rows == 0) return;
+    launch(ctx, rms_norm_part_kernel, unsigned(n_rows), 256, 0, ctx.as<float>(a), sx, ctx.as<float>(dst.src[1]),
+           shape_of(*dst.src[1], 4), ctx.as<float>(&dst), shape_of(dst, 4), float(dst.op_params.i[1]),
+           dst.op_params.f[0]);
 }
 
 } // namespace tessera::cuda

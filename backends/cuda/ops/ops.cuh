@@ -20,6 +20,7 @@ void add(cuda_context& ctx, tensor& dst);
 void mul(cuda_context& ctx, tensor& dst);
 void scale(cuda_context& ctx, tensor& dst);
 void rms_norm(cuda_context& ctx, tensor& dst);
+void rms_norm_part(cuda_context& ctx, tensor& dst);
 void rope(cuda_context& ctx, tensor& dst);
 void soft_max(cuda_context& ctx, tensor& dst);
 void silu(cuda_context& ctx, tensor& dst);
