@@ -650,3 +650,65 @@ TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
             }
         }
 }
+
+// q8_0 repacked, every instruction-set build and every form (VNNI two activation rows at a time, AVX2's prompt kernel
+// four at a time over stretches of 32 blocks, the one-row and decode forms), against a scalar twin of
+// ggml_vec_dot_q8_0_q8_0's order, which is also tinyBLAS_Q0_AVX's (llama.cpp's prompt path for q8_0 on x86): per row
+// and activation row 8 lanes, lane g = elements 4g..4g+3 of every block, acc_g = fma(d_w * d_a, float(their integer
+// dot), acc_g), folded as hsum_float_8. Bound: exact equality. Sizes: one block, fewer than a stretch, two stretches
+// and a part; 1 to 19 activation rows (whole chunks and remainders); weight -128 planted.
+TEST(cpu_repack_x16, q8_0_equals_scalar_lane_order) {
+    if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
+    std::vector<std::pair<const char*, cpu::x16_kernels (*)(cpu::x16_kind)>> isas{{"avx2", cpu::avx2::x16_kernels_for}};
+    if (cpu::cpu_has_avx512vnni()) isas.push_back({"avx512vnni", cpu::avx512vnni::x16_kernels_for});
+    const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(type::q8_0);
+    auto dot_ref = [](const block_q8_0* w, const block_q8_0* a, int64_t nb) {
+        float acc[8] = {};
+        for (int64_t b = 0; b < nb; b++) {
+            const float d = to_f32(w[b].d) * to_f32(a[b].d);
+            for (int g = 0; g < 8; g++) {
+                int32_t sumi = 0;
+                for (int e = 4 * g; e < 4 * g + 4; e++) sumi += int32_t(w[b].qs[e]) * int32_t(a[b].qs[e]);
+                acc[g] = std::fma(d, float(sumi), acc[g]);
+            }
+        }
+        return ((acc[4] + acc[0]) + (acc[6] + acc[2])) + ((acc[5] + acc[1]) + (acc[7] + acc[3]));
+    };
+    for (int64_t blocks : {int64_t(1), int64_t(19), int64_t(70)}) {
+        const int64_t k = 32 * blocks, n = 32, m = 19;
+        const size_t row = row_size(type::q8_0, k);
+        std::vector<uint8_t> w(size_t(n) * row), a(size_t(m) * row);
+        for (int64_t i = 0; i < n; i++) {
+            auto x = random_heavy(size_t(k), uint32_t(500 + i));
+            find_row_ops(type::q8_0)->from_float(x.data(), w.data() + i * row, k);
+        }
+        reinterpret_cast<block_q8_0*>(w.data() + 17 * row)[blocks - 1].qs[30] = -128; // legal in a file
+        for (int64_t j = 0; j < m; j++) {
+            auto z = random_normal(size_t(k), uint32_t(600 + j));
+            ops->act_from_float(z.data(), a.data() + j * row, k);
+        }
+        const size_t gb = cpu::x16_group_bytes(cpu::x16_kind::q8_0, k);
+        std::vector<uint8_t> packed(2 * gb);
+        for (int g = 0; g < 2; g++)
+            cpu::repack_x16(cpu::x16_kind::q8_0, w.data() + g * 16 * row, row, k, packed.data() + g * gb);
+        for (const auto& [name, get] : isas) {
+            const cpu::x16_kernels kern = get(cpu::x16_kind::q8_0);
+            const int64_t ns = cpu::x16_act_sums_count(cpu::x16_kind::q8_0, k);
+            std::vector<int32_t> sums(size_t(m * ns) + 1);
+            if (kern.sums)
+                for (int64_t j = 0; j < m; j++) kern.sums(a.data() + j * row, sums.data() + j * ns, k);
+            for (int64_t na = 1; na <= m; na++) {
+                std::vector<float> y(size_t(na * n), std::nanf(""));
+                for (int g = 0; g < 2; g++)
+                    kern.gemm(packed.data() + g * gb, blocks, a.data(), row, kern.sums ? sums.data() : nullptr,
+                              kern.sums ? size_t(ns) : 0, na, y.data() + 16 * g, size_t(n));
+                for (int64_t j = 0; j < na; j++)
+                    for (int64_t i = 0; i < n; i++)
+                        ASSERT_EQ(y[size_t(j * n + i)],
+                                  dot_ref(reinterpret_cast<const block_q8_0*>(w.data() + i * row),
+                                          reinterpret_cast<const block_q8_0*>(a.data() + j * row), blocks))
+                            << name << " k " << k << " rows " << na << " row " << i << " act " << j;
+            }
+        }
+    }
+}

@@ -9,10 +9,11 @@
 // (integer sums are exact, so only the float steps need the same order):
 //   - `q4_0_blockwise` (q4_0 as llama.cpp's repacked q4_0_8x8 kernels sum it): per row, per block,
 //     acc = fma(float(integer block dot), d_w * d_a, acc).
-//   - `q4_0`, `q4_1`, `q8_0` (ggml_vec_dot_*) and `nvfp4` (ggml's AVX2 kernel): per row 8 float lanes, lane g
-//     (elements 4g..4g+3 of every 32) acc_g = fma(scale, float(integer dot of those 4), acc_g); at the end the 8 lanes
-//     are folded as hsum_float_8 does, plus, for q4_1, the running sum of m_w * s_a. nvfp4's 64-element block is two
-//     such steps (q8_0 blocks 2b, 2b + 1), scale = UE4M3(d_sub) * d_a as ggml multiplies it.
+//   - `q4_0`, `q4_1`, `q8_0` (ggml_vec_dot_*; for q8_0 also tinyBLAS_Q0_AVX's, llama.cpp's x86 prompt path) and
+//     `nvfp4` (ggml's AVX2 kernel): per row 8 float lanes, lane g (elements 4g..4g+3 of every 32)
+//     acc_g = fma(scale, float(integer dot of those 4), acc_g); at the end the 8 lanes are folded as hsum_float_8
+//     does, plus, for q4_1, the running sum of m_w * s_a. nvfp4's 64-element block is two such steps (q8_0 blocks
+//     2b, 2b + 1), scale = UE4M3(d_sub) * d_a as ggml multiplies it.
 //   - `tq2_0` (ggml's AVX2 kernel): per row 8 float lanes; lane l of a 256-block is the exact integer
 //     sum over elements 128h + 32n + 4l + (0..3) (h < 2, n < 4) of code * q minus sum q[32l .. 32l + 31] (bsums),
 //     acc_l = fma(float(int), d_a * d_w, acc_l); folded as hsum_float_8.

@@ -10,6 +10,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #ifndef TS_SIMD_NS
@@ -111,9 +112,13 @@ struct V {
     }
     // u: q8 + 128; |q8| * (s with q8's sign), exact for q8 in -128..127 and s in -127..127
     static i dp_q8(i acc, i u, i s) {
-        const i q = _mm256_xor_si256(u, _mm256_set1_epi8(char(0x80)));
-        return dp(acc, _mm256_sign_epi8(q, q), _mm256_sign_epi8(s, q));
+        const i q = unbias(u);
+        return dp(acc, sign(q, q), sign(s, q));
     }
+    // q8 + 128 -> q8
+    static i unbias(i u) { return _mm256_xor_si256(u, _mm256_set1_epi8(char(0x80))); }
+    // v negated where s < 0, zero where s == 0
+    static i sign(i v, i s) { return _mm256_sign_epi8(v, s); }
 #endif
     static i zero_i() { return _mm256_setzero_si256(); }
     template <int N> static i bits2(i v) { return _mm256_and_si256(_mm256_srli_epi16(v, N), _mm256_set1_epi8(3)); }
@@ -331,6 +336,56 @@ void q8_0_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const
             for (int j = 0; j < NA; j++) V::store(y + j * ys + (h0 + hh) * V::lanes, fold8(acc[hh][j]));
     }
 }
+
+#if !defined(__AVX512VNNI__)
+// q8_0 prompts on 8-lane vectors without VNNI: q8_0_plain's lanes and order (each lane's fma chain over the blocks is
+// the same), rearranged so that less than the dot itself is done per activation row. NA activation rows at once; a
+// stretch of KB blocks is swept 4 times, 2 word groups a sweep (2 x NA accumulators live, the rest in memory), the
+// group's signed values and magnitudes formed once for the NA rows, and the scale products d_w * d_a formed once a
+// stretch and read by every sweep. It stays near the same floor as tinyBLAS's AVX2 q8_0 kernel (the same lanes): 5
+// vector ops (sign, maddubs, madd, cvt, fma) per 8 lanes x 4 bytes. AVX2 build on the AVX-512 VM (2026-11-28), one
+// thread, GFLOP/s: 2304 x 768 x 512 in mul_mat's tiles 126 -> 132 (tinyBLAS's loop 101); pp512 on 2 threads, rounds
+// alternated: Phi-3-shaped q8_0 +0-8%, SmolLM2 q8_0 +5-8% (the VM is noisy).
+template <int NA>
+void q8_0_rows(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t*, size_t, float* y, size_t ys) {
+    static_assert(V::passes == 2 && V::pairs16, "8-lane maddubs kernel");
+    constexpr int KB = 32; // blocks a stretch: the products take KB x NA x 32 bytes (4 KiB)
+    alignas(32) float d[KB][NA][V::lanes];
+    for (int h = 0; h < V::passes; h++) {
+        V::f acc[NA][8];
+        for (int j = 0; j < NA; j++)
+            for (int g = 0; g < 8; g++) acc[j][g] = V::zero();
+        for (int64_t b0 = 0; b0 < nb; b0 += KB) {
+            const int64_t kb = std::min<int64_t>(KB, nb - b0);
+            for (int64_t b = 0; b < kb; b++) {
+                const V::f dw =
+                    V::load_h(reinterpret_cast<const uint16_t*>(w + size_t(b0 + b) * (512 + 32) + 512) + h * 8);
+                for (int j = 0; j < NA; j++) {
+                    const float da = h2f(reinterpret_cast<const block_q8_0*>(a + j * as)[b0 + b].d);
+                    _mm256_store_ps(d[b][j], V::mul(dw, V::set1f(da)));
+                }
+            }
+            for (int g0 = 0; g0 < 8; g0 += 2) {
+                V::f r[NA][2];
+                for (int j = 0; j < NA; j++) r[j][0] = acc[j][g0], r[j][1] = acc[j][g0 + 1];
+                for (int64_t b = 0; b < kb; b++) {
+                    const uint8_t* q8 = w + size_t(b0 + b) * (512 + 32) + h * 32;
+                    for (int gg = 0; gg < 2; gg++) {
+                        const V::i q = V::unbias(V::load(q8 + 64 * (g0 + gg))), mag = V::sign(q, q);
+                        for (int j = 0; j < NA; j++) {
+                            const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b0 + b];
+                            const V::i p = V::mul_pairs(mag, V::sign(V::set1(word(ab.qs + 4 * (g0 + gg))), q));
+                            r[j][gg] = V::fma(_mm256_load_ps(d[b][j]), V::cvt(V::widen(V::zero_i(), p)), r[j][gg]);
+                        }
+                    }
+                }
+                for (int j = 0; j < NA; j++) acc[j][g0] = r[j][0], acc[j][g0 + 1] = r[j][1];
+            }
+        }
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(acc[j]));
+    }
+}
+#endif
 
 // nvfp4 in ggml's AVX2 order: per row 8 lanes, lane v: fma(UE4M3(d_{v/4}) * d_a0, dot of group v of q8 block 2b),
 // then fma(UE4M3(d_{2+v/4}) * d_a1, group v of block 2b + 1). Codes decode to E2M1 value + 12 (0..24, unsigned) and
@@ -601,8 +656,12 @@ x16_kernels x16_kernels_for(x16_kind kind) {
     case x16_kind::q4_1:
         return {chunked<plain_na, q4_plain<plain_na, true>, q4_plain<1, true>, q4_plain<1, true, true>>, nullptr};
     case x16_kind::q8_0:
+#if defined(__AVX512VNNI__)
         return {chunked<plain_na, q8_0_plain<plain_na>, q8_0_plain<1>, q8_0_plain<1, true>>,
                 V::q8_corrected ? sums_groups<-128> : nullptr};
+#else
+        return {chunked<4, q8_0_rows<4>, q8_0_plain<1>, q8_0_plain<1, true>>, nullptr};
+#endif
     case x16_kind::nvfp4:
         return {chunked<narrow_na, nvfp4_plain<narrow_na>, nvfp4_plain<1>, nvfp4_plain<1, true>>, sums_groups<-12>};
     case x16_kind::awq4:
