@@ -10,13 +10,15 @@
 // columns each (wgmma m64n256k16, 128 f32 accumulators a thread). Stages pass between them through mbarriers: `full`
 // (128 producer arrivals, each LAG steps after the thread's cp.async group, after fence.proxy.async) and `empty` (one
 // arrival per consumer thread, once its wgmma on the stage has finished).
-// A third variant, persistent CTAs over 64 x 256 tiles with two consumer warpgroups taking turns (ping-pong) and the
+// A 64 x 256 variant with two producer warpgroups taking turns by step (NP = 2): H100, 2026-11-28, TFLOP/s at the
+// shapes below, two rounds: 486-487 / 384-385 / 436 / 494-495 / 515-516 vs one producer's 455-456 / 361-363 / 416 /
+// 471-473 / 492-493 (cuBLAS f16 633-753); gemm_wgmma.cu took it.
+// A persistent variant, CTAs over 64 x 256 tiles with two consumer warpgroups taking turns (ping-pong) and the
 // activations by TMA, measured no faster than 64 x 256 (H200, 2026-11-28: 487 / 387 / 450 / 515 / 530 vs 489 / 381 /
 // 439 / 501 / 531 TFLOP/s on the shapes below) and was deleted (git log).
 // Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a ws_q4_proto.cu -lcublas -o ws_q4_proto
 // Run:   ./ws_q4_proto   (each shape checked against a CUDA-core reference (NMSE), then TFLOP/s of the two tilings,
-//        cuBLAS's f16 GEMM and the persistent variant on the same shape; weights in enough copies to stream from
-//        HBM)
+//        the two-producer one and cuBLAS's f16 GEMM on the same shape; weights in enough copies to stream from HBM)
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
@@ -32,9 +34,13 @@
 
 constexpr int BK = 64, BN = 256, LAG = 2, R = 4; // k a step; columns a tile; producer lag; weight steps in registers
 
-template <int BM> struct cfg {
-    static constexpr int NC = BM / 64, THREADS = 128 * (NC + 1);
+template <int BM, int NP = 1> struct cfg {
+    static constexpr int NC = BM / 64, THREADS = 128 * (NC + NP);
     static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, ST = BM == 64 ? 5 : 4;
+    // a producer completes its step LAGP of its own steps after issuing it, and waits for the stage of step s - ST to
+    // be released, which the consumer does once step s - ST + 1 is complete: ST >= NP (LAGP + 1) + 1, else deadlock
+    static constexpr int LAGP = NP == 1 ? LAG : 1;
+    static_assert(ST >= NP * (LAGP + 1) + 1, "stages for the producers' lag");
     static constexpr size_t SMEM = size_t(ST) * (A_BYTES + B_BYTES) + 2 * ST * 8 + 1024;
 };
 
@@ -86,10 +92,11 @@ __device__ __forceinline__ void dq_chunk_to_stage(const uint4& q, __half d, uint
         *reinterpret_cast<uint4*>(rp + (((ci * 4 + c) ^ (row & 7)) << 4)) = *reinterpret_cast<const uint4*>(&v[4 * c]);
 }
 
-template <int BM>
-__global__ void __launch_bounds__(cfg<BM>::THREADS, 1)
+// NP producer warpgroups: producer g takes steps g, g + NP, ... (each its own pipeline of R register sets and LAG)
+template <int BM, int NP = 1>
+__global__ void __launch_bounds__(cfg<BM, NP>::THREADS, 1)
     ws_q4_gemm(const uint4* wq, const __half* wd, const __half* X, float* C, int n, int m, int k) {
-    using K = cfg<BM>;
+    using K = cfg<BM, NP>;
     constexpr int ST = K::ST;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
@@ -109,10 +116,12 @@ __global__ void __launch_bounds__(cfg<BM>::THREADS, 1)
     }
     __syncthreads();
 
-    if (wg == 0) {
+    if (wg < NP) {
         // producer: activation pieces p + 128 i (row p / 8 + 16 i, piece p % 8); weight items p + 128 j (row
         // (p + 128 j) / 2, chunk (p + 128 j) % 2 of the step)
-        const int p = tid, pc = p % 8;
+        const int p = tid % 128, pc = p % 8;
+        const int my = (steps - wg + NP - 1) / NP; // this producer's steps wg + NP i
+        auto step_of = [&](int i) { return wg + NP * i; };
         constexpr int WI = BM / 64; // weight chunks a thread a step
         const uint4* wrow[WI];
         const __half* drow[WI];
@@ -125,8 +134,9 @@ __global__ void __launch_bounds__(cfg<BM>::THREADS, 1)
         }
         uint4 q[R][WI];
         __half dd[R][WI];
-        auto load_w = [&](int s, int r) {
-            if (s < steps)
+        auto load_w = [&](int i, int r) {
+            const int s = step_of(i);
+            if (i < my)
 #pragma unroll
                 for (int j = 0; j < WI; j++) {
                     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -135,17 +145,17 @@ __global__ void __launch_bounds__(cfg<BM>::THREADS, 1)
                     dd[r][j] = drow[j][2 * s];
                 }
         };
-        auto complete = [&](int s) {
+        auto complete = [&](int i) {
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            mbar_arrive(full(s % ST));
+            mbar_arrive(full(step_of(i) % ST));
         };
 #pragma unroll
         for (int r = 0; r < R; r++) load_w(r, r);
-        for (int s0 = 0; s0 < steps; s0 += R) {
+        for (int i0 = 0; i0 < my; i0 += R) {
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const int s = s0 + r;
-                if (s >= steps) break;
+                const int i = i0 + r, s = step_of(i);
+                if (i >= my) break;
                 const int stage = s % ST;
                 if (s >= ST) mbar_wait(empty(stage), unsigned((s / ST + 1) & 1));
                 const uint32_t xst = sB + stage * K::B_BYTES;
@@ -158,20 +168,20 @@ __global__ void __launch_bounds__(cfg<BM>::THREADS, 1)
                 uint8_t* ast = sm + stage * K::A_BYTES;
 #pragma unroll
                 for (int j = 0; j < WI; j++) dq_chunk_to_stage(q[r][j], dd[r][j], ast, wr[j], p % 2);
-                load_w(s + R, r);
-                if (s >= LAG) {
-                    cp_async_wait<LAG>();
-                    complete(s - LAG);
+                load_w(i + R, r);
+                if (i >= K::LAGP) {
+                    cp_async_wait<K::LAGP>();
+                    complete(i - K::LAGP);
                 }
             }
         }
         asm volatile("cp.async.wait_all;\n" ::: "memory");
-        for (int s = steps > LAG ? steps - LAG : 0; s < steps; s++) complete(s);
+        for (int i = my > K::LAGP ? my - K::LAGP : 0; i < my; i++) complete(i);
         return;
     }
 
     // consumers: warpgroup c multiplies weight rows 64 c .. 64 c + 63 of the tile by its 256 columns
-    const int c = wg - 1;
+    const int c = wg - NP;
     float d[128];
 #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.0f;
@@ -213,10 +223,12 @@ __global__ void gemm_ref(const uint4* wq, const __half* wd, const __half* X, flo
 int main() {
     CK(cudaFuncSetAttribute(ws_q4_gemm<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cfg<64>::SMEM)));
     CK(cudaFuncSetAttribute(ws_q4_gemm<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cfg<128>::SMEM)));
+    CK(cudaFuncSetAttribute(ws_q4_gemm<64, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cfg<64, 2>::SMEM)));
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 1;
     struct shape { int n, m, k; };
-    std::printf("%6s %6s %6s %12s %12s %12s %12s\n", "n", "m", "k", "64x256", "128x256", "cuBLAS f16", "NMSE 64/128");
+    std::printf("%6s %6s %6s %12s %12s %12s %12s %12s\n", "n", "m", "k", "64x256", "128x256", "64x256 2P", "cuBLAS f16",
+                "NMSE 64/128/2P");
     for (shape s : {shape{4096, 512, 4096}, shape{6144, 512, 4096}, shape{14336, 512, 4096}, shape{28672, 512, 4096},
                     shape{4096, 512, 14336}}) {
         const int nb = s.k / 32;
@@ -256,6 +268,9 @@ int main() {
             else if (var == 1)
                 ws_q4_gemm<128><<<dim3(s.m / BN, s.n / 128), cfg<128>::THREADS, cfg<128>::SMEM>>>(dq[c], dd[c], dx, dc,
                                                                                                 s.n, s.m, s.k);
+            else if (var == 3)
+                ws_q4_gemm<64, 2><<<dim3(s.m / BN, s.n / 64), cfg<64, 2>::THREADS, cfg<64, 2>::SMEM>>>(
+                    dq[c], dd[c], dx, dc, s.n, s.m, s.k);
             else {
                 const float one = 1.0f, zero = 0.0f;
                 if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.n, s.m, s.k, &one, dwh, CUDA_R_16F, s.k, dx, CUDA_R_16F,
@@ -264,8 +279,8 @@ int main() {
                     std::exit(1);
             }
         };
-        double tf[3], err[3];
-        for (int var = 0; var < 3; var++) {
+        double tf[4], err[4];
+        for (int var : {0, 1, 2, 3}) {
             if (var != 2) {
                 CK(cudaMemset(dc, 0xff, size_t(s.n) * s.m * 4)); // NaN: every output must be written
                 run(var, 0);
@@ -298,8 +313,10 @@ int main() {
             tf[var] = 2.0 * s.n * s.m * double(s.k) / (1e-3 * times[times.size() / 2]) * 1e-12;
             CK(cudaEventDestroy(e0));
             CK(cudaEventDestroy(e1));
+            std::printf("  variant %d done: %.1f TFLOP/s\n", var, tf[var]);
         }
-        std::printf("%6d %6d %6d %12.1f %12.1f %12.1f %7.2g/%.2g\n", s.n, s.m, s.k, tf[0], tf[1], tf[2], err[0], err[1]);
+        std::printf("%6d %6d %6d %12.1f %12.1f %12.1f %12.1f %7.2g/%.2g/%.2g\n", s.n, s.m, s.k, tf[0], tf[1], tf[3], tf[2],
+                    err[0], err[1], err[3]);
         for (int c = 0; c < copies; c++) {
             CK(cudaFree(dq[c]));
             CK(cudaFree(dd[c]));

@@ -4,12 +4,12 @@
 // same activations to within f16 rounding; x itself rounded to f16 for the others).
 //
 // Batches of 192 columns or more (prefill) go to gemm_wq_kernel (below, where the tile rule wq_rows allows): tiles of
-// 64 or 128 weight rows x 256 columns, a producer warpgroup (TMA for the activations, the weights dequantized into
-// shared memory) and one or two consumer warpgroups that only issue wgmma. Measured (H100, 2026-11-28, one call, 8B
-// pp512, TESSERA_CUDA_WGMMA_WQ=1 vs =0, same greedy text): q4_0 24686 / 23070 vs 19105 / 19481 t/s, q8_0 22429 vs
-// 17912; per layer (ncu) gate/up 294 vs 327 us, q/k/v 73 vs 96. Outside the model (tests/bench/wq_harness.cu, q4_0,
-// m = 512, TFLOP/s, the kernel below in the same run): 4096^2 364 (BM 64) vs 281, 28672 x 4096 411 (BM 128) vs 376,
-// 4096 x 14336 465 (BM 64) vs 267.
+// 64 or 128 weight rows x 256 columns, producer warpgroups (two at BM 64, one at 128: TMA for the activations, the
+// weights dequantized into shared memory) and one or two consumer warpgroups that only issue wgmma. Measured (H100,
+// 2026-11-28, one call, 8B q4_0 pp512, two producers at BM 64, same greedy text with TESSERA_CUDA_WGMMA_WQ=0):
+// 27911 / 27672 t/s vs 20479 with =0. Outside the model (tests/bench/wq_harness.cu, q4_0, m = 512, TFLOP/s, the old
+// kernel in the same run): 4096^2 494-497 (BM 64) vs 307-311, 28672 x 4096 500 (BM 64) / 465-469 (BM 128) vs 389-395,
+// 4096 x 14336 554 (BM 64) vs 277-278.
 // Otherwise a 128 (weight rows) x TN (columns) tile per CTA of two warpgroups, each warpgroup 64 rows x TN columns
 // with its accumulators in registers. TN = 128 (three stages, two CTAs an SM: stages()), or 64 (four stages, two CTAs
 // an SM) when 128-column tiles would leave 45% of the SMs idle or more (1B's 2048-row matrices at 512 tokens; 8B's
@@ -573,18 +573,23 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_f16_kernel(wgmma
 }
 
 // ---- warp-specialized kernel for the block formats: tiles of BM (64 or 128) weight rows x 256 columns ----
-// Warpgroup 0 produces: one thread asks the tensor-memory accelerator (TMA) for the step's activation tile (64 k x
-// 256 columns of the f16 rows through a tensor map, landing in the 128-byte swizzle; columns past the batch and k past
-// the end read zeros), and every thread dequantizes BM / 64 weight chunks of 32 values into the stage's swizzle
-// (thread p: row (p + 128 j) / 2, chunk p % 2 of the step), their bytes loaded into registers WQ_R steps ahead.
-// Warpgroups 1 .. BM / 64 multiply 64 weight rows x 256 columns each (wgmma m64n256k16, 128 accumulators a thread)
-// and do nothing else. A stage passes through two mbarriers: `full` (the TMA's bytes, plus 128 producer arrivals
+// Warpgroups 0 .. WQ_NP - 1 produce, producer g the steps g, g + WQ_NP, ...: one thread asks the tensor-memory
+// accelerator (TMA) for the step's activation tile (64 k x 256 columns of the f16 rows through a tensor map, landing
+// in the 128-byte swizzle; columns past the batch and k past the end read zeros), and every thread dequantizes BM / 64
+// weight chunks of 32 values into the stage's swizzle (thread p: row (p + 128 j) / 2, chunk p % 2 of the step), their
+// bytes loaded into registers WQ_R of its steps ahead. The next WQ_NP .. warpgroups multiply 64 weight rows x 256
+// columns each (wgmma m64n256k16, 128 accumulators a thread) and do nothing else. A stage passes through two mbarriers: `full` (the TMA's bytes, plus 128 producer arrivals
 // after each thread's fence.proxy.async) and `empty` (every consumer thread, once wgmma.wait_group shows its wgmma on
 // the stage done). One CTA an SM.
 // Against gemm_wgmma_kernel's 128 x 128 tiles: a weight row is dequantized once per 256 columns (half the work a
 // FLOP), and the multiplying warps no longer wait on the loads and the dequantization of their own threads. The
-// producer warp is the only warp of its scheduler, so its instructions a step set the pace: the activations by
-// cp.async had cost it ~70 of ~220 a step (16 pieces of 16 bytes a thread, with 64-bit addresses). The kernel's code
+// producers set the pace: a step's chain (the weights' registers, dequantization, stores, fence.proxy.async, arrive)
+// is long, so at BM 64 two producer warpgroups take turns (two warps of producer a scheduler). Measured (H100,
+// 2026-11-28, wq_harness, m = 512, TFLOP/s at 4096^2 / 6144 x 4096 / 28672 x 4096 / 4096 x 14336, BM 64, two rounds,
+// results bit-equal): q4_0 431-497 / 343-410 / 453-500 / 491-554 with one producer -> two, q8_0 408-477 /
+// 322-390 / 429-468 / 454-532; 8B q4_0 pp512 27911 / 27672 t/s (the tile rule unchanged). The activations by
+// cp.async had cost a producer ~70 of ~220 instructions a step (16 pieces of 16 bytes a thread, with 64-bit
+// addresses): hence the TMA. The kernel's code
 // is kept small: with two dequantization paths in the unrolled producer loop and an epilogue of per-output column
 // arithmetic (20k SASS instructions against the prototype's 1.6k), ncu showed the warps stalled on instruction fetch
 // (no_instruction 3.65 cycles an issue vs 0.11) and the kernel at half the prototype's speed (4096^2 q4_0, m = 512:
@@ -594,7 +599,10 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_f16_kernel(wgmma
 // WQ_EPI_LD: floats a column of the epilogue's buffer (64 rows + 4: the fragment's stores hit 32 distinct banks)
 constexpr int WQ_BN = 256, WQ_EPI_LD = 68;
 [[maybe_unused]] constexpr int WQ_R = 4; // used by the sm_90a code only
-template <int BM> constexpr int WQ_THREADS = 128 * (BM / 64 + 1);
+// producer warpgroups: two at BM 64 (each takes every other step), one at BM 128 (a second would leave the consumers
+// 128 registers a thread)
+template <int BM> constexpr int WQ_NP = BM == 64 ? 2 : 1;
+template <int BM> constexpr int WQ_THREADS = 128 * (BM / 64 + WQ_NP<BM>);
 template <int BM> constexpr int WQ_ST = BM == 64 ? 5 : 4; // 200 / 192 KiB of stages
 template <int BM>
 constexpr size_t WQ_SMEM = size_t(WQ_ST<BM>) * size_t(BM * 128 + WQ_BN * 128) + size_t(2 * WQ_ST<BM>) * 8 + 1024;
@@ -621,7 +629,7 @@ template <class D, int BM>
 static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
     gemm_wq_kernel(const wgmma_args a_in, const __grid_constant__ CUtensorMap x_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int ST = WQ_ST<BM>, A_BYTES = BM * 128, B_BYTES = WQ_BN * 128, NC = BM / 64;
+    constexpr int ST = WQ_ST<BM>, A_BYTES = BM * 128, B_BYTES = WQ_BN * 128, NC = BM / 64, NP = WQ_NP<BM>;
     using chunk_t = typename D::chunk_t;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
@@ -647,9 +655,10 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
     }
     __syncthreads();
 
-    if (wg == 0) {
+    if (wg < NP) {
         constexpr int WI = BM / 64; // weight chunks a thread a step
-        const int p = tid, ci = p % 2;
+        const int p = tid % 128, ci = p % 2;
+        const int my = (steps - wg + NP - 1) / NP; // this producer's steps: wg + NP i
         int w_r[WI];
         const uint8_t* q_row[WI];
         const uint8_t* s_row[WI];
@@ -672,15 +681,14 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
             }
         };
 #pragma unroll
-        for (int r = 0; r < WQ_R; r++) load_w(r, r);
-        int stage = 0;
-        unsigned phase = 0; // of the stage's `empty`, once the first ST steps have filled every stage
-        for (int s0 = 0; s0 < steps; s0 += WQ_R) {
+        for (int r = 0; r < WQ_R; r++) load_w(wg + NP * r, r);
+        for (int i0 = 0; i0 < my; i0 += WQ_R) {
 #pragma unroll
             for (int r = 0; r < WQ_R; r++) {
-                const int step = s0 + r;
-                if (step >= steps) break;
-                if (step >= ST) mbar_wait(empty(stage), phase ^ 1);
+                const int i = i0 + r, step = wg + NP * i;
+                if (i >= my) break;
+                const int stage = step % ST;
+                if (step >= ST) mbar_wait(empty(stage), unsigned(step / ST + 1) & 1u);
                 if (p == 0) {
                     mbar_arrive_expect_tx(full(stage), B_BYTES);
                     tma_load_2d(sB + stage * B_BYTES, &x_map, step * TK, int(col0), full(stage));
@@ -689,17 +697,16 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
 #pragma unroll
                 for (int j = 0; j < WI; j++)
                     dequant_to_smem<D>(q[r][j], sw[r][j], 2 * int64_t(step) + ci, nb, ast, w_r[j], ci);
-                load_w(step + WQ_R, r);
+                load_w(step + NP * WQ_R, r);
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                 mbar_arrive(full(stage));
-                if (++stage == ST) stage = 0, phase ^= 1;
             }
         }
         return;
     }
 
-    // ---- consumers: warpgroup c = wg - 1 multiplies rows 64 c .. 64 c + 63 of the tile ----
-    const int c = wg - 1;
+    // ---- consumers: warpgroup c = wg - NP multiplies rows 64 c .. 64 c + 63 of the tile ----
+    const int c = wg - NP;
     float d[WQ_BN / 2];
 #pragma unroll
     for (int i = 0; i < WQ_BN / 2; i++) d[i] = 0.0f;
