@@ -2,7 +2,7 @@
 // gemm_wq_kernel (BM 64 / 128, and BM 128 as a grouped launch of two halves, as the model's gate / up) and
 // gemm_wgmma_kernel (128 x 128, 3 stages), TFLOP/s at m = 512 with the weights streamed from HBM (in separate
 // allocations, or in one arena), and each warp-specialized result against the old kernel's (max |difference|;
-// outputs poisoned with NaN first). Usage: wqh [q4_0|q8_0] [arena]. Build (about 60 s, no project build needed; the
+// outputs poisoned with NaN first), on 8B and 1B shapes. Usage: wqh [q4_0|q8_0] [arena]. Build (about 60 s, no project build needed; the
 // source file's host functions stay unresolved, never called), on an sm_90a machine:
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/wq_harness.cu \
 //     -o /tmp/wqh -Xlinker --unresolved-symbols=ignore-all
@@ -33,7 +33,11 @@ template <class D> int run_format(bool arena) {
         int n, m, k;
     };
     std::printf("%6s %6s %6s %10s %10s %10s %12s\n", "n", "m", "k", "wq64", "wq128", "old128", "wq128 group");
-    for (shape s : {shape{4096, 512, 4096}, shape{6144, 512, 4096}, shape{28672, 512, 4096}, shape{4096, 512, 14336}}) {
+    // 8B's o (and q / k / v of one activation as one grid), gate + up, down; one of gate / up; 1B's o, q / k / v, gate
+    // + up, down
+    for (shape s : {shape{4096, 512, 4096}, shape{6144, 512, 4096}, shape{28672, 512, 4096}, shape{4096, 512, 14336},
+                    shape{14336, 512, 4096}, shape{2048, 512, 2048}, shape{3072, 512, 2048}, shape{16384, 512, 2048},
+                    shape{2048, 512, 8192}}) {
         const int64_t nb = s.k / 32;
         const size_t q_row = size_t(nb) * sizeof(typename D::chunk_t), s_row = size_t(nb) * 2;
         const size_t qbytes = size_t(s.n) * q_row, sbytes = size_t(s.n) * s_row;
