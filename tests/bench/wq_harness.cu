@@ -2,8 +2,8 @@
 // gemm_wq_kernel (BM 64 / 128, and BM 128 as a grouped launch of two halves, as the model's gate / up) and
 // gemm_wgmma_kernel (128 x 128, 3 stages), TFLOP/s at m = 512 with the weights streamed from HBM (in separate
 // allocations, or in one arena), and each warp-specialized result against the old kernel's (max |difference|;
-// outputs poisoned with NaN first), on 8B and 1B shapes. Usage: wqh [q4_0|q8_0] [arena]. Build (about 60 s, no project build needed; the
-// source file's host functions stay unresolved, never called), on an sm_90a machine:
+// outputs poisoned with NaN first), on 8B and 1B shapes. Usage: wqh [q4_0|q8_0] [arena]. Build (about 60 s, no
+// project build needed; the source file's host functions stay unresolved, never called), on an sm_90a machine:
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/wq_harness.cu \
 //     -o /tmp/wqh -Xlinker --unresolved-symbols=ignore-all
 #include "backends/cuda/ops/gemm_wgmma.cu"
