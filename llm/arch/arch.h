@@ -38,8 +38,9 @@ struct shard {
     void release_host_copies();
 };
 // Rank `rank` of n_ranks; throws tessera::error naming what cannot be split (head counts or widths not divisible by
-// n_ranks, a block format cut inside a block). Mixture-of-experts layers split
-// every expert's width (the router is every member's; member 0 adds the down projection's bias).
+// n_ranks, a block format cut inside a block). Mixture-of-experts layers split every expert's width (the router is
+// every member's; member 0 adds the down projection's bias); sub-norms (BitNet) take the member's part of their
+// weight.
 std::unique_ptr<shard> make_shard(const model& m, int rank, int n_ranks);
 
 struct batch_inputs {
