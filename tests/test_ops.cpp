@@ -566,7 +566,7 @@ TEST(ops, set_rows_matches_cpy_into_a_view) {
     EXPECT_NE(m1[size_t(n_past * ne0)], 0); // written
 }
 
-// The fast attention (AVX2 kernels, several query rows a pass, jobs per KV head) equals the scalar reference path bit
+// The fast attention (SIMD kernels, several query rows a pass, jobs per KV head) equals the scalar reference path bit
 // for bit (bound zero: the prefill path reproduces ggml's float order, which greedy agreement with llama.cpp needs):
 // prefill sizes across the 64-token tiles, GQA groups 1, 3 and 4 (row chunks of 12 with remainders), head sizes 64,
 // 128 and 80 (the kernels' 32-wide passes and their tails), f16 and f32 caches, with and without sinks, 1 and 3 threads;
@@ -1045,6 +1045,93 @@ TEST(alloc, lag_keeps_inputs_of_a_window_apart) {
         h.be.compute(g);
         for (int64_t e = 0; e < 64; e++) EXPECT_FLOAT_EQ(f32(out)[e], 4.0f * f32(a)[e]) << "lag " << lag;
     }
+}
+
+// The prefill attention tile kernels, called directly: the AVX2 ones (8 lanes, vec_dot_avx2.cpp) and the AVX-512 ones
+// (16 lanes, attention_avx512.cpp), each against the scalar references of float_kernels
+namespace tessera::cpu::avx2 {
+void kq_tile(const float* const* q, int nr, const float* kt, int64_t hd, float* s);
+double softmax_tile(float* s, float m);
+void pv_tile(float* const* acc, const float* const* p, int nr, const float* v, int64_t n, int64_t hd);
+} // namespace tessera::cpu::avx2
+namespace tessera::cpu::avx512 {
+void kq_tile(const float* const* q, int nr, const float* kt, int64_t hd, float* s);
+float score_tile(float* s, const float* mask, float scale, int64_t n);
+double softmax_tile(float* s, float m);
+void pv_tile(float* const* acc, const float* const* p, int nr, const float* v, int64_t n, int64_t hd);
+} // namespace tessera::cpu::avx512
+
+// Bound zero: every lane is its own FMA chain, so 16 lanes must give the 8-lane and scalar bits. Head sizes 64, 96
+// and 128 (the 64 / 32-dimension passes) and 72 and 36 (a part vector), key tiles of 64 and shorter ones, 1 to 12
+// query rows (the 6-row passes and every remainder); masks with -inf runs, scores far below the max (expf's slow
+// range and its zeros), a row whose zero maximum must keep the first zero's sign.
+TEST(float_kernels, attention_tiles_avx512_equal_avx2_and_reference) {
+    if (!cpu::cpu_has_avx512vnni())
+        GTEST_SKIP() << "no AVX-512 F/BW/VL/VNNI on this CPU: the 16-lane kernels are not used";
+    const cpu::float_kernels& ref = cpu::find_float_kernels(true);
+    auto same = [](const auto& a, const auto& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+    };
+    for (int64_t hd : {64, 96, 128, 72, 36})
+        for (int64_t n : {64, 63, 37, 17, 1})
+            for (int nr = 1; nr <= 12; nr++) {
+                const uint32_t seed = uint32_t(hd * 1000 + n * 20 + nr);
+                const std::string what =
+                    "hd " + std::to_string(hd) + " n " + std::to_string(n) + " rows " + std::to_string(nr);
+                auto qv = random_normal(size_t(nr * hd), seed);
+                auto kt = random_normal(size_t(hd * 64), seed + 1);
+                std::vector<const float*> q(static_cast<size_t>(nr));
+                for (int i = 0; i < nr; i++) q[size_t(i)] = qv.data() + i * hd;
+                // S = Q K^T
+                std::vector<float> s_ref(size_t(nr * 64)), s_avx2(s_ref.size()), s_avx512(s_ref.size());
+                ref.kq_tile(q.data(), nr, kt.data(), hd, s_ref.data());
+                cpu::avx2::kq_tile(q.data(), nr, kt.data(), hd, s_avx2.data());
+                cpu::avx512::kq_tile(q.data(), nr, kt.data(), hd, s_avx512.data());
+                EXPECT_TRUE(same(s_ref, s_avx2)) << "kq avx2 " << what;
+                EXPECT_TRUE(same(s_ref, s_avx512)) << "kq avx512 " << what;
+                // scale + mask + max, then P = expf(S - max) and its sum; row 0 without a mask
+                auto mask = random_normal(size_t(64), seed + 2);
+                for (int64_t j = 1; j < 64; j += 5) mask[size_t(j)] = -INFINITY;
+                mask[3] = -100.0f; // expf's argument past the 8-lane fast range (a subnormal result)
+                mask[4] = -400.0f; // and past 192 ln 2: exactly 0
+                const std::vector<float> neg_zeros(64, -0.0f); // + -0 keeps a score's -0
+                for (int i = 0; i < nr; i++) {
+                    float* a = s_ref.data() + i * 64;
+                    float* b = s_avx512.data() + i * 64;
+                    if (i == 11) { // a zero maximum takes the sign of the first zero (key 8), not lane 0's (key 16)
+                        std::fill(a, a + 64, -1.0f), std::fill(b, b + 64, -1.0f);
+                        a[8] = b[8] = 0.0f, a[16] = b[16] = -0.0f;
+                    }
+                    const float* m = i == 0 ? nullptr : i == 11 ? neg_zeros.data() : mask.data();
+                    const float sc = i == 11 ? 1.0f : 0.125f;
+                    const float mx_ref = ref.score_tile(a, m, sc, n), mx = cpu::avx512::score_tile(b, m, sc, n);
+                    EXPECT_EQ(std::memcmp(&mx_ref, &mx, 4), 0) << "score max " << what << " row " << i;
+                    EXPECT_EQ(std::memcmp(a, b, 64 * 4), 0) << "score " << what << " row " << i;
+                    std::vector<float> c(b, b + 64);
+                    const double sum_ref = ref.softmax_tile(a, mx_ref),
+                                 sum_avx2 = cpu::avx2::softmax_tile(c.data(), mx),
+                                 sum = cpu::avx512::softmax_tile(b, mx);
+                    EXPECT_EQ(sum_ref, sum_avx2) << "softmax sum avx2 " << what << " row " << i;
+                    EXPECT_EQ(sum_ref, sum) << "softmax sum avx512 " << what << " row " << i;
+                    EXPECT_EQ(std::memcmp(a, c.data(), 64 * 4), 0) << "softmax avx2 " << what << " row " << i;
+                    EXPECT_EQ(std::memcmp(a, b, 64 * 4), 0) << "softmax avx512 " << what << " row " << i;
+                }
+                // O += P V over the tile's n keys (P from the rows above)
+                auto v = random_normal(size_t(n * hd), seed + 3);
+                auto acc0 = random_normal(size_t(nr * hd), seed + 4);
+                std::vector<float> o_ref = acc0, o_avx2 = acc0, o_avx512 = acc0;
+                std::vector<float*> a_ref, a_avx2, a_avx512;
+                std::vector<const float*> p;
+                for (int i = 0; i < nr; i++) {
+                    a_ref.push_back(o_ref.data() + i * hd), a_avx2.push_back(o_avx2.data() + i * hd);
+                    a_avx512.push_back(o_avx512.data() + i * hd), p.push_back(s_ref.data() + i * 64);
+                }
+                ref.pv_tile(a_ref.data(), p.data(), nr, v.data(), n, hd);
+                cpu::avx2::pv_tile(a_avx2.data(), p.data(), nr, v.data(), n, hd);
+                cpu::avx512::pv_tile(a_avx512.data(), p.data(), nr, v.data(), n, hd);
+                EXPECT_TRUE(same(o_ref, o_avx2)) << "pv avx2 " << what;
+                EXPECT_TRUE(same(o_ref, o_avx512)) << "pv avx512 " << what;
+            }
 }
 
 // The float kernels that reproduce ggml's rounding: the SIMD versions must equal the scalar ones bit for bit (the

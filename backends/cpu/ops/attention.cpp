@@ -25,7 +25,7 @@ inline void load_row_f32(const tensor& t, const uint8_t* src, float* dst, int64_
 }
 
 constexpr int64_t TILE = 64; // keys per tile and queries per job in the prefill path, as ggml's tiled attention
-constexpr int ROWS = 12;     // query rows scored together against a tile (the kernels take them 3 at a time)
+constexpr int ROWS = 12;     // query rows scored together against a tile (the kernels take 3 (AVX2) or 6 at a time)
 
 // Prefill (>= 64 queries): ggml's tiled flash attention, reproduced step for step for every (query head, token): per
 // tile of 64 keys, S = scale * Q K^T + mask (an FMA chain over the head dimension), a running max M,
@@ -70,11 +70,13 @@ void attention_tiled(const compute_params& p, tensor& dst, const float_kernels& 
         std::fill(S, S + n_rows, 0.0f);
         for (int64_t ic = 0; ic < n_kv; ic += TILE) {
             const int64_t kv_tile = std::min(TILE, n_kv - ic);
-            if (mask) { // a tile every row masks out entirely is skipped
+            if (mask) { // a tile every row masks out entirely is skipped (a row counted whole: the loop vectorizes)
                 bool all_masked = true;
                 for (int64_t r = 0; r < n_rows_tok && all_masked; r++) {
                     const float* m = at<float>(*mask, ic, t0 + r);
-                    for (int64_t j = 0; j < kv_tile && all_masked; j++) all_masked = m[j] == neg_inf;
+                    int64_t n_masked = 0;
+                    for (int64_t j = 0; j < kv_tile; j++) n_masked += m[j] == neg_inf;
+                    all_masked = n_masked == kv_tile;
                 }
                 if (all_masked) continue;
             }
@@ -98,11 +100,7 @@ void attention_tiled(const compute_params& p, tensor& dst, const float_kernels& 
                     const int64_t r = r0 + i;
                     float* s = sc + i * TILE;
                     const float* m = mask ? at<float>(*mask, ic, t0 + r % n_rows_tok) : nullptr;
-                    float tile_max = neg_inf;
-                    for (int64_t j = 0; j < TILE; j++) {
-                        s[j] = j < kv_tile ? s[j] * scale + (m ? m[j] : 0.0f) : neg_inf;
-                        tile_max = std::max(tile_max, s[j]);
-                    }
+                    const float tile_max = fk.score_tile(s, m, scale, kv_tile);
                     if (tile_max == neg_inf) continue;
                     const float m_new = std::fmax(M[r], tile_max);
                     if (m_new > M[r]) {

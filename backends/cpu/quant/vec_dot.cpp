@@ -1,10 +1,12 @@
 // vec_dot.cpp: the table of CPU row kernels: scalar references from quant/ for every format in TS_BLOCK_FORMATS and,
-// when the CPU has AVX2/FMA/F16C, the versions in vec_dot_avx2.cpp and <format>_avx2.cpp.
+// when the CPU has AVX2/FMA/F16C, the versions in vec_dot_avx2.cpp and <format>_avx2.cpp (with AVX-512: the VNNI
+// byte dots, vec_dot_vnni.cpp, and the prefill attention tiles, attention_avx512.cpp).
 #include "vec_dot.h"
 
 #include "ggml-like/error.h"
 #include "quant/format.h"
 
+#include <algorithm>
 #include <cmath>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -71,6 +73,14 @@ float vec_dot_q4_0_q8_0_blockwise(const void* w, const void* a, int64_t n);
 void gemm4_q4_0_q8_0_blockwise(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
 void gemv4_q4_0_q8_0_blockwise(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
 } // namespace avx512vnni
+
+// The prefill attention tile kernels with 16 lanes (attention_avx512.cpp), the same bits as the AVX2 ones
+namespace avx512 {
+void kq_tile(const float* const* q, int nr, const float* kt, int64_t hd, float* s);
+float score_tile(float* s, const float* mask, float scale, int64_t n);
+double softmax_tile(float* s, float m);
+void pv_tile(float* const* acc, const float* const* p, int nr, const float* v, int64_t n, int64_t hd);
+} // namespace avx512
 
 // ---- scalar references of the float kernels (see vec_dot.h) ----
 namespace ref {
@@ -256,6 +266,15 @@ void kq_tile(const float* const* q, int nr, const float* kt, int64_t hd, float* 
         }
 }
 
+float score_tile(float* s, const float* mask, float scale, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < 64; j++) {
+        s[j] = j < n ? s[j] * scale + (mask ? mask[j] : 0.0f) : -INFINITY;
+        mx = std::max(mx, s[j]);
+    }
+    return mx;
+}
+
 double softmax_tile(float* s, float m) {
     double sum = 0.0;
     for (int g = 0; g < 64; g += 16) {
@@ -278,14 +297,21 @@ void pv_tile(float* const* acc, const float* const* p, int nr, const float* v, i
 } // namespace ref
 
 const float_kernels& find_float_kernels(bool reference) {
-    static const float_kernels scalar{ref::dot_ggml_order, ref::mad,     ref::scale,        ref::swiglu,
-                                      ref::silu,           ref::kq_tile, ref::softmax_tile, ref::pv_tile,
-                                      ref::dot_f16,        ref::mad_f16, nullptr};
-    static const float_kernels fast =
-        cpu_has_avx2() ? float_kernels{avx2::dot_ggml_order, avx2::mad,     avx2::scale,        avx2::swiglu,
-                                       avx2::silu,           avx2::kq_tile, avx2::softmax_tile, avx2::pv_tile,
-                                       avx2::dot_f16,        avx2::mad_f16, avx2::attend_f16}
-                       : scalar;
+    static const float_kernels scalar{ref::dot_ggml_order, ref::mad,     ref::scale,      ref::swiglu,
+                                      ref::silu,           ref::kq_tile, ref::score_tile, ref::softmax_tile,
+                                      ref::pv_tile,        ref::dot_f16, ref::mad_f16,    nullptr};
+    static const float_kernels fast = [] {
+        if (!cpu_has_avx2()) return scalar;
+        // score_tile: the scalar loop (no AVX2 version)
+        float_kernels k{avx2::dot_ggml_order, avx2::mad,     avx2::scale,     avx2::swiglu,
+                        avx2::silu,           avx2::kq_tile, ref::score_tile, avx2::softmax_tile,
+                        avx2::pv_tile,        avx2::dot_f16, avx2::mad_f16,   avx2::attend_f16};
+        if (cpu_has_avx512vnni()) {
+            k.kq_tile = avx512::kq_tile, k.score_tile = avx512::score_tile, k.softmax_tile = avx512::softmax_tile;
+            k.pv_tile = avx512::pv_tile;
+        }
+        return k;
+    }();
     return reference ? scalar : fast;
 }
 

@@ -36,8 +36,8 @@ struct cpu_type_ops {
     gemm4_fn gemv4_rows8 = nullptr;
 };
 
-// Float kernels whose rounding must match ggml's CPU code exactly (attention, silu); scalar and AVX2 versions give
-// bit-identical results, which test_ops checks.
+// Float kernels whose rounding must match ggml's CPU code exactly (attention, silu); scalar, AVX2 and (the prefill
+// attention tiles) AVX-512 versions give bit-identical results, which test_ops checks.
 struct float_kernels {
     // x . y summed in the order of ggml's AVX-512 f16 dot: 4 registers x 16 lanes of FMAs, registers folded 0+2, 1+3,
     // then 0+1, lanes folded in halves; elements past a multiple of 64 added in double
@@ -49,6 +49,9 @@ struct float_kernels {
     // prefill attention tile (ggml's tiled flash attention), for nr query rows at once: s[i * 64 + j] = fma-chain over
     // d of q[i][d] * kt[d * 64 + j] (kt: a 64-key tile transposed), for the 64 keys of the tile
     void (*kq_tile)(const float* const* q, int nr, const float* kt, int64_t hd, float* s);
+    // s[j] = s[j] * scale + mask[j] (+ 0 where mask is null; the product rounded first) for j < n, -inf for the rest of
+    // the 64; returns max(s) as a left-to-right std::max takes it
+    float (*score_tile)(float* s, const float* mask, float scale, int64_t n);
     // p[j] = expf_ggml(s[j] - m) in place for 64 scores; returns their sum, 16 at a time (AVX-512 order) in double
     double (*softmax_tile)(float* s, float m);
     // for nr rows i: acc[i][d] = fma-chain over j < n of v[j * hd + d] * p[i][j]
