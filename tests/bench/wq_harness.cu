@@ -25,14 +25,14 @@ using namespace tessera::cuda;
 // arena: every copy of the weights in one allocation, one after the other (as the model's weights)
 template <class D> int run_format(bool arena) {
     static_assert(D::scale_bytes == 2 && D::chunks_per_scale == 1, "formats with one f16 scale a chunk");
-    CKH(cudaFuncSetAttribute(gemm_wq_kernel<D, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<64>)));
-    CKH(cudaFuncSetAttribute(gemm_wq_kernel<D, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<128>)));
+    allow_smem_wq<D>();
     CKH(cudaFuncSetAttribute(gemm_wgmma_kernel<D, 128, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              int(smem_bytes<128, 3>())));
     struct shape {
         int n, m, k;
     };
-    std::printf("%6s %6s %6s %10s %10s %10s %12s\n", "n", "m", "k", "wq64", "wq128", "old128", "wq128 group");
+    std::printf("%6s %6s %6s %8s %8s %8s %8s %8s %10s\n", "n", "m", "k", "old128", "64", "64 cl2", "128",
+                "128 cl2", "64cl2 grp");
     // 8B's o (and q / k / v of one activation as one grid), gate + up, down; one of gate / up; 1B's o, q / k / v, gate
     // + up, down
     for (shape s : {shape{4096, 512, 4096}, shape{6144, 512, 4096}, shape{28672, 512, 4096}, shape{4096, 512, 14336},
@@ -73,27 +73,31 @@ template <class D> int run_format(bool arena) {
         CKH(cudaMalloc(&dx, x.size() * 2));
         CKH(cudaMalloc(&dy, size_t(s.n) * s.m * 4));
         CKH(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-        CUtensorMap xm;
-        if (!x_tensor_map(dx, s.k, s.m, xm)) {
+        CUtensorMap xm1, xm2;
+        if (!x_tensor_map(dx, s.k, s.m, xm1, 1) || !x_tensor_map(dx, s.k, s.m, xm2, 2)) {
             std::printf("no tensor map\n");
             return 1;
         }
-        double tf[4], diff[4] = {0, 0, 0, 0};
+        constexpr int NV = 6;
+        double tf[NV], diff[NV] = {};
         std::vector<float> ref(size_t(s.n) * s.m), got(ref.size());
-        for (int var : {2, 0, 1, 3}) {
+        for (int var = 0; var < NV; var++) {
             auto run = [&](int c) {
                 wgmma_args a{dq[c], ds[c], dx, dy,   s.n, s.n * int64_t(s.m), s.n * int64_t(s.m), s.n, 0, s.m,
                              s.k,   1,     1,  1.0f, true};
-                const int t64 = WQ_THREADS<64>, t128 = WQ_THREADS<128>;
-                const size_t m64 = WQ_SMEM<64>, m128 = WQ_SMEM<128>, mo = smem_bytes<128, 3>();
-                if (var == 0)
-                    gemm_wq_kernel<D, 64><<<dim3(s.m / 256, s.n / 64), t64, m64>>>(a, xm);
-                else if (var == 1)
-                    gemm_wq_kernel<D, 128><<<dim3(s.m / 256, s.n / 128), t128, m128>>>(a, xm);
-                else if (var == 2)
-                    gemm_wgmma_kernel<D, 128, 3><<<dim3(s.m / 128, s.n / 128), THREADS, mo>>>(a);
-                else { // the same rows as two matrices of one grouped launch (gate, up), as the model launches them
-                    const int h = s.n / 2;
+                if (var == 0) {
+                    gemm_wgmma_kernel<D, 128, 3><<<dim3(s.m / 128, s.n / 128), THREADS, smem_bytes<128, 3>()>>>(a);
+                } else if (var == 1) {
+                    launch_wq<D, 64, 1>(a, xm1, s.m, set_row_tiles(a, 64), nullptr);
+                } else if (var == 2) {
+                    launch_wq<D, 64, 2>(a, xm2, s.m, set_row_tiles(a, 64), nullptr);
+                } else if (var == 3) {
+                    launch_wq<D, 128, 1>(a, xm1, s.m, set_row_tiles(a, 128), nullptr);
+                } else if (var == 4) {
+                    launch_wq<D, 128, 2>(a, xm2, s.m, set_row_tiles(a, 128), nullptr);
+                } else { // two matrices of one grouped launch, split 32 rows off a tile boundary: an odd number of
+                         // 64-row tiles (the last cluster's second tile is past the end), a cluster across the two
+                    const int h = s.n / 2 - 32;
                     a.n = h;
                     a.n_more = 1;
                     a.more[0] = wgmma_part{dq[c] + size_t(h) * q_row,
@@ -102,18 +106,18 @@ template <class D> int run_format(bool arena) {
                                            s.n,
                                            s.n * int64_t(s.m),
                                            s.n * int64_t(s.m),
-                                           h,
+                                           s.n - h,
                                            1.0f,
-                                           h / 128,
+                                           0,
                                            nullptr};
-                    gemm_wq_kernel<D, 128><<<dim3(s.m / 256, s.n / 128), t128, m128>>>(a, xm);
+                    launch_wq<D, 64, 2>(a, xm2, s.m, set_row_tiles(a, 64), nullptr);
                 }
             };
             CKH(cudaMemset(dy, 0xff, size_t(s.n) * s.m * 4)); // NaN: every output must be written
             run(0);
             CKH(cudaDeviceSynchronize());
-            CKH(cudaMemcpy(var == 2 ? ref.data() : got.data(), dy, ref.size() * 4, cudaMemcpyDeviceToHost));
-            if (var != 2)
+            CKH(cudaMemcpy(var == 0 ? ref.data() : got.data(), dy, ref.size() * 4, cudaMemcpyDeviceToHost));
+            if (var != 0)
                 for (size_t i = 0; i < ref.size(); i++)
                     diff[var] = std::max(diff[var], std::isnan(got[i]) ? 1e30 : double(std::fabs(got[i] - ref[i])));
             cudaEvent_t e0, e1;
@@ -135,8 +139,9 @@ template <class D> int run_format(bool arena) {
             std::sort(t.begin(), t.end());
             tf[var] = 2.0 * s.n * double(s.m) * s.k / (t[t.size() / 2] * 1e-3) * 1e-12;
         }
-        std::printf("%6d %6d %6d %10.1f %10.1f %10.1f %12.1f   max |wq - old| %.3g %.3g %.3g\n", s.n, s.m, s.k, tf[0],
-                    tf[1], tf[2], tf[3], diff[0], diff[1], diff[3]);
+        std::printf("%6d %6d %6d %8.1f %8.1f %8.1f %8.1f %8.1f %10.1f   max |wq - old| %.3g %.3g %.3g %.3g %.3g\n",
+                    s.n, s.m, s.k, tf[0], tf[1], tf[2], tf[3], tf[4], tf[5], diff[1], diff[2], diff[3], diff[4],
+                    diff[5]);
         if (arena)
             cudaFree(big);
         else

@@ -623,13 +623,37 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
                  : "memory");
 }
+// the same box into dst of every CTA of the cluster in `mask`, its bytes counted on each one's `bar`
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1,
+                                                      uint32_t bar, uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+                 : "memory");
+}
+// one arrival on the barrier at offset `bar` of the cluster's CTA `rank`
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, "
+                 "[ra];\n}\n" ::"r"(bar),
+                 "r"(rank)
+                 : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 #endif
 
-template <class D, int BM>
+template <class D, int BM, int CL>
 static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
     gemm_wq_kernel(const wgmma_args a_in, const __grid_constant__ CUtensorMap x_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int ST = WQ_ST<BM>, A_BYTES = BM * 128, B_BYTES = WQ_BN * 128, NC = BM / 64, NP = WQ_NP<BM>;
+    static_assert(CL == 1 || CL == 2, "clusters of one or two row tiles");
     using chunk_t = typename D::chunk_t;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
@@ -649,11 +673,15 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&x_map)) : "memory");
         for (int st = 0; st < ST; st++) {
             mbar_init(full(st), 128 + 1); // the producers, and the TMA's expect_tx
-            mbar_init(empty(st), 128 * NC);
+            mbar_init(empty(st), CL == 1 ? 128 * NC : 4 * NC * CL); // threads; in a cluster, warps of every CTA
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    if constexpr (CL == 1)
+        __syncthreads();
+    else
+        cluster_sync(); // the partner's barriers are initialized before anything arrives on them
+    const uint32_t rank = CL == 1 ? 0 : cluster_rank();
 
     if (wg < NP) {
         constexpr int WI = BM / 64; // weight chunks a thread a step
@@ -691,7 +719,11 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
                 if (step >= ST) mbar_wait(empty(stage), unsigned(step / ST + 1) & 1u);
                 if (p == 0) {
                     mbar_arrive_expect_tx(full(stage), B_BYTES);
-                    tma_load_2d(sB + stage * B_BYTES, &x_map, step * TK, int(col0), full(stage));
+                    if constexpr (CL == 1)
+                        tma_load_2d(sB + stage * B_BYTES, &x_map, step * TK, int(col0), full(stage));
+                    else // this CTA's share of the columns, into every CTA of the cluster
+                        tma_load_2d_multicast(sB + stage * B_BYTES + rank * (B_BYTES / CL), &x_map, step * TK,
+                                              int(col0 + rank * (WQ_BN / CL)), full(stage), uint16_t((1 << CL) - 1));
                 }
                 uint8_t* ast = sm + stage * A_BYTES;
 #pragma unroll
@@ -716,7 +748,14 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
         mbar_wait(full(stage), phase);
         wgmma_stage<WQ_BN>(d, sA + stage * A_BYTES + c * 64 * 128, sB + stage * B_BYTES);
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        if (step > 0) mbar_arrive(empty(prev));
+        if constexpr (CL == 1) {
+            if (step > 0) mbar_arrive(empty(prev));
+        } else if (step > 0 && step - 1 + ST < steps && tid % 32 == 0) {
+            // a warp's release of step - 1's stage, to each CTA's producers (whose TMA writes into every CTA); only
+            // for steps a producer still waits on, so nothing arrives at a CTA that may have finished
+#pragma unroll
+            for (int r = 0; r < CL; r++) mbar_arrive_cluster(empty(prev), uint32_t(r));
+        }
         prev = stage;
         if (++stage == ST) stage = 0, phase ^= 1;
     }
@@ -768,14 +807,21 @@ template <class D, int TN> void allow_smem() {
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(smem_bytes<TN, stages<D, TN>()>())));
 }
+template <class D> void allow_smem_wq() {
+    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 64, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(WQ_SMEM<64>)));
+    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 128, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(WQ_SMEM<128>)));
+    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 64, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(WQ_SMEM<64>)));
+    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 128, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(WQ_SMEM<128>)));
+}
 template <class F> void allow_smem() {
     if constexpr (has_split<F>::value) {
         allow_smem<cuda_format<F>, 64>();
         allow_smem<cuda_format<F>, 128>();
-        TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<cuda_format<F>, 64>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<64>)));
-        TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<cuda_format<F>, 128>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<128>)));
+        allow_smem_wq<cuda_format<F>>();
     }
     if constexpr (has_mmq<F>::value)
         TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<cuda_format<F>, 64, stages<cuda_format<F>, 64>(), true>,
@@ -823,8 +869,28 @@ int64_t set_row_tiles(wgmma_args& a, int rows_per_tile) {
 // in two); 14336 or more: 128. Measured (wq_harness.cu, H100, 2026-11-28, q4_0, m = 512, TFLOP/s BM 64 / 128):
 // 4096^2 364 / 238, 6144 x 4096 284 / 354, 28672 x 4096 379 / 411, 4096 x 14336 465 / 287: the rule's choice each
 // time.
+// TEMPORARY (experiment): TESSERA_CUDA_WQ_RULE=old: the rule as of session 33; else BM 64 wherever 64-row tiles
+// give a quarter of the SMs a CTA, 128 where its waves are no longer than 64's (no handicap)
+bool wq_old_rule() {
+    static const bool v = [] {
+        const char* e = std::getenv("TESSERA_CUDA_WQ_RULE");
+        return e && std::string(e) == "old";
+    }();
+    return v;
+}
 int wq_rows(const wgmma_args& a, int64_t cols, int n_sm) {
     if (cols < 192 || forced_tile_cols() || !wq_enabled()) return 0;
+    if (!wq_old_rule()) {
+        const int64_t col_tiles = ceil_div(cols, WQ_BN);
+        auto tiles = [&](int bm) {
+            int64_t t = ceil_div(a.n, bm);
+            for (int i = 0; i < a.n_more; i++) t += ceil_div(a.more[i].n, bm);
+            return t * col_tiles;
+        };
+        const int64_t t64 = tiles(64), t128 = tiles(128);
+        if (4 * t64 < n_sm) return 0;
+        return ceil_div(t128, n_sm) * 128 <= ceil_div(t64, n_sm) * 64 ? 128 : 64;
+    }
     const int64_t col_tiles = ceil_div(cols, WQ_BN);
     auto tiles = [&](int bm) {
         int64_t t = ceil_div(a.n, bm);
@@ -855,27 +921,58 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // The activation rows x ([cols][k] f16) as a TMA tensor for gemm_wq_kernel: boxes of TK x WQ_BN in the 128-byte
 // swizzle, zeros outside. False where the driver has no cuTensorMapEncodeTiled or refuses the tensor (the caller
 // then takes gemm_wgmma_kernel).
-bool x_tensor_map(const __half* x, int64_t k, int64_t cols, CUtensorMap& map) {
+bool x_tensor_map(const __half* x, int64_t k, int64_t cols, CUtensorMap& map, int cl) {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (!encode || cols >= (int64_t(1) << 31) || k >= (int64_t(1) << 31)) return false;
     const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(cols)}, strides[1] = {cuuint64_t(k) * sizeof(__half)};
-    const cuuint32_t box[2] = {TK, WQ_BN}, elem_strides[2] = {1, 1};
+    const cuuint32_t box[2] = {TK, cuuint32_t(WQ_BN / cl)}, elem_strides[2] = {1, 1};
     return encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(x), dims, strides, box, elem_strides,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// gemm_wq_kernel<D, BM, CL> over the column tiles x the row tiles (set_row_tiles(a, BM) done), the row tiles rounded
+// up to whole clusters (a last odd tile's partner multiplies rows past the end and stores nothing); x_map's boxes
+// WQ_BN / CL columns wide
+template <class D, int BM, int CL>
+void launch_wq(const wgmma_args& a, const CUtensorMap& x_map, int64_t cols, int64_t row_tiles, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(ceil_div(cols, WQ_BN)), unsigned(ceil_div(row_tiles, CL) * CL));
+    TS_ASSERT(cfg.gridDim.y <= 65535);
+    cfg.blockDim = dim3(WQ_THREADS<BM>);
+    cfg.dynamicSmemBytes = WQ_SMEM<BM>;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1, attr.val.clusterDim.y = CL, attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = CL > 1 ? 1 : 0;
+    TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_wq_kernel<D, BM, CL>, a, x_map));
+}
+
+// TEMPORARY (experiment): TESSERA_CUDA_WQ_CL=2 clusters of two row tiles sharing the activation tile by multicast
+int wq_cluster() {
+    static const int v = [] {
+        const char* e = std::getenv("TESSERA_CUDA_WQ_CL");
+        return e && std::atoi(e) == 2 ? 2 : 1;
+    }();
+    return v;
+}
+
 template <class D> void launch(wgmma_args a, int64_t cols, int n_sm, cudaStream_t stream) {
     if constexpr (!std::is_same_v<D, f16_weights>) {
         CUtensorMap x_map;
-        if (const int bm = wq_rows(a, cols, n_sm); bm && x_tensor_map(a.x, a.k, cols, x_map)) {
-            const dim3 grid(unsigned(ceil_div(cols, WQ_BN)), unsigned(set_row_tiles(a, bm)));
-            TS_ASSERT(grid.y <= 65535);
-            if (bm == 64)
-                gemm_wq_kernel<D, 64><<<grid, WQ_THREADS<64>, WQ_SMEM<64>, stream>>>(a, x_map);
+        const int cl = wq_cluster();
+        if (const int bm = wq_rows(a, cols, n_sm); bm && x_tensor_map(a.x, a.k, cols, x_map, cl)) {
+            const int64_t row_tiles = set_row_tiles(a, bm);
+            if (bm == 64 && cl == 1)
+                launch_wq<D, 64, 1>(a, x_map, cols, row_tiles, stream);
+            else if (bm == 64)
+                launch_wq<D, 64, 2>(a, x_map, cols, row_tiles, stream);
+            else if (cl == 1)
+                launch_wq<D, 128, 1>(a, x_map, cols, row_tiles, stream);
             else
-                gemm_wq_kernel<D, 128><<<grid, WQ_THREADS<128>, WQ_SMEM<128>, stream>>>(a, x_map);
-            TS_CUDA_CHECK(cudaGetLastError());
+                launch_wq<D, 128, 2>(a, x_map, cols, row_tiles, stream);
             return;
         }
     }
