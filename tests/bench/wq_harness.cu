@@ -1,5 +1,6 @@
 // wq_harness.cu: the project's prefill GEMM kernels outside the model, on random q4_0 or q8_0 weights:
-// gemm_wq_kernel (BM 64 / 128, and BM 128 as a grouped launch of two halves, as the model's gate / up) and
+// gemm_wq_kernel (BM 64 in clusters of two / BM 128, and BM 64 as a grouped launch of two matrices split off a tile
+// boundary, which leaves an odd number of row tiles and a cluster across the two) and
 // gemm_wgmma_kernel (128 x 128, 3 stages), TFLOP/s at m = 512 with the weights streamed from HBM (in separate
 // allocations, or in one arena), and each warp-specialized result against the old kernel's (max |difference|;
 // outputs poisoned with NaN first), on 8B and 1B shapes. Usage: wqh [q4_0|q8_0] [arena]. Build (about 60 s, no
@@ -31,8 +32,7 @@ template <class D> int run_format(bool arena) {
     struct shape {
         int n, m, k;
     };
-    std::printf("%6s %6s %6s %8s %8s %8s %8s %8s %10s\n", "n", "m", "k", "old128", "64", "64 cl2", "128",
-                "128 cl2", "64cl2 grp");
+    std::printf("%6s %6s %6s %8s %8s %8s %10s\n", "n", "m", "k", "old128", "wq64", "wq128", "wq64 group");
     // 8B's o (and q / k / v of one activation as one grid), gate + up, down; one of gate / up; 1B's o, q / k / v, gate
     // + up, down
     for (shape s : {shape{4096, 512, 4096}, shape{6144, 512, 4096}, shape{28672, 512, 4096}, shape{4096, 512, 14336},
@@ -73,12 +73,12 @@ template <class D> int run_format(bool arena) {
         CKH(cudaMalloc(&dx, x.size() * 2));
         CKH(cudaMalloc(&dy, size_t(s.n) * s.m * 4));
         CKH(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-        CUtensorMap xm1, xm2;
-        if (!x_tensor_map(dx, s.k, s.m, xm1, 1) || !x_tensor_map(dx, s.k, s.m, xm2, 2)) {
+        CUtensorMap xm64, xm128;
+        if (!x_tensor_map(dx, s.k, s.m, xm64, WQ_CL<64>) || !x_tensor_map(dx, s.k, s.m, xm128, WQ_CL<128>)) {
             std::printf("no tensor map\n");
             return 1;
         }
-        constexpr int NV = 6;
+        constexpr int NV = 4;
         double tf[NV], diff[NV] = {};
         std::vector<float> ref(size_t(s.n) * s.m), got(ref.size());
         for (int var = 0; var < NV; var++) {
@@ -88,13 +88,9 @@ template <class D> int run_format(bool arena) {
                 if (var == 0) {
                     gemm_wgmma_kernel<D, 128, 3><<<dim3(s.m / 128, s.n / 128), THREADS, smem_bytes<128, 3>()>>>(a);
                 } else if (var == 1) {
-                    launch_wq<D, 64, 1>(a, xm1, s.m, set_row_tiles(a, 64), nullptr);
+                    launch_wq<D, 64>(a, xm64, s.m, set_row_tiles(a, 64), nullptr);
                 } else if (var == 2) {
-                    launch_wq<D, 64, 2>(a, xm2, s.m, set_row_tiles(a, 64), nullptr);
-                } else if (var == 3) {
-                    launch_wq<D, 128, 1>(a, xm1, s.m, set_row_tiles(a, 128), nullptr);
-                } else if (var == 4) {
-                    launch_wq<D, 128, 2>(a, xm2, s.m, set_row_tiles(a, 128), nullptr);
+                    launch_wq<D, 128>(a, xm128, s.m, set_row_tiles(a, 128), nullptr);
                 } else { // two matrices of one grouped launch, split 32 rows off a tile boundary: an odd number of
                          // 64-row tiles (the last cluster's second tile is past the end), a cluster across the two
                     const int h = s.n / 2 - 32;
@@ -110,7 +106,7 @@ template <class D> int run_format(bool arena) {
                                            1.0f,
                                            0,
                                            nullptr};
-                    launch_wq<D, 64, 2>(a, xm2, s.m, set_row_tiles(a, 64), nullptr);
+                    launch_wq<D, 64>(a, xm64, s.m, set_row_tiles(a, 64), nullptr);
                 }
             };
             CKH(cudaMemset(dy, 0xff, size_t(s.n) * s.m * 4)); // NaN: every output must be written
@@ -139,9 +135,8 @@ template <class D> int run_format(bool arena) {
             std::sort(t.begin(), t.end());
             tf[var] = 2.0 * s.n * double(s.m) * s.k / (t[t.size() / 2] * 1e-3) * 1e-12;
         }
-        std::printf("%6d %6d %6d %8.1f %8.1f %8.1f %8.1f %8.1f %10.1f   max |wq - old| %.3g %.3g %.3g %.3g %.3g\n",
-                    s.n, s.m, s.k, tf[0], tf[1], tf[2], tf[3], tf[4], tf[5], diff[1], diff[2], diff[3], diff[4],
-                    diff[5]);
+        std::printf("%6d %6d %6d %8.1f %8.1f %8.1f %10.1f   max |wq - old| %.3g %.3g %.3g\n", s.n, s.m, s.k, tf[0],
+                    tf[1], tf[2], tf[3], diff[1], diff[2], diff[3]);
         if (arena)
             cudaFree(big);
         else

@@ -4,8 +4,9 @@
 // same activations to within f16 rounding; x itself rounded to f16 for the others).
 //
 // Batches of 192 columns or more (prefill) go to gemm_wq_kernel (below, where the tile rule wq_rows allows): tiles of
-// 64 or 128 weight rows x 256 columns, producer warpgroups (two at BM 64, one at 128: TMA for the activations, the
-// weights dequantized into shared memory) and one or two consumer warpgroups that only issue wgmma. Measured (H100,
+// 64 or 128 weight rows x 256 columns, producer warpgroups (two at BM 64, one at 128: TMA for the activations,
+// shared by the two CTAs of a cluster at BM 64, the weights dequantized into shared memory) and one or two consumer
+// warpgroups that only issue wgmma. H200, 2026-11-28, pp512: 8B q4_0 30087 / 29989 t/s, 1B 127544 / 127355. Measured (H100,
 // 2026-11-28, one call, 8B q4_0 pp512, two producers at BM 64, same greedy text with TESSERA_CUDA_WGMMA_WQ=0):
 // 27911 / 27672 t/s vs 20479 with =0. Outside the model (tests/bench/wq_harness.cu, q4_0, m = 512, TFLOP/s, the old
 // kernel in the same run): 4096^2 494-497 (BM 64) vs 307-311, 28672 x 4096 500 (BM 64) / 465-469 (BM 128) vs 389-395,
@@ -581,6 +582,15 @@ static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_f16_kernel(wgmma
 // columns each (wgmma m64n256k16, 128 accumulators a thread) and do nothing else. A stage passes through two mbarriers: `full` (the TMA's bytes, plus 128 producer arrivals
 // after each thread's fence.proxy.async) and `empty` (every consumer thread, once wgmma.wait_group shows its wgmma on
 // the stage done). One CTA an SM.
+// At BM 64 two CTAs of consecutive row tiles (same column tile) form a cluster: each one's TMA loads half the
+// activation tile's columns and multicasts it into both CTAs' stages (each `full` still expects the whole tile), so
+// the activations are read from L2 once per 128 weight rows (a 64 x 256 tile alone reads 512 activation bytes a k
+// against 36 weight bytes: ~9 TB/s of L2 at 550 TFLOP/s). A stage is then free only when both CTAs' consumers are
+// done with it: `empty` counts one arrival per consumer warp of every CTA of the cluster. Measured (H200,
+// 2026-11-28, wq_harness, m = 512, TFLOP/s, without -> with clusters, bit-equal): q4_0 28672 x 4096 522 -> 548,
+// 4096 x 14336 563 -> 585, 4096^2 508 -> 513, 1B's shapes within -1.5%; q8_0 494 -> 515, 538 -> 552; BM 128 in
+// clusters of two: no faster (271 / 406 / 474 -> 271 / 408 / 473). In the model (same call, pp512, the tile rule
+// below): 8B q4_0 29159 / 29366 -> 30087 / 29989 t/s, 1B 126463 / 123712 -> 127544 / 127355.
 // Against gemm_wgmma_kernel's 128 x 128 tiles: a weight row is dequantized once per 256 columns (half the work a
 // FLOP), and the multiplying warps no longer wait on the loads and the dequantization of their own threads. The
 // producers set the pace: a step's chain (the weights' registers, dequantization, stores, fence.proxy.async, arrive)
@@ -604,6 +614,9 @@ constexpr int WQ_BN = 256, WQ_EPI_LD = 68;
 template <int BM> constexpr int WQ_NP = BM == 64 ? 2 : 1;
 template <int BM> constexpr int WQ_THREADS = 128 * (BM / 64 + WQ_NP<BM>);
 template <int BM> constexpr int WQ_ST = BM == 64 ? 5 : 4; // 200 / 192 KiB of stages
+// CTAs a cluster (consecutive row tiles of one column tile, sharing its activation tile by TMA multicast): two at BM
+// 64, one at 128 (two measured no faster there)
+template <int BM> constexpr int WQ_CL = BM == 64 ? 2 : 1;
 template <int BM>
 constexpr size_t WQ_SMEM = size_t(WQ_ST<BM>) * size_t(BM * 128 + WQ_BN * 128) + size_t(2 * WQ_ST<BM>) * 8 + 1024;
 static_assert(size_t(WQ_ST<64>) * (64 * 128 + WQ_BN * 128) >= size_t(WQ_BN) * WQ_EPI_LD * 4 &&
@@ -648,11 +661,12 @@ __device__ __forceinline__ void cluster_sync() {
 }
 #endif
 
-template <class D, int BM, int CL>
+template <class D, int BM>
 static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
     gemm_wq_kernel(const wgmma_args a_in, const __grid_constant__ CUtensorMap x_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int ST = WQ_ST<BM>, A_BYTES = BM * 128, B_BYTES = WQ_BN * 128, NC = BM / 64, NP = WQ_NP<BM>;
+    constexpr int CL = WQ_CL<BM>;
     static_assert(CL == 1 || CL == 2, "clusters of one or two row tiles");
     using chunk_t = typename D::chunk_t;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -808,13 +822,9 @@ template <class D, int TN> void allow_smem() {
                                        int(smem_bytes<TN, stages<D, TN>()>())));
 }
 template <class D> void allow_smem_wq() {
-    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 64, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(WQ_SMEM<64>)));
-    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 128, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(WQ_SMEM<128>)));
-    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 64, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(WQ_SMEM<64>)));
-    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 128, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(WQ_SMEM<128>)));
 }
 template <class F> void allow_smem() {
@@ -863,34 +873,18 @@ int64_t set_row_tiles(wgmma_args& a, int rows_per_tile) {
 }
 
 // BM of gemm_wq_kernel for this launch, 0 for gemm_wgmma_kernel's tiles: its tiles are 256 columns wide, so only for
-// batches of 192 columns or more, and only where 64-row tiles give at least half the SMs a CTA. BM = 128 where its
-// waves, weighted by a CTA's rows, come out no longer than 64-row tiles' with a 15% handicap for those (slower a
-// FLOP). 4096 rows at 512 columns: 64 (128 CTAs); 6144 (q, k, v of the 8B): 128 (96 CTAs in one wave rather than 192
-// in two); 14336 or more: 128. Measured (wq_harness.cu, H100, 2026-11-28, q4_0, m = 512, TFLOP/s BM 64 / 128):
-// 4096^2 364 / 238, 6144 x 4096 284 / 354, 28672 x 4096 379 / 411, 4096 x 14336 465 / 287: the rule's choice each
-// time.
-// TEMPORARY (experiment): TESSERA_CUDA_WQ_RULE=old: the rule as of session 33; else BM 64 wherever 64-row tiles
-// give a quarter of the SMs a CTA, 128 where its waves are no longer than 64's (no handicap)
-bool wq_old_rule() {
-    static const bool v = [] {
-        const char* e = std::getenv("TESSERA_CUDA_WQ_RULE");
-        return e && std::string(e) == "old";
-    }();
-    return v;
-}
+// batches of 192 columns or more, and only where 64-row tiles give at least a quarter of the SMs a CTA. BM = 128
+// where its waves, weighted by a CTA's rows, come out no longer than 64-row tiles' (ties to 128). At 512 columns on
+// 132 SMs: 4096 rows 64 (128 CTAs); 6144 (q, k, v of the 8B) 128 (96 CTAs in one wave rather than 192 in two, a
+// tie); 28672 (8B gate + up) 64 (7 waves of 64 rows vs 4 of 128); 16384 (1B gate + up) 128; 2048 (1B o, down) 64.
+// Measured (wq_harness.cu, H200, 2026-11-28, q4_0, m = 512, TFLOP/s BM 64 (clusters of two) / BM 128 / the 128 x
+// 128 kernel): 4096^2 513 / 271 / 306, 6144 x 4096 415 / 408 / 288, 28672 x 4096 548 / 474 / 395, 4096 x 14336
+// 585 / 292 / 275, 16384 x 2048 469 / 480 / 370, 2048^2 221 / 123 / 142, 2048 x 8192 300 / 146 / 162. In the model
+// (H200, same call, pp512, two rounds): 8B q4_0 29159 / 29366 t/s against 28223 / 28237 with session 33's rule (BM
+// 64 handicapped 15%, and only where 64-row tiles give half the SMs a CTA: the 1B's 2048-row matrices had gone to
+// the 128 x 128 kernel), 1B q4_0 126463 / 123712 vs 106962 / 102339.
 int wq_rows(const wgmma_args& a, int64_t cols, int n_sm) {
     if (cols < 192 || forced_tile_cols() || !wq_enabled()) return 0;
-    if (!wq_old_rule()) {
-        const int64_t col_tiles = ceil_div(cols, WQ_BN);
-        auto tiles = [&](int bm) {
-            int64_t t = ceil_div(a.n, bm);
-            for (int i = 0; i < a.n_more; i++) t += ceil_div(a.more[i].n, bm);
-            return t * col_tiles;
-        };
-        const int64_t t64 = tiles(64), t128 = tiles(128);
-        if (4 * t64 < n_sm) return 0;
-        return ceil_div(t128, n_sm) * 128 <= ceil_div(t64, n_sm) * 64 ? 128 : 64;
-    }
     const int64_t col_tiles = ceil_div(cols, WQ_BN);
     auto tiles = [&](int bm) {
         int64_t t = ceil_div(a.n, bm);
@@ -898,9 +892,8 @@ int wq_rows(const wgmma_args& a, int64_t cols, int n_sm) {
         return t * col_tiles;
     };
     const int64_t t64 = tiles(64), t128 = tiles(128);
-    if (2 * t64 < n_sm) return 0;
-    const double w64 = double(ceil_div(t64, n_sm)) * 64 * 1.15, w128 = double(ceil_div(t128, n_sm)) * 128;
-    return w128 <= w64 ? 128 : 64;
+    if (4 * t64 < n_sm) return 0;
+    return ceil_div(t128, n_sm) * 128 <= ceil_div(t64, n_sm) * 64 ? 128 : 64;
 }
 
 // The driver's cuTensorMapEncodeTiled, nullptr where it has none; first asked by wgmma_built(), outside any capture.
@@ -931,11 +924,12 @@ bool x_tensor_map(const __half* x, int64_t k, int64_t cols, CUtensorMap& map, in
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// gemm_wq_kernel<D, BM, CL> over the column tiles x the row tiles (set_row_tiles(a, BM) done), the row tiles rounded
-// up to whole clusters (a last odd tile's partner multiplies rows past the end and stores nothing); x_map's boxes
-// WQ_BN / CL columns wide
-template <class D, int BM, int CL>
+// gemm_wq_kernel<D, BM> over the column tiles x the row tiles (set_row_tiles(a, BM) done), the row tiles rounded up
+// to whole clusters (a last odd tile's partner multiplies rows past the end and stores nothing); x_map's boxes
+// WQ_BN / WQ_CL<BM> columns wide
+template <class D, int BM>
 void launch_wq(const wgmma_args& a, const CUtensorMap& x_map, int64_t cols, int64_t row_tiles, cudaStream_t stream) {
+    constexpr int CL = WQ_CL<BM>;
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(unsigned(ceil_div(cols, WQ_BN)), unsigned(ceil_div(row_tiles, CL) * CL));
     TS_ASSERT(cfg.gridDim.y <= 65535);
@@ -947,32 +941,19 @@ void launch_wq(const wgmma_args& a, const CUtensorMap& x_map, int64_t cols, int6
     attr.val.clusterDim.x = 1, attr.val.clusterDim.y = CL, attr.val.clusterDim.z = 1;
     cfg.attrs = &attr;
     cfg.numAttrs = CL > 1 ? 1 : 0;
-    TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_wq_kernel<D, BM, CL>, a, x_map));
-}
-
-// TEMPORARY (experiment): TESSERA_CUDA_WQ_CL=2 clusters of two row tiles sharing the activation tile by multicast
-int wq_cluster() {
-    static const int v = [] {
-        const char* e = std::getenv("TESSERA_CUDA_WQ_CL");
-        return e && std::atoi(e) == 2 ? 2 : 1;
-    }();
-    return v;
+    TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_wq_kernel<D, BM>, a, x_map));
 }
 
 template <class D> void launch(wgmma_args a, int64_t cols, int n_sm, cudaStream_t stream) {
     if constexpr (!std::is_same_v<D, f16_weights>) {
         CUtensorMap x_map;
-        const int cl = wq_cluster();
-        if (const int bm = wq_rows(a, cols, n_sm); bm && x_tensor_map(a.x, a.k, cols, x_map, cl)) {
+        const int bm = wq_rows(a, cols, n_sm);
+        if (bm && x_tensor_map(a.x, a.k, cols, x_map, bm == 64 ? WQ_CL<64> : WQ_CL<128>)) {
             const int64_t row_tiles = set_row_tiles(a, bm);
-            if (bm == 64 && cl == 1)
-                launch_wq<D, 64, 1>(a, x_map, cols, row_tiles, stream);
-            else if (bm == 64)
-                launch_wq<D, 64, 2>(a, x_map, cols, row_tiles, stream);
-            else if (cl == 1)
-                launch_wq<D, 128, 1>(a, x_map, cols, row_tiles, stream);
+            if (bm == 64)
+                launch_wq<D, 64>(a, x_map, cols, row_tiles, stream);
             else
-                launch_wq<D, 128, 2>(a, x_map, cols, row_tiles, stream);
+                launch_wq<D, 128>(a, x_map, cols, row_tiles, stream);
             return;
         }
     }
