@@ -53,6 +53,7 @@ struct attn_args {
     float* part;
     int* counters;
     const float* sinks; // (n_head) f32 or null: gpt-oss's sink logits
+    int old_combine;    // TEMPORARY (experiment)
 };
 
 // A head's sink logit (gpt-oss) joins the softmax's denominator with no value of its own, after the last key, as ggml
@@ -512,6 +513,7 @@ static __global__ void __launch_bounds__(ds_warps(GM, D * WARP_SIZE) * WARP_SIZE
     __syncthreads();
     if (!last_s) return;
     __threadfence();
+    if (a.old_combine) { // TEMPORARY (experiment)
     for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
         const int g = i / HD, d = i % HD;
         const size_t p0 = (size_t(t) * a.n_head + h0 + g) * n_split;
@@ -526,6 +528,51 @@ static __global__ void __launch_bounds__(ds_warps(GM, D * WARP_SIZE) * WARP_SIZE
                 o += __ldcg(&part_acc[(p0 + k) * HD + d]) * f;
             }
         const float f = sink_fold(a.sinks, h0 + g, mx, l);
+        decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o * f / l, lane, HD);
+    }
+    return;
+    }
+    // The splits' (max, sum) first, a warp a head loading them all at once, into shared memory (acc_s is free now):
+    // each split's factor e^(m_k - max) (-1: a split whose keys are all masked, left out) and its sum. A thread then
+    // sums its (head, dimension) over the splits in their order, the partial loads independent of each other.
+    float* const f_s = &acc_s[0][0][0];           // [GM][DS_MAX_SPLITS]
+    float* const lk_s = f_s + GM * DS_MAX_SPLITS; // [GM][DS_MAX_SPLITS]
+    static_assert(2 * DS_MAX_SPLITS <= W * HD && DS_MAX_SPLITS % WARP_SIZE == 0, "the splits' factors fit in acc_s");
+    for (int g = warp; g < G; g += W) {
+        const size_t p0 = (size_t(t) * a.n_head + h0 + g) * n_split;
+        float2 ml[DS_MAX_SPLITS / WARP_SIZE];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < DS_MAX_SPLITS / WARP_SIZE; i++) {
+            const int k = lane + WARP_SIZE * i;
+            ml[i] = k < n_split ? __ldcg(&part_ml[p0 + k]) : make_float2(-INFINITY, 0.0f);
+            mx = fmaxf(mx, ml[i].x);
+        }
+        mx = warp_max(mx);
+#pragma unroll
+        for (int i = 0; i < DS_MAX_SPLITS / WARP_SIZE; i++) {
+            const int k = lane + WARP_SIZE * i;
+            if (k < n_split) {
+                f_s[g * DS_MAX_SPLITS + k] = ml[i].x == -INFINITY ? -1.0f : __expf(ml[i].x - mx);
+                lk_s[g * DS_MAX_SPLITS + k] = ml[i].y;
+            }
+        }
+        if (lane == 0) m_s[0][g] = mx;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const int g = i / HD, d = i % HD;
+        const float* pa = a.part + (size_t(t) * a.n_head + h0 + g) * n_split * HD + d;
+        float o = 0.0f, l = 0.0f;
+#pragma unroll 4
+        for (int k = 0; k < n_split; k++) {
+            const float f = f_s[g * DS_MAX_SPLITS + k], x = __ldcg(pa + size_t(k) * HD);
+            if (f >= 0.0f) {
+                l += lk_s[g * DS_MAX_SPLITS + k] * f;
+                o += x * f;
+            }
+        }
+        const float f = sink_fold(a.sinks, h0 + g, m_s[0][g], l);
         decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o * f / l, lane, HD);
     }
 }
@@ -1104,6 +1151,7 @@ attn_args attention_args(cuda_context& ctx, tensor& dst) {
 void decode_scratch(cuda_context& ctx, attn_args& a) {
     const size_t bytes = decode_part_bytes(a.hd, a.n_head, a.n_tok, a.n_kv);
     a.counters = ctx.counters;
+    a.old_combine = std::getenv("TESSERA_CUDA_DS_OLD") != nullptr; // TEMPORARY (experiment)
     if (bytes == 0) return;
     const size_t off = decode_part_offset(a.hd, a.n_head, a.n_tok);
     TS_ASSERT(ctx.scratch && ctx.scratch_size >= off + bytes);
