@@ -1,7 +1,8 @@
 // attn_harness.cu: the decode attention kernel (attention.cu, attention_decode_split_kernel) outside the model, on one
 // token of an 8B-shaped layer (32 query heads, 8 KV heads of 128, the f16 cache laid out as the model's: positions
-// n_head_kv * hd halves apart) at a given depth: microseconds a call for each (query heads a block, keys a split),
-// with the caches streamed from HBM (copies rotated past the L2), each result against the model's choice (max |diff|;
+// n_head_kv * hd halves apart) at a given depth: microseconds a call for decode_split_plan's split and for fixed
+// splits of whole 8-warp rounds, at 4, 2 and 1 query heads a block,
+// with the caches streamed from HBM (copies rotated past the L2), each result against the first (the plan's; max |diff|;
 // outputs poisoned with NaN first), and a plain kernel reading the same bytes as the floor. Usage: ah [depth]. Build
 // (about 30 s, no project build needed), on an sm_90a machine:
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/attn_harness.cu \
@@ -101,41 +102,55 @@ int main(int argc, char** argv) {
 
     std::vector<float> ref(size_t(n_head) * hd), got(ref.size());
     bool have_ref = false;
-    for (int gm : {4, 2, 1})
-        for (int64_t kc : {256, 512, 1024}) {
-            const int n_split = int(std::min<int64_t>(DS_MAX_SPLITS, (n_kv + kc - 1) / kc));
-            if ((n_kv + kc - 1) / kc > DS_MAX_SPLITS) continue;
-            const int blocks_x = n_kv_head * ((group + gm - 1) / gm);
-            const int warps = ds_warps(gm, hd);
-            auto run = [&](int c) {
-                attn_args a{};
-                a.q = dq, a.q_nb1 = hd, a.q_nb2 = int64_t(n_head) * hd;
-                a.k = dk[c], a.v = dv[c], a.kv_nb1 = hd, a.kv_nb2 = int64_t(n_kv_head) * hd;
-                a.mask = dm, a.mask_nb1 = n_kv, a.mask_early = true;
-                a.o = dout, a.o_nb1 = hd, a.o_nb2 = int64_t(n_head) * hd;
-                a.hd = hd, a.n_head = n_head, a.n_tok = 1, a.group = group, a.n_kv = n_kv;
-                a.scale = 1.0f / std::sqrt(float(hd));
-                a.part = dpart, a.counters = dcnt;
-                const dim3 grid(unsigned(blocks_x), unsigned(n_split), 1);
-                if (gm == 4)
-                    attention_decode_split_kernel<4, 4><<<grid, warps * 32>>>(a, kc, n_split);
-                else if (gm == 2)
-                    attention_decode_split_kernel<4, 2><<<grid, warps * 32>>>(a, kc, n_split);
-                else
-                    attention_decode_split_kernel<4, 1><<<grid, warps * 32>>>(a, kc, n_split);
-            };
-            CKH(cudaMemset(dout, 0xff, got.size() * 4));
-            run(0);
-            CKH(cudaDeviceSynchronize());
-            CKH(cudaMemcpy(have_ref ? got.data() : ref.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost));
-            double diff = 0;
-            if (have_ref)
-                for (size_t i = 0; i < got.size(); i++)
-                    diff = std::max(diff, std::isnan(got[i]) ? 1e30 : double(std::fabs(got[i] - ref[i])));
-            have_ref = true;
-            const float us = time_it(run);
-            std::printf("gm %d kc %5lld: %3d blocks x %2d splits, %d warps: %7.2f us (%5.0f GB/s)  max |diff| %.3g\n", gm,
-                        (long long)kc, blocks_x, n_split, warps, us, bytes / us * 1e-3, diff);
-        }
+    int n_sm = 0;
+    CKH(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
+    struct config {
+        const char* name;
+        int gm;
+        split_plan sp;
+    };
+    std::vector<config> configs;
+    for (int gm : {4, 2, 1}) {
+        const int64_t blocks_x = n_kv_head * ((group + gm - 1) / gm);
+        configs.push_back({"plan", gm, decode_split_plan(n_kv, gm, hd, blocks_x, n_sm)});
+        for (int64_t kc : {256, 512}) // splits of whole rounds of ds_warps (the plan before)
+            if ((n_kv + kc - 1) / kc <= DS_MAX_SPLITS)
+                configs.push_back({"fixed", gm, split_plan{kc, int((n_kv + kc - 1) / kc), ds_warps(gm, hd)}});
+    }
+    for (const config& cf : configs) {
+        const int gm = cf.gm, n_split = cf.sp.n_split;
+        const int64_t kc = cf.sp.kc;
+        const int blocks_x = n_kv_head * ((group + gm - 1) / gm);
+        const int warps = cf.sp.warps;
+        auto run = [&](int c) {
+            attn_args a{};
+            a.q = dq, a.q_nb1 = hd, a.q_nb2 = int64_t(n_head) * hd;
+            a.k = dk[c], a.v = dv[c], a.kv_nb1 = hd, a.kv_nb2 = int64_t(n_kv_head) * hd;
+            a.mask = dm, a.mask_nb1 = n_kv, a.mask_early = true;
+            a.o = dout, a.o_nb1 = hd, a.o_nb2 = int64_t(n_head) * hd;
+            a.hd = hd, a.n_head = n_head, a.n_tok = 1, a.group = group, a.n_kv = n_kv;
+            a.scale = 1.0f / std::sqrt(float(hd));
+            a.part = dpart, a.counters = dcnt;
+            const dim3 grid(unsigned(blocks_x), unsigned(n_split), 1);
+            if (gm == 4)
+                attention_decode_split_kernel<4, 4><<<grid, warps * 32>>>(a, kc, n_split);
+            else if (gm == 2)
+                attention_decode_split_kernel<4, 2><<<grid, warps * 32>>>(a, kc, n_split);
+            else
+                attention_decode_split_kernel<4, 1><<<grid, warps * 32>>>(a, kc, n_split);
+        };
+        CKH(cudaMemset(dout, 0xff, got.size() * 4));
+        run(0);
+        CKH(cudaDeviceSynchronize());
+        CKH(cudaMemcpy(have_ref ? got.data() : ref.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost));
+        double diff = 0;
+        if (have_ref)
+            for (size_t i = 0; i < got.size(); i++)
+                diff = std::max(diff, std::isnan(got[i]) ? 1e30 : double(std::fabs(got[i] - ref[i])));
+        have_ref = true;
+        const float us = time_it(run);
+        std::printf("%-5s gm %d kc %5lld: %3d blocks x %2d splits, %2d warps: %7.2f us (%5.0f GB/s)  max |diff| %.3g\n",
+                    cf.name, gm, (long long)kc, blocks_x, n_split, warps, us, bytes / us * 1e-3, diff);
+    }
     return 0;
 }

@@ -53,7 +53,6 @@ struct attn_args {
     float* part;
     int* counters;
     const float* sinks; // (n_head) f32 or null: gpt-oss's sink logits
-    int old_combine;    // TEMPORARY (experiment)
 };
 
 // A head's sink logit (gpt-oss) joins the softmax's denominator with no value of its own, after the last key, as ggml
@@ -282,8 +281,7 @@ template <int D_MAX> void prefill_launch(const attn_args& a, cudaStream_t stream
 
 // Decode, head sizes 64 / 128 / 256 (D = hd / 32 values a lane), split over the keys (flash-decoding). Grid (KV
 // heads x head blocks, splits, tokens): a block takes up to GM query heads that share one KV head (GQA: each K and V
-// row is read once for all of them) and `kc` consecutive keys; its 8 warps (4 for the largest head blocks) take 32
-// keys at a time.
+// row is read once for all of them) and `kc` consecutive keys; its warps (decode_split_plan) take 32 keys at a time.
 //   scores: lane i is key j0 + i: it reads the key's whole K row (16-byte loads, all issued before the first is used)
 //           and dots it with the GM queries (f32, shared memory); masked keys' scores are dropped (-inf), never
 //           multiplied, so a never-written row's NaN goes nowhere;
@@ -294,36 +292,57 @@ template <int D_MAX> void prefill_launch(const attn_args& a, cudaStream_t stream
 // to the scratch, and the block of a (head block, token) that finishes last (a counter in ctx.counters, set back to 0
 // by that block) merges the splits and writes the output (and the q8_1 of the output projection's input). A round's
 // loads do not wait on each other, nor on the mask, so it costs about one memory latency; up to 256 keys (a decode
-// step's padded cache, kv_pad) are one split, so a short context pays no merge. kc does not depend on the padded
-// cache length below 16384 keys (decode_split_plan): a key sits in the same warp, lane and split however far the
-// cache is padded, so the output does not change with kv_pad.
+// step's padded cache, kv_pad) are one split, so a short context pays no merge. The plan depends on the cache length
+// in whole 256s (decode_split_plan): a key sits in the same warp, lane and split however far the cache is padded
+// within them, so the output does not change with kv_pad.
 // Before (session 8): one block of 4 warps per query head, a key at a time per warp (loads, reduction and exp in one
 // chain per key), 32 blocks busy however long the context: H100, 8B q4_0 tg128 at a 4096-token depth 42 t/s (now
 // 260), 1B 61 (now 933).
 constexpr int DS_MAX_SPLITS = 64;
-constexpr int DS_MIN_KEYS = 256; // keys per split: a multiple of every block's round (8 or 4 warps of 32 keys)
+constexpr int DS_ONE_SPLIT = 256; // keys up to which a block takes them all (a decode step's padded cache, kv_pad)
 
-// Warps of a block for GM heads of HD dimensions: their accumulators meet in 48 KB of shared memory.
+// Warps of a block for GM heads of HD dimensions where one block takes all the keys: their accumulators meet in
+// shared memory.
 __host__ __device__ constexpr int ds_warps(int gm, int hd) {
     return gm * hd > 1024 ? 4 : 8;
 }
-// Blocks an SM must hold at once (0: the compiler's choice). Four query heads of 128 (Llama-3 8B's and Qwen3's
-// groups) took 132 registers, one block an SM: at long contexts 8 KV heads x 17 splits = 136 blocks ran in two waves
-// on 132 SMs. Capped to 128 registers (32 bytes spilled), two fit. Measured (H100, 2026-11-27, one call, same greedy
-// text): 8B q4_0 tg128 at depth 4096 341.1-343.3 -> 351.6-356.4 t/s; the other variants' registers grow when told
-// one block (e.g. 100 -> 168), so they keep 0.
+// The most warps a block may have (split plans): 16 (512 threads, so 128 registers at most) for the variants that
+// took no more than 128 at 8 warps (at 8 warps: 4 query heads of 128 had 128, capped for two blocks an SM; 1 or 2
+// heads 101 / 126; 1 or 2 of 64 98 / 102; 1 of 256 68), so that none of them spills more; ds_warps for the others
+// (4 or 8 heads of 64: 136 / 138; 8 of 128: 176; 2 or more of 256).
+__host__ __device__ constexpr int ds_max_warps(int gm, int hd) {
+    return (hd == 128 && gm <= 4) || (hd == 64 && gm <= 2) || (hd == 256 && gm == 1) ? 16 : ds_warps(gm, hd);
+}
+
+// Blocks an SM must hold at once (0: the compiler's choice): 4 query heads of 128 (Llama-3 8B's and Qwen3's groups)
+// took 132 registers, one block of 8 warps an SM; capped to 128 (two such blocks, or one of 16 warps).
 constexpr int ds_min_blocks(int gm, int d) {
-    return gm == 4 && d == 4 ? 2 : 0;
+    return gm == 4 && d == 4 ? 1 : 0;
 }
 
 struct split_plan {
-    int64_t kc;  // keys per split
+    int64_t kc;  // keys per split, a multiple of 32
     int n_split; // ceil(n_kv / kc)
+    int warps;   // a block's; warp w takes rounds of 32 keys w, w + warps, ... of its split
 };
-split_plan decode_split_plan(int64_t n_kv) {
-    int64_t kc = DS_MIN_KEYS;
-    while (ceil_div(n_kv, kc) > DS_MAX_SPLITS) kc *= 2;
-    return {kc, int(std::max<int64_t>(1, ceil_div(n_kv, kc)))};
+// Up to DS_ONE_SPLIT keys: one split, ds_warps. Past it the keys are dealt out so that the blocks (`blocks` = head
+// blocks x tokens of them a split) come to one wave on n_sm SMs, a block's warps one round of 32 keys each where
+// that fits in ds_max_warps (else as few rounds each as it takes). At 4352 keys (an 8B's cache at a 4096-token
+// depth), 8 head blocks, 132 SMs: 16 splits of 288 keys, 9 warps (128 blocks); it had been 17 splits of 256 keys, 8
+// warps: 136 blocks, two on each of 4 SMs, which ran the kernel twice as long (attn_harness.cu, H200: 19.8 us).
+// The plan is made from the key count rounded up to whole 256s: a cache padded within them (kv_pad) is split the
+// same way, so its output is the same bits (the keys past the filled rows are masked, and skipped).
+split_plan decode_split_plan(int64_t n_kv, int gm, int hd, int64_t blocks, int n_sm) {
+    if (n_kv <= DS_ONE_SPLIT) return {DS_ONE_SPLIT, 1, ds_warps(gm, hd)};
+    const int64_t rounds = ceil_div(n_kv, DS_ONE_SPLIT) * (DS_ONE_SPLIT / 32);
+    const int64_t want = std::clamp<int64_t>(n_sm / std::max<int64_t>(blocks, 1), 1, DS_MAX_SPLITS);
+    const int64_t per_split = ceil_div(rounds, want); // rounds a split (so at most `want` splits)
+    const int64_t each = ceil_div(per_split, int64_t(ds_max_warps(gm, hd))); // rounds a warp
+    return {per_split * 32, int(ceil_div(n_kv, per_split * 32)), int(ceil_div(per_split, each))};
+}
+// The most splits any plan makes for n_kv keys (the partials' room)
+int64_t decode_max_splits(int64_t n_kv) {
+    return n_kv <= DS_ONE_SPLIT ? 1 : std::min<int64_t>(DS_MAX_SPLITS, ceil_div(n_kv, int64_t(32)));
 }
 
 // D halves as stored (one 4-, 8- or 16-byte load) and as floats
@@ -350,15 +369,16 @@ __device__ __forceinline__ void decode_store(const attn_args& a, int t, int h, i
 }
 
 template <int D, int GM>
-static __global__ void __launch_bounds__(ds_warps(GM, D * WARP_SIZE) * WARP_SIZE, ds_min_blocks(GM, D))
+static __global__ void __launch_bounds__(ds_max_warps(GM, D * WARP_SIZE) * WARP_SIZE, ds_min_blocks(GM, D))
     attention_decode_split_kernel(attn_args a, int64_t kc, int n_split) {
-    constexpr int HD = D * WARP_SIZE, W = ds_warps(GM, HD);
+    constexpr int HD = D * WARP_SIZE, WMAX = ds_max_warps(GM, HD);
+    const int W = int(blockDim.x) / WARP_SIZE; // <= WMAX
     constexpr int KB = HD / 8 < 16 ? HD / 8 : 16; // K row pieces (16 bytes) loaded at once: 64 registers at most
     constexpr int VB = D == 8 ? 8 : 32;             // V rows loaded at once
     using vraw = typename halves_raw<D>::type;
     __shared__ __align__(16) float q_s[GM][HD];
-    __shared__ float m_s[W][GM], l_s[W][GM];
-    __shared__ float acc_s[W][GM][HD];
+    __shared__ float m_s[WMAX][GM], l_s[WMAX][GM];
+    __shared__ float acc_s[WMAX][GM][HD];
     __shared__ int last_s;
     const int hblocks = (a.group + GM - 1) / GM;
     const int hk = blockIdx.x / hblocks, g0 = blockIdx.x % hblocks * GM;
@@ -484,10 +504,8 @@ static __global__ void __launch_bounds__(ds_warps(GM, D * WARP_SIZE) * WARP_SIZE
     for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
         const int g = i / HD, d = i % HD;
         float mx = -INFINITY, o = 0.0f, l = 0.0f;
-#pragma unroll
         for (int w = 0; w < W; w++) mx = fmaxf(mx, m_s[w][g]);
         if (mx != -INFINITY)
-#pragma unroll
             for (int w = 0; w < W; w++) {
                 const float f = m_s[w][g] == -INFINITY ? 0.0f : __expf(m_s[w][g] - mx);
                 l += l_s[w][g] * f;
@@ -513,31 +531,12 @@ static __global__ void __launch_bounds__(ds_warps(GM, D * WARP_SIZE) * WARP_SIZE
     __syncthreads();
     if (!last_s) return;
     __threadfence();
-    if (a.old_combine) { // TEMPORARY (experiment)
-    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-        const int g = i / HD, d = i % HD;
-        const size_t p0 = (size_t(t) * a.n_head + h0 + g) * n_split;
-        float mx = -INFINITY, o = 0.0f, l = 0.0f;
-        for (int k = 0; k < n_split; k++) mx = fmaxf(mx, __ldcg(&part_ml[p0 + k]).x);
-        if (mx != -INFINITY)
-            for (int k = 0; k < n_split; k++) {
-                const float2 ml = __ldcg(&part_ml[p0 + k]);
-                if (ml.x == -INFINITY) continue; // a split whose keys are all masked
-                const float f = __expf(ml.x - mx);
-                l += ml.y * f;
-                o += __ldcg(&part_acc[(p0 + k) * HD + d]) * f;
-            }
-        const float f = sink_fold(a.sinks, h0 + g, mx, l);
-        decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o * f / l, lane, HD);
-    }
-    return;
-    }
     // The splits' (max, sum) first, a warp a head loading them all at once, into shared memory (acc_s is free now):
     // each split's factor e^(m_k - max) (-1: a split whose keys are all masked, left out) and its sum. A thread then
     // sums its (head, dimension) over the splits in their order, the partial loads independent of each other.
     float* const f_s = &acc_s[0][0][0];           // [GM][DS_MAX_SPLITS]
     float* const lk_s = f_s + GM * DS_MAX_SPLITS; // [GM][DS_MAX_SPLITS]
-    static_assert(2 * DS_MAX_SPLITS <= W * HD && DS_MAX_SPLITS % WARP_SIZE == 0, "the splits' factors fit in acc_s");
+    static_assert(2 * DS_MAX_SPLITS <= WMAX * HD && DS_MAX_SPLITS % WARP_SIZE == 0, "the splits' factors fit");
     for (int g = warp; g < G; g += W) {
         const size_t p0 = (size_t(t) * a.n_head + h0 + g) * n_split;
         float2 ml[DS_MAX_SPLITS / WARP_SIZE];
@@ -1045,8 +1044,8 @@ size_t decode_part_offset(int64_t hd, int64_t n_head, int64_t n_tok) {
     return (split_acts_bytes(hd * n_head, n_tok) + 255) / 256 * 256;
 }
 size_t decode_part_bytes(int64_t hd, int64_t n_head, int64_t n_tok, int64_t n_kv) {
-    const split_plan sp = decode_split_plan(n_kv);
-    return sp.n_split == 1 ? 0 : size_t(n_tok * n_head * sp.n_split) * size_t(hd + 2) * sizeof(float);
+    const int64_t splits = decode_max_splits(n_kv);
+    return splits == 1 ? 0 : size_t(n_tok * n_head * splits) * size_t(hd + 2) * sizeof(float);
 }
 
 template <int D> void decode_split_launch(const cuda_context& ctx, const attn_args& a) {
@@ -1058,23 +1057,31 @@ template <int D> void decode_split_launch(const cuda_context& ctx, const attn_ar
     // TESSERA_CUDA_ATTN_SPREAD=0: the whole group always.
     static const bool spread = env_switch_on("TESSERA_CUDA_ATTN_SPREAD");
     int gm = a.group <= 1 ? 1 : a.group <= 2 ? 2 : a.group <= 4 ? 4 : 8;
-    split_plan sp = decode_split_plan(a.n_kv);
+    // the spread is decided on splits of 256 keys
+    const int64_t splits_256 =
+        a.n_kv <= DS_ONE_SPLIT ? 1 : std::min<int64_t>(DS_MAX_SPLITS, ceil_div(a.n_kv, int64_t(DS_ONE_SPLIT)));
     const auto head_blocks = [&](int g) { return int64_t(a.n_head / a.group) * ceil_div(a.group, g); };
-    while (spread && gm > 1 && head_blocks(gm) * sp.n_split * a.n_tok < ctx.n_sm / 2 &&
-           (sp.n_split == 1 || size_t(head_blocks(gm / 2) * a.n_tok) <= ctx.n_counters))
+    while (spread && gm > 1 && head_blocks(gm) * splits_256 * a.n_tok < ctx.n_sm / 2 &&
+           (splits_256 == 1 || size_t(head_blocks(gm / 2) * a.n_tok) <= ctx.n_counters))
         gm /= 2;
     const int64_t blocks_x = head_blocks(gm);
+    split_plan sp = decode_split_plan(a.n_kv, gm, 32 * D, blocks_x * a.n_tok, ctx.n_sm);
+    if (std::getenv("TESSERA_CUDA_DS_PLAN")) { // TEMPORARY (experiment): 256-key splits of 8-warp rounds
+        int64_t kc = DS_ONE_SPLIT;
+        while (ceil_div(a.n_kv, kc) > DS_MAX_SPLITS) kc *= 2;
+        sp = {kc, int(std::max<int64_t>(1, ceil_div(a.n_kv, kc))), ds_warps(gm, 32 * D)};
+    }
     // one split (a block walks all keys) where the partials or counters are missing; never in the model's graphs
-    if (sp.n_split > 1 && (!a.part || !a.counters || size_t(blocks_x * a.n_tok) > ctx.n_counters)) sp = {a.n_kv, 1};
+    if (sp.n_split > 1 && (!a.part || !a.counters || size_t(blocks_x * a.n_tok) > ctx.n_counters))
+        sp = {a.n_kv, 1, ds_warps(gm, 32 * D)};
     TS_ASSERT(blocks_x <= INT32_MAX);
     const dim3 grid(unsigned(blocks_x), unsigned(sp.n_split), unsigned(a.n_tok));
-    const int warps = ds_warps(gm, 32 * D);
     launch(ctx,
            gm == 1   ? attention_decode_split_kernel<D, 1>
            : gm == 2 ? attention_decode_split_kernel<D, 2>
            : gm == 4 ? attention_decode_split_kernel<D, 4>
                      : attention_decode_split_kernel<D, 8>,
-           grid, warps * WARP_SIZE, 0, a, sp.kc, sp.n_split);
+           grid, sp.warps * WARP_SIZE, 0, a, sp.kc, sp.n_split);
 }
 
 void attention_launch(const cuda_context& ctx, const attn_args& a) {
@@ -1151,7 +1158,6 @@ attn_args attention_args(cuda_context& ctx, tensor& dst) {
 void decode_scratch(cuda_context& ctx, attn_args& a) {
     const size_t bytes = decode_part_bytes(a.hd, a.n_head, a.n_tok, a.n_kv);
     a.counters = ctx.counters;
-    a.old_combine = std::getenv("TESSERA_CUDA_DS_OLD") != nullptr; // TEMPORARY (experiment)
     if (bytes == 0) return;
     const size_t off = decode_part_offset(a.hd, a.n_head, a.n_tok);
     TS_ASSERT(ctx.scratch && ctx.scratch_size >= off + bytes);
