@@ -325,20 +325,30 @@ struct split_plan {
     int n_split; // ceil(n_kv / kc)
     int warps;   // a block's; warp w takes rounds of 32 keys w, w + warps, ... of its split
 };
-// Up to DS_ONE_SPLIT keys: one split, ds_warps. Past it the keys are dealt out so that the blocks (`blocks` = head
-// blocks x tokens of them a split) come to one wave on n_sm SMs, a block's warps one round of 32 keys each where
-// that fits in ds_max_warps (else as few rounds each as it takes). At 4352 keys (an 8B's cache at a 4096-token
-// depth), 8 head blocks, 132 SMs: 16 splits of 288 keys, 9 warps (128 blocks); it had been 17 splits of 256 keys, 8
-// warps: 136 blocks, two on each of 4 SMs, which ran the kernel twice as long (attn_harness.cu, H200: 19.8 us).
-// The plan is made from the key count rounded up to whole 256s: a cache padded within them (kv_pad) is split the
-// same way, so its output is the same bits (the keys past the filled rows are masked, and skipped).
+// Up to DS_ONE_SPLIT keys: one split, ds_warps warps. Past it, splits of 256 keys (kc doubled past 64 of them), a
+// round of 32 keys a warp; but where those blocks (`blocks` = head blocks x tokens of them a split) come to more than
+// one wave on n_sm SMs, and one wave fits with a round a warp in ds_max_warps, the keys are dealt out for that wave
+// instead. At 4352 keys (an 8B's cache at a 4096-token depth), 8 head blocks, 132 SMs: 16 splits of 288 keys, 9
+// warps (128 blocks) rather than 17 of 256 keys, 8 warps (136 blocks: two on each of 4 SMs, which ran the kernel
+// about twice as long). Measured (attn_harness.cu, H200, 2026-11-28, 4 query heads a block, us a call at depth 4096 /
+// 8192): 17.6 / 24.3 vs 20.2 / 26.6; in the model (same call) 8B q4_0 tg128 at depth 4096 446 / 446 t/s vs 429 /
+// 428. Dealing out for one wave where it leaves several rounds a warp or blocks of a few warps was slower (8B at depth
+// 1024: 468 vs 480; the 1B's 64-dimension heads, 8 warps at most, at depth 4096: 1401-1437 vs 1503-1516).
+// The plan is made from the key count in whole 256s (but for kc's doubling, past 16384 keys): a cache padded within
+// them (kv_pad) is split the same way, so its output is the same bits (the keys past the filled rows are masked, and
+// skipped).
 split_plan decode_split_plan(int64_t n_kv, int gm, int hd, int64_t blocks, int n_sm) {
     if (n_kv <= DS_ONE_SPLIT) return {DS_ONE_SPLIT, 1, ds_warps(gm, hd)};
-    const int64_t rounds = ceil_div(n_kv, DS_ONE_SPLIT) * (DS_ONE_SPLIT / 32);
+    int64_t kc = DS_ONE_SPLIT;
+    while (ceil_div(n_kv, kc) > DS_MAX_SPLITS) kc *= 2;
+    const split_plan even{kc, int(ceil_div(n_kv, kc)), ds_warps(gm, hd)};
+    const int64_t splits_256 = ceil_div(n_kv, int64_t(DS_ONE_SPLIT));
+    if (blocks * splits_256 <= n_sm) return even;
+    const int64_t rounds = splits_256 * (DS_ONE_SPLIT / 32);
     const int64_t want = std::clamp<int64_t>(n_sm / std::max<int64_t>(blocks, 1), 1, DS_MAX_SPLITS);
     const int64_t per_split = ceil_div(rounds, want); // rounds a split (so at most `want` splits)
-    const int64_t each = ceil_div(per_split, int64_t(ds_max_warps(gm, hd))); // rounds a warp
-    return {per_split * 32, int(ceil_div(n_kv, per_split * 32)), int(ceil_div(per_split, each))};
+    if (per_split > ds_max_warps(gm, hd)) return even;
+    return {per_split * 32, int(ceil_div(n_kv, per_split * 32)), int(per_split)};
 }
 // The most splits any plan makes for n_kv keys (the partials' room)
 int64_t decode_max_splits(int64_t n_kv) {
