@@ -1380,7 +1380,8 @@ TEST(backend_ops_cuda, out_of_memory_is_a_clear_error) {
 
 // Attention over a KV length padded past the filled cache rows (backend::kv_pad: CUDA reads the cache in multiples
 // of 256 rows), the rows past them never written: here NaN bytes (0xff), the mask -inf there. Every kernel (split
-// decode kernel: head sizes 64/128/256, with several splits from 257 keys on; the key-per-thread decode kernel: 96;
+// decode kernel: head sizes 64/128/256, with several splits from 257 keys on, 4201 keys of 8 KV heads dealt out for
+// one wave on 132 SMs (decode_split_plan); the key-per-thread decode kernel: 96;
 // prefill: > 8 queries) must give those keys no weight at all, not 0 * NaN: the output is the unpadded one, bit for bit
 // (the keys each warp / split / tile sees are the same, masked ones skipped).
 TEST(backend_ops_cuda, attention_ignores_never_written_padded_rows) {
@@ -1390,7 +1391,7 @@ TEST(backend_ops_cuda, attention_ignores_never_written_padded_rows) {
         int64_t hd, n_head, n_head_kv, n_tok, n_past, pad;
     };
     for (shape s : {shape{64, 6, 2, 1, 8, 256}, shape{128, 4, 1, 1, 300, 256}, shape{256, 2, 1, 3, 20, 64},
-                    shape{128, 32, 8, 1, 700, 256}, shape{64, 6, 2, 4, 1000, 512},
+                    shape{128, 32, 8, 1, 700, 256}, shape{64, 6, 2, 4, 1000, 512}, shape{128, 32, 8, 1, 4200, 256},
                     shape{96, 2, 1, 1, 9, 256}, shape{64, 6, 2, 33, 7, 256}, shape{128, 4, 2, 70, 30, 256},
                     shape{64, 6, 2, 5, 0, 256}}) {
         const int64_t n_kv = s.n_past + s.n_tok, n_pad = (n_kv + s.pad - 1) / s.pad * s.pad;

@@ -2,9 +2,9 @@
 // token of an 8B-shaped layer (32 query heads, 8 KV heads of 128, the f16 cache laid out as the model's: positions
 // n_head_kv * hd halves apart) at a given depth: microseconds a call for decode_split_plan's split and for fixed
 // splits of whole 8-warp rounds, at 4, 2 and 1 query heads a block,
-// with the caches streamed from HBM (copies rotated past the L2), each result against the first (the plan's; max |diff|;
-// outputs poisoned with NaN first), and a plain kernel reading the same bytes as the floor. Usage: ah [depth]. Build
-// (about 30 s, no project build needed), on an sm_90a machine:
+// with the caches streamed from HBM (copies rotated past the L2), each result against the first (the plan's; max
+// |diff|; outputs poisoned with NaN first), and a plain kernel reading the same bytes as the floor. Usage: ah [depth].
+// Build (about 30 s, no project build needed), on an sm_90a machine:
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/attn_harness.cu \
 //     -o /tmp/ah -Xlinker --unresolved-symbols=ignore-all
 #include "backends/cuda/ops/attention.cu"
@@ -95,8 +95,8 @@ int main(int argc, char** argv) {
     const double bytes = 2.0 * double(depth + 1) * n_kv_head * hd * 2;
     const int64_t live16 = (depth + 1) * n_kv_head * hd * 2 / 16;
     const float floor_us = time_it([&](int c) {
-        read_floor_kernel<<<132 * 8, 256>>>(reinterpret_cast<const uint4*>(dk[c]), reinterpret_cast<const uint4*>(dv[c]),
-                                            live16, dsink);
+        read_floor_kernel<<<132 * 8, 256>>>(reinterpret_cast<const uint4*>(dk[c]),
+                                            reinterpret_cast<const uint4*>(dv[c]), live16, dsink);
     });
     std::printf("read floor: %.2f us (%.0f GB/s)\n", floor_us, bytes / floor_us * 1e-3);
 

@@ -1076,11 +1076,6 @@ template <int D> void decode_split_launch(const cuda_context& ctx, const attn_ar
         gm /= 2;
     const int64_t blocks_x = head_blocks(gm);
     split_plan sp = decode_split_plan(a.n_kv, gm, 32 * D, blocks_x * a.n_tok, ctx.n_sm);
-    if (std::getenv("TESSERA_CUDA_DS_PLAN")) { // TEMPORARY (experiment): 256-key splits of 8-warp rounds
-        int64_t kc = DS_ONE_SPLIT;
-        while (ceil_div(a.n_kv, kc) > DS_MAX_SPLITS) kc *= 2;
-        sp = {kc, int(std::max<int64_t>(1, ceil_div(a.n_kv, kc))), ds_warps(gm, 32 * D)};
-    }
     // one split (a block walks all keys) where the partials or counters are missing; never in the model's graphs
     if (sp.n_split > 1 && (!a.part || !a.counters || size_t(blocks_x * a.n_tok) > ctx.n_counters))
         sp = {a.n_kv, 1, ds_warps(gm, 32 * D)};
