@@ -6,8 +6,9 @@
 // Batches of 192 columns or more (prefill) go to gemm_wq_kernel (below, where the tile rule wq_rows allows): tiles of
 // 64 or 128 weight rows x 256 columns, producer warpgroups (two at BM 64, one at 128: TMA for the activations,
 // shared by the two CTAs of a cluster at BM 64, the weights dequantized into shared memory) and one or two consumer
-// warpgroups that only issue wgmma. H200, 2026-11-28, pp512: 8B q4_0 30087 / 29989 t/s, 1B 127544 / 127355. Measured (H100,
-// 2026-11-28, one call, 8B q4_0 pp512, two producers at BM 64, same greedy text with TESSERA_CUDA_WGMMA_WQ=0):
+// warpgroups that only issue wgmma. H200, 2026-11-28, pp512: 8B q4_0 30087 / 29989 t/s, 1B 127544 / 127355.
+// Measured (H100, 2026-11-28, one call, 8B q4_0 pp512, two producers at BM 64, same greedy text with
+// TESSERA_CUDA_WGMMA_WQ=0):
 // 27911 / 27672 t/s vs 20479 with =0. Outside the model (tests/bench/wq_harness.cu, q4_0, m = 512, TFLOP/s, the old
 // kernel in the same run): 4096^2 494-497 (BM 64) vs 307-311, 28672 x 4096 500 (BM 64) / 465-469 (BM 128) vs 389-395,
 // 4096 x 14336 554 (BM 64) vs 277-278.
