@@ -24,6 +24,232 @@ using namespace tessera::cuda;
         }                                                                                                              \
     } while (0)
 
+namespace tessera::cuda {
+namespace {
+// ---- prototype (session 34, not yet measured): the split decode kernel's QK and PV on tensor cores ----
+// A warp's round of 32 keys as mma.sync m16n8k16 (f16 in, f32 accumulate): S (16 x 32) = Q (16 x HD) K^T with the
+// GQA group's query heads as rows 0 .. GM - 1 (the rest zero), then O (16 x HD) += P V. The k order inside each
+// product is free, so the K rows arrive as 16-byte loads: thread (row g = lane / 4, pair c = lane % 4) of n-tile nt
+// loads key j0 + 8 nt + g's dims 32 u + 8 c .. + 7, which serve k-steps 2u (dims + 0..3) and 2u + 1 (+ 4..7); Q is
+// packed in the same order once. P's fragments are S's accumulators (rows g, keys 2c, 2c + 1 of n-tiles 2 ks and
+// 2 ks + 1) rounded to f16, so the PV keys of k-step ks are j0 + 16 ks + {2c, 2c + 1, 8 + 2c, 9 + 2c}, whose V rows
+// each thread loads at dims g * NT .. + NT - 1 (NT = HD / 8 n-tiles; column g of n-tile nt is dim g * NT + nt) and
+// pairs by byte_perm. Masked keys' V rows are zeroed before the MMA (0 * NaN of a never-written row would reach
+// the output). Q and P are rounded to f16 (the CPU rounds Q to f16 for decode as ggml); the merge of warps and splits
+// is the split kernel's.
+template <int HD, int GM>
+static __global__ void __launch_bounds__(256) attention_decode_mma_kernel(attn_args a, int64_t kc, int n_split) {
+    static_assert((HD == 64 || HD == 128) && GM <= 8, "head sizes 64 / 128, up to 8 query heads a block");
+    constexpr int NU = HD / 32, NT = HD / 8, WMAX = 8;
+    __shared__ float m_s[WMAX][GM], l_s[WMAX][GM];
+    __shared__ float acc_s[WMAX][GM][HD];
+    __shared__ int last_s;
+    const int W = int(blockDim.x) / WARP_SIZE;
+    const int hblocks = (a.group + GM - 1) / GM;
+    const int hk = blockIdx.x / hblocks, g0 = blockIdx.x % hblocks * GM;
+    const int G = min(GM, a.group - g0), h0 = hk * a.group + g0;
+    const int s = blockIdx.y, t = blockIdx.z;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, gq = lane / 4, c = lane % 4;
+    const int64_t k0 = int64_t(s) * kc, k1 = min(a.n_kv, k0 + kc);
+    const float* mr = a.mask ? a.mask + t * a.mask_nb1 : nullptr;
+    const __half* kh = a.k + hk * a.kv_nb1;
+    const __half* vh = a.v + hk * a.kv_nb1 + gq * NT;
+    pdl_wait();
+    pdl_trigger();
+    // Q row gq in the k order: qa[u][h] = {a0, a2} of k-step 2u + h
+    uint32_t qa[NU][2][2];
+    {
+        const float* qr = a.q + (h0 + (gq < G ? gq : 0)) * a.q_nb1 + t * a.q_nb2;
+#pragma unroll
+        for (int u = 0; u < NU; u++) {
+            float4 x0 = *reinterpret_cast<const float4*>(qr + 32 * u + 8 * c);
+            float4 x1 = *reinterpret_cast<const float4*>(qr + 32 * u + 8 * c + 4);
+            if (gq >= G) x0 = x1 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            qa[u][0][0] = pack_half2(x0.x, x0.y), qa[u][0][1] = pack_half2(x0.z, x0.w);
+            qa[u][1][0] = pack_half2(x1.x, x1.y), qa[u][1][1] = pack_half2(x1.z, x1.w);
+        }
+    }
+    float M = -INFINITY, L = 0.0f; // row gq's running max; this thread's part of its sum
+    float o[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    for (int64_t j0 = k0 + warp * WARP_SIZE; j0 < k1; j0 += W * WARP_SIZE) {
+        uint4 kq[4][NU];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            const int64_t j = j0 + 8 * nt + gq;
+            const __half* kr = kh + (j < k1 ? j : j0) * a.kv_nb2 + 8 * c;
+#pragma unroll
+            for (int u = 0; u < NU; u++) kq[nt][u] = *reinterpret_cast<const uint4*>(kr + 32 * u);
+        }
+        // V rows of k-step ks, slot e4: key j0 + 16 ks + 2c + (e4 & 1) + 8 (e4 >> 1); NT halves each
+        uint4 vq[2][4][NT / 8];
+#pragma unroll
+        for (int ks = 0; ks < 2; ks++)
+#pragma unroll
+            for (int e4 = 0; e4 < 4; e4++) {
+                const int64_t j = j0 + 16 * ks + 2 * c + (e4 & 1) + 8 * (e4 >> 1);
+                const __half* vr = vh + (j < k1 ? j : j0) * a.kv_nb2;
+#pragma unroll
+                for (int q = 0; q < NT / 8; q++) vq[ks][e4][q] = *reinterpret_cast<const uint4*>(vr + 8 * q);
+            }
+        // this thread's 8 score keys: n-tile nt, column 2c + e
+        float mv[4][2];
+        bool any = false;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int64_t j = j0 + 8 * nt + 2 * c + e;
+                mv[nt][e] = j < k1 ? (mr ? mr[j] : 0.0f) : -INFINITY;
+                any |= mv[nt][e] != -INFINITY;
+            }
+        if (!__any_sync(0xffffffffu, any)) continue; // the same for every lane
+        float sc[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+            for (int u = 0; u < NU; u++) {
+                const uint32_t a0[4] = {qa[u][0][0], 0u, qa[u][0][1], 0u}, a1[4] = {qa[u][1][0], 0u, qa[u][1][1], 0u};
+                mma_16816(sc[nt], a0, kq[nt][u].x, kq[nt][u].y);
+                mma_16816(sc[nt], a1, kq[nt][u].z, kq[nt][u].w);
+            }
+        }
+        float p[4][2], rmax = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                p[nt][e] = mv[nt][e] != -INFINITY ? sc[nt][e] * a.scale + mv[nt][e] : -INFINITY;
+                rmax = fmaxf(rmax, p[nt][e]);
+            }
+        rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 1));
+        rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 2));
+        const float m_new = fmaxf(M, rmax); // finite: some key of the round is live (one mask for every head)
+        const float corr = M == -INFINITY ? 0.0f : __expf(M - m_new);
+        float psum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                p[nt][e] = p[nt][e] == -INFINITY || gq >= G ? 0.0f : __expf(p[nt][e] - m_new);
+                psum += p[nt][e];
+            }
+        L = L * corr + psum;
+        M = m_new;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) o[nt][0] *= corr, o[nt][1] *= corr;
+#pragma unroll
+        for (int ks = 0; ks < 2; ks++) {
+            const uint32_t pa[4] = {pack_half2(p[2 * ks][0], p[2 * ks][1]), 0u,
+                                    pack_half2(p[2 * ks + 1][0], p[2 * ks + 1][1]), 0u};
+#pragma unroll
+            for (int e4 = 0; e4 < 4; e4++)
+                if (mv[2 * ks + (e4 >> 1)][e4 & 1] == -INFINITY)
+#pragma unroll
+                    for (int q = 0; q < NT / 8; q++) vq[ks][e4][q] = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int q = nt / 8, w = (nt % 8) / 2;
+                const unsigned sel = nt % 2 ? 0x7632u : 0x5410u;
+                auto word = [&](int e4) {
+                    const uint4& r = vq[ks][e4][q];
+                    return w == 0 ? r.x : w == 1 ? r.y : w == 2 ? r.z : r.w;
+                };
+                mma_16816(o[nt], pa, __byte_perm(word(0), word(1), sel), __byte_perm(word(2), word(3), sel));
+            }
+        }
+    }
+    L += __shfl_xor_sync(0xffffffffu, L, 1);
+    L += __shfl_xor_sync(0xffffffffu, L, 2);
+    if (gq < G) {
+        if (c == 0) m_s[warp][gq] = M, l_s[warp][gq] = L;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            acc_s[warp][gq][2 * c * NT + nt] = o[nt][0];
+            acc_s[warp][gq][(2 * c + 1) * NT + nt] = o[nt][1];
+        }
+    }
+    __syncthreads();
+    // the split kernel's merge: warps, then (several splits) the splits by the last block
+    float* part_acc = a.part;
+    float2* part_ml = reinterpret_cast<float2*>(a.part + size_t(a.n_tok) * a.n_head * n_split * HD);
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const int g = i / HD, d = i % HD;
+        float mx = -INFINITY, ov = 0.0f, l = 0.0f;
+        for (int w = 0; w < W; w++) mx = fmaxf(mx, m_s[w][g]);
+        if (mx != -INFINITY)
+            for (int w = 0; w < W; w++) {
+                const float f = m_s[w][g] == -INFINITY ? 0.0f : __expf(m_s[w][g] - mx);
+                l += l_s[w][g] * f;
+                ov += acc_s[w][g][d] * f;
+            }
+        if (n_split == 1) {
+            const float f = sink_fold(a.sinks, h0 + g, mx, l);
+            decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : ov * f / l, lane, HD);
+        } else {
+            const size_t pi = (size_t(t) * a.n_head + h0 + g) * n_split + s;
+            part_acc[pi * HD + d] = ov;
+            if (d == 0) part_ml[pi] = make_float2(mx, l);
+        }
+    }
+    if (n_split == 1) return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* cnt = a.counters + size_t(t) * gridDim.x + blockIdx.x;
+        last_s = atomicAdd(cnt, 1) == n_split - 1;
+        if (last_s) *cnt = 0;
+    }
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    float* const f_s = &acc_s[0][0][0];
+    float* const lk_s = f_s + GM * DS_MAX_SPLITS;
+    static_assert(2 * DS_MAX_SPLITS <= WMAX * HD, "the splits' factors fit");
+    for (int g = warp; g < G; g += W) {
+        const size_t p0 = (size_t(t) * a.n_head + h0 + g) * n_split;
+        float2 ml[DS_MAX_SPLITS / WARP_SIZE];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < DS_MAX_SPLITS / WARP_SIZE; i++) {
+            const int k = lane + WARP_SIZE * i;
+            ml[i] = k < n_split ? __ldcg(&part_ml[p0 + k]) : make_float2(-INFINITY, 0.0f);
+            mx = fmaxf(mx, ml[i].x);
+        }
+        mx = warp_max(mx);
+#pragma unroll
+        for (int i = 0; i < DS_MAX_SPLITS / WARP_SIZE; i++) {
+            const int k = lane + WARP_SIZE * i;
+            if (k < n_split) {
+                f_s[g * DS_MAX_SPLITS + k] = ml[i].x == -INFINITY ? -1.0f : __expf(ml[i].x - mx);
+                lk_s[g * DS_MAX_SPLITS + k] = ml[i].y;
+            }
+        }
+        if (lane == 0) m_s[0][g] = mx;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const int g = i / HD, d = i % HD;
+        const float* pp = a.part + (size_t(t) * a.n_head + h0 + g) * n_split * HD + d;
+        float ov = 0.0f, l = 0.0f;
+#pragma unroll 4
+        for (int k = 0; k < n_split; k++) {
+            const float f = f_s[g * DS_MAX_SPLITS + k], x = __ldcg(pp + size_t(k) * HD);
+            if (f >= 0.0f) {
+                l += lk_s[g * DS_MAX_SPLITS + k] * f;
+                ov += x * f;
+            }
+        }
+        const float f = sink_fold(a.sinks, h0 + g, m_s[0][g], l);
+        decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : ov * f / l, lane, HD);
+    }
+}
+
+} // namespace
+} // namespace tessera::cuda
+
 // every live K and V byte of the layer read once (16 bytes a thread a step), summed so nothing is dropped
 static __global__ void read_floor_kernel(const uint4* k, const uint4* v, int64_t n, float* out) {
     float s = 0.0f;
@@ -108,6 +334,7 @@ int main(int argc, char** argv) {
         const char* name;
         int gm;
         split_plan sp;
+        bool mma = false; // the prototype above
     };
     std::vector<config> configs;
     for (int gm : {4, 2, 1}) {
@@ -117,6 +344,10 @@ int main(int argc, char** argv) {
             if ((n_kv + kc - 1) / kc <= DS_MAX_SPLITS)
                 configs.push_back({"fixed", gm, split_plan{kc, int((n_kv + kc - 1) / kc), ds_warps(gm, hd)}});
     }
+    for (int gm : {4, 2})
+        for (int64_t kc : {256, 512, 1024})
+            if ((n_kv + kc - 1) / kc <= DS_MAX_SPLITS)
+                configs.push_back({"mma", gm, split_plan{kc, int((n_kv + kc - 1) / kc), 8}, true});
     for (const config& cf : configs) {
         const int gm = cf.gm, n_split = cf.sp.n_split;
         const int64_t kc = cf.sp.kc;
@@ -132,7 +363,11 @@ int main(int argc, char** argv) {
             a.scale = 1.0f / std::sqrt(float(hd));
             a.part = dpart, a.counters = dcnt;
             const dim3 grid(unsigned(blocks_x), unsigned(n_split), 1);
-            if (gm == 4)
+            if (cf.mma && gm == 4)
+                attention_decode_mma_kernel<128, 4><<<grid, warps * 32>>>(a, kc, n_split);
+            else if (cf.mma)
+                attention_decode_mma_kernel<128, 2><<<grid, warps * 32>>>(a, kc, n_split);
+            else if (gm == 4)
                 attention_decode_split_kernel<4, 4><<<grid, warps * 32>>>(a, kc, n_split);
             else if (gm == 2)
                 attention_decode_split_kernel<4, 2><<<grid, warps * 32>>>(a, kc, n_split);
@@ -143,14 +378,16 @@ int main(int argc, char** argv) {
         run(0);
         CKH(cudaDeviceSynchronize());
         CKH(cudaMemcpy(have_ref ? got.data() : ref.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost));
-        double diff = 0;
+        double diff = 0, ref_max = 0;
+        for (float x : ref) ref_max = std::max(ref_max, double(std::fabs(x)));
         if (have_ref)
             for (size_t i = 0; i < got.size(); i++)
                 diff = std::max(diff, std::isnan(got[i]) ? 1e30 : double(std::fabs(got[i] - ref[i])));
         have_ref = true;
         const float us = time_it(run);
-        std::printf("%-5s gm %d kc %5lld: %3d blocks x %2d splits, %2d warps: %7.2f us (%5.0f GB/s)  max |diff| %.3g\n",
-                    cf.name, gm, (long long)kc, blocks_x, n_split, warps, us, bytes / us * 1e-3, diff);
+        std::printf("%-5s gm %d kc %5lld: %3d blocks x %2d splits, %2d warps: %7.2f us (%5.0f GB/s)  max |diff| %.3g "
+                    "(of %.3g)\n",
+                    cf.name, gm, (long long)kc, blocks_x, n_split, warps, us, bytes / us * 1e-3, diff, ref_max);
     }
     return 0;
 }
