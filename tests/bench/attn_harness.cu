@@ -1,10 +1,11 @@
 // attn_harness.cu: the decode attention kernel (attention.cu, attention_decode_split_kernel) outside the model, on one
-// token of an 8B-shaped layer (32 query heads, 8 KV heads of 128, the f16 cache laid out as the model's: positions
-// n_head_kv * hd halves apart) at a given depth: microseconds a call for decode_split_plan's split and for fixed
-// splits of whole 8-warp rounds, at 4, 2 and 1 query heads a block,
-// with the caches streamed from HBM (copies rotated past the L2), each result against the first (the plan's; max
-// |diff|; outputs poisoned with NaN first), and a plain kernel reading the same bytes as the floor. Usage: ah [depth].
-// Build (about 30 s, no project build needed), on an sm_90a machine:
+// token of an 8B- or 1B-shaped layer (32 query heads, 8 KV heads of 128 or 64 dimensions, the f16 cache laid out as
+// the model's: positions n_head_kv * hd halves apart) at a given depth: microseconds a call for decode_split_plan's
+// split, for fixed splits of whole 8-warp rounds at 4, 2 and 1 query heads a block, and for the tensor-core
+// prototype below ("mma"), with the caches streamed from HBM (copies rotated past the L2), each result against the
+// first (the plan's; max |diff| and the largest |output|; outputs poisoned with NaN first), and a plain kernel
+// reading the same bytes as the floor. Usage: ah [depth] [64|128]. Build (about 40 s, no project build needed), on
+// an sm_90a machine:
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/attn_harness.cu \
 //     -o /tmp/ah -Xlinker --unresolved-symbols=ignore-all
 #include "backends/cuda/ops/attention.cu"
@@ -260,9 +261,22 @@ static __global__ void read_floor_kernel(const uint4* k, const uint4* v, int64_t
     if (s == 1.2345f) *out = s;
 }
 
+template <int HD> int run_shape(int64_t depth);
+
+// arguments: the depth (default 4096), then the head size: 128 (an 8B layer, the default) or 64 (a 1B layer: 32
+// query heads, 8 KV heads)
 int main(int argc, char** argv) {
     const int64_t depth = argc > 1 ? std::atoll(argv[1]) : 4096;
-    const int hd = 128, n_head = 32, n_kv_head = 8, group = n_head / n_kv_head;
+    const int hd = argc > 2 ? std::atoi(argv[2]) : 128;
+    if (hd == 128) return run_shape<128>(depth);
+    if (hd == 64) return run_shape<64>(depth);
+    std::printf("error: head size %d (64 or 128)\n", hd);
+    return 1;
+}
+
+template <int HD> int run_shape(int64_t depth) {
+    const int hd = HD, n_head = 32, n_kv_head = 8, group = n_head / n_kv_head;
+    constexpr int D = HD / 32;
     const int64_t n_kv = (depth + 1 + 255) / 256 * 256; // the model's padded cache (kv_pad 256)
     const size_t kv_elems = size_t(n_kv) * n_kv_head * hd;
     const int copies = int(std::max<size_t>(4, (400u << 20) / (2 * kv_elems * 2) + 1));
@@ -364,15 +378,15 @@ int main(int argc, char** argv) {
             a.part = dpart, a.counters = dcnt;
             const dim3 grid(unsigned(blocks_x), unsigned(n_split), 1);
             if (cf.mma && gm == 4)
-                attention_decode_mma_kernel<128, 4><<<grid, warps * 32>>>(a, kc, n_split);
+                attention_decode_mma_kernel<HD, 4><<<grid, warps * 32>>>(a, kc, n_split);
             else if (cf.mma)
-                attention_decode_mma_kernel<128, 2><<<grid, warps * 32>>>(a, kc, n_split);
+                attention_decode_mma_kernel<HD, 2><<<grid, warps * 32>>>(a, kc, n_split);
             else if (gm == 4)
-                attention_decode_split_kernel<4, 4><<<grid, warps * 32>>>(a, kc, n_split);
+                attention_decode_split_kernel<D, 4><<<grid, warps * 32>>>(a, kc, n_split);
             else if (gm == 2)
-                attention_decode_split_kernel<4, 2><<<grid, warps * 32>>>(a, kc, n_split);
+                attention_decode_split_kernel<D, 2><<<grid, warps * 32>>>(a, kc, n_split);
             else
-                attention_decode_split_kernel<4, 1><<<grid, warps * 32>>>(a, kc, n_split);
+                attention_decode_split_kernel<D, 1><<<grid, warps * 32>>>(a, kc, n_split);
         };
         CKH(cudaMemset(dout, 0xff, got.size() * 4));
         run(0);
