@@ -378,13 +378,102 @@ __device__ __forceinline__ void decode_store(const attn_args& a, int t, int h, i
     }
 }
 
+// The end of a split decode block, once its W warps' (max, sum, accumulator) per head are in m_s / l_s / acc_s (and
+// a barrier passed): merged over the warps, then written as the output (one split) or as the split's partials, of
+// which the last block of the (head block, token) to finish (a counter in ctx.counters, set back to 0 by that block)
+// merges all and writes the output (and the q8_1 of the output projection's input). Block (x, split s, token t) as
+// the kernels' grids; G heads from h0.
+template <int HD, int GM, int WMAX>
+__device__ __forceinline__ void decode_merge(const attn_args& a, float (&m_s)[WMAX][GM], float (&l_s)[WMAX][GM],
+                                             float (&acc_s)[WMAX][GM][HD], int& last_s, int W, int G, int h0,
+                                             int n_split) {
+    const int s = blockIdx.y, t = blockIdx.z;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    // the block's result per (head, dimension): G HD values, whole warps (HD % 32 == 0)
+    float* part_acc = a.part; // [t][h][split][HD], then (max, sum) as float2 [t][h][split]
+    float2* part_ml = reinterpret_cast<float2*>(a.part + size_t(a.n_tok) * a.n_head * n_split * HD);
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const int g = i / HD, d = i % HD;
+        float mx = -INFINITY, o = 0.0f, l = 0.0f;
+        for (int w = 0; w < W; w++) mx = fmaxf(mx, m_s[w][g]);
+        if (mx != -INFINITY)
+            for (int w = 0; w < W; w++) {
+                const float f = m_s[w][g] == -INFINITY ? 0.0f : __expf(m_s[w][g] - mx);
+                l += l_s[w][g] * f;
+                o += acc_s[w][g][d] * f;
+            }
+        if (n_split == 1) {
+            const float f = sink_fold(a.sinks, h0 + g, mx, l);
+            decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o * f / l, lane, HD);
+        } else {
+            const size_t pi = (size_t(t) * a.n_head + h0 + g) * n_split + s;
+            part_acc[pi * HD + d] = o;
+            if (d == 0) part_ml[pi] = make_float2(mx, l);
+        }
+    }
+    if (n_split == 1) return;
+    __threadfence(); // the partials are visible before the count says so
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* cnt = a.counters + size_t(t) * gridDim.x + blockIdx.x;
+        last_s = atomicAdd(cnt, 1) == n_split - 1;
+        if (last_s) *cnt = 0; // every block of this (head block, token) has counted: ready for the next call
+    }
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    // The splits' (max, sum) first, a warp a head loading them all at once, into shared memory (acc_s is free now):
+    // each split's factor e^(m_k - max) (-1: a split whose keys are all masked, left out) and its sum. A thread then
+    // sums its (head, dimension) over the splits in their order, the partial loads independent of each other.
+    float* const f_s = &acc_s[0][0][0];           // [GM][DS_MAX_SPLITS]
+    float* const lk_s = f_s + GM * DS_MAX_SPLITS; // [GM][DS_MAX_SPLITS]
+    static_assert(2 * DS_MAX_SPLITS <= WMAX * HD && DS_MAX_SPLITS % WARP_SIZE == 0, "the splits' factors fit");
+    for (int g = warp; g < G; g += W) {
+        const size_t p0 = (size_t(t) * a.n_head + h0 + g) * n_split;
+        float2 ml[DS_MAX_SPLITS / WARP_SIZE];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < DS_MAX_SPLITS / WARP_SIZE; i++) {
+            const int k = lane + WARP_SIZE * i;
+            ml[i] = k < n_split ? __ldcg(&part_ml[p0 + k]) : make_float2(-INFINITY, 0.0f);
+            mx = fmaxf(mx, ml[i].x);
+        }
+        mx = warp_max(mx);
+#pragma unroll
+        for (int i = 0; i < DS_MAX_SPLITS / WARP_SIZE; i++) {
+            const int k = lane + WARP_SIZE * i;
+            if (k < n_split) {
+                f_s[g * DS_MAX_SPLITS + k] = ml[i].x == -INFINITY ? -1.0f : __expf(ml[i].x - mx);
+                lk_s[g * DS_MAX_SPLITS + k] = ml[i].y;
+            }
+        }
+        if (lane == 0) m_s[0][g] = mx;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        const int g = i / HD, d = i % HD;
+        const float* pa = a.part + (size_t(t) * a.n_head + h0 + g) * n_split * HD + d;
+        float o = 0.0f, l = 0.0f;
+#pragma unroll 4
+        for (int k = 0; k < n_split; k++) {
+            const float f = f_s[g * DS_MAX_SPLITS + k], x = __ldcg(pa + size_t(k) * HD);
+            if (f >= 0.0f) {
+                l += lk_s[g * DS_MAX_SPLITS + k] * f;
+                o += x * f;
+            }
+        }
+        const float f = sink_fold(a.sinks, h0 + g, m_s[0][g], l);
+        decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o * f / l, lane, HD);
+    }
+}
+
 template <int D, int GM>
 static __global__ void __launch_bounds__(ds_max_warps(GM, D * WARP_SIZE) * WARP_SIZE, ds_min_blocks(GM, D))
     attention_decode_split_kernel(attn_args a, int64_t kc, int n_split) {
     constexpr int HD = D * WARP_SIZE, WMAX = ds_max_warps(GM, HD);
-    const int W = int(blockDim.x) / WARP_SIZE; // <= WMAX
+    const int W = int(blockDim.x) / WARP_SIZE;    // <= WMAX
     constexpr int KB = HD / 8 < 16 ? HD / 8 : 16; // K row pieces (16 bytes) loaded at once: 64 registers at most
-    constexpr int VB = D == 8 ? 8 : 32;             // V rows loaded at once
+    constexpr int VB = D == 8 ? 8 : 32;           // V rows loaded at once
     using vraw = typename halves_raw<D>::type;
     __shared__ __align__(16) float q_s[GM][HD];
     __shared__ float m_s[WMAX][GM], l_s[WMAX][GM];
@@ -508,82 +597,7 @@ static __global__ void __launch_bounds__(ds_max_warps(GM, D * WARP_SIZE) * WARP_
         for (int d = 0; d < D; d++) acc_s[warp][g][lane * D + d] = acc[g][d];
     }
     __syncthreads();
-    // the block's result per (head, dimension): G HD values, whole warps (HD % 32 == 0)
-    float* part_acc = a.part; // [t][h][split][HD], then (max, sum) as float2 [t][h][split]
-    float2* part_ml = reinterpret_cast<float2*>(a.part + size_t(a.n_tok) * a.n_head * n_split * HD);
-    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-        const int g = i / HD, d = i % HD;
-        float mx = -INFINITY, o = 0.0f, l = 0.0f;
-        for (int w = 0; w < W; w++) mx = fmaxf(mx, m_s[w][g]);
-        if (mx != -INFINITY)
-            for (int w = 0; w < W; w++) {
-                const float f = m_s[w][g] == -INFINITY ? 0.0f : __expf(m_s[w][g] - mx);
-                l += l_s[w][g] * f;
-                o += acc_s[w][g][d] * f;
-            }
-        if (n_split == 1) {
-            const float f = sink_fold(a.sinks, h0 + g, mx, l);
-            decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o * f / l, lane, HD);
-        } else {
-            const size_t pi = (size_t(t) * a.n_head + h0 + g) * n_split + s;
-            part_acc[pi * HD + d] = o;
-            if (d == 0) part_ml[pi] = make_float2(mx, l);
-        }
-    }
-    if (n_split == 1) return;
-    __threadfence(); // the partials are visible before the count says so
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int* cnt = a.counters + size_t(t) * gridDim.x + blockIdx.x;
-        last_s = atomicAdd(cnt, 1) == n_split - 1;
-        if (last_s) *cnt = 0; // every block of this (head block, token) has counted: ready for the next call
-    }
-    __syncthreads();
-    if (!last_s) return;
-    __threadfence();
-    // The splits' (max, sum) first, a warp a head loading them all at once, into shared memory (acc_s is free now):
-    // each split's factor e^(m_k - max) (-1: a split whose keys are all masked, left out) and its sum. A thread then
-    // sums its (head, dimension) over the splits in their order, the partial loads independent of each other.
-    float* const f_s = &acc_s[0][0][0];           // [GM][DS_MAX_SPLITS]
-    float* const lk_s = f_s + GM * DS_MAX_SPLITS; // [GM][DS_MAX_SPLITS]
-    static_assert(2 * DS_MAX_SPLITS <= WMAX * HD && DS_MAX_SPLITS % WARP_SIZE == 0, "the splits' factors fit");
-    for (int g = warp; g < G; g += W) {
-        const size_t p0 = (size_t(t) * a.n_head + h0 + g) * n_split;
-        float2 ml[DS_MAX_SPLITS / WARP_SIZE];
-        float mx = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < DS_MAX_SPLITS / WARP_SIZE; i++) {
-            const int k = lane + WARP_SIZE * i;
-            ml[i] = k < n_split ? __ldcg(&part_ml[p0 + k]) : make_float2(-INFINITY, 0.0f);
-            mx = fmaxf(mx, ml[i].x);
-        }
-        mx = warp_max(mx);
-#pragma unroll
-        for (int i = 0; i < DS_MAX_SPLITS / WARP_SIZE; i++) {
-            const int k = lane + WARP_SIZE * i;
-            if (k < n_split) {
-                f_s[g * DS_MAX_SPLITS + k] = ml[i].x == -INFINITY ? -1.0f : __expf(ml[i].x - mx);
-                lk_s[g * DS_MAX_SPLITS + k] = ml[i].y;
-            }
-        }
-        if (lane == 0) m_s[0][g] = mx;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-        const int g = i / HD, d = i % HD;
-        const float* pa = a.part + (size_t(t) * a.n_head + h0 + g) * n_split * HD + d;
-        float o = 0.0f, l = 0.0f;
-#pragma unroll 4
-        for (int k = 0; k < n_split; k++) {
-            const float f = f_s[g * DS_MAX_SPLITS + k], x = __ldcg(pa + size_t(k) * HD);
-            if (f >= 0.0f) {
-                l += lk_s[g * DS_MAX_SPLITS + k] * f;
-                o += x * f;
-            }
-        }
-        const float f = sink_fold(a.sinks, h0 + g, m_s[0][g], l);
-        decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o * f / l, lane, HD);
-    }
+    decode_merge<HD, GM, WMAX>(a, m_s, l_s, acc_s, last_s, W, G, h0, n_split);
 }
 
 // Exact mode, >= 64 queries: the CPU's tiled attention (backends/cpu/ops/attention.cpp, attention_tiled) step for step.

@@ -687,7 +687,7 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
     if (tid == 0) {
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&x_map)) : "memory");
         for (int st = 0; st < ST; st++) {
-            mbar_init(full(st), 128 + 1); // the producers, and the TMA's expect_tx
+            mbar_init(full(st), 128 + 1);                           // the producers, and the TMA's expect_tx
             mbar_init(empty(st), CL == 1 ? 128 * NC : 4 * NC * CL); // threads; in a cluster, warps of every CTA
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -823,10 +823,10 @@ template <class D, int TN> void allow_smem() {
                                        int(smem_bytes<TN, stages<D, TN>()>())));
 }
 template <class D> void allow_smem_wq() {
-    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(WQ_SMEM<64>)));
-    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_wq_kernel<D, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(WQ_SMEM<128>)));
+    TS_CUDA_CHECK(
+        cudaFuncSetAttribute(gemm_wq_kernel<D, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<64>)));
+    TS_CUDA_CHECK(
+        cudaFuncSetAttribute(gemm_wq_kernel<D, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WQ_SMEM<128>)));
 }
 template <class F> void allow_smem() {
     if constexpr (has_split<F>::value) {
