@@ -9,6 +9,7 @@
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/attn_harness.cu \
 //     -o /tmp/ah -Xlinker --unresolved-symbols=ignore-all
 #include "backends/cuda/ops/attention.cu"
+#include "tests/bench/harness_check.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,14 +17,6 @@
 #include <vector>
 using namespace tessera;
 using namespace tessera::cuda;
-#define CKH(x)                                                                                                         \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            std::printf("%s: %s\n", #x, cudaGetErrorString(e_));                                                       \
-            std::exit(1);                                                                                              \
-        }                                                                                                              \
-    } while (0)
 
 namespace tessera::cuda {
 namespace {

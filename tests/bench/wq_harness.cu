@@ -8,6 +8,7 @@
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/wq_harness.cu \
 //     -o /tmp/wqh -Xlinker --unresolved-symbols=ignore-all
 #include "backends/cuda/ops/gemm_wgmma.cu"
+#include "tests/bench/harness_check.h"
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,14 +16,6 @@
 #include <cmath>
 using namespace tessera;
 using namespace tessera::cuda;
-#define CKH(x)                                                                                                         \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            std::printf("%s: %s\n", #x, cudaGetErrorString(e_));                                                       \
-            return 1;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
 // arena: every copy of the weights in one allocation, one after the other (as the model's weights)
 template <class D> int run_format(bool arena) {
     static_assert(D::scale_bytes == 2 && D::chunks_per_scale == 1, "formats with one f16 scale a chunk");
