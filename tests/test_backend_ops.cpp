@@ -693,11 +693,12 @@ std::vector<op_case> all_cases() {
 
     // attention over an f16 cache with GQA and a causal mask; n_tok <= 8 takes the decode kernel, more the tiled
     // prefill (partial tiles of 32 queries and 32 keys). bound: the CPU rounds Q and its V accumulator to f16 below
-    // 64 queries (ggml's numerics), CUDA's decode and f32 prefill kernels stay in f32; the CPU's error grows with the
-    // keys (NMSE against exact math: ~1e-7 at 100 keys, 3.1e-5 at 1501) -> 5e-6, 1e-4 past 256 keys, 5e-4 past 4096
-    // (1.4e-4 measured at 9001 keys, H100), 1e-3 past 16384 (3.9e-4 at 17001); >= 64 queries the CPU is f32 -> 1e-10, except that CUDA's tensor-core
-    // prefill (head sizes 64 / 128 / 256, > 8 queries) rounds Q and P to
-    // f16 (relative error <= 2^-11 each, NMSE ~1e-7 measured) -> at least 2e-6 there
+    // 64 queries (ggml's numerics); CUDA's decode kernels round Q and P to f16 on the tensor cores (head sizes 64 and
+    // 128) or stay in f32 (others), its f32 prefill stays in f32; the CPU's error grows with the keys (NMSE against
+    // exact math: ~1e-7 at 100 keys, 3.1e-5 at 1501) -> 5e-6, 1e-4 past 256 keys, 5e-4 past 4096 (1.4e-4 measured at
+    // 9001 keys, H100), 1e-3 past 16384 (3.9e-4 at 17001); >= 64 queries the CPU is f32 -> 1e-10, except that CUDA's
+    // tensor-core prefill (head sizes 64 / 128 / 256, > 8 queries) rounds Q and P to f16 (relative error <= 2^-11
+    // each, NMSE ~1e-7 measured) -> at least 2e-6 there
     struct attn_shape {
         int64_t hd, n_head, n_head_kv, n_tok, n_past;
         bool mask;
@@ -713,6 +714,10 @@ std::vector<op_case> all_cases() {
                                       // KV head 1 / 3 / 4 / 8 / 12 (two blocks of 8 and 4), 8 tokens
                                       {128, 16, 2, 1, 600, true}, {64, 24, 2, 2, 260, true}, {128, 4, 4, 8, 400, true},
                                       {256, 4, 2, 3, 500, false}, {64, 4, 1, 1, 17000, true},
+                                      // an 8B layer's decode at depths 4200 and 9000: on 132 SMs the tensor-core
+                                      // kernel's one-wave splits with V loaded after the scores (9 warps, one round;
+                                      // 12 warps, two rounds)
+                                      {128, 32, 8, 1, 4200, true}, {128, 32, 8, 1, 9000, true},
                                       // head size 256 on the tensor cores (gemma3): Q read from shared memory per tile
                                       {256, 8, 4, 130, 0, true}, {256, 4, 1, 70, 300, true}, {256, 2, 2, 65, 0, false}};
     for (attn_shape s : attn_shapes) {

@@ -1,4 +1,4 @@
-# attn_mma_sim.py: attn_harness.cu's attention_decode_mma_kernel fragment mapping (one warp, one round of 32 keys,
+# attn_mma_sim.py: attention.cu's attention_decode_mma_kernel fragment mapping (one warp, one round of 32 keys,
 # masked keys' K / V rows NaN) simulated in exact arithmetic against plain attention; prints the max |diff| per case.
 # Run: python3 tests/bench/attn_mma_sim.py (expect ~1e-16).
 import random, math
@@ -66,29 +66,32 @@ def run(HD, G, masked):
                 for e in range(2):
                     v = p[l, nt, e]; v = 0.0 if v == -math.inf or g >= G else math.exp(v - m); p[l, nt, e] = v; s += v
             Lp[l] = s
-    o = {nt: [[0.0]*4 for _ in range(32)] for nt in range(NT)}
+    # P V as O^T = V^T P^T: m-tile mt rows g / g + 8 = dims g NT + 2 mt / + 1, columns = heads
+    o = {mt: [[0.0]*4 for _ in range(32)] for mt in range(NT // 2)}
     for ks in range(2):
-        for nt in range(NT):
+        for mt in range(NT // 2):
             Afr, Bfr = [], []
             for lane in range(32):
                 g, c = lane // 4, lane % 4
-                Afr.append(((p[lane, 2*ks, 0], p[lane, 2*ks, 1]), Z, (p[lane, 2*ks+1, 0], p[lane, 2*ks+1, 1]), Z))
+                Bfr.append(((p[lane, 2*ks, 0], p[lane, 2*ks, 1]), (p[lane, 2*ks+1, 0], p[lane, 2*ks+1, 1])))
                 rows = []
                 for e4 in range(4):
                     j = 16*ks + 2*c + (e4 & 1) + 8*(e4 >> 1)
                     live = mask[8*(2*ks + (e4 >> 1)) + 2*c + (e4 & 1)] != -math.inf
-                    assert j == 8*(2*ks + (e4 >> 1)) + 2*c + (e4 & 1)
                     rows.append([V[j][g*NT + i] if live else 0.0 for i in range(NT)])
-                Bfr.append(((rows[0][nt], rows[1][nt]), (rows[2][nt], rows[3][nt])))
-            o[nt] = mma(o[nt], Afr, Bfr)
+                lo = [r[2*mt] for r in rows]; hi = [r[2*mt + 1] for r in rows]
+                Afr.append(((lo[0], lo[1]), (hi[0], hi[1]), (lo[2], lo[3]), (hi[2], hi[3])))
+            o[mt] = mma(o[mt], Afr, Bfr)
     worst = 0
     for lane in range(32):
         g, c = lane // 4, lane % 4
-        if g >= G: continue
-        L = sum(Lp[4*g + cc] for cc in range(4))
-        for nt in range(NT):
-            for k, d in ((0, 2*c*NT + nt), (1, (2*c+1)*NT + nt)):
-                worst = max(worst, abs(o[nt][lane][k] / L - ref[g][d]))
+        for mt in range(NT // 2):
+            d = g*NT + 2*mt
+            for k, h, dd in ((0, 2*c, d), (1, 2*c+1, d), (2, 2*c, d+1), (3, 2*c+1, d+1)):
+                if h >= G: continue
+                L = sum(Lp[4*h + cc] for cc in range(4))
+                worst = max(worst, abs(o[mt][lane][k] / L - ref[h][dd]))
     return worst
-for HD, G, masked in ((128, 4, set()), (128, 3, {5, 17, 31}), (64, 4, {0, 9}), (64, 2, set())):
+CASES = ((128, 4, set()), (128, 3, {5, 17, 31}), (128, 8, {2}), (64, 4, {0, 9}), (64, 2, set()), (64, 1, {30}))
+for HD, G, masked in CASES:
     print(HD, G, sorted(masked), "max |diff|", run(HD, G, masked))

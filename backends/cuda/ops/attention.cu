@@ -320,6 +320,16 @@ constexpr int ds_min_blocks(int gm, int d) {
     return gm == 4 && d == 4 ? 1 : 0;
 }
 
+// The most warps a block of the tensor-core decode kernel may have: what its registers allow, an SM's registers going
+// to warps in fours (114 registers at head size 64: 16 warps; 192 at 128: 8 warps, so a block of more than 8 takes
+// the variant that loads V after the scores: VLATE, 168 registers, 12 warps). dm_vlate_above: the most without it.
+__host__ __device__ constexpr int dm_max_warps(int hd) {
+    return hd == 128 ? 12 : 16;
+}
+__host__ __device__ constexpr int dm_vlate_above(int hd) {
+    return hd == 128 ? 8 : 16;
+}
+
 struct split_plan {
     int64_t kc;  // keys per split, a multiple of 32
     int n_split; // ceil(n_kv / kc)
@@ -349,6 +359,23 @@ split_plan decode_split_plan(int64_t n_kv, int gm, int hd, int64_t blocks, int n
     const int64_t per_split = ceil_div(rounds, want); // rounds a split (so at most `want` splits)
     if (per_split > ds_max_warps(gm, hd)) return even;
     return {per_split * 32, int(ceil_div(n_kv, per_split * 32)), int(per_split)};
+}
+// Splits for the tensor-core decode kernel (attention_decode_mma_kernel): up to DS_ONE_SPLIT keys one split of 8
+// warps; past it splits of 256 keys, 8 warps a round each, where their blocks fit one wave; else the keys dealt out
+// for one wave, r rounds of 32 a split: a round a warp where r fits in wmax warps (dm_max_warps), else wmax warps
+// taking ceil(r / wmax) rounds each. Made from the key count in whole 256s, as decode_split_plan, so padding within
+// them gives the same bits (an extra split past the keys sees none and merges as nothing). Measured (attn_harness.cu,
+// H200, 2026-11-28, 8 head blocks, us a call, before O^T): head size 64 at depth 4096, 16 splits of 9 warps 10.34, 9
+// of 8 warps x 2 rounds 11.45, 17 of 256 keys (136 blocks: past one wave) 13.04; head size 128 (8 warps at most then)
+// 9 splits of 8 warps x 2 rounds 17.12, 12 of 6 x 2 17.77, 14 of 5 x 2 19.82, 17 of 256 keys 19.64.
+split_plan decode_mma_plan(int64_t n_kv, int wmax, int64_t blocks, int n_sm) {
+    if (n_kv <= DS_ONE_SPLIT) return {DS_ONE_SPLIT, 1, 8};
+    const int64_t splits_256 = ceil_div(n_kv, int64_t(DS_ONE_SPLIT));
+    const int64_t want = std::clamp<int64_t>(n_sm / std::max<int64_t>(blocks, 1), 1, DS_MAX_SPLITS);
+    if (splits_256 <= want) return {DS_ONE_SPLIT, int(splits_256), 8};
+    const int64_t r = ceil_div(splits_256 * (DS_ONE_SPLIT / 32), want); // rounds a split
+    const int64_t w = std::min<int64_t>(r, wmax), kc = 32 * w * ceil_div(r, w);
+    return {kc, int(ceil_div(n_kv, kc)), int(w)};
 }
 // The most splits any plan makes for n_kv keys (the partials' room)
 int64_t decode_max_splits(int64_t n_kv) {
@@ -595,6 +622,206 @@ static __global__ void __launch_bounds__(ds_max_warps(GM, D * WARP_SIZE) * WARP_
         if (lane == 0) m_s[warp][g] = M[g], l_s[warp][g] = L[g];
 #pragma unroll
         for (int d = 0; d < D; d++) acc_s[warp][g][lane * D + d] = acc[g][d];
+    }
+    __syncthreads();
+    decode_merge<HD, GM, WMAX>(a, m_s, l_s, acc_s, last_s, W, G, h0, n_split);
+}
+
+// Decode attention on tensor cores, head sizes 64 and 128: the split kernel's blocks (GM query heads of one KV head,
+// `kc` keys a split, token blockIdx.z), splits and merge (decode_merge), but a warp's round of 32 keys is two
+// products on mma.sync m16n8k16 (f16 in, f32 accumulate): S (16 x 32) = Q (16 x HD) K^T with the GM query heads as
+// rows 0 .. GM - 1 (the rest zero), then O^T (HD x 8) += V^T (HD x 32) P^T (32 x 8), the heads as columns.
+//   The k order inside each product is free, so K rows arrive as 16-byte loads: thread (row g = lane / 4, pair
+//   c = lane % 4) of n-tile nt loads key j0 + 8 nt + g's dims 32 u + 8 c .. + 7, which serve k-steps 2u (dims + 0..3)
+//   and 2u + 1 (+ 4..7); Q is packed in the same order once.
+//   S's accumulators (row g = head g, keys 2c, 2c + 1 of n-tiles 2 ks and 2 ks + 1) rounded to f16 are exactly the B
+//   fragments of P^T for k-step ks (keys j0 + 16 ks + {2c, 2c + 1, 8 + 2c, 9 + 2c}, column g). Each thread loads
+//   those keys' V rows at dims g * NT .. + NT - 1 (NT = HD / 8); word mt of them, paired across two keys by
+//   byte_perm, is the A fragment of m-tile mt, whose rows g and g + 8 are dims g * NT + 2 mt and + 1. The output
+//   columns 2c, 2c + 1 are heads, so the rescale takes those heads' factors from their rows' lanes. (O = P V with the
+//   heads as rows wasted half of every MMA and 64 accumulator registers: 222 registers at head size 128, 140 at 64;
+//   now 192 and 114.)
+//   Masked keys' scores are dropped (-inf) and their V rows zeroed before the MMA (0 * NaN of a never-written row
+//   would reach the output); keys past the split read a row inside it.
+//   VLATE (more than 8 warps at head size 128, decode_mma_plan's one-wave splits): V is loaded after the scores, into
+//   the registers K held, for 168 registers and up to 12 warps (a few spill); else V and K are loaded together.
+// Q and P are rounded to f16 (the CPU rounds Q to f16 for decode, as ggml; P: relative error <= 2^-11 a weight, as
+// the tensor-core prefill). tests/bench/attn_mma_sim.py checks the fragment mapping in exact arithmetic.
+// Measured (H200, 2026-11-28; 32 query heads, 8 KV heads): attn_harness.cu, us a call, this kernel vs the f32 split
+// kernel at the query heads a block decode_split_launch picks: head size 128 at depths 1024 / 4096 / 8192 10.12 /
+// 15.77 / 23.46 vs 10.99 / 17.52 / 26.50; 64 at 100 / 1024 / 4096 / 8192 5.38 / 8.32 / 10.49 / 15.05 vs 5.63 / 8.50
+// / 15.31 / 18.17. Model, q4_0 tg128 (t/s, TESSERA_CUDA_ATTN_MMA=0 second): 8B at depth 0 558.3 vs 548.3, 1024 508.8
+// vs 482.2, 4096 454.2 / 451.3 vs 444.9 / 444.3 (at most 8 warps, no VLATE: 446.6 / 447.9); 1B at 0 2027.5 vs
+// 2001.9, 4096 1622 / 1626 vs 1489 / 1506. The f32 kernel spends ~3000 instructions a warp on a round (4 heads x 128
+// dims x 2 FMA a key and lane, converts, q from shared memory), issued ~7 cycles apart: latency-bound.
+template <int HD, int GM, bool VLATE>
+static __global__ void __launch_bounds__((VLATE ? dm_max_warps(HD) : dm_vlate_above(HD)) * WARP_SIZE)
+    attention_decode_mma_kernel(attn_args a, int64_t kc, int n_split) {
+    static_assert((HD == 64 || HD == 128) && GM <= 8, "head sizes 64 / 128, up to 8 query heads a block");
+    constexpr int NU = HD / 32, NT = HD / 8, WMAX = VLATE ? dm_max_warps(HD) : dm_vlate_above(HD);
+    __shared__ float m_s[WMAX][GM], l_s[WMAX][GM];
+    __shared__ float acc_s[WMAX][GM][HD];
+    __shared__ int last_s;
+    const int W = int(blockDim.x) / WARP_SIZE; // <= WMAX
+    const int hblocks = (a.group + GM - 1) / GM;
+    const int hk = blockIdx.x / hblocks, g0 = blockIdx.x % hblocks * GM;
+    const int G = min(GM, a.group - g0), h0 = hk * a.group + g0;
+    const int s = blockIdx.y, t = blockIdx.z;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, gq = lane / 4, c = lane % 4;
+    const int64_t k0 = int64_t(s) * kc, k1 = min(a.n_kv, k0 + kc);
+    const float* mr = a.mask ? a.mask + t * a.mask_nb1 : nullptr;
+    const __half* kh = a.k + hk * a.kv_nb1;
+    const __half* vh = a.v + hk * a.kv_nb1 + gq * NT;
+    // this thread's mask values of a round (keys j0 + 8 nt + 2c + e), -inf past the split (read after the round's K
+    // and V loads are issued)
+    const auto mask_of = [&](int64_t j0, float (&mv)[4][2]) {
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int64_t j = j0 + 8 * nt + 2 * c + e;
+                mv[nt][e] = j < k1 ? (mr ? mr[j] : 0.0f) : -INFINITY;
+            }
+    };
+    // Before the wait: L2 asked for the K and V rows of the warp's first two rounds (lane i: key j0 + i; the split
+    // kernel asks for its one) and, where the mask is a graph input (mask_early), for the first round's mask values.
+    // Held in registers instead, those 8 values kept 8 more registers live through the loop and took the
+    // head-size-128 variants from 222 registers to 255 and spills.
+    const int64_t jf0 = k0 + warp * WARP_SIZE;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t j = jf0 + int64_t(r) * W * WARP_SIZE + lane;
+        if (j < k1) {
+            const char* kp = reinterpret_cast<const char*>(kh + j * a.kv_nb2);
+            const char* vp = reinterpret_cast<const char*>(a.v + hk * a.kv_nb1 + j * a.kv_nb2);
+#pragma unroll
+            for (int o = 0; o < HD * 2; o += 128) prefetch_l2(kp + o), prefetch_l2(vp + o);
+        }
+    }
+    if (mr && a.mask_early && lane == 0 && jf0 < k1) prefetch_l2(mr + jf0);
+    pdl_wait();
+    pdl_trigger();
+    // Q row gq in the k order: qa[u][h] = {a0, a2} of k-step 2u + h
+    uint32_t qa[NU][2][2];
+    {
+        const float* qr = a.q + (h0 + (gq < G ? gq : 0)) * a.q_nb1 + t * a.q_nb2;
+#pragma unroll
+        for (int u = 0; u < NU; u++) {
+            float4 x0 = *reinterpret_cast<const float4*>(qr + 32 * u + 8 * c);
+            float4 x1 = *reinterpret_cast<const float4*>(qr + 32 * u + 8 * c + 4);
+            if (gq >= G) x0 = x1 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            qa[u][0][0] = pack_half2(x0.x, x0.y), qa[u][0][1] = pack_half2(x0.z, x0.w);
+            qa[u][1][0] = pack_half2(x1.x, x1.y), qa[u][1][1] = pack_half2(x1.z, x1.w);
+        }
+    }
+    float M = -INFINITY, L = 0.0f; // row gq's running max; this thread's part of its sum
+    // O^T: m-tile mt's rows g and g + 8 are dims g NT + 2 mt and + 1, its columns 2c and 2c + 1 heads
+    float o[NT / 2][4];
+#pragma unroll
+    for (int mt = 0; mt < NT / 2; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+    for (int64_t j0 = jf0; j0 < k1; j0 += W * WARP_SIZE) {
+        uint4 kq[4][NU];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            const int64_t j = j0 + 8 * nt + gq;
+            const __half* kr = kh + (j < k1 ? j : j0) * a.kv_nb2 + 8 * c;
+#pragma unroll
+            for (int u = 0; u < NU; u++) kq[nt][u] = *reinterpret_cast<const uint4*>(kr + 32 * u);
+        }
+        // V rows of k-step ks, slot e4: key j0 + 16 ks + 2c + (e4 & 1) + 8 (e4 >> 1); NT halves each
+        uint4 vq[2][4][NT / 8];
+        const auto load_v = [&](bool in) {
+#pragma unroll
+            for (int ks = 0; ks < 2; ks++)
+#pragma unroll
+                for (int e4 = 0; e4 < 4; e4++) {
+                    const int64_t j = j0 + 16 * ks + 2 * c + (e4 & 1) + 8 * (e4 >> 1);
+                    const __half* vr = vh + (in && j < k1 ? j : j0) * a.kv_nb2;
+#pragma unroll
+                    for (int q = 0; q < NT / 8; q++) vq[ks][e4][q] = *reinterpret_cast<const uint4*>(vr + 8 * q);
+                }
+        };
+        if constexpr (!VLATE) load_v(true);
+        float mv[4][2];
+        mask_of(j0, mv);
+        bool any = false;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) any |= mv[nt][0] != -INFINITY || mv[nt][1] != -INFINITY;
+        if (!__any_sync(0xffffffffu, any)) { // the same for every lane
+            continue;
+        }
+        float sc[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+            for (int u = 0; u < NU; u++) {
+                const uint32_t a0[4] = {qa[u][0][0], 0u, qa[u][0][1], 0u}, a1[4] = {qa[u][1][0], 0u, qa[u][1][1], 0u};
+                mma_16816(sc[nt], a0, kq[nt][u].x, kq[nt][u].y);
+                mma_16816(sc[nt], a1, kq[nt][u].z, kq[nt][u].w);
+            }
+        }
+        float p[4][2], rmax = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                p[nt][e] = mv[nt][e] != -INFINITY ? sc[nt][e] * a.scale + mv[nt][e] : -INFINITY;
+                rmax = fmaxf(rmax, p[nt][e]);
+            }
+        rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 1));
+        rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 2));
+        // VLATE: V's addresses wait for the scores (the condition always holds), so K's registers are free by then
+        if constexpr (VLATE) load_v(rmax != INFINITY);
+
+        const float m_new = fmaxf(M, rmax); // finite: some key of the round is live (one mask for every head)
+        const float corr = M == -INFINITY ? 0.0f : __expf(M - m_new);
+        float psum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                p[nt][e] = p[nt][e] == -INFINITY || gq >= G ? 0.0f : __expf(p[nt][e] - m_new);
+                psum += p[nt][e];
+            }
+        L = L * corr + psum;
+        M = m_new;
+        // heads 2c and 2c + 1's factors, from their rows' lanes
+        const float corr0 = __shfl_sync(0xffffffffu, corr, 8 * c), corr1 = __shfl_sync(0xffffffffu, corr, 8 * c + 4);
+#pragma unroll
+        for (int mt = 0; mt < NT / 2; mt++) o[mt][0] *= corr0, o[mt][1] *= corr1, o[mt][2] *= corr0, o[mt][3] *= corr1;
+#pragma unroll
+        for (int ks = 0; ks < 2; ks++) {
+            // B = P (keys x heads): column g is head g's f16 weights of keys 16 ks + {2c, 2c + 1} and {8 + 2c, 9 + 2c}
+            const uint32_t pb0 = pack_half2(p[2 * ks][0], p[2 * ks][1]);
+            const uint32_t pb1 = pack_half2(p[2 * ks + 1][0], p[2 * ks + 1][1]);
+#pragma unroll
+            for (int e4 = 0; e4 < 4; e4++)
+                if (mv[2 * ks + (e4 >> 1)][e4 & 1] == -INFINITY)
+#pragma unroll
+                    for (int q = 0; q < NT / 8; q++) vq[ks][e4][q] = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+            for (int mt = 0; mt < NT / 2; mt++) {
+                // A = V^T: word mt of a V row (this thread's dims g NT + 2 mt, + 1) paired across two keys by byte_perm
+                const int q = mt / 4, w = mt % 4;
+                auto word = [&](int e4) {
+                    const uint4& r = vq[ks][e4][q];
+                    return w == 0 ? r.x : w == 1 ? r.y : w == 2 ? r.z : r.w;
+                };
+                const uint32_t va[4] = {__byte_perm(word(0), word(1), 0x5410u), __byte_perm(word(0), word(1), 0x7632u),
+                                        __byte_perm(word(2), word(3), 0x5410u), __byte_perm(word(2), word(3), 0x7632u)};
+                mma_16816(o[mt], va, pb0, pb1);
+            }
+        }
+    }
+    L += __shfl_xor_sync(0xffffffffu, L, 1);
+    L += __shfl_xor_sync(0xffffffffu, L, 2);
+    if (gq < G && c == 0) m_s[warp][gq] = M, l_s[warp][gq] = L;
+#pragma unroll
+    for (int mt = 0; mt < NT / 2; mt++) {
+        const int d = gq * NT + 2 * mt;
+        if (2 * c < G) acc_s[warp][2 * c][d] = o[mt][0], acc_s[warp][2 * c][d + 1] = o[mt][2];
+        if (2 * c + 1 < G) acc_s[warp][2 * c + 1][d] = o[mt][1], acc_s[warp][2 * c + 1][d + 1] = o[mt][3];
     }
     __syncthreads();
     decode_merge<HD, GM, WMAX>(a, m_s, l_s, acc_s, last_s, W, G, h0, n_split);
@@ -1089,12 +1316,41 @@ template <int D> void decode_split_launch(const cuda_context& ctx, const attn_ar
            (splits_256 == 1 || size_t(head_blocks(gm / 2) * a.n_tok) <= ctx.n_counters))
         gm /= 2;
     const int64_t blocks_x = head_blocks(gm);
-    split_plan sp = decode_split_plan(a.n_kv, gm, 32 * D, blocks_x * a.n_tok, ctx.n_sm);
+    // Head sizes 64 and 128 on the tensor cores, except where the f32 kernel's plan deals the keys out for one wave
+    // with a round a warp (up to 16 warps) and the tensor-core kernel's would take more than one round a warp: with
+    // its 12 warps at head size 128, the 8B at depths of about 6144-8192 (13-16 rounds a split). Measured when the
+    // tensor-core kernel had 8 warps at most (H200, 2026-11-28, 8B q4_0 tg128, two rounds): depth 4096 (2 rounds a
+    // warp) 438.0 / 438.6 t/s vs f32 442.9 / 445.2; depth 6144 431.1 / 426.6 vs 422.1 / 426.1.
+    // TESSERA_CUDA_ATTN_MMA=0: the f32 kernel for all.
+    static const bool mma = env_switch_on("TESSERA_CUDA_ATTN_MMA");
+    constexpr bool mma_hd = D == 2 || D == 4;
+    const int64_t blocks = blocks_x * a.n_tok;
+    const split_plan f32_plan = decode_split_plan(a.n_kv, gm, 32 * D, blocks, ctx.n_sm);
+    const split_plan mma_plan = decode_mma_plan(a.n_kv, dm_max_warps(32 * D), blocks, ctx.n_sm);
+    const bool f32_one_round = f32_plan.kc == 32 * f32_plan.warps && f32_plan.n_split * blocks <= ctx.n_sm;
+    const bool on_tc = mma_hd && mma && !(f32_one_round && mma_plan.kc > 32 * mma_plan.warps);
+    split_plan sp = on_tc ? mma_plan : f32_plan;
     // one split (a block walks all keys) where the partials or counters are missing; never in the model's graphs
     if (sp.n_split > 1 && (!a.part || !a.counters || size_t(blocks_x * a.n_tok) > ctx.n_counters))
-        sp = {a.n_kv, 1, ds_warps(gm, 32 * D)};
+        sp = {a.n_kv, 1, on_tc ? 8 : ds_warps(gm, 32 * D)};
     TS_ASSERT(blocks_x <= INT32_MAX);
     const dim3 grid(unsigned(blocks_x), unsigned(sp.n_split), unsigned(a.n_tok));
+    if constexpr (mma_hd) {
+        constexpr int HD = 32 * D;
+        if (on_tc) {
+            const auto kernel = [&]<bool VLATE>() {
+                return gm == 1   ? attention_decode_mma_kernel<HD, 1, VLATE>
+                       : gm == 2 ? attention_decode_mma_kernel<HD, 2, VLATE>
+                       : gm == 4 ? attention_decode_mma_kernel<HD, 4, VLATE>
+                                 : attention_decode_mma_kernel<HD, 8, VLATE>;
+            };
+            auto fn = kernel.template operator()<false>();
+            if constexpr (dm_vlate_above(HD) < dm_max_warps(HD)) // head size 128: past 8 warps V comes late
+                if (sp.warps > dm_vlate_above(HD)) fn = kernel.template operator()<true>();
+            launch(ctx, fn, grid, sp.warps * WARP_SIZE, 0, a, sp.kc, sp.n_split);
+            return;
+        }
+    }
     launch(ctx,
            gm == 1   ? attention_decode_split_kernel<D, 1>
            : gm == 2 ? attention_decode_split_kernel<D, 2>
