@@ -747,9 +747,7 @@ static __global__ void __launch_bounds__((VLATE ? dm_max_warps(HD) : dm_vlate_ab
         bool any = false;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) any |= mv[nt][0] != -INFINITY || mv[nt][1] != -INFINITY;
-        if (!__any_sync(0xffffffffu, any)) { // the same for every lane
-            continue;
-        }
+        if (!__any_sync(0xffffffffu, any)) continue; // the same for every lane
         float sc[4][4];
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
@@ -773,7 +771,6 @@ static __global__ void __launch_bounds__((VLATE ? dm_max_warps(HD) : dm_vlate_ab
         rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 2));
         // VLATE: V's addresses wait for the scores (the condition always holds), so K's registers are free by then
         if constexpr (VLATE) load_v(rmax != INFINITY);
-
         const float m_new = fmaxf(M, rmax); // finite: some key of the round is live (one mask for every head)
         const float corr = M == -INFINITY ? 0.0f : __expf(M - m_new);
         float psum = 0.0f;
@@ -1321,14 +1318,15 @@ template <int D> void decode_split_launch(const cuda_context& ctx, const attn_ar
     // its 12 warps at head size 128, the 8B at depths of about 6144-8192 (13-16 rounds a split). Measured when the
     // tensor-core kernel had 8 warps at most (H200, 2026-11-28, 8B q4_0 tg128, two rounds): depth 4096 (2 rounds a
     // warp) 438.0 / 438.6 t/s vs f32 442.9 / 445.2; depth 6144 431.1 / 426.6 vs 422.1 / 426.1.
-    // TESSERA_CUDA_ATTN_MMA=0: the f32 kernel for all.
+    // TESSERA_CUDA_ATTN_MMA=0: the f32 kernel for all. (The tensor-core kernel reads Q rows as float4.)
     static const bool mma = env_switch_on("TESSERA_CUDA_ATTN_MMA");
     constexpr bool mma_hd = D == 2 || D == 4;
+    const bool q16 = aligned16(a.q) && a.q_nb1 % 4 == 0 && a.q_nb2 % 4 == 0;
     const int64_t blocks = blocks_x * a.n_tok;
     const split_plan f32_plan = decode_split_plan(a.n_kv, gm, 32 * D, blocks, ctx.n_sm);
     const split_plan mma_plan = decode_mma_plan(a.n_kv, dm_max_warps(32 * D), blocks, ctx.n_sm);
     const bool f32_one_round = f32_plan.kc == 32 * f32_plan.warps && f32_plan.n_split * blocks <= ctx.n_sm;
-    const bool on_tc = mma_hd && mma && !(f32_one_round && mma_plan.kc > 32 * mma_plan.warps);
+    const bool on_tc = mma_hd && mma && q16 && !(f32_one_round && mma_plan.kc > 32 * mma_plan.warps);
     split_plan sp = on_tc ? mma_plan : f32_plan;
     // one split (a block walks all keys) where the partials or counters are missing; never in the model's graphs
     if (sp.n_split > 1 && (!a.part || !a.counters || size_t(blocks_x * a.n_tok) > ctx.n_counters))
