@@ -153,7 +153,15 @@ TEST(chat_session_tiny, reuses_the_cached_prefix_and_drops_old_turns) {
     auto r1 = c.send("hello there", {}, nullptr, 8);
     EXPECT_EQ(r1.n_generated, 8);
     auto r2 = c.send("and again", {}, nullptr, 8);
-    EXPECT_LT(r2.n_prompt_eval, 20); // only the new turn is evaluated
+    // The system prompt and the first turn come from the cache. Only the new turn is evaluated where the reply's
+    // tokens come back the same from its text (the default model's vocabulary, which write_tiny_model takes when it
+    // is there); the gpt-2 vocabulary (its fallback) can tokenize the random reply's text otherwise, and the
+    // evaluation then starts inside the reply, as llama.cpp's server does.
+    const int64_t prompt2 = c.tokens_in_context() - r2.n_generated;
+    EXPECT_LE(r2.n_prompt_eval, prompt2 - r1.n_prompt_eval);
+    if (test::have_model()) {
+        EXPECT_LT(r2.n_prompt_eval, 20);
+    }
     EXPECT_EQ(c.messages().size(), 5u);
     // regenerate gives the same greedy reply
     const std::string last = c.messages().back()["content"];

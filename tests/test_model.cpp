@@ -91,7 +91,10 @@ TEST(model_session, batch_size_does_not_change_logits) {
 }
 
 // The same for a mixture-of-experts model (qwen3moe), for several expert types: each token's experts are computed
-// row by row whatever the batch, so the bits do not move.
+// row by row whatever the batch, so the bits do not move. Except with f16 weights, whose dense products take
+// llama.cpp's two orders (tinyBLAS for a batch, ggml_vec_dot_f16 for one row: Qcur differs in its last bits); the
+// logits' f16 rounding before the output product hides that for some prompts and vocabularies, not for all (the
+// gpt-2 vocabulary's, without the default model: NMSE 2.1e-6 measured at n_batch 1) -> NMSE 1e-4 there.
 TEST(model_session, moe_batch_size_does_not_change_logits) {
     for (type t : {type::q8_0, type::q4_0, type::mxfp4, type::f16}) {
         const std::string path = temp_path("moe.gguf");
@@ -110,10 +113,16 @@ TEST(model_session, moe_batch_size_does_not_change_logits) {
             session s(*m, session_params{.n_ctx = 64, .n_batch = nb, .n_threads = 2});
             auto l = s.decode(prompt, true);
             for (float v : l) ASSERT_TRUE(std::isfinite(v)) << type_name(t);
-            if (ref.empty())
+            if (ref.empty()) {
                 ref.assign(l.begin(), l.end());
-            else
+            } else if (t == type::f16) {
+                double err = 0.0, sq = 0.0;
+                for (size_t i = 0; i < ref.size(); i++)
+                    err += double(ref[i] - l[i]) * (ref[i] - l[i]), sq += double(ref[i]) * ref[i];
+                EXPECT_LE(err, 1e-4 * sq) << "f16 n_batch " << nb;
+            } else {
                 EXPECT_EQ(std::memcmp(ref.data(), l.data(), ref.size() * 4), 0) << type_name(t) << " n_batch " << nb;
+            }
         }
         fs::remove(path);
     }

@@ -18,10 +18,27 @@ namespace {
 constexpr int64_t TILE_N = 16; // weight rows per tile
 constexpr int64_t TILE_M = 16; // activation rows per tile
 
-// Weights repacked in groups of 16 rows (repack.h): the same two steps, tiles of one group x 16 activation rows.
+// The row kernels for w: its type's, or, for the matrices llama.cpp would repack (rows a multiple of 8, not the token
+// embedding), the ones summing in its repacked kernels' order (kept in `storage`). Null if the type has none.
+const cpu_type_ops* row_ops_for(const tensor& w, bool reference, cpu_type_ops& storage) {
+    const cpu_type_ops* base = find_cpu_ops(w.t, reference);
+    if (!base || !base->vec_dot_rows8 || !(w.flags & flag_param) || (w.flags & flag_embedding) || w.ne[1] % 8 != 0)
+        return base;
+    storage = *base;
+    storage.vec_dot = base->vec_dot_rows8;
+    storage.gemm4 = base->gemm4_rows8;
+    storage.gemv4 = base->gemv4_rows8;
+    return &storage;
+}
+
+// Weights repacked in groups of 16 rows (repack.h): the same two steps, tiles of one group x 16 activation rows; the
+// rows past the last group (a 2-D weight's n % 16) by the row kernels, whose order the repacked kind keeps (same
+// bits).
 void mul_mat_x16(const compute_params& p, tensor& dst, const repacked_weight& rw) {
+    const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
-    const cpu_type_ops* ops = find_cpu_ops(dst.src[0]->t);
+    cpu_type_ops row_storage;
+    const cpu_type_ops* ops = row_ops_for(w, false, row_storage);
     const x16_kernels kern = find_x16_kernels(rw.kind);
     const int64_t k = rw.k, n = rw.n;
     const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];
@@ -48,9 +65,10 @@ void mul_mat_x16(const compute_params& p, tensor& dst, const repacked_weight& rw
     // go out in runs of about 1/4 of a thread's share: each thread then streams whole stretches of the matrix in
     // order, which the hardware prefetcher follows (one group at a time, interleaved between threads, made two
     // threads slower than one).
-    const int64_t groups = n / 16, tiles_m = (m + TILE_M - 1) / TILE_M;
+    // A last run (c == groups_runs) takes the rows past the groups, if any.
+    const int64_t groups = n / 16, tail0 = groups * 16, tiles_m = (m + TILE_M - 1) / TILE_M;
     const int64_t run = tiles_m == 1 ? std::max<int64_t>(1, groups / (4 * p.nth)) : 1;
-    const int64_t runs = (groups + run - 1) / run;
+    const int64_t group_runs = (groups + run - 1) / run, runs = group_runs + (tail0 < n ? 1 : 0);
     const int64_t n_tiles = runs * tiles_m * ne2 * ne3;
     const size_t ys = dst.nb[1] / sizeof(float);
     for (int64_t t = counter->fetch_add(1, std::memory_order_relaxed); t < n_tiles;
@@ -59,6 +77,17 @@ void mul_mat_x16(const compute_params& p, tensor& dst, const repacked_weight& rw
         const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
         const int64_t m0 = tm * TILE_M, m1 = std::min(m, m0 + TILE_M);
         const int64_t r0 = (i3 * ne2 + i2) * m + m0; // first activation row of the tile
+        if (c == group_runs) { // the rows past the groups, as mul_mat's row path computes them
+            for (int64_t j = m0; j < m1; j++) {
+                const uint8_t* a = act + size_t((i3 * ne2 + i2) * m + j) * act_row;
+                float* y = at<float>(dst, 0, j, i2, i3);
+                for (int64_t i = tail0; i < n; i++) {
+                    y[i] = rw.scale * ops->vec_dot(at<uint8_t>(w, 0, i, 0, 0), a, k);
+                    if (p.out_scale != 1.0f) y[i] *= p.out_scale;
+                }
+            }
+            continue;
+        }
         for (int64_t g = c * run; g < std::min(groups, (c + 1) * run); g++) {
             float* y = at<float>(dst, 16 * g, m0, i2, i3);
             kern.gemm(rw.group(g), k / 32, act + size_t(r0) * act_row, act_row,
@@ -165,18 +194,9 @@ void mul_mat(const compute_params& p, tensor& dst) {
         mul_mat_float16(p, dst, *kern);
         return;
     }
-    const cpu_type_ops* base_ops = find_cpu_ops(w.t, p.reference);
     // weights llama.cpp would repack (rows a multiple of 8) are summed in its repacked kernels' order
-    cpu_type_ops repacked;
-    const cpu_type_ops* ops = base_ops;
-    if (base_ops && base_ops->vec_dot_rows8 && (w.flags & flag_param) && !(w.flags & flag_embedding) &&
-        w.ne[1] % 8 == 0) {
-        repacked = *base_ops;
-        repacked.vec_dot = base_ops->vec_dot_rows8;
-        repacked.gemm4 = base_ops->gemm4_rows8;
-        repacked.gemv4 = base_ops->gemv4_rows8;
-        ops = &repacked;
-    }
+    cpu_type_ops row_storage;
+    const cpu_type_ops* ops = row_ops_for(w, p.reference, row_storage);
     TS_ASSERT(ops != nullptr && x.t == type::f32 && x.nb[0] == 4);
     const int64_t k = w.ne[0], n = w.ne[1];
     const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];

@@ -163,14 +163,15 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
 }
 
 bool x16_kind_for(const tensor& w, x16_kind& kind) {
-    // 2-D matrices, and 3-D stacks of them (mixture-of-experts weights: each expert's rows are whole groups)
+    // 2-D matrices of 16 rows or more (rows past the last whole group: the row kernels, in the same order), and 3-D
+    // stacks of them (mixture-of-experts weights: each expert's rows are whole groups)
     if (!(w.flags & flag_param) || w.is_view() || !w.is_contiguous() || w.ne[3] != 1) return false;
-    if (w.ne[1] % 16 != 0 || w.ne[0] % 32 != 0 || w.ne[1] == 0) return false;
+    if (w.ne[0] % 32 != 0 || w.ne[1] < 16 || (w.ne[2] != 1 && w.ne[1] % 16 != 0)) return false;
+    // llama.cpp repacks (and sums blockwise) the q4_0 and mxfp4 matrices whose row count is a multiple of 8, never
+    // the token embedding (mul_mat's row kernels: vec_dot_rows8)
+    const bool rows8 = w.ne[1] % 8 == 0 && !(w.flags & flag_embedding);
     switch (w.t) {
-    case type::q4_0:
-        // llama.cpp repacks (and sums blockwise) the q4_0 matrices it can; never the token embedding
-        kind = (w.flags & flag_embedding) ? x16_kind::q4_0 : x16_kind::q4_0_blockwise;
-        break;
+    case type::q4_0: kind = rows8 ? x16_kind::q4_0_blockwise : x16_kind::q4_0; break;
     case type::q4_1: kind = x16_kind::q4_1; break;
     case type::q8_0: kind = x16_kind::q8_0; break;
     case type::nvfp4: kind = x16_kind::nvfp4; break;
@@ -178,8 +179,8 @@ bool x16_kind_for(const tensor& w, x16_kind& kind) {
     case type::awq4_g64: kind = x16_kind::awq4_g64; break;
     case type::tq2_0: kind = x16_kind::tq2_0; break;
     case type::i2_s: kind = x16_kind::i2_s; break;
-    case type::mxfp4: // llama.cpp repacks these (mxfp4_8x8) but never the token embedding
-        if (w.flags & flag_embedding) return false;
+    case type::mxfp4: // blockwise only (no repacked kind in ggml_vec_dot's order)
+        if (!rows8) return false;
         kind = x16_kind::mxfp4_blockwise;
         break;
     default: return false;

@@ -92,7 +92,9 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
 
 struct repacked_weight {
     x16_kind kind;
-    int64_t k = 0, n = 0; // elements per row, rows (a multiple of 16; all experts' of a 3-D weight, expert by expert)
+    // elements per row, rows (all experts' of a 3-D weight, expert by expert: a multiple of 16); n / 16 groups, the
+    // rows past them (2-D only) stay with the file
+    int64_t k = 0, n = 0;
     size_t group_bytes = 0;
     float scale = 1.0f;    // the tensor's scale (i2_s's tail), applied to the output; 1 for every other type
     std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};
@@ -100,9 +102,9 @@ struct repacked_weight {
 };
 
 // Which repacking (if any) the CPU backend uses for a weight: q4_0 / q4_1 / q8_0 / nvfp4 / awq4 / awq4_g64 / tq2_0 /
-// i2_s / mxfp4, 2-D (or a 3-D stack of experts, for mul_mat_id), contiguous, rows a multiple of 16, on a CPU with
-// AVX2. q4_0 and mxfp4 matrices llama.cpp would repack (not the token embedding) are summed blockwise, the rest in
-// ggml_vec_dot's order (an mxfp4 embedding is not repacked). The embedding's copy is used by mul_mat (tied output);
+// i2_s / mxfp4, 2-D with 16 rows or more (or a 3-D stack of experts of whole groups, for mul_mat_id), contiguous, on
+// a CPU with AVX2. q4_0 and mxfp4 matrices llama.cpp would repack (rows a multiple of 8, not the token embedding) are
+// summed blockwise, the rest in ggml_vec_dot's order (mxfp4 then is not repacked). The embedding's copy is used by mul_mat (tied output);
 // get_rows reads the file.
 bool x16_kind_for(const tensor& w, x16_kind& kind);
 

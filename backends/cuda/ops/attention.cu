@@ -658,6 +658,7 @@ template <int HD, int GM, bool VLATE>
 static __global__ void __launch_bounds__((VLATE ? dm_max_warps(HD) : dm_vlate_above(HD)) * WARP_SIZE)
     attention_decode_mma_kernel(attn_args a, int64_t kc, int n_split) {
     static_assert((HD == 64 || HD == 128) && GM <= 8, "head sizes 64 / 128, up to 8 query heads a block");
+    static_assert(!VLATE || GM <= 4, "12 warps' accumulators for 8 heads pass 48 KiB of static shared memory");
     constexpr int NU = HD / 32, NT = HD / 8, WMAX = VLATE ? dm_max_warps(HD) : dm_vlate_above(HD);
     __shared__ float m_s[WMAX][GM], l_s[WMAX][GM];
     __shared__ float acc_s[WMAX][GM][HD];
@@ -1324,7 +1325,9 @@ template <int D> void decode_split_launch(const cuda_context& ctx, const attn_ar
     const bool q16 = aligned16(a.q) && a.q_nb1 % 4 == 0 && a.q_nb2 % 4 == 0;
     const int64_t blocks = blocks_x * a.n_tok;
     const split_plan f32_plan = decode_split_plan(a.n_kv, gm, 32 * D, blocks, ctx.n_sm);
-    const split_plan mma_plan = decode_mma_plan(a.n_kv, dm_max_warps(32 * D), blocks, ctx.n_sm);
+    // (VLATE's 12 warps take up to 4 heads a block: 8 would need more than 48 KiB of static shared memory)
+    const split_plan mma_plan =
+        decode_mma_plan(a.n_kv, gm <= 4 ? dm_max_warps(32 * D) : dm_vlate_above(32 * D), blocks, ctx.n_sm);
     const bool f32_one_round = f32_plan.kc == 32 * f32_plan.warps && f32_plan.n_split * blocks <= ctx.n_sm;
     const bool on_tc = mma_hd && mma && q16 && !(f32_one_round && mma_plan.kc > 32 * mma_plan.warps);
     split_plan sp = on_tc ? mma_plan : f32_plan;
@@ -1336,15 +1339,17 @@ template <int D> void decode_split_launch(const cuda_context& ctx, const attn_ar
     if constexpr (mma_hd) {
         constexpr int HD = 32 * D;
         if (on_tc) {
-            const auto kernel = [&]<bool VLATE>() {
-                return gm == 1   ? attention_decode_mma_kernel<HD, 1, VLATE>
-                       : gm == 2 ? attention_decode_mma_kernel<HD, 2, VLATE>
-                       : gm == 4 ? attention_decode_mma_kernel<HD, 4, VLATE>
-                                 : attention_decode_mma_kernel<HD, 8, VLATE>;
-            };
-            auto fn = kernel.template operator()<false>();
+            auto fn = gm == 1   ? attention_decode_mma_kernel<HD, 1, false>
+                      : gm == 2 ? attention_decode_mma_kernel<HD, 2, false>
+                      : gm == 4 ? attention_decode_mma_kernel<HD, 4, false>
+                                : attention_decode_mma_kernel<HD, 8, false>;
             if constexpr (dm_vlate_above(HD) < dm_max_warps(HD)) // head size 128: past 8 warps V comes late
-                if (sp.warps > dm_vlate_above(HD)) fn = kernel.template operator()<true>();
+                if (sp.warps > dm_vlate_above(HD)) {
+                    TS_ASSERT(gm <= 4);
+                    fn = gm == 1   ? attention_decode_mma_kernel<HD, 1, true>
+                         : gm == 2 ? attention_decode_mma_kernel<HD, 2, true>
+                                   : attention_decode_mma_kernel<HD, 4, true>;
+                }
             launch(ctx, fn, grid, sp.warps * WARP_SIZE, 0, a, sp.kc, sp.n_split);
             return;
         }
