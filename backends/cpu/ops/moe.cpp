@@ -164,7 +164,10 @@ void mul_mat_id(const compute_params& p, tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& b = *dst.src[1];
     const tensor& ids = *dst.src[2];
-    if (const repacked_weight* rw = p.repacked ? p.repacked->find(w) : nullptr) {
+    // (a stack of one expert whose rows are not whole groups is repacked as a 2-D matrix, its last rows left out:
+    // the row kernels below take it)
+    const repacked_weight* rw = p.repacked ? p.repacked->find(w) : nullptr;
+    if (rw && w.ne[1] % 16 == 0) {
         TS_ASSERT(b.t == type::f32 && b.nb[0] == 4 && rw->k == w.ne[0] && rw->n == w.ne[1] * w.ne[2]);
         mul_mat_id_x16(p, dst, *rw);
         return;
