@@ -65,7 +65,7 @@ void mul_mat_x16(const compute_params& p, tensor& dst, const repacked_weight& rw
     // go out in runs of about 1/4 of a thread's share: each thread then streams whole stretches of the matrix in
     // order, which the hardware prefetcher follows (one group at a time, interleaved between threads, made two
     // threads slower than one).
-    // A last run (c == groups_runs) takes the rows past the groups, if any.
+    // A last run (c == group_runs) takes the rows past the groups, if any.
     const int64_t groups = n / 16, tail0 = groups * 16, tiles_m = (m + TILE_M - 1) / TILE_M;
     const int64_t run = tiles_m == 1 ? std::max<int64_t>(1, groups / (4 * p.nth)) : 1;
     const int64_t group_runs = (groups + run - 1) / run, runs = group_runs + (tail0 < n ? 1 : 0);
