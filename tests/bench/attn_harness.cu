@@ -1,11 +1,11 @@
 // attn_harness.cu: the decode attention kernels (attention.cu: attention_decode_split_kernel in f32 and
-// attention_decode_mma_kernel on tensor cores) outside the model, on one token of an 8B- or 1B-shaped layer (32
+// attention_decode_stage_kernel on tensor cores) outside the model, on one token of an 8B- or 1B-shaped layer (32
 // query heads, 8 KV heads of 128 or 64 dimensions, the f16 cache laid out as the model's: positions n_head_kv * hd
 // halves apart) at a given depth: microseconds a call for decode_split_plan's split ("plan"), fixed splits of whole
-// 8-warp rounds ("fixed"), decode_mma_plan's ("mplan") and every one-wave split of the tensor-core kernel ("mma"), at
-// 4, 2 and 1 query heads a block, with the caches streamed from HBM (copies rotated past the L2), each result against
-// the first (the f32 plan's; max |diff| and the largest |output|; outputs poisoned with NaN first), and a plain
-// kernel reading the same bytes as the floor. Usage: ah [depth] [64|128]. Build (about 40 s, no project build
+// 8-warp rounds ("fixed"), decode_stage_plan's ("splan") and every one-wave split of the tensor-core kernel
+// ("stage"), at 4, 2 and 1 query heads a block, with the caches streamed from HBM (copies rotated past the L2), each
+// result against the first (the f32 plan's; max |diff| and the largest |output|; outputs poisoned with NaN first), and
+// a plain kernel reading the same bytes as the floor. Usage: ah [depth] [64|128]. Build (about 40 s, no project build
 // needed), on an sm_90a machine:
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/attn_harness.cu \
 //     -o /tmp/ah -Xlinker --unresolved-symbols=ignore-all
@@ -33,8 +33,8 @@ static __global__ void read_floor_kernel(const uint4* k, const uint4* v, int64_t
 template <int HD> int run_shape(int64_t depth, const char* only);
 
 // arguments: the depth (default 4096), then the head size: 128 (an 8B layer, the default) or 64 (a 1B layer: 32
-// query heads, 8 KV heads), then optionally one configuration to run alone, as NAME:GM:KC:WARPS (e.g. mma:4:512:8;
-// for profiling: its first launch is the checked one)
+// query heads, 8 KV heads), then optionally one configuration to run alone, as NAME:GM:KC:WARPS (e.g. stage:4:288:9;
+// for profiling: its first launch is the checked one), or "plans" for the plans' rows alone)
 int main(int argc, char** argv) {
     const int64_t depth = argc > 1 ? std::atoll(argv[1]) : 4096;
     const int hd = argc > 2 ? std::atoi(argv[2]) : 128;
@@ -119,7 +119,7 @@ template <int HD> int run_shape(int64_t depth, const char* only) {
         const char* name;
         int gm;
         split_plan sp;
-        bool mma = false; // attention_decode_mma_kernel
+        bool stage = false; // attention_decode_stage_kernel
     };
     std::vector<config> configs;
     for (int gm : {4, 2, 1}) {
@@ -129,24 +129,23 @@ template <int HD> int run_shape(int64_t depth, const char* only) {
             if ((n_kv + kc - 1) / kc <= DS_MAX_SPLITS)
                 configs.push_back({"fixed", gm, split_plan{kc, int((n_kv + kc - 1) / kc), ds_warps(gm, hd)}});
     }
-    // the tensor-core kernel: its plan, then every split of whole rounds (1 or 2 a warp, 4 .. dm_max_warps warps)
-    // whose blocks fit one wave
+    // the tensor-core kernel: its plan, then every split of whole rounds (1 or 2 a warp) whose blocks fit one wave
+    const int st_wmax = stage_max_warps<HD>();
     for (int gm : {4, 2, 1}) {
         const int64_t blocks_x = n_kv_head * ((group + gm - 1) / gm);
-        configs.push_back({"mplan", gm, decode_mma_plan(n_kv, dm_max_warps(hd), blocks_x, n_sm), true});
-        if (dm_vlate_above(hd) < dm_max_warps(hd))
-            configs.push_back({"mpl8", gm, decode_mma_plan(n_kv, dm_vlate_above(hd), blocks_x, n_sm), true});
+        configs.push_back({"splan", gm, decode_stage_plan(n_kv, st_wmax, blocks_x, n_sm), true});
         for (int rpw : {1, 2})
-            for (int w = 4; w <= dm_max_warps(hd); w++) {
+            for (int w = 4; w <= st_wmax; w++) {
                 const int64_t kc = int64_t(w) * rpw * 32, n_split = (n_kv + kc - 1) / kc;
-                if (n_split <= DS_MAX_SPLITS && (blocks_x * n_split <= n_sm || (w == 8 && rpw == 1)))
-                    configs.push_back({"mma", gm, split_plan{kc, int(n_split), w}, true});
+                if (n_split <= DS_MAX_SPLITS && blocks_x * n_split <= n_sm)
+                    configs.push_back({"stage", gm, split_plan{kc, int(n_split), w}, true});
             }
     }
     for (const config& cf : configs) {
         char key[64];
         std::snprintf(key, sizeof key, "%s:%d:%lld:%d", cf.name, cf.gm, (long long)cf.sp.kc, cf.sp.warps);
-        if (only && std::strcmp(key, only) != 0) continue;
+        const bool plans_only = only && std::strcmp(only, "plans") == 0; // the plans' rows alone
+        if (plans_only ? !std::strstr(cf.name, "plan") : only && std::strcmp(key, only) != 0) continue;
         const int gm = cf.gm, n_split = cf.sp.n_split;
         const int64_t kc = cf.sp.kc;
         const int blocks_x = n_kv_head * ((group + gm - 1) / gm);
@@ -161,20 +160,16 @@ template <int HD> int run_shape(int64_t depth, const char* only) {
             a.scale = 1.0f / std::sqrt(float(hd));
             a.part = dpart, a.counters = dcnt;
             const dim3 grid(unsigned(blocks_x), unsigned(n_split), 1);
-            const bool vl = warps > dm_vlate_above(HD); // as decode_split_launch
-            if (cf.mma && gm == 4 && vl)
-                attention_decode_mma_kernel<HD, 4, true><<<grid, warps * 32>>>(a, kc, n_split);
-            else if (cf.mma && gm == 4)
-                attention_decode_mma_kernel<HD, 4, false><<<grid, warps * 32>>>(a, kc, n_split);
-            else if (cf.mma && gm == 2 && vl)
-                attention_decode_mma_kernel<HD, 2, true><<<grid, warps * 32>>>(a, kc, n_split);
-            else if (cf.mma && gm == 2)
-                attention_decode_mma_kernel<HD, 2, false><<<grid, warps * 32>>>(a, kc, n_split);
-            else if (cf.mma && vl)
-                attention_decode_mma_kernel<HD, 1, true><<<grid, warps * 32>>>(a, kc, n_split);
-            else if (cf.mma)
-                attention_decode_mma_kernel<HD, 1, false><<<grid, warps * 32>>>(a, kc, n_split);
-            else if (gm == 4)
+            if (cf.stage) {
+                auto fn = gm == 4   ? attention_decode_stage_kernel<HD, 4>
+                          : gm == 2 ? attention_decode_stage_kernel<HD, 2>
+                                    : attention_decode_stage_kernel<HD, 1>;
+                const size_t smem = gm == 4   ? stage_smem<HD, 4>(warps)
+                                    : gm == 2 ? stage_smem<HD, 2>(warps)
+                                              : stage_smem<HD, 1>(warps);
+                CKH(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+                fn<<<grid, warps * 32, smem>>>(a, kc, n_split);
+            } else if (gm == 4)
                 attention_decode_split_kernel<D, 4><<<grid, warps * 32>>>(a, kc, n_split);
             else if (gm == 2)
                 attention_decode_split_kernel<D, 2><<<grid, warps * 32>>>(a, kc, n_split);

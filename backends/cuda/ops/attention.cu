@@ -4,8 +4,8 @@
 // q (hd, n_head, n_tok) f32; k, v (hd, n_head_kv, n_kv) f16 views of the cache; mask (n_kv, >= n_tok) additive;
 // query head h reads KV head h / (n_head / n_head_kv). Two kernels:
 //   decode  (n_tok <= 8): head sizes 64 / 128 / 256: split over the keys (flash-decoding), a block per (KV head, split,
-//           token) serving the KV head's query heads, or a part of them at short contexts
-//           (attention_decode_split_kernel); other head sizes: a chunk of 128 keys per step, one key per thread;
+//           token) serving the KV head's query heads, or a part of them at short contexts (64 / 128 on tensor
+//           cores: attention_decode_stage_kernel; else attention_decode_split_kernel); other head sizes: a chunk of 128 keys per step, one key per thread;
 //   prefill (n_tok > 8):  head sizes 64 / 128 / 256: flash attention on tensor cores (attention_fa_kernel; TESSERA_CUDA_FA=0:
 //           off); others: one block per (head, 32 queries), tiles of 32 keys staged in shared memory, f32.
 // Scores and sums are f32 (the CPU rounds Q and its V accumulator to f16 below 64 queries, as ggml: the two differ by
@@ -320,16 +320,6 @@ constexpr int ds_min_blocks(int gm, int d) {
     return gm == 4 && d == 4 ? 1 : 0;
 }
 
-// The most warps a block of the tensor-core decode kernel may have: what its registers allow, an SM's registers going
-// to warps in fours (114 registers at head size 64: 16 warps; 192 at 128: 8 warps, so a block of more than 8 takes
-// the variant that loads V after the scores: VLATE, 168 registers, 12 warps). dm_vlate_above: the most without it.
-__host__ __device__ constexpr int dm_max_warps(int hd) {
-    return hd == 128 ? 12 : 16;
-}
-__host__ __device__ constexpr int dm_vlate_above(int hd) {
-    return hd == 128 ? 8 : 16;
-}
-
 struct split_plan {
     int64_t kc;  // keys per split, a multiple of 32
     int n_split; // ceil(n_kv / kc)
@@ -360,21 +350,22 @@ split_plan decode_split_plan(int64_t n_kv, int gm, int hd, int64_t blocks, int n
     if (per_split > ds_max_warps(gm, hd)) return even;
     return {per_split * 32, int(ceil_div(n_kv, per_split * 32)), int(per_split)};
 }
-// Splits for the tensor-core decode kernel (attention_decode_mma_kernel): up to DS_ONE_SPLIT keys one split of 8
-// warps; past it splits of 256 keys, 8 warps a round each, where their blocks fit one wave; else the keys dealt out
-// for one wave, r rounds of 32 a split: a round a warp where r fits in wmax warps (dm_max_warps), else wmax warps
-// taking ceil(r / wmax) rounds each. Made from the key count in whole 256s, as decode_split_plan, so padding within
+// Splits for the tensor-core decode kernel (attention_decode_stage_kernel): up to DS_ONE_SPLIT keys one split of 8
+// warps (fewer where shared memory holds fewer slots); past it splits of 256 keys, 8 warps a round each, where their
+// blocks fit one wave; else the keys dealt out for one wave, r rounds of 32 a split: a round a warp where r fits in
+// wmax warps, else the fewest warps that take the same number of rounds each (17 rounds, 12 warps at most: 9 x 2, not
+// 12 x 2 over fewer, longer splits). Made from the key count in whole 256s, as decode_split_plan, so padding within
 // them gives the same bits (an extra split past the keys sees none and merges as nothing). Measured (attn_harness.cu,
-// H200, 2026-11-28, 8 head blocks, us a call, before O^T): head size 64 at depth 4096, 16 splits of 9 warps 10.34, 9
-// of 8 warps x 2 rounds 11.45, 17 of 256 keys (136 blocks: past one wave) 13.04; head size 128 (8 warps at most then)
-// 9 splits of 8 warps x 2 rounds 17.12, 12 of 6 x 2 17.77, 14 of 5 x 2 19.82, 17 of 256 keys 19.64.
-split_plan decode_mma_plan(int64_t n_kv, int wmax, int64_t blocks, int n_sm) {
-    if (n_kv <= DS_ONE_SPLIT) return {DS_ONE_SPLIT, 1, 8};
+// H200, 2026-11-28, 8 head blocks, us a call, the register-loading kernel before it): head size 64 at depth 4096, 16
+// splits of 9 warps 10.34, 9 of 8 warps x 2 rounds 11.45, 17 of 256 keys (136 blocks: past one wave) 13.04; head size
+// 128 at depth 8192, 15 splits of 9 warps x 2 20.48 vs 11 of 12 x 2 21.21.
+split_plan decode_stage_plan(int64_t n_kv, int wmax, int64_t blocks, int n_sm) {
+    if (n_kv <= DS_ONE_SPLIT) return {DS_ONE_SPLIT, 1, std::min(8, wmax)};
     const int64_t splits_256 = ceil_div(n_kv, int64_t(DS_ONE_SPLIT));
     const int64_t want = std::clamp<int64_t>(n_sm / std::max<int64_t>(blocks, 1), 1, DS_MAX_SPLITS);
-    if (splits_256 <= want) return {DS_ONE_SPLIT, int(splits_256), 8};
-    const int64_t r = ceil_div(splits_256 * (DS_ONE_SPLIT / 32), want); // rounds a split
-    const int64_t w = std::min<int64_t>(r, wmax), kc = 32 * w * ceil_div(r, w);
+    if (splits_256 <= want && wmax >= 8) return {DS_ONE_SPLIT, int(splits_256), 8};
+    const int64_t r = ceil_div(splits_256 * (DS_ONE_SPLIT / 32), std::min(want, splits_256)); // rounds a split
+    const int64_t per_warp = ceil_div(r, int64_t(wmax)), w = ceil_div(r, per_warp), kc = 32 * w * per_warp;
     return {kc, int(ceil_div(n_kv, kc)), int(w)};
 }
 // The most splits any plan makes for n_kv keys (the partials' room)
@@ -415,7 +406,7 @@ __device__ __forceinline__ void decode_merge(const attn_args& a, float (&m_s)[WM
                                              float (&acc_s)[WMAX][GM][HD], int& last_s, int W, int G, int h0,
                                              int n_split) {
     const int s = blockIdx.y, t = blockIdx.z;
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
     // the block's result per (head, dimension): G HD values, whole warps (HD % 32 == 0)
     float* part_acc = a.part; // [t][h][split][HD], then (max, sum) as float2 [t][h][split]
     float2* part_ml = reinterpret_cast<float2*>(a.part + size_t(a.n_tok) * a.n_head * n_split * HD);
@@ -449,48 +440,46 @@ __device__ __forceinline__ void decode_merge(const attn_args& a, float (&m_s)[WM
     __syncthreads();
     if (!last_s) return;
     __threadfence();
-    // The splits' (max, sum) first, a warp a head loading them all at once, into shared memory (acc_s is free now):
-    // each split's factor e^(m_k - max) (-1: a split whose keys are all masked, left out) and its sum. A thread then
-    // sums its (head, dimension) over the splits in their order, the partial loads independent of each other.
-    float* const f_s = &acc_s[0][0][0];           // [GM][DS_MAX_SPLITS]
-    float* const lk_s = f_s + GM * DS_MAX_SPLITS; // [GM][DS_MAX_SPLITS]
-    static_assert(2 * DS_MAX_SPLITS <= WMAX * HD && DS_MAX_SPLITS % WARP_SIZE == 0, "the splits' factors fit");
-    for (int g = warp; g < G; g += W) {
+    // The last block: a thread takes dimensions d and d + HD / 2 of a head (the same lane, so whole warps call
+    // decode_store; a warp's 32 pairs share the head) and loads every split's (max, sum) and both partial values at
+    // once, 16 splits at a time folded into a running max: the merge costs one L2 round trip up to 16 splits, not one
+    // for the (max, sum) and another for the values. Splits whose keys are all masked (max -inf) are left out.
+    constexpr int KB = 16;
+    for (int i = threadIdx.x; i < G * HD / 2; i += blockDim.x) {
+        const int g = i / (HD / 2), d = i % (HD / 2);
         const size_t p0 = (size_t(t) * a.n_head + h0 + g) * n_split;
-        float2 ml[DS_MAX_SPLITS / WARP_SIZE];
-        float mx = -INFINITY;
+        const float2* pm = part_ml + p0;
+        const float* pa = part_acc + p0 * HD + d;
+        float mx = -INFINITY, l = 0.0f, o0 = 0.0f, o1 = 0.0f;
+        for (int k0 = 0; k0 < n_split; k0 += KB, pm += KB, pa += KB * HD) {
+            float2 ml[KB];
+            float x0[KB], x1[KB];
 #pragma unroll
-        for (int i = 0; i < DS_MAX_SPLITS / WARP_SIZE; i++) {
-            const int k = lane + WARP_SIZE * i;
-            ml[i] = k < n_split ? __ldcg(&part_ml[p0 + k]) : make_float2(-INFINITY, 0.0f);
-            mx = fmaxf(mx, ml[i].x);
-        }
-        mx = warp_max(mx);
+            for (int k = 0; k < KB; k++) {
+                const bool in = k0 + k < n_split;
+                ml[k] = in ? __ldcg(pm + k) : make_float2(-INFINITY, 0.0f);
+                x0[k] = in ? __ldcg(pa + k * HD) : 0.0f;
+                x1[k] = in ? __ldcg(pa + k * HD + HD / 2) : 0.0f;
+            }
+            float cm = mx;
 #pragma unroll
-        for (int i = 0; i < DS_MAX_SPLITS / WARP_SIZE; i++) {
-            const int k = lane + WARP_SIZE * i;
-            if (k < n_split) {
-                f_s[g * DS_MAX_SPLITS + k] = ml[i].x == -INFINITY ? -1.0f : __expf(ml[i].x - mx);
-                lk_s[g * DS_MAX_SPLITS + k] = ml[i].y;
-            }
+            for (int k = 0; k < KB; k++) cm = fmaxf(cm, ml[k].x);
+            if (cm == -INFINITY) continue;
+            const float fo = mx == -INFINITY ? 0.0f : __expf(mx - cm);
+            l *= fo, o0 *= fo, o1 *= fo;
+#pragma unroll
+            for (int k = 0; k < KB; k++)
+                if (ml[k].x != -INFINITY) {
+                    const float f = __expf(ml[k].x - cm);
+                    l += ml[k].y * f;
+                    o0 += x0[k] * f;
+                    o1 += x1[k] * f;
+                }
+            mx = cm;
         }
-        if (lane == 0) m_s[0][g] = mx;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-        const int g = i / HD, d = i % HD;
-        const float* pa = a.part + (size_t(t) * a.n_head + h0 + g) * n_split * HD + d;
-        float o = 0.0f, l = 0.0f;
-#pragma unroll 4
-        for (int k = 0; k < n_split; k++) {
-            const float f = f_s[g * DS_MAX_SPLITS + k], x = __ldcg(pa + size_t(k) * HD);
-            if (f >= 0.0f) {
-                l += lk_s[g * DS_MAX_SPLITS + k] * f;
-                o += x * f;
-            }
-        }
-        const float f = sink_fold(a.sinks, h0 + g, m_s[0][g], l);
-        decode_store(a, t, h0 + g, d, l == 0.0f ? 0.0f : o * f / l, lane, HD);
+        const float f = sink_fold(a.sinks, h0 + g, mx, l), inv = l == 0.0f ? 0.0f : f / l;
+        decode_store(a, t, h0 + g, d, o0 * inv, lane, HD);
+        decode_store(a, t, h0 + g, d + HD / 2, o1 * inv, lane, HD);
     }
 }
 
@@ -629,41 +618,52 @@ static __global__ void __launch_bounds__(ds_max_warps(GM, D * WARP_SIZE) * WARP_
 
 // Decode attention on tensor cores, head sizes 64 and 128: the split kernel's blocks (GM query heads of one KV head,
 // `kc` keys a split, token blockIdx.z), splits and merge (decode_merge), but a warp's round of 32 keys is two
-// products on mma.sync m16n8k16 (f16 in, f32 accumulate): S (16 x 32) = Q (16 x HD) K^T with the GM query heads as
-// rows 0 .. GM - 1 (the rest zero), then O^T (HD x 8) += V^T (HD x 32) P^T (32 x 8), the heads as columns.
-//   The k order inside each product is free, so K rows arrive as 16-byte loads: thread (row g = lane / 4, pair
-//   c = lane % 4) of n-tile nt loads key j0 + 8 nt + g's dims 32 u + 8 c .. + 7, which serve k-steps 2u (dims + 0..3)
-//   and 2u + 1 (+ 4..7); Q is packed in the same order once.
+// products on mma.sync m16n8k16 (f16 in, f32 accumulate) out of shared memory: S (16 x 32) = Q (16 x HD) K^T with the
+// GM query heads as rows 0 .. GM - 1 (the rest zero; n-tile nt = keys 8 nt .. + 7, k-step ks = dims 16 ks .. + 15),
+// then O^T (HD x 8) += V^T (HD x 32) P^T (32 x 8) with the heads as columns (m-tile mt = dims 16 mt .. + 15); O = P V
+// with the heads as rows would waste half of every PV MMA.
+//   A round's K and V rows (16 KiB at head size 128) go to the warp's own slot of shared memory by cp.async, K and V
+//   as two groups: no register budget caps the bytes in flight, the Q and mask loads overlap them, the scores wait
+//   for K only, and the next round's K is asked for as soon as the scores are out, its V after the P V products.
+//   Fragments come out by ldmatrix (V transposed); rows are 16-byte chunks swizzled by the row's low three bits
+//   (chunk ^ (row & 7)), so the eight rows an ldmatrix phase reads fall in distinct banks.
 //   S's accumulators (row g = head g, keys 2c, 2c + 1 of n-tiles 2 ks and 2 ks + 1) rounded to f16 are exactly the B
-//   fragments of P^T for k-step ks (keys j0 + 16 ks + {2c, 2c + 1, 8 + 2c, 9 + 2c}, column g). Each thread loads
-//   those keys' V rows at dims g * NT .. + NT - 1 (NT = HD / 8); word mt of them, paired across two keys by
-//   byte_perm, is the A fragment of m-tile mt, whose rows g and g + 8 are dims g * NT + 2 mt and + 1. The output
-//   columns 2c, 2c + 1 are heads, so the rescale takes those heads' factors from their rows' lanes. (O = P V with the
-//   heads as rows wasted half of every MMA and 64 accumulator registers: 222 registers at head size 128, 140 at 64;
-//   now 192 and 114.)
-//   Masked keys' scores are dropped (-inf) and their V rows zeroed before the MMA (0 * NaN of a never-written row
-//   would reach the output); keys past the split read a row inside it.
-//   VLATE (more than 8 warps at head size 128, decode_mma_plan's one-wave splits): V is loaded after the scores, into
-//   the registers K held, for 168 registers and up to 12 warps (a few spill); else V and K are loaded together.
+//   fragments of P^T for k-step ks; the output columns 2c, 2c + 1 are heads, so the rescale takes those heads' factors
+//   from their rows' lanes. Masked keys' scores are dropped (-inf) and their V values zeroed in the A fragments, which
+//   hold the same keys as the thread's scores (a never-written row's NaN times a zero weight would reach the output);
+//   keys past the split are zero rows, never read. After the rounds the slots hold the warps' accumulators.
 // Q and P are rounded to f16 (the CPU rounds Q to f16 for decode, as ggml; P: relative error <= 2^-11 a weight, as
-// the tensor-core prefill). tests/bench/attn_mma_sim.py checks the fragment mapping in exact arithmetic.
-// Measured (H200, 2026-11-28; 32 query heads, 8 KV heads): attn_harness.cu, us a call, this kernel vs the f32 split
-// kernel at the query heads a block decode_split_launch picks: head size 128 at depths 1024 / 4096 / 8192 10.12 /
-// 15.77 / 23.46 vs 10.99 / 17.52 / 26.50; 64 at 100 / 1024 / 4096 / 8192 5.38 / 8.32 / 10.49 / 15.05 vs 5.63 / 8.50
-// / 15.31 / 18.17. Model, q4_0 tg128 (t/s, TESSERA_CUDA_ATTN_MMA=0 second): 8B at depth 0 558.3 vs 548.3, 1024 508.8
-// vs 482.2, 4096 454.2 / 451.3 vs 444.9 / 444.3 (at most 8 warps, no VLATE: 446.6 / 447.9); 1B at 0 2027.5 vs
-// 2001.9, 4096 1622 / 1626 vs 1489 / 1506. The f32 kernel spends ~3000 instructions a warp on a round (4 heads x 128
-// dims x 2 FMA a key and lane, converts, q from shared memory), issued ~7 cycles apart: latency-bound.
-template <int HD, int GM, bool VLATE>
-static __global__ void __launch_bounds__((VLATE ? dm_max_warps(HD) : dm_vlate_above(HD)) * WARP_SIZE)
-    attention_decode_mma_kernel(attn_args a, int64_t kc, int n_split) {
+// the tensor-core prefill). Measured (H200, 2026-11-28, 32 query / 8 KV heads): attn_harness.cu, us a call, against
+// the kernel it replaced (K and V loaded into registers: 192 registers at head size 128, so past 8 warps V had to
+// wait for the scores), head size 128 at depths 100 / 1024 / 4096 / 8192: 7.03 / 10.23 / 15.11 / 19.99 vs 6.96 /
+// 10.10 / 14.48 / 20.47; 64: 5.19 / 8.21 / 10.90 / 13.34 vs 5.32 / 8.21 / 10.18 / 13.86 (f32 kernel: 9.51 / 12.30 /
+// 16.35 / 25.12 and 6.32 / 9.12 / 13.16 / 16.61). Model, q4_0 tg128 t/s, same call: 8B at depth 0 558.1 vs 558.0,
+// 1024 502.2 vs 505.7, 4096 476.0 / 472.5 vs 470.6 / 478.5, 8192 438.7 vs 440.5; 1B 2050.8 vs 2016.4, 1783.9 vs
+// 1780.7, 1632.5 / 1670.1 vs 1662.3 / 1668.1, 1483.4 vs 1491.6: even at depth, ahead at short contexts, and
+// 139 registers rather than 192 (168 and spills for the 12-warp variant), one kernel for every plan.
+constexpr int STAGE_MAX_WARPS = 16;
+template <int HD> __host__ __device__ constexpr int stage_round_bytes() {
+    return 2 * WARP_SIZE * HD * 2; // K and V rows of 32 keys, f16
+}
+// Dynamic shared memory of the tensor-core decode kernel at W warps: the rounds' slots, or the accumulators
+// decode_merge takes
+template <int HD, int GM> constexpr size_t stage_smem(int w) {
+    return std::max(size_t(w) * stage_round_bytes<HD>(), size_t(w) * GM * HD * sizeof(float));
+}
+// The most warps a block takes: 12 at head size 128 (three a sub-partition: up to 168 registers; four would cap them
+// at 128, and it spills there), 16 at 64
+__host__ __device__ constexpr int stage_warps_cap(int hd) {
+    return hd == 128 ? 12 : STAGE_MAX_WARPS;
+}
+template <int HD, int GM>
+static __global__ void __launch_bounds__(stage_warps_cap(HD) * WARP_SIZE, 1)
+    attention_decode_stage_kernel(attn_args a, int64_t kc, int n_split) {
     static_assert((HD == 64 || HD == 128) && GM <= 8, "head sizes 64 / 128, up to 8 query heads a block");
-    static_assert(!VLATE || GM <= 4, "12 warps' accumulators for 8 heads pass 48 KiB of static shared memory");
-    constexpr int NU = HD / 32, NT = HD / 8, WMAX = VLATE ? dm_max_warps(HD) : dm_vlate_above(HD);
-    __shared__ float m_s[WMAX][GM], l_s[WMAX][GM];
-    __shared__ float acc_s[WMAX][GM][HD];
+    constexpr int NK = HD / 16, CH = HD / 8, RB = stage_round_bytes<HD>();
+    extern __shared__ __align__(128) uint8_t stage_s[];
+    __shared__ float m_s[STAGE_MAX_WARPS][GM], l_s[STAGE_MAX_WARPS][GM];
     __shared__ int last_s;
-    const int W = int(blockDim.x) / WARP_SIZE; // <= WMAX
+    const int W = int(blockDim.x) / WARP_SIZE; // <= STAGE_MAX_WARPS
     const int hblocks = (a.group + GM - 1) / GM;
     const int hk = blockIdx.x / hblocks, g0 = blockIdx.x % hblocks * GM;
     const int G = min(GM, a.group - g0), h0 = hk * a.group + g0;
@@ -672,9 +672,32 @@ static __global__ void __launch_bounds__((VLATE ? dm_max_warps(HD) : dm_vlate_ab
     const int64_t k0 = int64_t(s) * kc, k1 = min(a.n_kv, k0 + kc);
     const float* mr = a.mask ? a.mask + t * a.mask_nb1 : nullptr;
     const __half* kh = a.k + hk * a.kv_nb1;
-    const __half* vh = a.v + hk * a.kv_nb1 + gq * NT;
-    // this thread's mask values of a round (keys j0 + 8 nt + 2c + e), -inf past the split (read after the round's K
-    // and V loads are issued)
+    const __half* vh = a.v + hk * a.kv_nb1;
+    uint8_t* const ks_ = stage_s + warp * RB; // K rows [32][HD], then V rows
+    uint8_t* const vs_ = ks_ + RB / 2;
+    // The ldmatrix addresses, as a few registers plus immediates: a lane's rows all have row % 8 = r7 = lane % 8, so
+    // the swizzled chunk of K (4u + q, q = lane / 8 % 4) is 2 (u ^ (r7 / 4)) + (q ^ r7 % 4) pairs of chunks in, and
+    // V's (2 mt + q2, q2 = lane / 8 % 2) 2 (mt ^ (r7 / 2)) + (q2 ^ r7 % 2): bases for u's parity and mt % 4.
+    const int r7 = lane & 7;
+    const uint32_t kbase = smem_addr(ks_) + r7 * (HD * 2) + (((lane >> 3) ^ (r7 & 3)) * 16);
+    const uint32_t kb_par[2] = {kbase + 64 * (r7 >> 2), kbase + 64 * ((r7 >> 2) ^ 1)};
+    const uint32_t vbase = smem_addr(vs_) + (8 * (lane >> 4) + r7) * (HD * 2) + ((((lane >> 3) & 1) ^ (r7 & 1)) * 16);
+    uint32_t vb_m[4];
+#pragma unroll
+    for (int m = 0; m < 4; m++) vb_m[m] = vbase + 32 * (m ^ (r7 >> 1));
+    // byte offset of chunk ch (8 halves) of row r in a slot's K or V rows
+    const auto at = [](int r, int ch) { return r * (HD * 2) + ((ch ^ (r & 7)) * 16); };
+    // K or V rows of the round of keys j0 .. j0 + 31 into the warp's slot: one commit group
+    const auto load_rows = [&](int64_t j0, const __half* src, uint8_t* dst) {
+#pragma unroll
+        for (int it = 0; it < CH; it++) {
+            const int i = lane + WARP_SIZE * it, r = i / CH, ch = i % CH;
+            const int64_t j = j0 + r;
+            const bool in = j < k1;
+            cp_async16(dst + at(r, ch), src + (in ? j : k0) * a.kv_nb2 + 8 * ch, in);
+        }
+        cp_async_commit();
+    };
     const auto mask_of = [&](int64_t j0, float (&mv)[4][2]) {
 #pragma unroll
         for (int nt = 0; nt < 4; nt++)
@@ -684,17 +707,14 @@ static __global__ void __launch_bounds__((VLATE ? dm_max_warps(HD) : dm_vlate_ab
                 mv[nt][e] = j < k1 ? (mr ? mr[j] : 0.0f) : -INFINITY;
             }
     };
-    // Before the wait: L2 asked for the K and V rows of the warp's first two rounds (lane i: key j0 + i; the split
-    // kernel asks for its one) and, where the mask is a graph input (mask_early), for the first round's mask values.
-    // Held in registers instead, those 8 values kept 8 more registers live through the loop and took the
-    // head-size-128 variants from 222 registers to 255 and spills.
+    // before the wait: L2 asked for the K and V rows of the warp's first two rounds (lane i: key j0 + i)
     const int64_t jf0 = k0 + warp * WARP_SIZE;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int64_t j = jf0 + int64_t(r) * W * WARP_SIZE + lane;
         if (j < k1) {
             const char* kp = reinterpret_cast<const char*>(kh + j * a.kv_nb2);
-            const char* vp = reinterpret_cast<const char*>(a.v + hk * a.kv_nb1 + j * a.kv_nb2);
+            const char* vp = reinterpret_cast<const char*>(vh + j * a.kv_nb2);
 #pragma unroll
             for (int o = 0; o < HD * 2; o += 128) prefetch_l2(kp + o), prefetch_l2(vp + o);
         }
@@ -702,127 +722,121 @@ static __global__ void __launch_bounds__((VLATE ? dm_max_warps(HD) : dm_vlate_ab
     if (mr && a.mask_early && lane == 0 && jf0 < k1) prefetch_l2(mr + jf0);
     pdl_wait();
     pdl_trigger();
-    // Q row gq in the k order: qa[u][h] = {a0, a2} of k-step 2u + h
-    uint32_t qa[NU][2][2];
+    if (jf0 < k1) load_rows(jf0, kh, ks_), load_rows(jf0, vh, vs_);
+    // Q's A fragments: row gq (head g0 + gq; zero past G), dims 16 ks + 2c, + 1 and + 8, + 9
+    uint32_t qa[NK][2];
     {
         const float* qr = a.q + (h0 + (gq < G ? gq : 0)) * a.q_nb1 + t * a.q_nb2;
 #pragma unroll
-        for (int u = 0; u < NU; u++) {
-            float4 x0 = *reinterpret_cast<const float4*>(qr + 32 * u + 8 * c);
-            float4 x1 = *reinterpret_cast<const float4*>(qr + 32 * u + 8 * c + 4);
-            if (gq >= G) x0 = x1 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            qa[u][0][0] = pack_half2(x0.x, x0.y), qa[u][0][1] = pack_half2(x0.z, x0.w);
-            qa[u][1][0] = pack_half2(x1.x, x1.y), qa[u][1][1] = pack_half2(x1.z, x1.w);
+        for (int ks = 0; ks < NK; ks++) {
+            float2 x0 = *reinterpret_cast<const float2*>(qr + 16 * ks + 2 * c);
+            float2 x1 = *reinterpret_cast<const float2*>(qr + 16 * ks + 8 + 2 * c);
+            if (gq >= G) x0 = x1 = make_float2(0.0f, 0.0f);
+            qa[ks][0] = pack_half2(x0.x, x0.y), qa[ks][1] = pack_half2(x1.x, x1.y);
         }
     }
     float M = -INFINITY, L = 0.0f; // row gq's running max; this thread's part of its sum
-    // O^T: m-tile mt's rows g and g + 8 are dims g NT + 2 mt and + 1, its columns 2c and 2c + 1 heads
-    float o[NT / 2][4];
+    // O^T: m-tile mt's rows g and g + 8 are dims 16 mt + g and + 8, its columns 2c and 2c + 1 heads
+    float o[NK][4];
 #pragma unroll
-    for (int mt = 0; mt < NT / 2; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+    for (int mt = 0; mt < NK; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+    // The groups in flight at a round's start: its K, then its V. The next round's K is asked for once the scores
+    // are out (behind this round's V), its V once the P V products are.
     for (int64_t j0 = jf0; j0 < k1; j0 += W * WARP_SIZE) {
-        uint4 kq[4][NU];
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-            const int64_t j = j0 + 8 * nt + gq;
-            const __half* kr = kh + (j < k1 ? j : j0) * a.kv_nb2 + 8 * c;
-#pragma unroll
-            for (int u = 0; u < NU; u++) kq[nt][u] = *reinterpret_cast<const uint4*>(kr + 32 * u);
-        }
-        // V rows of k-step ks, slot e4: key j0 + 16 ks + 2c + (e4 & 1) + 8 (e4 >> 1); NT halves each
-        uint4 vq[2][4][NT / 8];
-        const auto load_v = [&](bool in) {
-#pragma unroll
-            for (int ks = 0; ks < 2; ks++)
-#pragma unroll
-                for (int e4 = 0; e4 < 4; e4++) {
-                    const int64_t j = j0 + 16 * ks + 2 * c + (e4 & 1) + 8 * (e4 >> 1);
-                    const __half* vr = vh + (in && j < k1 ? j : j0) * a.kv_nb2;
-#pragma unroll
-                    for (int q = 0; q < NT / 8; q++) vq[ks][e4][q] = *reinterpret_cast<const uint4*>(vr + 8 * q);
-                }
-        };
-        if constexpr (!VLATE) load_v(true);
+        const int64_t jn = j0 + W * WARP_SIZE;
         float mv[4][2];
         mask_of(j0, mv);
+        cp_async_wait_one(); // K
+        __syncwarp();
         bool any = false;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) any |= mv[nt][0] != -INFINITY || mv[nt][1] != -INFINITY;
-        if (!__any_sync(0xffffffffu, any)) continue; // the same for every lane
-        float sc[4][4];
+        if (__any_sync(0xffffffffu, any)) { // the same for every lane
+            float sc[4][4];
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+            for (int nt = 0; nt < 4; nt++) {
+                sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
 #pragma unroll
-            for (int u = 0; u < NU; u++) {
-                const uint32_t a0[4] = {qa[u][0][0], 0u, qa[u][0][1], 0u}, a1[4] = {qa[u][1][0], 0u, qa[u][1][1], 0u};
-                mma_16816(sc[nt], a0, kq[nt][u].x, kq[nt][u].y);
-                mma_16816(sc[nt], a1, kq[nt][u].z, kq[nt][u].w);
+                for (int u = 0; u < NK / 2; u++) {
+                    uint32_t kb[4]; // b0, b1 of k-steps 2u and 2u + 1
+                    ldmatrix_x4(kb, kb_par[u & 1] + 128 * (u >> 1) + 8 * nt * (HD * 2));
+                    const uint32_t a0[4] = {qa[2 * u][0], 0u, qa[2 * u][1], 0u};
+                    const uint32_t a1[4] = {qa[2 * u + 1][0], 0u, qa[2 * u + 1][1], 0u};
+                    mma_16816(sc[nt], a0, kb[0], kb[1]);
+                    mma_16816(sc[nt], a1, kb[2], kb[3]);
+                }
             }
+            float p[4][2], rmax = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    p[nt][e] = mv[nt][e] != -INFINITY ? sc[nt][e] * a.scale + mv[nt][e] : -INFINITY;
+                    rmax = fmaxf(rmax, p[nt][e]);
+                }
+            rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 1));
+            rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 2));
+            __syncwarp(); // every lane is done with K
+            if (jn < k1) load_rows(jn, kh, ks_);
+            const float m_new = fmaxf(M, rmax); // finite: some key of the round is live (one mask for every head)
+            const float corr = M == -INFINITY ? 0.0f : __expf(M - m_new);
+            float psum = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    p[nt][e] = p[nt][e] == -INFINITY || gq >= G ? 0.0f : __expf(p[nt][e] - m_new);
+                    psum += p[nt][e];
+                }
+            L = L * corr + psum;
+            M = m_new;
+            // heads 2c and 2c + 1's factors, from their rows' lanes
+            const float corr0 = __shfl_sync(0xffffffffu, corr, 8 * c);
+            const float corr1 = __shfl_sync(0xffffffffu, corr, 8 * c + 4);
+            if (jn < k1) cp_async_wait_one(); // V (the next K may stay in flight)
+            else cp_async_wait_all();
+            __syncwarp();
+#pragma unroll
+            for (int mt = 0; mt < NK; mt++) o[mt][0] *= corr0, o[mt][1] *= corr1, o[mt][2] *= corr0, o[mt][3] *= corr1;
+#pragma unroll
+            for (int ks = 0; ks < 2; ks++) {
+                // B = P^T: column g is head g's f16 weights of keys 16 ks + {2c, 2c + 1} and {8 + 2c, 9 + 2c}
+                const uint32_t pb0 = pack_half2(p[2 * ks][0], p[2 * ks][1]);
+                const uint32_t pb1 = pack_half2(p[2 * ks + 1][0], p[2 * ks + 1][1]);
+                // the A fragments hold keys 16 ks + 2c + e (a0, a1) and + 8 (a2, a3): a masked key's halves zeroed
+                const uint32_t lo = (mv[2 * ks][0] != -INFINITY ? 0x0000ffffu : 0u) |
+                                    (mv[2 * ks][1] != -INFINITY ? 0xffff0000u : 0u);
+                const uint32_t hi = (mv[2 * ks + 1][0] != -INFINITY ? 0x0000ffffu : 0u) |
+                                    (mv[2 * ks + 1][1] != -INFINITY ? 0xffff0000u : 0u);
+#pragma unroll
+                for (int mt = 0; mt < NK; mt++) {
+                    uint32_t va[4]; // V^T of dims 16 mt .. + 15, keys 16 ks .. + 15
+                    ldmatrix_x4_trans(va, vb_m[mt & 3] + 128 * (mt >> 2) + 16 * ks * (HD * 2));
+                    va[0] &= lo, va[1] &= lo, va[2] &= hi, va[3] &= hi;
+                    mma_16816(o[mt], va, pb0, pb1);
+                }
+            }
+        } else { // no live key: nothing read
+            cp_async_wait_all();
+            __syncwarp();
+            if (jn < k1) load_rows(jn, kh, ks_);
         }
-        float p[4][2], rmax = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                p[nt][e] = mv[nt][e] != -INFINITY ? sc[nt][e] * a.scale + mv[nt][e] : -INFINITY;
-                rmax = fmaxf(rmax, p[nt][e]);
-            }
-        rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 1));
-        rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 2));
-        // VLATE: V's addresses wait for the scores (the condition always holds), so K's registers are free by then
-        if constexpr (VLATE) load_v(rmax != INFINITY);
-        const float m_new = fmaxf(M, rmax); // finite: some key of the round is live (one mask for every head)
-        const float corr = M == -INFINITY ? 0.0f : __expf(M - m_new);
-        float psum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                p[nt][e] = p[nt][e] == -INFINITY || gq >= G ? 0.0f : __expf(p[nt][e] - m_new);
-                psum += p[nt][e];
-            }
-        L = L * corr + psum;
-        M = m_new;
-        // heads 2c and 2c + 1's factors, from their rows' lanes
-        const float corr0 = __shfl_sync(0xffffffffu, corr, 8 * c), corr1 = __shfl_sync(0xffffffffu, corr, 8 * c + 4);
-#pragma unroll
-        for (int mt = 0; mt < NT / 2; mt++) o[mt][0] *= corr0, o[mt][1] *= corr1, o[mt][2] *= corr0, o[mt][3] *= corr1;
-#pragma unroll
-        for (int ks = 0; ks < 2; ks++) {
-            // B = P (keys x heads): column g is head g's f16 weights of keys 16 ks + {2c, 2c + 1} and {8 + 2c, 9 + 2c}
-            const uint32_t pb0 = pack_half2(p[2 * ks][0], p[2 * ks][1]);
-            const uint32_t pb1 = pack_half2(p[2 * ks + 1][0], p[2 * ks + 1][1]);
-#pragma unroll
-            for (int e4 = 0; e4 < 4; e4++)
-                if (mv[2 * ks + (e4 >> 1)][e4 & 1] == -INFINITY)
-#pragma unroll
-                    for (int q = 0; q < NT / 8; q++) vq[ks][e4][q] = make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-            for (int mt = 0; mt < NT / 2; mt++) {
-                // A = V^T: word mt of a V row (this thread's dims g NT + 2 mt, + 1) paired across two keys by byte_perm
-                const int q = mt / 4, w = mt % 4;
-                auto word = [&](int e4) {
-                    const uint4& r = vq[ks][e4][q];
-                    return w == 0 ? r.x : w == 1 ? r.y : w == 2 ? r.z : r.w;
-                };
-                const uint32_t va[4] = {__byte_perm(word(0), word(1), 0x5410u), __byte_perm(word(0), word(1), 0x7632u),
-                                        __byte_perm(word(2), word(3), 0x5410u), __byte_perm(word(2), word(3), 0x7632u)};
-                mma_16816(o[mt], va, pb0, pb1);
-            }
-        }
+        __syncwarp(); // every lane is done with V
+        if (jn < k1) load_rows(jn, vh, vs_);
     }
     L += __shfl_xor_sync(0xffffffffu, L, 1);
     L += __shfl_xor_sync(0xffffffffu, L, 2);
     if (gq < G && c == 0) m_s[warp][gq] = M, l_s[warp][gq] = L;
+    __syncthreads(); // every warp is done with its slot: the accumulators take their place
+    auto& acc_s = *reinterpret_cast<float(*)[STAGE_MAX_WARPS][GM][HD]>(stage_s);
 #pragma unroll
-    for (int mt = 0; mt < NT / 2; mt++) {
-        const int d = gq * NT + 2 * mt;
-        if (2 * c < G) acc_s[warp][2 * c][d] = o[mt][0], acc_s[warp][2 * c][d + 1] = o[mt][2];
-        if (2 * c + 1 < G) acc_s[warp][2 * c + 1][d] = o[mt][1], acc_s[warp][2 * c + 1][d + 1] = o[mt][3];
+    for (int mt = 0; mt < NK; mt++) {
+        const int d = 16 * mt + gq;
+        if (2 * c < G) acc_s[warp][2 * c][d] = o[mt][0], acc_s[warp][2 * c][d + 8] = o[mt][2];
+        if (2 * c + 1 < G) acc_s[warp][2 * c + 1][d] = o[mt][1], acc_s[warp][2 * c + 1][d + 8] = o[mt][3];
     }
     __syncthreads();
-    decode_merge<HD, GM, WMAX>(a, m_s, l_s, acc_s, last_s, W, G, h0, n_split);
+    decode_merge<HD, GM, STAGE_MAX_WARPS>(a, m_s, l_s, acc_s, last_s, W, G, h0, n_split);
 }
 
 // Exact mode, >= 64 queries: the CPU's tiled attention (backends/cpu/ops/attention.cpp, attention_tiled) step for step.
@@ -1297,6 +1311,26 @@ size_t decode_part_bytes(int64_t hd, int64_t n_head, int64_t n_tok, int64_t n_kv
     return splits == 1 ? 0 : size_t(n_tok * n_head * splits) * size_t(hd + 2) * sizeof(float);
 }
 
+// The current device's most shared memory a block may opt in to (Hopper 227 KiB, A100 163, Ada 99).
+int device_smem_optin() {
+    static std::atomic<int> optin[64] = {}; // per device, 0: not asked yet
+    int dev = 0;
+    TS_CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) return 48 * 1024;
+    if (optin[dev].load() == 0) {
+        int v = 0;
+        TS_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        optin[dev].store(v);
+    }
+    return optin[dev].load();
+}
+
+// The tensor-core decode kernel's most warps on this device: slots that fit its shared memory (2 KiB kept for the
+// static part)
+template <int HD> int stage_max_warps() {
+    return std::min<int>(stage_warps_cap(HD), (device_smem_optin() - 2048) / stage_round_bytes<HD>());
+}
+
 template <int D> void decode_split_launch(const cuda_context& ctx, const attn_args& a) {
     // Query heads a block (gm): the KV head's whole group (up to 8), each K and V row loaded once for all of them;
     // halved while that leaves the grid under half the SMs (short contexts: one or a few key splits), the other
@@ -1314,43 +1348,42 @@ template <int D> void decode_split_launch(const cuda_context& ctx, const attn_ar
            (splits_256 == 1 || size_t(head_blocks(gm / 2) * a.n_tok) <= ctx.n_counters))
         gm /= 2;
     const int64_t blocks_x = head_blocks(gm);
-    // Head sizes 64 and 128 on the tensor cores, except where the f32 kernel's plan deals the keys out for one wave
-    // with a round a warp (up to 16 warps) and the tensor-core kernel's would take more than one round a warp: with
-    // its 12 warps at head size 128, the 8B at depths of about 6144-8192 (13-16 rounds a split). Measured when the
-    // tensor-core kernel had 8 warps at most (H200, 2026-11-28, 8B q4_0 tg128, two rounds): depth 4096 (2 rounds a
-    // warp) 438.0 / 438.6 t/s vs f32 442.9 / 445.2; depth 6144 431.1 / 426.6 vs 422.1 / 426.1.
-    // TESSERA_CUDA_ATTN_MMA=0: the f32 kernel for all. (The tensor-core kernel reads Q rows as float4.)
+    // Head sizes 64 and 128 on the tensor cores (K and V rows 16-byte aligned, enough shared memory for 4 warps),
+    // except where the f32 kernel's plan deals the keys out for one wave with a round a warp (up to 16 warps) and the
+    // tensor-core kernel's would take more than one round a warp: with its 12 warps at head size 128, the 8B at
+    // depths of about 6144-8000 (13-16 rounds a split). Measured when the tensor-core kernel had 8 warps at most
+    // (H200, 2026-11-28, 8B q4_0 tg128, two rounds): depth 4096 (2 rounds a warp) 438.0 / 438.6 t/s vs f32 442.9 /
+    // 445.2; depth 6144 431.1 / 426.6 vs 422.1 / 426.1.
+    // TESSERA_CUDA_ATTN_MMA=0: the f32 kernel for all. (The tensor-core kernel reads Q rows as float2.)
     static const bool mma = env_switch_on("TESSERA_CUDA_ATTN_MMA");
     constexpr bool mma_hd = D == 2 || D == 4;
     const bool q16 = aligned16(a.q) && a.q_nb1 % 4 == 0 && a.q_nb2 % 4 == 0;
+    const bool kv16 = aligned16(a.k) && aligned16(a.v) && a.kv_nb1 % 8 == 0 && a.kv_nb2 % 8 == 0;
     const int64_t blocks = blocks_x * a.n_tok;
     const split_plan f32_plan = decode_split_plan(a.n_kv, gm, 32 * D, blocks, ctx.n_sm);
-    // (VLATE's 12 warps take up to 4 heads a block: 8 would need more than 48 KiB of static shared memory)
-    const split_plan mma_plan =
-        decode_mma_plan(a.n_kv, gm <= 4 ? dm_max_warps(32 * D) : dm_vlate_above(32 * D), blocks, ctx.n_sm);
+    const int tc_wmax = mma_hd ? stage_max_warps<32 * D>() : 0;
+    const split_plan tc_plan = decode_stage_plan(a.n_kv, std::max(tc_wmax, 1), blocks, ctx.n_sm);
     const bool f32_one_round = f32_plan.kc == 32 * f32_plan.warps && f32_plan.n_split * blocks <= ctx.n_sm;
-    const bool on_tc = mma_hd && mma && q16 && !(f32_one_round && mma_plan.kc > 32 * mma_plan.warps);
-    split_plan sp = on_tc ? mma_plan : f32_plan;
+    const bool on_tc = mma_hd && mma && q16 && kv16 && tc_wmax >= 4 && !(f32_one_round && tc_plan.kc > 32 * tc_plan.warps);
+    split_plan sp = on_tc ? tc_plan : f32_plan;
     // one split (a block walks all keys) where the partials or counters are missing; never in the model's graphs
     if (sp.n_split > 1 && (!a.part || !a.counters || size_t(blocks_x * a.n_tok) > ctx.n_counters))
-        sp = {a.n_kv, 1, on_tc ? 8 : ds_warps(gm, 32 * D)};
+        sp = {a.n_kv, 1, on_tc ? std::min(8, tc_wmax) : ds_warps(gm, 32 * D)};
     TS_ASSERT(blocks_x <= INT32_MAX);
     const dim3 grid(unsigned(blocks_x), unsigned(sp.n_split), unsigned(a.n_tok));
     if constexpr (mma_hd) {
         constexpr int HD = 32 * D;
         if (on_tc) {
-            auto fn = gm == 1   ? attention_decode_mma_kernel<HD, 1, false>
-                      : gm == 2 ? attention_decode_mma_kernel<HD, 2, false>
-                      : gm == 4 ? attention_decode_mma_kernel<HD, 4, false>
-                                : attention_decode_mma_kernel<HD, 8, false>;
-            if constexpr (dm_vlate_above(HD) < dm_max_warps(HD)) // head size 128: past 8 warps V comes late
-                if (sp.warps > dm_vlate_above(HD)) {
-                    TS_ASSERT(gm <= 4);
-                    fn = gm == 1   ? attention_decode_mma_kernel<HD, 1, true>
-                         : gm == 2 ? attention_decode_mma_kernel<HD, 2, true>
-                                   : attention_decode_mma_kernel<HD, 4, true>;
-                }
-            launch(ctx, fn, grid, sp.warps * WARP_SIZE, 0, a, sp.kc, sp.n_split);
+            auto fn = gm == 1   ? attention_decode_stage_kernel<HD, 1>
+                      : gm == 2 ? attention_decode_stage_kernel<HD, 2>
+                      : gm == 4 ? attention_decode_stage_kernel<HD, 4>
+                                : attention_decode_stage_kernel<HD, 8>;
+            const size_t smem = gm == 1   ? stage_smem<HD, 1>(sp.warps)
+                                : gm == 2 ? stage_smem<HD, 2>(sp.warps)
+                                : gm == 4 ? stage_smem<HD, 4>(sp.warps)
+                                          : stage_smem<HD, 8>(sp.warps);
+            if (smem > 48 * 1024) allow_dynamic_smem(reinterpret_cast<const void*>(fn), int(smem));
+            launch(ctx, fn, grid, sp.warps * WARP_SIZE, smem, a, sp.kc, sp.n_split);
             return;
         }
     }
