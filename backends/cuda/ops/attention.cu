@@ -5,7 +5,8 @@
 // query head h reads KV head h / (n_head / n_head_kv). Two kernels:
 //   decode  (n_tok <= 8): head sizes 64 / 128 / 256: split over the keys (flash-decoding), a block per (KV head, split,
 //           token) serving the KV head's query heads, or a part of them at short contexts (64 / 128 on tensor
-//           cores: attention_decode_stage_kernel; else attention_decode_split_kernel); other head sizes: a chunk of 128 keys per step, one key per thread;
+//           cores: attention_decode_stage_kernel; else attention_decode_split_kernel); other head sizes: a chunk
+//           of 128 keys per step, one key per thread;
 //   prefill (n_tok > 8):  head sizes 64 / 128 / 256: flash attention on tensor cores (attention_fa_kernel; TESSERA_CUDA_FA=0:
 //           off); others: one block per (head, 32 queries), tiles of 32 keys staged in shared memory, f32.
 // Scores and sums are f32 (the CPU rounds Q and its V accumulator to f16 below 64 queries, as ggml: the two differ by
@@ -1364,7 +1365,8 @@ template <int D> void decode_split_launch(const cuda_context& ctx, const attn_ar
     const int tc_wmax = mma_hd ? stage_max_warps<32 * D>() : 0;
     const split_plan tc_plan = decode_stage_plan(a.n_kv, std::max(tc_wmax, 1), blocks, ctx.n_sm);
     const bool f32_one_round = f32_plan.kc == 32 * f32_plan.warps && f32_plan.n_split * blocks <= ctx.n_sm;
-    const bool on_tc = mma_hd && mma && q16 && kv16 && tc_wmax >= 4 && !(f32_one_round && tc_plan.kc > 32 * tc_plan.warps);
+    const bool on_tc =
+        mma_hd && mma && q16 && kv16 && tc_wmax >= 4 && !(f32_one_round && tc_plan.kc > 32 * tc_plan.warps);
     split_plan sp = on_tc ? tc_plan : f32_plan;
     // one split (a block walks all keys) where the partials or counters are missing; never in the model's graphs
     if (sp.n_split > 1 && (!a.part || !a.counters || size_t(blocks_x * a.n_tok) > ctx.n_counters))
