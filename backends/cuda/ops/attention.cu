@@ -1270,19 +1270,24 @@ template <int HD> void fa_launch(const attn_args& a, cudaStream_t stream) {
     TS_CUDA_CHECK(cudaGetLastError());
 }
 
+// The current device's most shared memory a block may opt in to (Hopper 227 KiB, A100 163, Ada 99).
+int device_smem_optin() {
+    static std::atomic<int> optin[64] = {}; // per device, 0: not asked yet
+    int dev = 0;
+    TS_CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) return 48 * 1024;
+    if (optin[dev].load() == 0) {
+        int v = 0;
+        TS_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        optin[dev].store(v);
+    }
+    return optin[dev].load();
+}
+
 // Whether the current device gives a block head size 256's shared memory (Hopper: 227 KiB; Ampere's A100 163 KiB
 // does not).
 bool fa_256_fits() {
-    static std::atomic<int> fits[64] = {}; // per device: 0 unknown, 1 yes, 2 no
-    int dev = 0;
-    TS_CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev < 0 || dev >= 64) return false;
-    if (fits[dev].load() == 0) {
-        int optin = 0;
-        TS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        fits[dev].store(size_t(optin) >= fa_smem_bytes<256>() ? 1 : 2);
-    }
-    return fits[dev].load() == 1;
+    return size_t(device_smem_optin()) >= fa_smem_bytes<256>();
 }
 
 bool fa_enabled() {
@@ -1310,20 +1315,6 @@ size_t decode_part_offset(int64_t hd, int64_t n_head, int64_t n_tok) {
 size_t decode_part_bytes(int64_t hd, int64_t n_head, int64_t n_tok, int64_t n_kv) {
     const int64_t splits = decode_max_splits(n_kv);
     return splits == 1 ? 0 : size_t(n_tok * n_head * splits) * size_t(hd + 2) * sizeof(float);
-}
-
-// The current device's most shared memory a block may opt in to (Hopper 227 KiB, A100 163, Ada 99).
-int device_smem_optin() {
-    static std::atomic<int> optin[64] = {}; // per device, 0: not asked yet
-    int dev = 0;
-    TS_CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev < 0 || dev >= 64) return 48 * 1024;
-    if (optin[dev].load() == 0) {
-        int v = 0;
-        TS_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        optin[dev].store(v);
-    }
-    return optin[dev].load();
 }
 
 // The tensor-core decode kernel's most warps on this device: slots that fit its shared memory (2 KiB kept for the
