@@ -698,17 +698,20 @@ int forced_split_parts() {
 }
 
 // Warps per row group (S of mmv_split_kernel) for `groups` row groups of nc chunks each. One warp a group while that
-// gives at least 48 warps for each SM; else the k-split that gets there (at most 4), as long as every lane keeps at
-// least one chunk of a row. A warp has only ~2 loads of a row in flight, so HBM needs many warps: 4096 rows of 2 are
-// 2048 warps, 15 an SM on an H100, where a 14336-row matrix had 54 (and ran at 80% of the copy bandwidth against
-// 61-69%: bench_mmv, session 6). Measured (H100, 2026-11-23, tg128 against S = 1 in one call): 1B q4_0 1520-1537 vs
-// 1335-1391, 8B 407-415 vs 378-382; 4096 x 14336 q4_0 78% of the copy bandwidth (was 68%). The 48 is not sharp: 24
-// to 96 (TESSERA_CUDA_MMV_WARPS=N) read within noise of each other on 8B and 1B, 24 a little lower.
+// gives at least 16 warps for each SM; else the k-split that gets there (at most 4), as long as every lane keeps at
+// least one chunk of a row. A warp has only ~2 loads of a row in flight, so HBM needs many warps, but every split
+// also shortens a warp's stream against its fixed costs (the PDL wait, the reductions, the stores). Measured (H200,
+// 2026-11-28, tests/bench/env_ab.sh, tg128, two rounds alternated in one call) with the threshold at 48 / 24 / 16 /
+// 12 / 8 / no split (TESSERA_CUDA_MMV_WARPS=N, TESSERA_CUDA_MMV_PARTS=1): 8B q4_0 555 / 571 / 584-586 / 570 / 568 /
+// 565, the same at depth 4096 473 / 479 / 487-491; a 70B row member's shapes (8192 wide, 5120 q/k/v rows, FF 14336)
+// 146.0 / 146.2 / 148.0 / 148.0 / 148.0 / 148.2; 1B 2013-2043 at 48 and 16 (the same kernels), 1961-1987 at 8, 1867-
+// 1895 unsplit. At 16 the 8B's q/k/v (3072 groups) run unsplit, o (2048 groups) in 2 parts and down in 2, not 4.
+// (H100, session 6, against no split: 1B 1520-1537 vs 1335-1391, 8B 407-415 vs 378-382.)
 int mmv_split_parts(int64_t groups, int64_t nc, int n_sm) {
     if (const int f = forced_split_parts()) return f;
     static const int64_t warps_per_sm = [] {
         const char* e = std::getenv("TESSERA_CUDA_MMV_WARPS");
-        return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(48);
+        return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(16);
     }();
     int s = 1;
     while (s < 4 && groups * s < warps_per_sm * std::max(n_sm, 1) && nc >= int64_t(WARP_SIZE) * 2 * s) s *= 2;
