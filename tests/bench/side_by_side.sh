@@ -8,7 +8,7 @@
 #     SHAPE: a random_model preset (1b, 8b, 70b) or E,L,H,KV,FF,VOCAB[,HEAD_DIM]
 #   env: ROUNDS (2), REPS (3: llama-bench's and tessera's repetitions a run), DEPTHS ("4096")
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 shapes=${1:-1b 8b}
 types=${2:-q4_0}
 log=${OUT:-/tmp}/side_by_side.txt
@@ -47,11 +47,13 @@ print('%.1f %.1f' % (r['avg_ts'], sh))" 2> /dev/null)
                 # shellcheck disable=SC2086
                 l=$("$LB" -m "$f" $largs -r "$reps" -ngl 99 -o json 2> /tmp/sbs_lb.err |
                     python3 -c "import json,sys; print('%.1f' % json.load(sys.stdin)[0]['avg_ts'])" 2> /dev/null)
-                echo "round $r $s $t $label: tessera ${v:-FAIL $(tail -1 /tmp/sbs.err)} (${sh:-?}% of copy)," \
+                of=""
+                [[ -n ${sh:-} && $sh != 0.0 ]] && of=" ($sh% of copy)"
+                echo "round $r $s $t $label: tessera ${v:-FAIL $(tail -1 /tmp/sbs.err)}$of," \
                     "llama.cpp ${l:-FAIL $(tail -1 /tmp/sbs_lb.err)}" | tee -a "$log"
                 runs["$s $t $label T"]+="${v:-nan} "
                 runs["$s $t $label L"]+="${l:-nan} "
-                [[ ${sh:-0} != 0.0 ]] && share["$s $t $label"]+="${sh}% "
+                [[ -n $of ]] && share["$s $t $label"]+="${sh}% "
             done
         done
     done
