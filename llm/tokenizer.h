@@ -1,6 +1,7 @@
 // tokenizer.h (private to llm/): the vocabulary tables shared by vocab.cpp (loading, special tokens, decoding) and the
-// two algorithms, tokenizer_spm.cpp (SentencePiece-style score merges) and tokenizer_bpe.cpp (byte-level BPE with
-// regex pre-tokenizers). Nothing outside llm/ includes this file; the public API is vocab.h.
+// three algorithms, tokenizer_spm.cpp (SentencePiece-style score merges), tokenizer_bpe.cpp (byte-level BPE with
+// regex pre-tokenizers) and tokenizer_wpm.cpp (BERT's WordPiece). Nothing outside llm/ includes this file; the public
+// API is vocab.h.
 #pragma once
 
 #include "vocab.h"
@@ -39,7 +40,7 @@ using text_map = std::unordered_map<std::string, token, text_hash, std::equal_to
 
 class bpe_tokenizer;
 
-enum class vocab_kind { spm, bpe };
+enum class vocab_kind { spm, bpe, wpm };
 
 struct vocab_data {
     vocab_kind kind = vocab_kind::spm;
@@ -60,6 +61,9 @@ struct vocab_data {
     bool clean_spaces = false;     // detokenize: drop the space before ?!., and some contractions
     bool ignore_merges = false;    // BPE: a pre-token that is already a vocab token is kept whole
     bool spm_style_bpe = false;    // BPE on raw UTF-8 with spaces escaped to U+2581 and <0xXX> byte tokens (gemma4)
+    bool wpm_lowercase = true;     // WordPiece: tokenizer.ggml.normalizer.lowercase
+    bool wpm_strip_accents = true; // ... .strip_accents (default: as lowercase)
+    size_t max_token_len = 0;      // WordPiece: the longest token text, in bytes
 
     std::vector<token> special_tokens; // control / user-defined / unknown ids, longest text first
     std::set<token> eog;               // end-of-generation ids
@@ -78,6 +82,8 @@ struct vocab_data {
 
 // SPM on one raw fragment whose spaces are already escaped to U+2581; appends ids to out.
 void tokenize_spm(const vocab_data& v, std::string_view text, std::vector<token>& out);
+// WordPiece on one raw fragment (normalized and split into words there); appends ids to out.
+void tokenize_wpm(const vocab_data& v, std::string_view text, std::vector<token>& out);
 
 // What a BPE pre-tokenizer name implies besides its regexes (llama.cpp's per-name defaults).
 struct bpe_pre_defaults {

@@ -89,9 +89,20 @@ void read_kind_and_defaults(vocab_data& v, const gguf_file& f) {
         v.add_bos = d.add_bos;
         v.clean_spaces = d.clean_spaces;
         if (d.no_bos) v.bos = -1;
+    } else if (v.model_name == "bert") {
+        // WordPiece: [CLS] ... [SEP] around a tokenized text, BERT's ids unless the file names others
+        v.kind = vocab_kind::wpm;
+        v.pre_name = pre;
+        v.bos = 101, v.eos = -1, v.unk = 100, v.sep = 102, v.pad = 0, v.mask = 103;
+        v.add_bos = true;
+        v.add_eos = false;
+        v.add_space_prefix = false;
+        v.clean_spaces = true;
+        v.wpm_lowercase = f.get_bool("tokenizer.ggml.normalizer.lowercase").value_or(true);
+        v.wpm_strip_accents = f.get_bool("tokenizer.ggml.normalizer.strip_accents").value_or(v.wpm_lowercase);
     } else {
-        throw error(f.path() + ": tokenizer.ggml.model: expected 'llama' (SPM), 'gpt2' or 'gemma4' (BPE), got '" +
-                    v.model_name + "'");
+        throw error(f.path() + ": tokenizer.ggml.model: expected 'llama' (SPM), 'gpt2' or 'gemma4' (BPE) or 'bert' " +
+                    "(WordPiece), got '" + v.model_name + "'");
     }
     if (auto b = f.get_bool("tokenizer.ggml.add_space_prefix")) v.add_space_prefix = *b;
 }
@@ -124,6 +135,7 @@ void read_tokens(vocab_data& v, const gguf_file& f) {
     }
     // Inserted one by one in id order and never reserved: the map then iterates in the same order as llama.cpp's.
     for (size_t i = 0; i < n; i++) v.text_to_id[v.texts[i]] = token(i);
+    for (const std::string& t : v.texts) v.max_token_len = std::max(v.max_token_len, t.size());
     if (v.text_to_id.size() != n) warn(f.path() + ": the vocabulary has duplicate token texts; the last id wins");
 }
 
@@ -301,7 +313,7 @@ std::string piece_of(const vocab_data& v, token id) {
     const std::string& text = v.texts[id];
     if (a & (attr_unknown | attr_control | attr_user_defined)) return text;
     if (a & attr_normal)
-        return v.kind == vocab_kind::spm || v.spm_style_bpe ? replace_all(text, spm_space, " ")
+        return v.kind != vocab_kind::bpe || v.spm_style_bpe ? replace_all(text, spm_space, " ")
                                                             : decode_gpt2_text(text);
     if (a & attr_byte) return std::string(1, byte_of_token_text(text));
     return "";
@@ -428,9 +440,12 @@ std::vector<token> vocab::tokenize(std::string_view text, bool add_special, bool
     const vocab_data& v = *p_;
     // both algorithms keep 32-bit offsets and indices into the text
     if (text.size() > (size_t(1) << 30))
-        throw error("tokenize: text of " + std::to_string(text.size()) + " bytes is longer than the 1 GiB a call accepts");
+        throw error("tokenize: text of " + std::to_string(text.size()) +
+                    " bytes is longer than the 1 GiB a call accepts");
     std::vector<token> out;
-    if (add_special && v.add_bos) out.push_back(v.bos);
+    // WordPiece: [CLS] first and [SEP] last whenever special tokens are added (llama.cpp ignores add_bos there)
+    const bool wpm = v.kind == vocab_kind::wpm;
+    if (add_special && (v.add_bos || wpm) && v.bos >= 0) out.push_back(v.bos);
     bool prev_special = true; // SPM: the first raw fragment gets the leading space
     std::string escaped;
     for (const fragment& fr : split_special(v, text, parse_special)) {
@@ -445,6 +460,8 @@ std::vector<token> vocab::tokenize(std::string_view text, bool add_special, bool
             if (v.add_space_prefix && prev_special) escaped += spm_space;
             for (char c : raw) c == ' ' ? void(escaped += spm_space) : escaped.push_back(c);
             tokenize_spm(v, escaped, out);
+        } else if (wpm) {
+            tokenize_wpm(v, raw, out);
         } else if (v.spm_style_bpe) {
             escaped.clear();
             for (char c : raw) c == ' ' ? void(escaped += spm_space) : escaped.push_back(c);
@@ -455,6 +472,7 @@ std::vector<token> vocab::tokenize(std::string_view text, bool add_special, bool
         prev_special = false;
     }
     if (add_special && v.add_eos) out.push_back(v.eos);
+    if (add_special && wpm && v.sep >= 0) out.push_back(v.sep);
     return out;
 }
 

@@ -1,6 +1,7 @@
-// fuzz_tokenizer.cpp: libFuzzer target for text -> ids -> text with the SPM (TESSERA_FUZZ_BPE=0) or byte-level BPE
-// (TESSERA_FUZZ_BPE=1) tokenizer. Input: one control byte (bit 0 add_special, bit 1 parse_special, bit 2 render
-// specials when decoding, the rest picks the BPE pre-tokenizer), then the text (any bytes, invalid UTF-8 included).
+// fuzz_tokenizer.cpp: libFuzzer target for text -> ids -> text with the SPM (TESSERA_FUZZ_BPE=0), byte-level BPE
+// (TESSERA_FUZZ_BPE=1) or WordPiece (TESSERA_FUZZ_WPM=1) tokenizer. Input: one control byte (bit 0 add_special, bit 1
+// parse_special, bit 2 render specials when decoding, the rest picks the BPE pre-tokenizer or the WordPiece
+// normalizer), then the text (any bytes, invalid UTF-8 included).
 // Checked: no crash, hang or sanitizer report; every id is in the vocabulary; the ids decode; arbitrary ids (the
 // text's bytes read as ids, some out of range) decode or throw tessera::error.
 #include "fuzz_vocab.h"
@@ -15,7 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < 1) return 0;
     const uint8_t ctl = data[0];
     const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-#if TESSERA_FUZZ_BPE
+#if TESSERA_FUZZ_WPM
+    const auto& all = fuzz::wpm_vocabs();
+    const vocab& v = all[(ctl >> 3) % all.size()];
+#elif TESSERA_FUZZ_BPE
     const auto& all = fuzz::bpe_vocabs();
     const vocab& v = all[(ctl >> 3) % all.size()];
 #else

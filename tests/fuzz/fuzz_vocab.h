@@ -61,4 +61,21 @@ inline const std::vector<vocab>& bpe_vocabs() {
     return vs;
 }
 
+// WordPiece: the SPM test vocabulary relabelled "bert" (its "▁word" / "piece" texts are the converter's WordPiece
+// spelling; BERT's default ids 100-103 are ordinary tokens there), lowercasing and not.
+inline const std::vector<vocab>& wpm_vocabs() {
+    static const std::vector<vocab> vs = [] {
+        static const gguf_file f = open_or_die(vocab_path("ggml-vocab-llama-spm.gguf"));
+        std::vector<vocab> out;
+        for (bool lowercase : {true, false}) {
+            gguf_writer w = gguf_writer::copy_of(f);
+            w.set("tokenizer.ggml.model", gguf_value::of_string("bert"));
+            w.set("tokenizer.ggml.normalizer.lowercase", gguf_value::of_bool(lowercase));
+            out.push_back(vocab::from_gguf(gguf_file::from_memory(w.to_bytes(), "llama-spm/bert")));
+        }
+        return out;
+    }();
+    return vs;
+}
+
 } // namespace tessera::fuzz

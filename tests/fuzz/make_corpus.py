@@ -98,6 +98,20 @@ def bpe_vocab_kvs(pre="smollm"):
     ]
 
 
+def wpm_vocab_kvs(lowercase=None):
+    toks = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "\u2581hello", "\u2581un", "aff", "able", "\u2581,", "\u2581\u4e2d"]
+    kvs = [
+        kv("tokenizer.ggml.model", STR, "bert"),
+        kv_arr("tokenizer.ggml.tokens", STR, toks),
+        kv_arr("tokenizer.ggml.token_type", I32, [3] * 5 + [1] * 6),
+        kv("tokenizer.ggml.bos_token_id", U32, 2), kv("tokenizer.ggml.unknown_token_id", U32, 1),
+        kv("tokenizer.ggml.seperator_token_id", U32, 3),
+    ]
+    if lowercase is not None:
+        kvs.append(kv("tokenizer.ggml.normalizer.lowercase", BOOL, lowercase))
+    return kvs
+
+
 def gguf_seeds():
     put("fuzz_gguf", "valid_every_type", small_model_like())
     put("fuzz_gguf", "valid_v2", gguf([kv("k", U32, 1)], [("t", [4], 0, 0)], version=2, data=b"\0" * 16))
@@ -107,6 +121,8 @@ def gguf_seeds():
     put("fuzz_gguf", "vocab_spm", gguf(spm_vocab_kvs()))
     put("fuzz_gguf", "vocab_bpe", gguf(bpe_vocab_kvs()))
     put("fuzz_gguf", "vocab_bpe_llama3", gguf(bpe_vocab_kvs("llama-bpe")))
+    put("fuzz_gguf", "vocab_wpm", gguf(wpm_vocab_kvs()))
+    put("fuzz_gguf", "vocab_wpm_cased", gguf(wpm_vocab_kvs(0)))
     full = small_model_like()
     put("fuzz_gguf", "broken_truncated_header", full[:20])
     put("fuzz_gguf", "broken_truncated_kv", full[:100])
@@ -131,7 +147,7 @@ TEXTS = [
 
 
 def tokenizer_seeds():
-    for target in ("fuzz_tokenizer_spm", "fuzz_tokenizer_bpe"):
+    for target in ("fuzz_tokenizer_spm", "fuzz_tokenizer_bpe", "fuzz_tokenizer_wpm"):
         for i, t in enumerate(TEXTS):
             for ctl in (0x00, 0x07, 0x03 | (i << 3)):
                 put(target, "text_%02d_%02x" % (i, ctl), bytes([ctl & 0xFF]) + t)
@@ -141,6 +157,7 @@ def tokenizer_seeds():
         for i, c in enumerate(cases[:40]):
             put("fuzz_tokenizer_spm", "llama_cpp_case_%02d" % i, b"\x01" + c)
             put("fuzz_tokenizer_bpe", "llama_cpp_case_%02d" % i, bytes([0x01 | (i << 3) & 0xFF]) + c)
+            put("fuzz_tokenizer_wpm", "llama_cpp_case_%02d" % i, bytes([0x01 | (i << 3) & 0xFF]) + c)
 
 
 # ---- chat templates: template 0x01 message 0x01 message ... (first byte of a message: role) --------------------

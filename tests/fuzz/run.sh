@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 runs=${1:-2000000}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_gguf fuzz_tokenizer_spm fuzz_tokenizer_bpe fuzz_chat_template fuzz_kld_base fuzz_jinja)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_gguf fuzz_tokenizer_spm fuzz_tokenizer_bpe fuzz_tokenizer_wpm fuzz_chat_template fuzz_kld_base fuzz_jinja)
 
 if [ ! -f build-fuzz/CMakeCache.txt ]; then
     CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_CUDA=OFF \
@@ -17,8 +17,8 @@ fi
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]}"
 
 # max_len per target: big enough for the seeds and for several records/messages, small enough to stay fast
-declare -A max_len=([fuzz_gguf]=8192 [fuzz_tokenizer_spm]=2048 [fuzz_tokenizer_bpe]=2048 [fuzz_chat_template]=1024
-                    [fuzz_kld_base]=4096 [fuzz_jinja]=8192)
+declare -A max_len=([fuzz_gguf]=8192 [fuzz_tokenizer_spm]=2048 [fuzz_tokenizer_bpe]=2048 [fuzz_tokenizer_wpm]=2048
+                    [fuzz_chat_template]=1024 [fuzz_kld_base]=4096 [fuzz_jinja]=8192)
 for t in "${targets[@]}"; do
     work=build-fuzz/findings/$t
     mkdir -p "$work/corpus"
