@@ -698,7 +698,7 @@ int forced_split_parts() {
 }
 
 // Warps per row group (S of mmv_split_kernel) for `groups` row groups of nc chunks each. One warp a group while that
-// gives at least 16 warps for each SM; else the k-split that gets there (at most 4), as long as every lane keeps at
+// gives at least 18 warps for each SM; else the k-split that gets there (at most 4), as long as every lane keeps at
 // least one chunk of a row. A warp has only ~2 loads of a row in flight, so HBM needs many warps, but every split
 // also shortens a warp's stream against its fixed costs (the PDL wait, the reductions, the stores). Measured (H200,
 // 2026-11-28, tests/bench/env_ab.sh, tg128, two rounds alternated in one call) with the threshold at 48 / 24 / 16 /
@@ -706,12 +706,15 @@ int forced_split_parts() {
 // 565, the same at depth 4096 473 / 479 / 487-491; a 70B row member's shapes (8192 wide, 5120 q/k/v rows, FF 14336)
 // 146.0 / 146.2 / 148.0 / 148.0 / 148.0 / 148.2; 1B 2013-2043 at 48 and 16 (the same kernels), 1961-1987 at 8, 1867-
 // 1895 unsplit. At 16 the 8B's q/k/v (3072 groups) run unsplit, o (2048 groups) in 2 parts and down in 2, not 4.
+// The measured boundary lies between the 8B's o (2048 groups on 132 SMs: wants 2 parts) and the member's q/k/v (2560:
+// wants 1), i.e. 15.5 to 19.4 warps an SM; 18 sits inside it with margin both ways and picks the same splits as 16
+// on all three files.
 // (H100, session 6, against no split: 1B 1520-1537 vs 1335-1391, 8B 407-415 vs 378-382.)
 int mmv_split_parts(int64_t groups, int64_t nc, int n_sm) {
     if (const int f = forced_split_parts()) return f;
     static const int64_t warps_per_sm = [] {
         const char* e = std::getenv("TESSERA_CUDA_MMV_WARPS");
-        return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(16);
+        return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(18);
     }();
     int s = 1;
     while (s < 4 && groups * s < warps_per_sm * std::max(n_sm, 1) && nc >= int64_t(WARP_SIZE) * 2 * s) s *= 2;
