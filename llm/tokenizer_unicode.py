@@ -11,6 +11,9 @@ import sys
 
 import unicodedata2 as ud
 
+sys.path.insert(0, str(pathlib.Path(__file__).with_name("jinja")))
+from unicode_db import runs  # noqa: E402  (single-code-point mappings as equal-delta runs)
+
 OUT = pathlib.Path(__file__).with_name("tokenizer_unicode_tables.inc")
 UNICODE = "15.1.0"
 
@@ -30,21 +33,6 @@ def simple_lower(cp):
         return 0x69
     low = chr(cp).lower()
     return ord(low) if len(low) == 1 else cp
-
-
-def runs(pairs):
-    """(cp, mapped) pairs as (first, count, stride, delta) runs"""
-    out = []
-    for cp, m in pairs:
-        d = m - cp
-        if out:
-            first, count, stride, delta = out[-1]
-            last = first + (count - 1) * stride
-            if delta == d and ((count == 1 and cp - last in (1, 2)) or (count > 1 and cp - last == stride)):
-                out[-1] = (first, count + 1, cp - first if count == 1 else stride, delta)
-                continue
-        out.append((cp, 1, 1, d))
-    return out
 
 
 def table(decl, rows, per_line):
@@ -70,8 +58,8 @@ def main():
     lines += table("class_run class_runs", [f"{{0x{a:x}, {c}}}" for a, c in starts], 8)
     # python's str.lower of its own version; a code point python does not know has no mapping there, which is right
     # for the code points Unicode 15.0 / 15.1 added (none is an uppercase letter)
-    lower = [(cp, simple_lower(cp)) for cp in range(0x110000)
-             if not 0xD800 <= cp < 0xE000 and simple_lower(cp) != cp]
+    lower = {cp: chr(simple_lower(cp)) for cp in range(0x110000)
+             if not 0xD800 <= cp < 0xE000 and simple_lower(cp) != cp}
     lines += table("case_run lower_runs", [f"{{0x{a:x}, {n}, {s}, {d}}}" for a, n, s, d in runs(lower)], 6)
     nfd, last = [], None
     for cp in range(0x110000):

@@ -53,7 +53,7 @@ std::vector<std::string> wpm_words(const vocab_data& v, std::string_view text) {
 void tokenize_wpm(const vocab_data& v, std::string_view text, std::vector<token>& out) {
     std::string word;
     for (const std::string& w : wpm_words(v, text)) {
-        word = "\xE2\x96\x81" + w; // U+2581: a word's start
+        word.assign("\xE2\x96\x81").append(w); // U+2581: a word's start
         const size_t n = word.size(), before = out.size();
         // byte by byte, as llama.cpp: a cut inside a character only finds no entry
         for (size_t i = 0; i < n;) {

@@ -135,7 +135,8 @@ void read_tokens(vocab_data& v, const gguf_file& f) {
     }
     // Inserted one by one in id order and never reserved: the map then iterates in the same order as llama.cpp's.
     for (size_t i = 0; i < n; i++) v.text_to_id[v.texts[i]] = token(i);
-    for (const std::string& t : v.texts) v.max_token_len = std::max(v.max_token_len, t.size());
+    if (v.kind == vocab_kind::wpm)
+        for (const std::string& t : v.texts) v.max_token_len = std::max(v.max_token_len, t.size());
     if (v.text_to_id.size() != n) warn(f.path() + ": the vocabulary has duplicate token texts; the last id wins");
 }
 
