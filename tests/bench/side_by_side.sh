@@ -6,7 +6,8 @@
 # line a run and a markdown table (each round's t/s, the ratio of the means); logs into ${OUT:-/tmp}/side_by_side.txt.
 #   usage: tests/bench/side_by_side.sh ["SHAPE..."] ["TYPE..."]    (default "1b 8b", "q4_0")
 #     SHAPE: a random_model preset (1b, 8b, 70b) or E,L,H,KV,FF,VOCAB[,HEAD_DIM]
-#   env: ROUNDS (2), REPS (3: llama-bench's and tessera's repetitions a run), DEPTHS ("4096")
+#   env: ROUNDS (2), REPS (3: llama-bench's and tessera's repetitions a run), DEPTHS ("4096"), TESTS ("pp512 tg128":
+#        either or both; the depth runs come from DEPTHS)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 shapes=${1:-1b 8b}
@@ -28,7 +29,14 @@ wait
 for _ in $(seq 1 120); do [[ -f /tmp/lb.rc ]] && break; sleep 5; done
 [[ $(cat /tmp/lb.rc 2> /dev/null) == 0 ]] || { echo "llama.cpp build failed or unfinished: $(tail -3 /tmp/lb.log)"; exit 1; }
 # the tests, as "label tessera-args llama-bench-args"
-tests=("pp512|-p 512 -n 0|-p 512 -n 0" "tg128|-p 0 -n 128|-p 0 -n 128")
+tests=()
+for x in ${TESTS-pp512 tg128}; do
+    case $x in
+    pp512) tests+=("pp512|-p 512 -n 0|-p 512 -n 0") ;;
+    tg128) tests+=("tg128|-p 0 -n 128|-p 0 -n 128") ;;
+    *) echo "unknown test $x (pp512, tg128)" && exit 1 ;;
+    esac
+done
 for d in ${DEPTHS-4096}; do tests+=("tg128@d$d|-p 0 -n 128 -d $d|-p 0 -n 128 -d $d"); done
 declare -A runs share
 for r in $(seq 1 "${ROUNDS:-2}"); do
