@@ -533,55 +533,35 @@ __device__ __forceinline__ void rope_pair_store(const rope_kv_params& p, int64_t
     }
 }
 
-// P consecutive chunks of a row from p (P chunk_t, 8 to 32 bytes in all) with the widest loads they allow
-template <class chunk_t, int P> __device__ __forceinline__ void ldg_chunks(const uint8_t* p, chunk_t (&q)[P]) {
-    constexpr int bytes = int(sizeof(chunk_t)) * P;
-    static_assert(bytes == 8 || bytes % 16 == 0, "8, 16 or 32 bytes a lane step");
-    if constexpr (bytes == 8) {
-        q[0] = ldg_chunk<chunk_t>(p);
-    } else {
-        uint4 v[bytes / 16];
-#pragma unroll
-        for (int i = 0; i < bytes / 16; i++) v[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
-        memcpy(&q, &v, bytes);
-    }
-}
-
 // This lane's share of R weight rows (chunks and scale groups at qrow, srow) dotted with NC activation rows acol[j]
-// (the first ncol of them) of the split activations: P consecutive chunks a step (one wide load), steps first,
-// first + 32 S, ... (in units of P chunks) of the row, U loads deep. Each column's sum is its own (no other column
-// changes its order), so a column gives the same bits in any position.
-template <class D, int R, int NC, int U, int S, int P = 1>
+// (the first ncol of them) of the split activations: chunks first, first + 32 S, ... of the row, U loads deep. Each
+// column's sum is its own (no other column changes its order), so a column gives the same bits in any position.
+template <class D, int R, int NC, int U, int S>
 __device__ __forceinline__ void split_lane_sums(const uint8_t* const (&qrow)[R], const uint8_t* const (&srow)[R],
                                                 const int8_t* aq, const __half2* ads, int64_t k,
                                                 const int64_t (&acol)[NC], int ncol, int64_t first, float (&sum)[R][NC]) {
     using chunk_t = typename D::chunk_t;
-    const int64_t nc = k / 32, np = nc / P;
+    const int64_t nc = k / 32;
     constexpr int64_t stride = int64_t(WARP_SIZE) * S;
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int j = 0; j < NC; j++) sum[r][j] = 0.0f;
 #pragma unroll U
-    for (int64_t s = first; s < np; s += stride) {
-        const int64_t c0 = s * P;
-        chunk_t q[R][P];
+    for (int64_t c = first; c < nc; c += stride) {
+        chunk_t q[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) ldg_chunks<chunk_t, P>(qrow[r] + c0 * int64_t(sizeof(chunk_t)), q[r]);
+        for (int r = 0; r < R; r++) q[r] = ldg_chunk<chunk_t>(qrow[r] + c * int64_t(sizeof(chunk_t)));
+        const int64_t g = c / D::chunks_per_scale;
 #pragma unroll
         for (int j = 0; j < NC; j++) {
             if (j >= ncol) break;
+            const int4* ap = reinterpret_cast<const int4*>(aq + acol[j] * k + c * 32);
+            const int4 a0 = ap[0], a1 = ap[1];
+            const float2 ds = __half22float2(ads[acol[j] * nc + c]);
 #pragma unroll
-            for (int p = 0; p < P; p++) {
-                const int64_t c = c0 + p, g = c / D::chunks_per_scale;
-                const int4* ap = reinterpret_cast<const int4*>(aq + acol[j] * k + c * 32);
-                const int4 a0 = ap[0], a1 = ap[1];
-                const float2 ds = __half22float2(ads[acol[j] * nc + c]);
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    sum[r][j] +=
-                        D::dot_split(q[r][p], srow[r] + g * D::scale_bytes, int(c % D::chunks_per_scale), a0, a1, ds);
-            }
+            for (int r = 0; r < R; r++)
+                sum[r][j] += D::dot_split(q[r], srow[r] + g * D::scale_bytes, int(c % D::chunks_per_scale), a0, a1, ds);
         }
     }
 }
@@ -624,7 +604,7 @@ template <int R, int NC, int S> __device__ __forceinline__ bool split_parts_redu
 // in "normal" mode; rows i and i + n_rot / 2 of the head in NEOX mode), so the warp that has both sums adds their
 // biases (qwen2's), rotates them (Q, K) and writes Q's result and K's and V's f16 cache rows itself, with the add's
 // and rope_kv_kernel's arithmetic (rope.cu): the same bits as the GEMV followed by those kernels.
-template <class D, int NC, int R, int U, int S, bool ROPE = false, int P = 1>
+template <class D, int NC, int R, int U, int S, bool ROPE = false>
 static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_group grp) {
     static_assert(S == 1 || S == 2 || S == 4, "a block's 4 warps take 4 / S row groups");
     static_assert(!ROPE || R == 2, "a rotation pair is a row group");
@@ -658,7 +638,7 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     // than none: 14336-row matrices ask for more than L2 keeps); to L1 instead of L2: 349-353.
     if (grp.prefetch > 0) {
         for (int u = 0; u < grp.prefetch; u++) {
-            const int64_t c = (first + u * stride) * P;
+            const int64_t c = first + u * stride;
             if (c >= nc) break;
 #pragma unroll
             for (int r = 0; r < R; r++) {
@@ -674,8 +654,7 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
 #pragma unroll
     for (int j = 0; j < NC; j++) acol[j] = col0 + j;
     float sum[R][NC];
-    split_lane_sums<D, R, NC, U, S, P>(qrow, srow, a.aq, a.ads, a.k, acol, int(min(int64_t(NC), cols - col0)), first,
-                                       sum);
+    split_lane_sums<D, R, NC, U, S>(qrow, srow, a.aq, a.ads, a.k, acol, int(min(int64_t(NC), cols - col0)), first, sum);
     if (!split_parts_reduce<R, NC, S>(sum, warp, lane)) return;
     if constexpr (ROPE) {
         if (lane != 0 || row0 >= a.n) return; // n is even: a pair is in or out whole
@@ -731,15 +710,6 @@ int forced_split_parts() {
 // wants 1), i.e. 15.5 to 19.4 warps an SM; 18 sits inside it with margin both ways and picks the same splits as 16
 // on all three files.
 // (H100, session 6, against no split: 1B 1520-1537 vs 1335-1391, 8B 407-415 vs 378-382.)
-int mmv_pack() {
-    static const int v = [] {
-        const char* e = std::getenv("TESSERA_CUDA_MMV_PACK");
-        const int n = e ? std::atoi(e) : 1;
-        return n == 2 || n == 4 ? n : 1;
-    }();
-    return v;
-}
-
 int mmv_split_parts(int64_t groups, int64_t nc, int n_sm) {
     if (const int f = forced_split_parts()) return f;
     static const int64_t warps_per_sm = [] {
@@ -760,11 +730,7 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
     constexpr int R = 2;
     int64_t groups = 0;
     for (int i = 0; i < n_mat; i++) groups += ceil_div(args[i].n, R);
-    // P chunks a lane step (TESSERA_CUDA_MMV_PACK, an experiment): while the step stays within 32 bytes
-    constexpr int CB = int(sizeof(typename D::chunk_t));
-    int P = std::min(mmv_pack(), 32 / CB);
-    while (P > 1 && (args[0].k / 32) % P != 0) P /= 2;
-    const int S = mmv_split_parts(groups, args[0].k / 32 / P, ctx.n_sm);
+    const int S = mmv_split_parts(groups, args[0].k / 32, ctx.n_sm);
     split_group grp{};
     unsigned blocks = 0;
     for (int i = 0; i < n_mat; i++) {
@@ -795,16 +761,9 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
     // U = 2: a lane's chunk loads unrolled 2 deep. 4 deep (all of a 4096-wide row's chunks of a lane in flight at
     // once) measured slower (H100, 2026-11-22: q4_0 4096x4096 40% vs 44% of the copy bandwidth, 7B tg128 276 vs 282).
     constexpr int U = 2;
-    const auto pick_s = [&]<int NC, bool RP, int PP>() {
-        return S == 1 ? mmv_split_kernel<D, NC, R, U, 1, RP, PP> : S == 2 ? mmv_split_kernel<D, NC, R, U, 2, RP, PP>
-                                                                          : mmv_split_kernel<D, NC, R, U, 4, RP, PP>;
-    };
     const auto pick = [&]<int NC, bool RP>() {
-        if constexpr (CB <= 8)
-            if (P == 4) return pick_s.template operator()<NC, RP, 4>();
-        if constexpr (CB <= 16)
-            if (P == 2) return pick_s.template operator()<NC, RP, 2>();
-        return pick_s.template operator()<NC, RP, 1>();
+        return S == 1 ? mmv_split_kernel<D, NC, R, U, 1, RP> : S == 2 ? mmv_split_kernel<D, NC, R, U, 2, RP>
+                                                                      : mmv_split_kernel<D, NC, R, U, 4, RP>;
     };
     const auto pick_nc = [&]<bool RP>() {
         return nc == 1   ? pick.template operator()<1, RP>()
