@@ -721,21 +721,13 @@ int mmv_split_parts(int64_t groups, int64_t nc, int n_sm) {
     return s;
 }
 
-// TESSERA_CUDA_MMV_R4=1 (an experiment): single-column GEMVs without the rope epilogue take 4 rows a warp
-int mmv_rows4() {
-    static const int v = [] {
-        const char* e = std::getenv("TESSERA_CUDA_MMV_R4");
-        return e ? std::atoi(e) : 0;
-    }();
-    return v;
-}
-
 // y_i = W_i^T x for 1 to 3 split weights of format F with the same x (quantized: acts), in one launch; with rope
-// (three: q, k, v), rope_kv's work in the epilogue instead of writing y. R rows a warp.
-template <class F, int R>
-void mmv_split_launch_r(const cuda_context& ctx, const split_weight* const* w, split_args* args, int n_mat,
-                        split_acts acts, const rope_kv_params* rope, int64_t rope_hd) {
+// (three: q, k, v), rope_kv's work in the epilogue instead of writing y.
+template <class F>
+void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, split_args* args, int n_mat,
+                      split_acts acts, const rope_kv_params* rope = nullptr, int64_t rope_hd = 0) {
     using D = cuda_format<F>;
+    constexpr int R = 2;
     int64_t groups = 0;
     for (int i = 0; i < n_mat; i++) groups += ceil_div(args[i].n, R);
     const int S = mmv_split_parts(groups, args[0].k / 32, ctx.n_sm);
@@ -773,28 +765,14 @@ void mmv_split_launch_r(const cuda_context& ctx, const split_weight* const* w, s
         return S == 1 ? mmv_split_kernel<D, NC, R, U, 1, RP> : S == 2 ? mmv_split_kernel<D, NC, R, U, 2, RP>
                                                                       : mmv_split_kernel<D, NC, R, U, 4, RP>;
     };
-    if constexpr (R == 4) {
-        TS_ASSERT(nc == 1 && !rope);
-        launch(ctx, pick.template operator()<1, false>(), grid, block, 0, grp);
-    } else {
-        const auto pick_nc = [&]<bool RP>() {
-            return nc == 1   ? pick.template operator()<1, RP>()
-                   : nc == 2 ? pick.template operator()<2, RP>()
-                   : nc == 4 ? pick.template operator()<4, RP>()
-                             : pick.template operator()<MMV_MAX_COLS, RP>();
-        };
-        launch(ctx, rope ? pick_nc.template operator()<true>() : pick_nc.template operator()<false>(), grid, block, 0,
-               grp);
-    }
-}
-
-template <class F>
-void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, split_args* args, int n_mat,
-                      split_acts acts, const rope_kv_params* rope = nullptr, int64_t rope_hd = 0) {
-    if (!rope && args[0].m * args[0].ne2 * args[0].ne3 == 1 && mmv_rows4())
-        mmv_split_launch_r<F, 4>(ctx, w, args, n_mat, acts, rope, rope_hd);
-    else
-        mmv_split_launch_r<F, 2>(ctx, w, args, n_mat, acts, rope, rope_hd);
+    const auto pick_nc = [&]<bool RP>() {
+        return nc == 1   ? pick.template operator()<1, RP>()
+               : nc == 2 ? pick.template operator()<2, RP>()
+               : nc == 4 ? pick.template operator()<4, RP>()
+                         : pick.template operator()<MMV_MAX_COLS, RP>();
+    };
+    launch(ctx, rope ? pick_nc.template operator()<true>() : pick_nc.template operator()<false>(), grid, block, 0,
+           grp);
 }
 
 // ---- mul_mat_id: the experts' matrices against the (slot, token) pairs that chose them ----
