@@ -676,14 +676,23 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     }
 }
 
-// How many steps of its chunks each lane of a GEMV launched early asks L2 for while it waits: TESSERA_CUDA_PREFETCH=N
-// (0: none, a side-by-side switch); 2 by default.
+// How many steps of its chunks each lane of a GEMV launched early asks L2 for while it waits, at most:
+// TESSERA_CUDA_PREFETCH=N (0: none, a side-by-side switch); 2 by default (prefetch_for).
 int prefetch_steps() {
     static const int steps = [] {
         const char* e = std::getenv("TESSERA_CUDA_PREFETCH");
         return e && *e ? std::max(std::atoi(e), 0) : 2;
     }();
     return steps;
+}
+
+// The steps a lane asks L2 for before its PDL wait: half of its steps of a row (nc chunks in S parts), rounded up,
+// at most prefetch_steps(). Measured (H200, 2026-11-28, two rounds alternated, tg128) with 1 and 2 steps on every
+// matrix: the 1B (1 or 2 steps a lane: this rule gives it 1 everywhere) 2077 / 2077 at 1 vs 2019 / 2055 at 2; the
+// 8B (4 to 7 steps, o 2: this rule gives 2, o 1) 582.5 / 584.0 at 1 vs 584.6 / 585.6 at 2; 3 steps cost the 8B 3.7%.
+int prefetch_for(int64_t nc, int S) {
+    const int64_t steps = ceil_div(nc, int64_t(WARP_SIZE) * S);
+    return int(std::min<int64_t>(prefetch_steps(), (steps + 1) / 2));
 }
 
 // TESSERA_CUDA_MMV_PARTS=1, 2 or 4: every split GEMV with that many warps per row group (benchmarks); unset or any
@@ -745,7 +754,7 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
         blocks += unsigned(ceil_div(a.n, SPLIT_WARPS / S * R));
     }
     grp.n_mat = n_mat;
-    grp.prefetch = ctx.pdl ? prefetch_steps() : 0;
+    grp.prefetch = ctx.pdl ? prefetch_for(args[0].k / 32, S) : 0;
     if (rope) {
         TS_ASSERT(n_mat == 3 && rope_hd > 0 && rope_hd % 2 == 0 && args[0].n % 2 == 0 && args[1].n % 2 == 0 &&
                   args[2].n % 2 == 0);
