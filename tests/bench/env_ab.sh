@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # env_ab.sh: decode speed (tg128, `tessera bench -p 0 -n 128`) of several environment settings on several
-# random-weight files (q4_0, or the TYPES given), in ROUNDS alternated rounds, one call on a device machine: the way to decide a CUDA rule
-# that an env switch already reaches (e.g. the GEMVs' split-k threshold TESSERA_CUDA_MMV_WARPS, the L2 prefetch
+# random-weight files (q4_0, or the TYPES given), in ROUNDS alternated rounds, one call on a device machine: the way
+# to decide a CUDA rule that an env switch already reaches (e.g. the GEMVs' split-k threshold TESSERA_CUDA_MMV_WARPS, the L2 prefetch
 # depth TESSERA_CUDA_PREFETCH). Builds with tests/bench/device_build.sh (.ref and .gl carried); files from
 # examples/random_model with the llama-bpe vocabulary into /tmp (kept while the machine stays warm). Prints one line
 # a run and a table of every round's figures; logs into ${OUT:-/tmp}/env_ab.txt.
