@@ -88,6 +88,16 @@ __device__ __forceinline__ void u8_pairs(uint32_t w, __half2& p01, __half2& p23)
     p23 = *reinterpret_cast<const __half2*>(&b);
 }
 
+// PTX prmt in its default mode: byte n of the result is byte (nibble n of sel) of {b, a} (a: bytes 0..3), for the
+// low 16 bits of sel. Unlike __byte_perm, which defines only the low 3 bits of each nibble and so has the compiler
+// clear bit 3 (PRMT's sign-replicate flag) of a selector it cannot see, the selector goes in as it is: callers keep
+// bit 3 of every nibble clear.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
 // Bytes x in [0, 15] minus z in [0, 15] as signed bytes: x + 0x80 - z stays inside its byte (0x71 .. 0x8f), and
 // flipping bit 7 turns that excess-128 value into two's complement. Two instructions for four values.
 __device__ __forceinline__ uint32_t sub_u4_bytes(uint32_t x, uint32_t z) {
@@ -133,21 +143,6 @@ __device__ __forceinline__ int act_int(const int4& a0, const int4& a1, int i) {
     }
 }
 
-// 16 bytes of nibbles in q4_0/q4_1 order (byte j: element j low, element 16 + j high) dotted with elements 0..15
-// (a0) and 16..31 (a1) of an activation chunk: sum q a over the 32 nibbles, as integers
-__device__ __forceinline__ int dot_nibbles16(const uint4& q, int4 a0, int4 a1) {
-    int sumi = 0;
-    sumi = __dp4a(int(q.x & 0x0F0F0F0Fu), a0.x, sumi);
-    sumi = __dp4a(int((q.x >> 4) & 0x0F0F0F0Fu), a1.x, sumi);
-    sumi = __dp4a(int(q.y & 0x0F0F0F0Fu), a0.y, sumi);
-    sumi = __dp4a(int((q.y >> 4) & 0x0F0F0F0Fu), a1.y, sumi);
-    sumi = __dp4a(int(q.z & 0x0F0F0F0Fu), a0.z, sumi);
-    sumi = __dp4a(int((q.z >> 4) & 0x0F0F0F0Fu), a1.z, sumi);
-    sumi = __dp4a(int(q.w & 0x0F0F0F0Fu), a0.w, sumi);
-    sumi = __dp4a(int((q.w >> 4) & 0x0F0F0F0Fu), a1.w, sumi);
-    return sumi;
-}
-
 // 2-bit chunks (tq2_0, i2_s): the 32 codes of a chunk re-encoded at upload into 8 bytes, byte i (0..7) holding
 // element i + 8n in bits 2n..2n+1; then word & (3 << 2n) is 4^n times 4 consecutive elements, one dp4a each.
 inline void pack_2bit_chunk(const int* codes, uint8_t* out) {
@@ -179,6 +174,31 @@ __device__ __forceinline__ int dot_2bit_chunk_x64(uint2 q, int4 a0, int4 a1) {
     int s3 = dp4a_u8s8(q.x & 0xC0C0C0C0u, a1.z, 0);
     s3 = dp4a_u8s8(q.y & 0xC0C0C0C0u, a1.w, s3);
     return ((s0 * 4 + s1) * 4 + s2) * 4 + s3;
+}
+// 16 nibble bytes in q4_0 / q4_1 order (byte j: element j low, element 16 + j high) dotted with elements 0..15 (a0)
+// and 16..31 (a1) of an activation chunk, times 16, exactly: the low nibbles masked (one op a word), the high ones
+// masked in place (value 16 q, dotted as unsigned bytes) rather than shifted down. |result| <= 16 * 32 * 15 * 128.
+__device__ __forceinline__ int dot_nibbles16_x16(const uint4& q, int4 a0, int4 a1) {
+    int lo = __dp4a(int(q.x & 0x0F0F0F0Fu), a0.x, 0);
+    lo = __dp4a(int(q.y & 0x0F0F0F0Fu), a0.y, lo);
+    lo = __dp4a(int(q.z & 0x0F0F0F0Fu), a0.z, lo);
+    lo = __dp4a(int(q.w & 0x0F0F0F0Fu), a0.w, lo);
+    int hi = dp4a_u8s8(q.x & 0xF0F0F0F0u, a1.x, 0);
+    hi = dp4a_u8s8(q.y & 0xF0F0F0F0u, a1.y, hi);
+    hi = dp4a_u8s8(q.z & 0xF0F0F0F0u, a1.z, hi);
+    hi = dp4a_u8s8(q.w & 0xF0F0F0F0u, a1.w, hi);
+    return lo * 16 + hi;
+}
+// The sum of an activation chunk's 32 values (the same in every row a lane dots it with: the compiler keeps one)
+__device__ __forceinline__ int act_sum32(int4 a0, int4 a1) {
+    int s = __dp4a(0x01010101, a0.x, 0);
+    s = __dp4a(0x01010101, a0.y, s);
+    s = __dp4a(0x01010101, a0.z, s);
+    s = __dp4a(0x01010101, a0.w, s);
+    s = __dp4a(0x01010101, a1.x, s);
+    s = __dp4a(0x01010101, a1.y, s);
+    s = __dp4a(0x01010101, a1.z, s);
+    return __dp4a(0x01010101, a1.w, s);
 }
 // codes of elements 16h .. 16h+15 as 8 half2 of (1024 + code)
 __device__ __forceinline__ void halves_2bit_chunk(uint2 q, int h, __half2 (&out)[8]) {

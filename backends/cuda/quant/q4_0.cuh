@@ -49,17 +49,13 @@ template <> struct cuda_format<q4_0> {
         }
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
-    // (q - 8) as signed bytes, so the integer sum is the reference's exactly
+    // 16 sum (q - 8) q_a = 16 sum q q_a - 128 sum q_a, in integers (dot_nibbles16_x16, act_sum32): 16 times the
+    // reference's integer sum, exactly, and a scale taken / 16 (a power of two) gives its product. Against (q - 8) as
+    // signed bytes: the GEMV's loop 147 instead of 197 instructions a 2-step iteration; H200, 2026-11-29, tg128 two
+    // rounds in one call: 8B 598.1 / 601.5 vs 585.3 / 574.1 t/s, 1B 2061 / 2044 vs 2000 / 2056; the same greedy text.
     __device__ static float dot_split(const uint4& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
-        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-        const int lo[4] = {a0.x, a0.y, a0.z, a0.w}, hi[4] = {a1.x, a1.y, a1.z, a1.w};
-        int sumi = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            sumi = __dp4a(int(sub_u4_bytes(w[i] & 0x0F0F0F0Fu, 8)), lo[i], sumi);
-            sumi = __dp4a(int(sub_u4_bytes((w[i] >> 4) & 0x0F0F0F0Fu, 8)), hi[i], sumi);
-        }
-        return float(sumi) * (__half2float(*reinterpret_cast<const __half*>(sc)) * ds.x);
+        const int sumi16 = dot_nibbles16_x16(q, a0, a1) - 128 * act_sum32(a0, a1);
+        return float(sumi16) * (__half2float(*reinterpret_cast<const __half*>(sc)) * ds.x * 0.0625f);
     }
     static constexpr int mmq_sub = 1;
     static constexpr bool mmq_offset = false;
