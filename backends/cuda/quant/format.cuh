@@ -143,37 +143,11 @@ __device__ __forceinline__ int act_int(const int4& a0, const int4& a1, int i) {
     }
 }
 
-// 2-bit chunks (tq2_0, i2_s): the 32 codes of a chunk re-encoded at upload into 8 bytes, byte i (0..7) holding
-// element i + 8n in bits 2n..2n+1; then word & (3 << 2n) is 4^n times 4 consecutive elements, one dp4a each.
-inline void pack_2bit_chunk(const int* codes, uint8_t* out) {
-    for (int i = 0; i < 8; i++) {
-        uint8_t b = 0;
-        for (int n = 0; n < 4; n++) b = uint8_t(b | (codes[i + 8 * n] & 3) << (2 * n));
-        out[i] = b;
-    }
-}
 // dp4a of unsigned bytes a (0..255) with signed bytes b
 __device__ __forceinline__ int dp4a_u8s8(uint32_t a, int b, int c) {
     int d;
     asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
-}
-// 64 x sum code q_a over a chunk, exactly: each 2-bit field is dotted in place (masked, not shifted down: the field
-// at bits 2n weighs 4^n; the top one reaches 192, so its bytes are dotted as unsigned), and the four sums are weighed
-// to 64 by three multiply-adds. |result| <= 64 * 32 * 3 * 128 < 2^24, so it converts to float exactly, and a scale
-// taken / 64 (a power of two) gives the product the unshifted sum would (same bits). Against shifting each field
-// down: 52 instead of 57 instructions a lane step of two rows, yet the same speed (H200, 2026-11-29, 8B i2_s tg128
-// 801.8 / 797.2 vs 798.2 / 785.5 t/s; gate + up 12.7 us in ncu either way: a warp's fixed costs dominate).
-__device__ __forceinline__ int dot_2bit_chunk_x64(uint2 q, int4 a0, int4 a1) {
-    int s0 = __dp4a(int(q.x & 0x03030303u), a0.x, 0);
-    s0 = __dp4a(int(q.y & 0x03030303u), a0.y, s0);
-    int s1 = __dp4a(int(q.x & 0x0C0C0C0Cu), a0.z, 0);
-    s1 = __dp4a(int(q.y & 0x0C0C0C0Cu), a0.w, s1);
-    int s2 = __dp4a(int(q.x & 0x30303030u), a1.x, 0);
-    s2 = __dp4a(int(q.y & 0x30303030u), a1.y, s2);
-    int s3 = dp4a_u8s8(q.x & 0xC0C0C0C0u, a1.z, 0);
-    s3 = dp4a_u8s8(q.y & 0xC0C0C0C0u, a1.w, s3);
-    return ((s0 * 4 + s1) * 4 + s2) * 4 + s3;
 }
 // 16 nibble bytes in q4_0 / q4_1 order (byte j: element j low, element 16 + j high) dotted with elements 0..15 (a0)
 // and 16..31 (a1) of an activation chunk, times 16, exactly: the low nibbles masked (one op a word), the high ones
@@ -199,6 +173,32 @@ __device__ __forceinline__ int act_sum32(int4 a0, int4 a1) {
     s = __dp4a(0x01010101, a1.y, s);
     s = __dp4a(0x01010101, a1.z, s);
     return __dp4a(0x01010101, a1.w, s);
+}
+// 2-bit chunks (tq2_0, i2_s): the 32 codes of a chunk re-encoded at upload into 8 bytes, byte i (0..7) holding
+// element i + 8n in bits 2n..2n+1; then word & (3 << 2n) is 4^n times 4 consecutive elements, one dp4a each.
+inline void pack_2bit_chunk(const int* codes, uint8_t* out) {
+    for (int i = 0; i < 8; i++) {
+        uint8_t b = 0;
+        for (int n = 0; n < 4; n++) b = uint8_t(b | (codes[i + 8 * n] & 3) << (2 * n));
+        out[i] = b;
+    }
+}
+// 64 x sum code q_a over a chunk, exactly: each 2-bit field is dotted in place (masked, not shifted down: the field
+// at bits 2n weighs 4^n; the top one reaches 192, so its bytes are dotted as unsigned), and the four sums are weighed
+// to 64 by three multiply-adds. |result| <= 64 * 32 * 3 * 128 < 2^24, so it converts to float exactly, and a scale
+// taken / 64 (a power of two) gives the product the unshifted sum would (same bits). Against shifting each field
+// down: 52 instead of 57 instructions a lane step of two rows, yet the same speed (H200, 2026-11-29, 8B i2_s tg128
+// 801.8 / 797.2 vs 798.2 / 785.5 t/s; gate + up 12.7 us in ncu either way: a warp's fixed costs dominate).
+__device__ __forceinline__ int dot_2bit_chunk_x64(uint2 q, int4 a0, int4 a1) {
+    int s0 = __dp4a(int(q.x & 0x03030303u), a0.x, 0);
+    s0 = __dp4a(int(q.y & 0x03030303u), a0.y, s0);
+    int s1 = __dp4a(int(q.x & 0x0C0C0C0Cu), a0.z, 0);
+    s1 = __dp4a(int(q.y & 0x0C0C0C0Cu), a0.w, s1);
+    int s2 = __dp4a(int(q.x & 0x30303030u), a1.x, 0);
+    s2 = __dp4a(int(q.y & 0x30303030u), a1.y, s2);
+    int s3 = dp4a_u8s8(q.x & 0xC0C0C0C0u, a1.z, 0);
+    s3 = dp4a_u8s8(q.y & 0xC0C0C0C0u, a1.w, s3);
+    return ((s0 * 4 + s1) * 4 + s2) * 4 + s3;
 }
 // codes of elements 16h .. 16h+15 as 8 half2 of (1024 + code)
 __device__ __forceinline__ void halves_2bit_chunk(uint2 q, int h, __half2 (&out)[8]) {
