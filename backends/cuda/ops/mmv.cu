@@ -534,8 +534,9 @@ __device__ __forceinline__ void rope_pair_store(const rope_kv_params& p, int64_t
 }
 
 // This lane's share of R weight rows (chunks and scale groups at qrow, srow) dotted with NC activation rows acol[j]
-// (the first ncol of them) of the split activations: chunks first, first + 32 S, ... of the row, U loads deep. Each
-// column's sum is its own (no other column changes its order), so a column gives the same bits in any position.
+// (the first ncol >= 1 of them; a caller that clamps its columns passes NC) of the split activations: chunks first,
+// first + 32 S, ... of the row, U loads deep. Each column's sum is its own (no other column changes its order), so a
+// column gives the same bits in any position.
 template <class D, int R, int NC, int U, int S>
 __device__ __forceinline__ void split_lane_sums(const uint8_t* const (&qrow)[R], const uint8_t* const (&srow)[R],
                                                 const int8_t* aq, const __half2* ads, int64_t k,
@@ -549,19 +550,31 @@ __device__ __forceinline__ void split_lane_sums(const uint8_t* const (&qrow)[R],
         for (int j = 0; j < NC; j++) sum[r][j] = 0.0f;
 #pragma unroll U
     for (int64_t c = first; c < nc; c += stride) {
-        chunk_t q[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) q[r] = ldg_chunk<chunk_t>(qrow[r] + c * int64_t(sizeof(chunk_t)));
         const int64_t g = c / D::chunks_per_scale;
+        chunk_t q[R];
+        // the scale group loaded beside the chunk, as a word: read through its pointer inside dot_split, its load
+        // was scheduled after the chunk's arrival, a second round trip a step. With the column branch gone where
+        // NC = 1 (below), measured (H200, 2026-11-29, 8B tg128, two rounds in one call, against c2f8c95 built beside,
+        // the same greedy text): awq4 575.9 / 575.8 vs 529.5 / 534.6, tq2_0 770.2 / 775.7 vs 726.9 / 727.5, i2_s
+        // 825.1 / 823.2 vs 791.2 / 801.4, nvfp4 513.9 / 512.0 vs 497.2 / 497.3, q8_0 382.7 / 382.7 vs 371.5 / 373.7,
+        // q4_1 545.7 / 550.5 vs 538.9 / 539.6, q4_0 595.4 / 603.3 vs 596.1 / 599.5; 1B q4_0 2057 / 2063 vs 2042 /
+        // 2047. Without the scale word (the branch alone) q4_0 lost 5% (566.8 / 562.1): ptxas's schedule decides.
+        uint32_t sw[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            q[r] = ldg_chunk<chunk_t>(qrow[r] + c * int64_t(sizeof(chunk_t)));
+            sw[r] = load_scale_word<D::scale_bytes>(srow[r] + g * D::scale_bytes);
+        }
 #pragma unroll
         for (int j = 0; j < NC; j++) {
-            if (j >= ncol) break;
+            if (j > 0 && j >= ncol) break; // ncol >= 1: no branch between the steps' loads where NC = 1
             const int4* ap = reinterpret_cast<const int4*>(aq + acol[j] * k + c * 32);
             const int4 a0 = ap[0], a1 = ap[1];
             const float2 ds = __half22float2(ads[acol[j] * nc + c]);
 #pragma unroll
             for (int r = 0; r < R; r++)
-                sum[r][j] += D::dot_split(q[r], srow[r] + g * D::scale_bytes, int(c % D::chunks_per_scale), a0, a1, ds);
+                sum[r][j] += D::dot_split(q[r], reinterpret_cast<const uint8_t*>(&sw[r]), int(c % D::chunks_per_scale),
+                                          a0, a1, ds);
         }
     }
 }
@@ -652,9 +665,9 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     pdl_trigger();
     int64_t acol[NC];
 #pragma unroll
-    for (int j = 0; j < NC; j++) acol[j] = col0 + j;
+    for (int j = 0; j < NC; j++) acol[j] = min(col0 + j, cols - 1); // columns past cols: computed, not stored
     float sum[R][NC];
-    split_lane_sums<D, R, NC, U, S>(qrow, srow, a.aq, a.ads, a.k, acol, int(min(int64_t(NC), cols - col0)), first, sum);
+    split_lane_sums<D, R, NC, U, S>(qrow, srow, a.aq, a.ads, a.k, acol, NC, first, sum);
     if (!split_parts_reduce<R, NC, S>(sum, warp, lane)) return;
     if constexpr (ROPE) {
         if (lane != 0 || row0 >= a.n) return; // n is even: a pair is in or out whole
