@@ -552,8 +552,8 @@ __device__ __forceinline__ void split_lane_sums(const uint8_t* const (&qrow)[R],
     for (int64_t c = first; c < nc; c += stride) {
         const int64_t g = c / D::chunks_per_scale;
         chunk_t q[R];
-        // the scale group loaded beside the chunk, as a word: read through its pointer inside dot_split, its load
-        // was scheduled after the chunk's arrival, a second round trip a step. With the column branch gone where
+        // the scale group loaded beside the chunk, as a word: read through a pointer inside dot_split (before), its
+        // load was scheduled after the chunk's arrival, a second round trip a step. With the column branch gone where
         // NC = 1 (below), measured (H200, 2026-11-29, 8B tg128, two rounds in one call, against c2f8c95 built beside,
         // the same greedy text): awq4 575.9 / 575.8 vs 529.5 / 534.6, tq2_0 770.2 / 775.7 vs 726.9 / 727.5, i2_s
         // 825.1 / 823.2 vs 791.2 / 801.4, nvfp4 513.9 / 512.0 vs 497.2 / 497.3, q8_0 382.7 / 382.7 vs 371.5 / 373.7,
@@ -573,8 +573,7 @@ __device__ __forceinline__ void split_lane_sums(const uint8_t* const (&qrow)[R],
             const float2 ds = __half22float2(ads[acol[j] * nc + c]);
 #pragma unroll
             for (int r = 0; r < R; r++)
-                sum[r][j] += D::dot_split(q[r], reinterpret_cast<const uint8_t*>(&sw[r]), int(c % D::chunks_per_scale),
-                                          a0, a1, ds);
+                sum[r][j] += D::dot_split(q[r], sw[r], int(c % D::chunks_per_scale), a0, a1, ds);
         }
     }
 }

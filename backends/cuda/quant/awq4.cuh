@@ -36,13 +36,13 @@ template <class F> struct cuda_awq4 {
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
     // (q - z) as signed bytes: the reference's exact integers
-    __device__ static float dot_split(const uint4& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
+    __device__ static float dot_split(const uint4& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
         uint32_t v[8];
-        signed_values(q, sc[2], v);
+        signed_values(q, (scw >> 16) & 0xFFu, v);
         int sumi = 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) sumi = __dp4a(int(v[i]), act_int(a0, a1, i), sumi);
-        return __half2float(*reinterpret_cast<const __half*>(sc)) * (ds.x * float(sumi));
+        return half_bits_to_f32(scw) * (ds.x * float(sumi));
     }
     static constexpr int mmq_sub = 1;
     static constexpr bool mmq_offset = false;

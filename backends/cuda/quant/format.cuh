@@ -20,8 +20,9 @@
 //   chunk_t                uint2, uint4 or uint4x2 (chunk_bytes = its size)
 //   scale_bytes, chunks_per_scale
 //   split_row(row, k, qs, sc)                  host: one row of file blocks -> its chunks and scale groups
-//   dot_split(q, sc, c, a0, a1, ds) -> float   chunk c of a row (sc: its scale group) against q8_1 activations given
-//                                              as elements 0..15 (a0), 16..31 (a1) and (d, s = d sum q)
+//   dot_split(q, scw, c, a0, a1, ds) -> float  chunk c of a row (scw: its scale group as a little-endian word,
+//                                              load_scale_word) against q8_1 activations given as elements 0..15
+//                                              (a0), 16..31 (a1) and (d, s = d sum q)
 //   dequant_split(q, sc, c, h, out[8])         elements 16h .. 16h+15 of the chunk as 8 half2, in order
 //   out_scale(row0_data, n_elements)           host: a per-tensor factor on the output (i2_s), else 1
 //   wgmma_dequant_first                        optional, true: Hopper's GEMM (ops/gemm_wgmma.cu) dequantizes the
@@ -116,6 +117,12 @@ template <int B> __device__ __forceinline__ uint32_t load_scale_word(const uint8
 }
 __device__ __forceinline__ float half_bits_to_f32(uint32_t bits) {
     return __half2float(__ushort_as_half(uint16_t(bits)));
+}
+// A scale word's two halves (low: .x) as one __half2 (not trivially copyable: no bit_cast)
+__device__ __forceinline__ __half2 half2_of_word(uint32_t w) {
+    __half2 h;
+    memcpy(&h, &w, sizeof(h));
+    return h;
 }
 
 struct uint4x2 {

@@ -41,8 +41,8 @@ template <> struct cuda_format<mxfp4> {
         s = __dp4a(w.y, a1.w, s);
         return s;
     }
-    __device__ static float dot_split(const uint4& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
-        return __fmul_rn(ds.x, e8m0_to_fp32_half(*sc)) * float(dot_words(q, a0, a1));
+    __device__ static float dot_split(const uint4& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
+        return __fmul_rn(ds.x, e8m0_to_fp32_half(uint8_t(scw))) * float(dot_words(q, a0, a1));
     }
     static constexpr int mmq_sub = 1;
     static constexpr bool mmq_offset = false;

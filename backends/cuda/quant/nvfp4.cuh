@@ -111,7 +111,7 @@ template <> struct cuda_format<nvfp4> {
     }
     static float out_scale(const void*, int64_t) { return 1.0f; } // the `.scale` tensor is a graph op
     // sub-block t (0, 1) of chunk c: words 2t, 2t + 1 of q, elements 16t .. 16t + 15 in order
-    __device__ static float dot_split(const uint4& q, const uint8_t* sc, int c, int4 a0, int4 a1, float2 ds) {
+    __device__ static float dot_split(const uint4& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
         const int2 x = e2m1x8_doubled(q.x), y = e2m1x8_doubled(q.y), z = e2m1x8_doubled(q.z), w = e2m1x8_doubled(q.w);
         int s0 = 0, s1 = 0;
         s0 = __dp4a(x.x, a0.x, s0);
@@ -122,7 +122,7 @@ template <> struct cuda_format<nvfp4> {
         s1 = __dp4a(z.y, a1.y, s1);
         s1 = __dp4a(w.x, a1.z, s1);
         s1 = __dp4a(w.y, a1.w, s1);
-        const float2 d = __half22float2(*reinterpret_cast<const __half2*>(sc)); // the chunk's two half sub-scales
+        const float2 d = __half22float2(half2_of_word(scw)); // the chunk's two half sub-scales
         return ds.x * (d.x * float(s0) + d.y * float(s1));
     }
     // sub-block t of the chunk: elements 16t .. 16t+15, half t of the chunk's scale group

@@ -53,9 +53,9 @@ template <> struct cuda_format<q4_0> {
     // reference's integer sum, exactly, and a scale taken / 16 (a power of two) gives its product. Against (q - 8) as
     // signed bytes: the GEMV's loop 147 instead of 197 instructions a 2-step iteration; H200, 2026-11-29, tg128 two
     // rounds in one call: 8B 598.1 / 601.5 vs 585.3 / 574.1 t/s, 1B 2061 / 2044 vs 2000 / 2056; the same greedy text.
-    __device__ static float dot_split(const uint4& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
+    __device__ static float dot_split(const uint4& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
         const int sumi16 = dot_nibbles16_x16(q, a0, a1) - 128 * act_sum32(a0, a1);
-        return float(sumi16) * (__half2float(*reinterpret_cast<const __half*>(sc)) * ds.x * 0.0625f);
+        return float(sumi16) * (half_bits_to_f32(scw) * ds.x * 0.0625f);
     }
     static constexpr int mmq_sub = 1;
     static constexpr bool mmq_offset = false;

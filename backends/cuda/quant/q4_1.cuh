@@ -47,9 +47,9 @@ template <> struct cuda_format<q4_1> {
         }
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
-    __device__ static float dot_split(const uint4& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
+    __device__ static float dot_split(const uint4& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
         const int sumi16 = dot_nibbles16_x16(q, a0, a1); // 16 sum q q_a, exactly: the scale taken / 16
-        const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(sc));
+        const float2 dm = __half22float2(half2_of_word(scw));
         return dm.x * ds.x * 0.0625f * float(sumi16) + dm.y * ds.y;
     }
     static constexpr int mmq_sub = 1;

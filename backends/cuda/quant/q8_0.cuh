@@ -40,7 +40,7 @@ template <> struct cuda_format<q8_0> {
         }
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
-    __device__ static float dot_split(const uint4x2& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
+    __device__ static float dot_split(const uint4x2& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
         int sumi = 0;
         sumi = __dp4a(int(q.lo.x), a0.x, sumi);
         sumi = __dp4a(int(q.lo.y), a0.y, sumi);
@@ -50,7 +50,7 @@ template <> struct cuda_format<q8_0> {
         sumi = __dp4a(int(q.hi.y), a1.y, sumi);
         sumi = __dp4a(int(q.hi.z), a1.z, sumi);
         sumi = __dp4a(int(q.hi.w), a1.w, sumi);
-        return __half2float(*reinterpret_cast<const __half*>(sc)) * ds.x * float(sumi);
+        return half_bits_to_f32(scw) * ds.x * float(sumi);
     }
     static constexpr int mmq_sub = 1;
     static constexpr bool mmq_offset = false;

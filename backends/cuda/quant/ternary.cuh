@@ -33,8 +33,8 @@ template <> struct cuda_format<tq2_0> {
         }
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
-    __device__ static float dot_split(const uint2& q, const uint8_t* sc, int, int4 a0, int4 a1, float2 ds) {
-        const float d = __half2float(*reinterpret_cast<const __half*>(sc));
+    __device__ static float dot_split(const uint2& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
+        const float d = half_bits_to_f32(scw);
         return d * (ds.x * 0.015625f * float(dot_2bit_chunk_x64(q, a0, a1)) - ds.y);
     }
     __device__ static void dequant_split(const uint2& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {
@@ -61,7 +61,7 @@ template <> struct cuda_format<i2_s> {
             }
     }
     static float out_scale(const void* data, int64_t n) { return i2_s::read_scale(data, n); }
-    __device__ static float dot_split(const uint2& q, const uint8_t*, int, int4 a0, int4 a1, float2 ds) {
+    __device__ static float dot_split(const uint2& q, uint32_t, int, int4 a0, int4 a1, float2 ds) {
         return ds.x * 0.015625f * float(dot_2bit_chunk_x64(q, a0, a1)) - ds.y;
     }
     __device__ static void dequant_split(const uint2& q, const uint8_t*, int, int h, __half2 (&out)[8]) {
