@@ -456,7 +456,7 @@ void cuda_backend::load_weights(std::span<tensor* const> weights) {
 
 size_t cuda_backend::weight_copy_bytes(const tensor& w) const {
     const auto [qs, sc] = split_bytes(w);
-    return qs ? (qs + 255) / 256 * 256 + sc : w.n_bytes();
+    return qs ? (qs + 255) / 256 * 256 + (sc + 3) / 4 * 4 : w.n_bytes(); // scales padded to a 4-byte word
 }
 
 void cuda_backend::set_weight_copy(tensor& copy, const tensor& w) {

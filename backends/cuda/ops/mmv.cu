@@ -4,7 +4,8 @@
 //                int8 rows + (d, s) (quantize_split_kernel; q, k, v and gate, up share one), then
 //                mmv_split_kernel<cuda_format<F>, NC, R, U, S>: S warps (1, 2 or 4: split over k where rows are few)
 //                per R rows, lane l of part p taking chunks 32 p + l, 32 (S + p) + l, ... with one 8/16/32-byte load
-//                each. More than 8 columns go to the tensor-core GEMM (gemm.cu).
+//                each (for one column and 16-byte chunks, staged one step ahead in shared memory by cp.async:
+//                split_stages). More than 8 columns go to the tensor-core GEMM (gemm.cu).
 //   file layout (TESSERA_CUDA_SPLIT=0, q4_0/q4_1/q8_0): x to q8_1 blocks, mmv_q_kernel over the file's 18/20/34-byte
 //                blocks with 2- and 4-byte loads (groups of 8 columns for larger m).
 //   f32/f16/bf16 W: mmv_f_kernel<T, NC, V, G, BT> reads x in f32 and dots in f32, V elements per load; q, k, v (gate,
@@ -15,6 +16,7 @@
 // awq4 65/79/81%, tq2_0 49/66/65%, i2_s 54/68/67%; f16 65/79/82%. One matrix a launch: 5-15 points lower (the
 // launch boundary, ~3 us; NOTES.md). In a decode step the kernel is launched early (programmatic dependent launch,
 // common.cuh) and asks L2 for its first chunks while the kernel before it runs.
+#include "backends/cuda/ops/mma.cuh"
 #include "backends/cuda/ops/ops.cuh"
 
 #include "backends/cuda/quant/formats.cuh"
@@ -578,6 +580,132 @@ __device__ __forceinline__ void split_lane_sums(const uint8_t* const (&qrow)[R],
     }
 }
 
+// Staged steps (split_stages<D> = 2: the formats of 16-byte chunks, NC = 1): each lane's chunk and scale word of its
+// next step are copied by cp.async into its own slot of shared memory while it dots the current one. In the register
+// loop (split_lane_sums) ptxas issues a step's loads only once the step before is dotted, so a warp has one step in
+// flight. The first step is issued before the PDL wait. A scale group of 1 or 2 bytes comes in the aligned 4-byte
+// word that holds it (the scale arrays are padded to a 4-byte word: weight_copy_bytes).
+// Measured (H200, tg128, 2026-11-29, two rounds in one call against the register loop): 8B q4_1 +8%, nvfp4 +6%,
+// awq4 +3%, q4_0 +2%, mxfp4 even, 1B q4_0 +3%. 4 slots a lane instead of 2: slower than the register loop for q4_0
+// (-10%), q8_0 and tq2_0. Staged 8-byte chunks (tq2_0 -25%, i2_s even) and 32-byte ones (q8_0 -6%) lost, so those
+// formats keep the register loop.
+// The copies, the wait and the slot reads are volatile asm without a memory clobber: kept in order among themselves,
+// while loads the compiler may hoist (e2m1_lows_loaded's) still leave the loop.
+template <class D> inline constexpr int split_stages = std::is_same_v<typename D::chunk_t, uint4> ? 2 : 0;
+template <int B> __device__ __forceinline__ void cp_async_lane(uint32_t dst, const void* src) {
+    static_assert(B == 4 || B == 16, "cp.async copies a chunk (16 bytes) or a scale word (4)");
+    if constexpr (B == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+template <int N> __device__ __forceinline__ void cp_async_wait_n() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+// shared-memory reads at 32-bit shared addresses
+__device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint4 lds_u4(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+template <class D, int R, int P> struct split_stage {
+    typename D::chunk_t q[P][R][WARP_SIZE];
+    uint32_t s[P][R][WARP_SIZE];
+};
+template <class D, int R, int P> __device__ __forceinline__ split_stage<D, R, P>& split_stage_of(int warp) {
+    __shared__ split_stage<D, R, P> st[SPLIT_WARPS];
+    return st[warp];
+}
+template <class D> __device__ __forceinline__ const uint8_t* scale_group_at(const uint8_t* srow, int64_t c) {
+    return srow + (c / D::chunks_per_scale) * D::scale_bytes;
+}
+// A lane's slots: chunk (slot, r) at qa + slot QSLOT + r QROW, its scale word at sa + slot SSLOT + r SROW (shared
+// addresses, computed once: split_stage_lane)
+template <class D, int R, int P> struct split_stage_lane {
+    static constexpr uint32_t QROW = WARP_SIZE * sizeof(typename D::chunk_t), QSLOT = R * QROW;
+    static constexpr uint32_t SROW = WARP_SIZE * 4, SSLOT = R * SROW;
+    uint32_t qa, sa;
+    __device__ split_stage_lane(split_stage<D, R, P>& st, int lane)
+        : qa(smem_addr(&st.q[0][0][lane])), sa(smem_addr(&st.s[0][0][lane])) {}
+};
+template <class D, int R, int P>
+__device__ __forceinline__ void split_stage_issue(const split_stage_lane<D, R, P>& sl, const uint8_t* const (&qrow)[R],
+                                                  const uint8_t* const (&srow)[R], int64_t c, int slot) {
+    using chunk_t = typename D::chunk_t;
+    using L = split_stage_lane<D, R, P>;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const uint8_t* src = qrow[r] + c * int64_t(sizeof(chunk_t));
+        const uint32_t dst = sl.qa + uint32_t(slot) * L::QSLOT + r * L::QROW;
+        cp_async_lane<16>(dst, src);
+        if constexpr (D::scale_bytes > 0)
+            cp_async_lane<4>(sl.sa + uint32_t(slot) * L::SSLOT + r * L::SROW,
+                             reinterpret_cast<const void*>(uintptr_t(scale_group_at<D>(srow[r], c)) & ~uintptr_t(3)));
+    }
+}
+// the lane's first P - 1 steps (or fewer), one commit group each
+template <class D, int R, int P, int S>
+__device__ __forceinline__ void split_stage_prologue(split_stage<D, R, P>& st, const uint8_t* const (&qrow)[R],
+                                                     const uint8_t* const (&srow)[R], int64_t nc, int64_t first,
+                                                     int lane) {
+    const split_stage_lane<D, R, P> sl(st, lane);
+#pragma unroll
+    for (int p = 0; p < P - 1; p++) {
+        const int64_t c = first + int64_t(p) * WARP_SIZE * S;
+        if (c < nc) split_stage_issue<D, R, P>(sl, qrow, srow, c, p);
+        cp_async_commit();
+    }
+}
+template <class D, int R, int P, int S>
+__device__ __forceinline__ void split_lane_sums_async(split_stage<D, R, P>& st, const uint8_t* const (&qrow)[R],
+                                                      const uint8_t* const (&srow)[R], const int8_t* aq,
+                                                      const __half2* ads, int64_t k, int64_t acol, int64_t first,
+                                                      int lane, float (&sum)[R][1]) {
+    using chunk_t = typename D::chunk_t;
+    using L = split_stage_lane<D, R, P>;
+    const int64_t nc = k / 32;
+    constexpr int64_t stride = int64_t(WARP_SIZE) * S;
+    // a 1- or 2-byte scale group's place in its word: the same at every step of the lane (a step moves its group by
+    // a multiple of 4 bytes)
+    static_assert(D::scale_bytes == 0 || D::scale_bytes == 4 ||
+                      (stride % D::chunks_per_scale == 0 && stride / D::chunks_per_scale * D::scale_bytes % 4 == 0),
+                  "a lane's scale group keeps its place in the word");
+    const int steps = first < nc ? int((nc - 1 - first) / stride) + 1 : 0;
+    const L sl(st, lane);
+    uint32_t shift[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        sum[r][0] = 0.0f;
+        shift[r] = uint32_t(uintptr_t(scale_group_at<D>(srow[r], first)) & 3) * 8;
+    }
+#pragma unroll 1
+    for (int s = 0; s < steps; s++) {
+        if (s + P - 1 < steps) split_stage_issue<D, R, P>(sl, qrow, srow, first + (s + P - 1) * stride, (s + P - 1) % P);
+        cp_async_commit();
+        cp_async_wait_n<P - 1>();
+        const uint32_t slot = uint32_t(s % P);
+        const int64_t c = first + s * stride;
+        const int4* ap = reinterpret_cast<const int4*>(aq + acol * k + c * 32);
+        const int4 a0 = ap[0], a1 = ap[1];
+        const float2 ds = __half22float2(ads[acol * nc + c]);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const chunk_t q = lds_u4(sl.qa + slot * L::QSLOT + r * L::QROW);
+            uint32_t sw = 0;
+            if constexpr (D::scale_bytes > 0) {
+                sw = lds_u32(sl.sa + slot * L::SSLOT + r * L::SROW);
+                if constexpr (D::scale_bytes < 4) sw >>= shift[r];
+            }
+            sum[r][0] += D::dot_split(q, sw, int(c % D::chunks_per_scale), a0, a1, ds);
+        }
+    }
+}
+
 // The lanes' sums of each warp added (warp_sum), then the S parts of a row group (warps warp .. warp + S - 1 of the
 // block) added in part order in shared memory; true in the warp that holds the row group's sums (part 0). Every
 // thread of the block must call it.
@@ -610,13 +738,14 @@ template <int R, int NC, int S> __device__ __forceinline__ bool split_parts_redu
 // group takes chunks 32 p + l, 32 (S + p) + l, ... (lane l), so each step the group's warps read 32 S consecutive
 // chunks (256 to 1024 bytes a warp), each lane with one 8/16/32-byte load, and each activation chunk a lane loads
 // serves R rows. S > 1 (split over k) where the rows alone give too few warps to keep HBM busy (mmv_split_parts):
-// the S partial sums of a row are added in shared memory, in part order.
+// the S partial sums of a row are added in shared memory, in part order. P > 0 (split_stages: NC = 1, 16-byte
+// chunks): a lane's next step is copied into shared memory while it dots the current one (split_lane_sums_async).
 //
 // ROPE (q, k, v: rope_kv's work in the epilogue): a row group's two rows are a rotation pair of a head (adjacent rows
 // in "normal" mode; rows i and i + n_rot / 2 of the head in NEOX mode), so the warp that has both sums adds their
 // biases (qwen2's), rotates them (Q, K) and writes Q's result and K's and V's f16 cache rows itself, with the add's
 // and rope_kv_kernel's arithmetic (rope.cu): the same bits as the GEMV followed by those kernels.
-template <class D, int NC, int R, int U, int S, bool ROPE = false>
+template <class D, int NC, int R, int U, int S, bool ROPE = false, int P = 0>
 static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kernel(split_group grp) {
     static_assert(S == 1 || S == 2 || S == 4, "a block's 4 warps take 4 / S row groups");
     static_assert(!ROPE || R == 2, "a rotation pair is a row group");
@@ -648,7 +777,10 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     // their scales) of its first steps (prefetch_steps), which no kernel writes; then it waits for the activations. Measured (H100,
     // 8B q4_0 tg128): 346 -> 351-353 t/s; the block's whole rows by cp.async.bulk.prefetch instead: 324-328 (slower
     // than none: 14336-row matrices ask for more than L2 keeps); to L1 instead of L2: 349-353.
-    if (grp.prefetch > 0) {
+    if constexpr (P > 0) {
+        static_assert(NC == 1, "staged steps: one column");
+        split_stage_prologue<D, R, P, S>(split_stage_of<D, R, P>(warp), qrow, srow, nc, first, lane);
+    } else if (grp.prefetch > 0) {
         for (int u = 0; u < grp.prefetch; u++) {
             const int64_t c = first + u * stride;
             if (c >= nc) break;
@@ -666,7 +798,11 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
 #pragma unroll
     for (int j = 0; j < NC; j++) acol[j] = min(col0 + j, cols - 1); // columns past cols: computed, not stored
     float sum[R][NC];
-    split_lane_sums<D, R, NC, U, S>(qrow, srow, a.aq, a.ads, a.k, acol, NC, first, sum);
+    if constexpr (P > 0)
+        split_lane_sums_async<D, R, P, S>(split_stage_of<D, R, P>(warp), qrow, srow, a.aq, a.ads, a.k, acol[0], first,
+                                          lane, sum);
+    else
+        split_lane_sums<D, R, NC, U, S>(qrow, srow, a.aq, a.ads, a.k, acol, NC, first, sum);
     if (!split_parts_reduce<R, NC, S>(sum, warp, lane)) return;
     if constexpr (ROPE) {
         if (lane != 0 || row0 >= a.n) return; // n is even: a pair is in or out whole
@@ -783,6 +919,12 @@ void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, spl
     // once) measured slower (H100, 2026-11-22: q4_0 4096x4096 40% vs 44% of the copy bandwidth, 7B tg128 276 vs 282).
     constexpr int U = 2;
     const auto pick = [&]<int NC, bool RP>() {
+        if constexpr (NC == 1 && split_stages<D> > 0) {
+            constexpr int P = split_stages<D>;
+            return S == 1 ? mmv_split_kernel<D, NC, R, U, 1, RP, P>
+                 : S == 2 ? mmv_split_kernel<D, NC, R, U, 2, RP, P>
+                          : mmv_split_kernel<D, NC, R, U, 4, RP, P>;
+        }
         return S == 1 ? mmv_split_kernel<D, NC, R, U, 1, RP> : S == 2 ? mmv_split_kernel<D, NC, R, U, 2, RP>
                                                                       : mmv_split_kernel<D, NC, R, U, 4, RP>;
     };
