@@ -27,9 +27,11 @@ template <> struct cuda_format<mxfp4> {
         }
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
-    // word i of q: elements 8i .. 8i + 7
+    // word i of q: elements 8i .. 8i + 7 (the GEMVs' dot: the tables' low words loaded, e2m1_lows_loaded)
     __device__ static int dot_words(const uint4& q, int4 a0, int4 a1) {
-        const int2 x = e2m1x8_doubled(q.x), y = e2m1x8_doubled(q.y), z = e2m1x8_doubled(q.z), w = e2m1x8_doubled(q.w);
+        const e2m1_lows lo = e2m1_lows_loaded();
+        const int2 x = e2m1x8_doubled(q.x, lo), y = e2m1x8_doubled(q.y, lo), z = e2m1x8_doubled(q.z, lo),
+                   w = e2m1x8_doubled(q.w, lo);
         int s = 0;
         s = __dp4a(x.x, a0.x, s);
         s = __dp4a(x.y, a0.y, s);

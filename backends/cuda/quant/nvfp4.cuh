@@ -21,13 +21,24 @@ namespace tessera::cuda {
 // bytes, a selector assembled from them, the sign as a mask) took ~32 ops. The byte_perms are PTX prmt (format.cuh),
 // not __byte_perm, whose selectors the compiler masked again before each: the GEMV's loop 332 instead of 369
 // instructions a 2-step iteration, 8B tg128 495.7 / 495.0 vs 438.3 / 440.8 t/s (H200, 2026-11-29, one call).
-__device__ __forceinline__ int2 e2m1x8_doubled(uint32_t w) {
+// The tables' low words ({0, 1, 2, 3} and their negatives), which a PRMT takes in a register. As constants ptxas
+// copies them from uniform registers before every use (48 of the GEMV loop's 321 instructions, nvfp4 and mxfp4 alike);
+// the GEMVs' dots read them from memory instead (e2m1_lows_loaded: once a kernel, no store in the loop), the GEMMs'
+// unpacks (stores to shared memory in their loops) keep the constants.
+struct e2m1_lows {
+    uint32_t pos, neg;
+};
+constexpr e2m1_lows E2M1_LOWS{0x03020100u, 0xFDFEFF00u};
+static __device__ e2m1_lows e2m1_low_words = E2M1_LOWS;
+__device__ __forceinline__ e2m1_lows e2m1_lows_loaded() {
+    return {__ldg(&e2m1_low_words.pos), __ldg(&e2m1_low_words.neg)};
+}
+__device__ __forceinline__ int2 e2m1x8_doubled(uint32_t w, e2m1_lows lo = E2M1_LOWS) {
     const uint32_t m = w & 0x77777777u;                             // magnitude indices
     const uint32_t pick = 0x32103210u | ((w & 0x88888888u) >> 1);   // byte i of pos (i) or of neg (4 + i)
-    constexpr uint32_t POS_LO = 0x03020100u, POS_HI = 0x0C080604u; // {0, 1, 2, 3}, {4, 6, 8, 12}
-    constexpr uint32_t NEG_LO = 0xFDFEFF00u, NEG_HI = 0xF4F8FAFCu; // their negatives
-    const uint32_t p0 = prmt(POS_LO, POS_HI, m), n0 = prmt(NEG_LO, NEG_HI, m);
-    const uint32_t p1 = prmt(POS_LO, POS_HI, m >> 16), n1 = prmt(NEG_LO, NEG_HI, m >> 16);
+    constexpr uint32_t POS_HI = 0x0C080604u, NEG_HI = 0xF4F8FAFCu; // {4, 6, 8, 12}, their negatives
+    const uint32_t p0 = prmt(lo.pos, POS_HI, m), n0 = prmt(lo.neg, NEG_HI, m);
+    const uint32_t p1 = prmt(lo.pos, POS_HI, m >> 16), n1 = prmt(lo.neg, NEG_HI, m >> 16);
     return make_int2(int(prmt(p0, n0, pick)), int(prmt(p1, n1, pick >> 16)));
 }
 
@@ -112,7 +123,9 @@ template <> struct cuda_format<nvfp4> {
     static float out_scale(const void*, int64_t) { return 1.0f; } // the `.scale` tensor is a graph op
     // sub-block t (0, 1) of chunk c: words 2t, 2t + 1 of q, elements 16t .. 16t + 15 in order
     __device__ static float dot_split(const uint4& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
-        const int2 x = e2m1x8_doubled(q.x), y = e2m1x8_doubled(q.y), z = e2m1x8_doubled(q.z), w = e2m1x8_doubled(q.w);
+        const e2m1_lows lo = e2m1_lows_loaded();
+        const int2 x = e2m1x8_doubled(q.x, lo), y = e2m1x8_doubled(q.y, lo), z = e2m1x8_doubled(q.z, lo),
+                   w = e2m1x8_doubled(q.w, lo);
         int s0 = 0, s1 = 0;
         s0 = __dp4a(x.x, a0.x, s0);
         s0 = __dp4a(x.y, a0.y, s0);
