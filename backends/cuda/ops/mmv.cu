@@ -586,8 +586,8 @@ __device__ __forceinline__ void split_lane_sums(const uint8_t* const (&qrow)[R],
 // flight. The first step is issued before the PDL wait. A scale group of 1 or 2 bytes comes in the aligned 4-byte
 // word that holds it (the scale arrays are padded to a 4-byte word: weight_copy_bytes).
 // Measured (H200, tg128, 2026-11-29, two rounds in one call against the register loop): 8B q4_1 +8%, nvfp4 +6%,
-// awq4 +3%, q4_0 +2%, mxfp4 even, 1B q4_0 +3%. 4 slots a lane instead of 2: slower than the register loop for q4_0
-// (-10%), q8_0 and tq2_0. Staged 8-byte chunks (tq2_0 -25%, i2_s even) and 32-byte ones (q8_0 -6%) lost, so those
+// awq4 +3%, q4_0 +2%, mxfp4 even, 1B q4_0 +3%. 4 slots a lane instead of 2: slower than 2 for every format (q4_0
+// -11%). Staged 8-byte chunks (tq2_0 -25%, i2_s even) and 32-byte ones (q8_0 -6%) lost, so those
 // formats keep the register loop.
 // The copies, the wait and the slot reads are volatile asm without a memory clobber: kept in order among themselves,
 // while loads the compiler may hoist (e2m1_lows_loaded's) still leave the loop.

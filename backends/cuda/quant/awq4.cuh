@@ -2,7 +2,8 @@
 // (format.cuh). A 32-element chunk is re-packed at upload into q4_0's nibble order (byte j: element j in the low
 // nibble, element 16 + j in the high one), so the dot is q4_0's (dot_nibbles16_x16); a scale group is (s f16, z u8,
 // pad). Dot against q8_1: s d_a sum (q - z) q_a, with 16 sum (q - z) q_a = 16 sum q q_a - 16 z sum q_a in integers:
-// the reference's exact integer sum, times 16.
+// the reference's exact integer sum, times 16. The GEMV loop: 158 instructions instead of 246 with AutoAWQ's order
+// (byte_perms to put elements side by side); H200 8B tg128 (staged GEMV, 2026-11-29): 625.6 / 630.5 vs 589.7 / 592.6.
 #pragma once
 
 #include "backends/cuda/quant/format.cuh"
