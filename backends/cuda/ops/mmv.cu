@@ -599,9 +599,6 @@ template <int B> __device__ __forceinline__ void cp_async_lane(uint32_t dst, con
     else
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
 }
-template <int N> __device__ __forceinline__ void cp_async_wait_n() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 // shared-memory reads at 32-bit shared addresses
 __device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
     uint32_t v;
@@ -687,7 +684,7 @@ __device__ __forceinline__ void split_lane_sums_async(split_stage<D, R, P>& st, 
     for (int s = 0; s < steps; s++) {
         if (s + P - 1 < steps) split_stage_issue<D, R, P>(sl, qrow, srow, first + (s + P - 1) * stride, (s + P - 1) % P);
         cp_async_commit();
-        cp_async_wait_n<P - 1>();
+        cp_async_wait_group<P - 1>();
         const uint32_t slot = uint32_t(s % P);
         const int64_t c = first + s * stride;
         const int4* ap = reinterpret_cast<const int4*>(aq + acol * k + c * 32);
