@@ -773,7 +773,8 @@ static __global__ void __launch_bounds__(SPLIT_WARPS * WARP_SIZE) mmv_split_kern
     // Launched early (ctx.pdl): while the kernel before still runs, each lane asks L2 for the weight chunks (and
     // their scales) of its first steps (prefetch_steps), which no kernel writes; then it waits for the activations. Measured (H100,
     // 8B q4_0 tg128): 346 -> 351-353 t/s; the block's whole rows by cp.async.bulk.prefetch instead: 324-328 (slower
-    // than none: 14336-row matrices ask for more than L2 keeps); to L1 instead of L2: 349-353.
+    // than none: 14336-row matrices ask for more than L2 keeps); to L1 instead of L2: 349-353. A staged kernel (P > 0)
+    // copies its first step into shared memory instead (split_stage_prologue).
     if constexpr (P > 0) {
         static_assert(NC == 1, "staged steps: one column");
         split_stage_prologue<D, R, P, S>(split_stage_of<D, R, P>(warp), qrow, srow, nc, first, lane);

@@ -41,30 +41,14 @@ template <class F> struct cuda_awq4 {
     static constexpr int mmq_sub = 1;
     static constexpr bool mmq_offset = false;
     __device__ static void mmq_unpack(const uint4& q, uint32_t scw, int, uint32_t (&v)[8], float (&d)[2], float& m) {
-        signed_values(q, (scw >> 16) & 0xFFu, v);
+        nibble_bytes_minus(q, (scw >> 16) & 0xFFu, v); // (q - z) as signed bytes
         d[0] = d[1] = half_bits_to_f32(scw);
         m = 0.0f;
     }
-    // (q - z) as signed bytes in element order: low nibbles elements 0..15, high ones 16..31
-    __device__ static void signed_values(const uint4& q, uint32_t z, uint32_t (&v)[8]) {
-        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            v[i] = sub_u4_bytes(w[i] & 0x0F0F0F0Fu, z);
-            v[4 + i] = sub_u4_bytes((w[i] >> 4) & 0x0F0F0F0Fu, z);
-        }
-    }
     // s (q - z); half 0: the low nibbles of the 16 bytes, half 1: the high ones
     __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {
-        const __half2 s = __half2half2(*reinterpret_cast<const __half*>(sc));
-        const __half2 off = __float2half2_rn(1024.0f + float(sc[2]));
-        const uint32_t w[4] = {q.x >> (4 * h), q.y >> (4 * h), q.z >> (4 * h), q.w >> (4 * h)};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            u4_pairs(w[i], out[2 * i], out[2 * i + 1]);
-            out[2 * i] = __hmul2(__hsub2(out[2 * i], off), s);
-            out[2 * i + 1] = __hmul2(__hsub2(out[2 * i + 1], off), s);
-        }
+        nibble_halves_scaled(q, h, __float2half2_rn(1024.0f + float(sc[2])),
+                             __half2half2(*reinterpret_cast<const __half*>(sc)), out);
     }
 };
 template <> struct cuda_format<awq4> : cuda_awq4<awq4> {};

@@ -105,6 +105,27 @@ __device__ __forceinline__ uint32_t sub_u4_bytes(uint32_t x, uint32_t z) {
     return (x + (0x80u - z) * 0x01010101u) ^ 0x80808080u;
 }
 
+// A 16-byte chunk of nibbles in q4_0's order (byte j: element j low, element 16 + j high; q4_0, awq4 re-packed):
+// nibble_bytes_minus, elements 0..31 minus z as signed bytes (v[i]: elements 4i .. 4i + 3); nibble_halves_scaled,
+// elements 16h .. 16h + 15 as half2 (x - zo) d, with off = 1024 + zo (u4_pairs' 1024 + x).
+__device__ __forceinline__ void nibble_bytes_minus(const uint4& q, uint32_t z, uint32_t (&v)[8]) {
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[i] = sub_u4_bytes(w[i] & 0x0F0F0F0Fu, z);
+        v[4 + i] = sub_u4_bytes((w[i] >> 4) & 0x0F0F0F0Fu, z);
+    }
+}
+__device__ __forceinline__ void nibble_halves_scaled(const uint4& q, int h, __half2 off, __half2 d, __half2 (&out)[8]) {
+    const uint32_t w[4] = {q.x >> (4 * h), q.y >> (4 * h), q.z >> (4 * h), q.w >> (4 * h)};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        u4_pairs(w[i], out[2 * i], out[2 * i + 1]);
+        out[2 * i] = __hmul2(__hsub2(out[2 * i], off), d);
+        out[2 * i + 1] = __hmul2(__hsub2(out[2 * i + 1], off), d);
+    }
+}
+
 // A scale group of 0, 1, 2 or 4 bytes (format.cuh's scale_bytes) as one little-endian word
 template <int B> __device__ __forceinline__ uint32_t load_scale_word(const uint8_t* p) {
     if constexpr (B == 0) return 0;

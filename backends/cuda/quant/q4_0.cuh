@@ -60,26 +60,13 @@ template <> struct cuda_format<q4_0> {
     static constexpr int mmq_sub = 1;
     static constexpr bool mmq_offset = false;
     __device__ static void mmq_unpack(const uint4& q, uint32_t scw, int, uint32_t (&v)[8], float (&d)[2], float& m) {
-        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            v[i] = sub_u4_bytes(w[i] & 0x0F0F0F0Fu, 8);
-            v[4 + i] = sub_u4_bytes((w[i] >> 4) & 0x0F0F0F0Fu, 8);
-        }
+        nibble_bytes_minus(q, 8, v);
         d[0] = d[1] = half_bits_to_f32(scw);
         m = 0.0f;
     }
     // half 0: the low nibbles of the 16 bytes, half 1: the high ones; (q - 8) d
     __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {
-        const __half2 d = __half2half2(*reinterpret_cast<const __half*>(sc));
-        const __half2 off = __float2half2_rn(1032.0f);
-        const uint32_t w[4] = {q.x >> (4 * h), q.y >> (4 * h), q.z >> (4 * h), q.w >> (4 * h)};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            u4_pairs(w[i], out[2 * i], out[2 * i + 1]);
-            out[2 * i] = __hmul2(__hsub2(out[2 * i], off), d);
-            out[2 * i + 1] = __hmul2(__hsub2(out[2 * i + 1], off), d);
-        }
+        nibble_halves_scaled(q, h, __float2half2_rn(1032.0f), __half2half2(*reinterpret_cast<const __half*>(sc)), out);
     }
 };
 
