@@ -8,6 +8,8 @@
 #include "ggml-like/gelu.h"
 #include "ggml-like/median.h"
 
+#include <cudaTypedefs.h> // the driver API's function types (driver_kernel_node_params)
+
 #include <algorithm>
 #include <chrono>
 #include <cstdarg>
@@ -77,8 +79,28 @@ namespace {
 
 constexpr size_t n_counters = 4096; // cuda_context::counters
 
-// What cudaGraphExecUpdate needs to match: each node's type, and each kernel node's function, in the graph's order.
-// A query the runtime refuses leaves a 0 in its place (and no error behind: the update decides then).
+// The driver's cuGraphKernelNodeGetParams, found through the runtime (no link to libcuda, which CI lacks): it names a
+// kernel node's function whichever library launched it, where the runtime's cudaGraphKernelNodeGetParams fails on
+// cuBLAS's nodes ("invalid device function", an API error every graph under compute-sanitizer). Null if the driver
+// has none.
+PFN_cuGraphKernelNodeGetParams_v12000 driver_kernel_node_params() {
+    static const PFN_cuGraphKernelNodeGetParams_v12000 fn = [] {
+        void* p = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        if (cudaGetDriverEntryPointByVersion("cuGraphKernelNodeGetParams", &p, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            p = nullptr;
+        }
+        return reinterpret_cast<PFN_cuGraphKernelNodeGetParams_v12000>(p);
+    }();
+    return fn;
+}
+
+// What cudaGraphExecUpdate needs to match: each node's type, and each kernel node's function (the driver's function
+// and kernel handles), in the graph's order. A query refused leaves 0s in its place (and no error behind: the update
+// decides then).
 std::vector<uintptr_t> graph_shape(cudaGraph_t g) {
     size_t n = 0;
     std::vector<uintptr_t> shape;
@@ -101,12 +123,11 @@ std::vector<uintptr_t> graph_shape(cudaGraph_t g) {
         }
         shape.push_back(uintptr_t(t) + 1);
         if (t == cudaGraphNodeTypeKernel) {
-            cudaKernelNodeParams kp{};
-            if (cudaGraphKernelNodeGetParams(node, &kp) != cudaSuccess) {
-                (void)cudaGetLastError();
-                kp.func = nullptr;
-            }
+            CUDA_KERNEL_NODE_PARAMS_v2 kp{};
+            const auto get = driver_kernel_node_params();
+            if (!get || get(reinterpret_cast<CUgraphNode>(node), &kp) != CUDA_SUCCESS) kp = {};
             shape.push_back(reinterpret_cast<uintptr_t>(kp.func));
+            shape.push_back(reinterpret_cast<uintptr_t>(kp.kern));
         }
     }
     return shape;
