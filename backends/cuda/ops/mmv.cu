@@ -863,7 +863,8 @@ int forced_split_parts() {
 // 1895 unsplit. At 16 the 8B's q/k/v (3072 groups) run unsplit, o (2048 groups) in 2 parts and down in 2, not 4.
 // The measured boundary lies between the 8B's o (2048 groups on 132 SMs: wants 2 parts) and the member's q/k/v (2560:
 // wants 1), i.e. 15.5 to 19.4 warps an SM; 18 sits inside it with margin both ways and picks the same splits as 16
-// on all three files.
+// on all three files. On the staged GEMV (H200, 2026-11-29, same method): 8B q4_0 623 / 605 / 575 at 18 / 24 / 32,
+// awq4 628 / 610 / 582, nvfp4 556 / 543 / 518, q8_0 384 / 375 / 370; 1B 2143-2189 at 12 to 32 (noise).
 // (H100, session 6, against no split: 1B 1520-1537 vs 1335-1391, 8B 407-415 vs 378-382.)
 int mmv_split_parts(int64_t groups, int64_t nc, int n_sm) {
     if (const int f = forced_split_parts()) return f;
