@@ -219,8 +219,7 @@ void launch(const cuda_context& ctx, void (*kernel)(P...), dim3 grid, dim3 block
 // calls over peer memory (p2p.cuh), larger ones through NCCL; handle: nccl_comm's (cuda_context::group).
 void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t ne0, int64_t rows);
 
-// Scratch bytes a node needs (mul_mat: its activations quantized to q8_1; on the wgmma path also a block of its
-// weights as f16).
-size_t work_size(const tensor& node, bool wgmma);
+// Scratch bytes a node needs (mul_mat: its activations quantized to q8_1, and as f16 for the wgmma GEMM).
+size_t work_size(const tensor& node);
 
 } // namespace tessera::cuda

@@ -62,10 +62,10 @@ uint8_t* cuda_context::ptr(const tensor* t) const {
     return static_cast<uint8_t*>(t->data);
 }
 
-size_t work_size(const tensor& node, bool wgmma) {
+size_t work_size(const tensor& node) {
     switch (node.o) {
     case op::mul_mat:
-        return mul_mat_work_size(node, wgmma);
+        return mul_mat_work_size(node);
     case op::attention:
         return attention_work_size(node);
     case op::mul_mat_id:
@@ -534,7 +534,7 @@ size_t cuda_backend::fusion_window() const {
 void cuda_backend::compute_impl(graph& g) {
     TS_CUDA_CHECK(cudaSetDevice(info_.id));
     size_t need = 0;
-    for (tensor* n : g.nodes) need = std::max(need, work_size(*n, wgmma_));
+    for (tensor* n : g.nodes) need = std::max(need, work_size(*n));
     if (need > 0 && (!scratch_ || scratch_->size() < need)) {
         TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_))); // the old scratch may still be read
         scratch_.reset();

@@ -52,13 +52,10 @@ if has ops; then
     grep -E '^\[  FAILED  \]|Failure|NMSE' "$LOG/test_backend_ops.log" | head -60
     note "test_backend_ops (ops): rc $rc, $(grep -E '^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ test' \
         "$LOG/test_backend_ops.log" | tr '\n' ' ')"
-    # the prefill GEMM's other paths on a Hopper GPU: every format dequantized inside the wgmma GEMM / to f16 first,
-    # f16 weights in several row blocks, 128-column tiles for every shape (the tests' matrices are too small to get
-    # them by default), with f16 rows (the warp-specialized kernel) and without it, and the mma.sync kernels (wgmma
-    # off)
-    for sw in TESSERA_CUDA_WGMMA=fused TESSERA_CUDA_WGMMA=first TESSERA_CUDA_DQ_MIB=1 TESSERA_CUDA_WGMMA_TN=128 \
-        "TESSERA_CUDA_WGMMA_TN=128 TESSERA_CUDA_WGMMA=first" "TESSERA_CUDA_WGMMA_TN=128 TESSERA_CUDA_WGMMA_WS=0" \
-        TESSERA_CUDA_WGMMA=0; do
+    # the prefill GEMM's other paths on a Hopper GPU: 64- and 128-column tiles for every shape (the tests' matrices
+    # are too small to get them by default), without the warp-specialized 256-column kernel, and the mma.sync kernels
+    # (wgmma off)
+    for sw in TESSERA_CUDA_WGMMA_TN=64 TESSERA_CUDA_WGMMA_TN=128 TESSERA_CUDA_WGMMA_WQ=0 TESSERA_CUDA_WGMMA=0; do
         # shellcheck disable=SC2086 # one or two assignments
         env $sw "$BUILD/tests/test_backend_ops" --gtest_filter='cuda/*mul_mat*:cuda/*fused*:cuda/*shared*' \
             > "$LOG/test_backend_ops_${sw// /_}.log" 2>&1

@@ -1,9 +1,9 @@
-// wq_harness.cu: the project's prefill GEMM kernels outside the model, on random q4_0 or q8_0 weights:
+// wq_harness.cu: the project's prefill GEMM kernels outside the model, on random q4_0, q8_0, nvfp4 or mxfp4 weights:
 // gemm_wq_kernel (BM 64 in clusters of two / BM 128, and BM 64 as a grouped launch of two matrices split off a tile
 // boundary, which leaves an odd number of row tiles and a cluster across the two) and
 // gemm_wgmma_kernel (128 x 128, 3 stages), TFLOP/s at m = 512 with the weights streamed from HBM (in separate
 // allocations, or in one arena), and each warp-specialized result against the old kernel's (max |difference|;
-// outputs poisoned with NaN first), on 8B and 1B shapes. Usage: wqh [q4_0|q8_0] [arena]. Build (about 60 s, no
+// outputs poisoned with NaN first), on 8B and 1B shapes. Usage: wqh [q4_0|q8_0|nvfp4|mxfp4] [arena]. Build (about 60 s, no
 // project build needed; the source file's host functions stay unresolved, never called), on an sm_90a machine:
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/wq_harness.cu \
 //     -o /tmp/wqh -Xlinker --unresolved-symbols=ignore-all
@@ -14,11 +14,21 @@
 #include <vector>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 using namespace tessera;
 using namespace tessera::cuda;
 // arena: every copy of the weights in one allocation, one after the other (as the model's weights)
+// A scale group's bytes: an f16 0.01 (q4_0, q8_0), two f16 half sub-scales 0.01 (nvfp4), E8M0 2^-7 (mxfp4)
+template <class D> void fill_scale(uint8_t* g) {
+    if constexpr (D::scale_bytes == 1) {
+        g[0] = 127 - 7;
+    } else {
+        const __half h = __float2half(0.01f);
+        for (int i = 0; i < D::scale_bytes / 2; i++) std::memcpy(g + 2 * i, &h, 2);
+    }
+}
 template <class D> int run_format(bool arena) {
-    static_assert(D::scale_bytes == 2 && D::chunks_per_scale == 1, "formats with one f16 scale a chunk");
+    static_assert(D::chunks_per_scale == 1, "formats with one scale group a chunk");
     allow_smem_wq<D>();
     CKH(cudaFuncSetAttribute(gemm_wgmma_kernel<D, 128, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              int(smem_bytes<128, 3>())));
@@ -32,7 +42,7 @@ template <class D> int run_format(bool arena) {
                     shape{14336, 512, 4096}, shape{2048, 512, 2048}, shape{3072, 512, 2048}, shape{16384, 512, 2048},
                     shape{2048, 512, 8192}}) {
         const int64_t nb = s.k / 32;
-        const size_t q_row = size_t(nb) * sizeof(typename D::chunk_t), s_row = size_t(nb) * 2;
+        const size_t q_row = size_t(nb) * sizeof(typename D::chunk_t), s_row = size_t(nb) * D::scale_bytes;
         const size_t qbytes = size_t(s.n) * q_row, sbytes = size_t(s.n) * s_row;
         const int copies = int(std::max<size_t>(2, (160u << 20) / (qbytes + sbytes) + 1));
         std::vector<uint8_t> q(qbytes);
@@ -41,7 +51,8 @@ template <class D> int run_format(bool arena) {
             st = st * 1664525u + 1013904223u;
             b = uint8_t(st >> 24);
         }
-        std::vector<__half> sc(size_t(s.n) * nb, __float2half(0.01f));
+        std::vector<uint8_t> sc(sbytes + 4); // (padded to a word: load_scale_word)
+        for (size_t g = 0; g < size_t(s.n) * nb; g++) fill_scale<D>(sc.data() + g * D::scale_bytes);
         std::vector<__half> x(size_t(s.m) * s.k);
         for (auto& v : x) {
             st = st * 1664525u + 1013904223u;
@@ -49,14 +60,14 @@ template <class D> int run_format(bool arena) {
         }
         std::vector<uint8_t*> dq(copies), ds(copies);
         uint8_t* big = nullptr;
-        if (arena) CKH(cudaMalloc(&big, (qbytes + sbytes) * copies));
+        if (arena) CKH(cudaMalloc(&big, (qbytes + sbytes) * copies + 4));
         for (int c = 0; c < copies; c++) {
             if (arena) {
                 dq[c] = big + (qbytes + sbytes) * c;
                 ds[c] = dq[c] + qbytes;
             } else {
                 CKH(cudaMalloc(&dq[c], qbytes));
-                CKH(cudaMalloc(&ds[c], sbytes));
+                CKH(cudaMalloc(&ds[c], sbytes + 4));
             }
             CKH(cudaMemcpy(dq[c], q.data(), qbytes, cudaMemcpyHostToDevice));
             CKH(cudaMemcpy(ds[c], sc.data(), sbytes, cudaMemcpyHostToDevice));
@@ -143,13 +154,15 @@ template <class D> int run_format(bool arena) {
     return 0;
 }
 
-// arguments: the format (q4_0, the default, or q8_0), then optionally `arena`
+// arguments: the format (q4_0, the default, q8_0, nvfp4 or mxfp4), then optionally `arena`
 int main(int argc, char** argv) {
     const std::string fmt = argc > 1 ? argv[1] : "q4_0";
     const bool arena = argc > 2 && std::string(argv[2]) == "arena";
     std::printf("%s, weights %s\n", fmt.c_str(), arena ? "in one arena" : "in separate allocations");
     if (fmt == "q4_0") return run_format<cuda_format<q4_0>>(arena);
     if (fmt == "q8_0") return run_format<cuda_format<q8_0>>(arena);
-    std::printf("error: format %s (q4_0 or q8_0)\n", fmt.c_str());
+    if (fmt == "nvfp4") return run_format<cuda_format<nvfp4>>(arena);
+    if (fmt == "mxfp4") return run_format<cuda_format<mxfp4>>(arena);
+    std::printf("error: format %s (q4_0, q8_0, nvfp4 or mxfp4)\n", fmt.c_str());
     return 1;
 }

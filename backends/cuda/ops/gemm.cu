@@ -491,14 +491,9 @@ bool gemm_uses_q8(type t) {
     return int8;
 }
 
-// the activations (the largest form: q8_1 and its f16 values), then on the wgmma path a block of f16 weights
-static size_t acts_bytes(int64_t k, int64_t cols) {
+// the activations (the largest form: q8_1 and its f16 values)
+size_t gemm_split_work_size(int64_t k, int64_t cols) {
     return (split_acts_bytes(k, cols) + size_t(k) * size_t(cols) * sizeof(__half) + 255) / 256 * 256;
-}
-
-size_t gemm_split_work_size(type t, int64_t k, int64_t n, int64_t cols, bool wgmma) {
-    // the f16 weights only where the GEMM runs (a decode step's GEMV needs none)
-    return acts_bytes(k, cols) + (wgmma && gemm_split_wanted(cols) ? gemm_wgmma_work_size(t, k, n) : 0);
 }
 
 bool gemm_split_wanted(int64_t cols) {
@@ -571,11 +566,8 @@ size_t gemm_split_group(cuda_context& ctx, const std::vector<tensor*>& nodes, si
     const split_weight* const* ws = g.ws;
     const int64_t k = ws[0]->k, cols = g.x->ne[1] * g.x->ne[2] * g.x->ne[3];
     if (!gemm_split_wanted(cols) || !gemm_uses_q8(ws[0]->t)) return 0;
-    // formats dequantized inside the GEMM only (the others go to f16 rows first, matrix by matrix)
-    if (gemm_wgmma_work_size(ws[0]->t, k, ws[0]->n) != 0) return 0;
-    TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(ws[0]->t, k, ws[0]->n, cols, ctx.wgmma));
-    const __half* xh = q8_f16_acts(ctx, *g.x, k, cols);
-    TS_ASSERT(gemm_wgmma_group(ctx, ws, g.dsts, g.n, xh));
+    TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(k, cols));
+    gemm_wgmma_group(ctx, ws, g.dsts, g.n, q8_f16_acts(ctx, *g.x, k, cols));
     return size_t(g.n);
 }
 
@@ -584,10 +576,9 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     const shape4 sx = shape_of(*x, 4), sy = shape_of(dst, 4);
     const int64_t m = x->ne[1], ne2 = x->ne[2], ne3 = x->ne[3], cols = m * ne2 * ne3, total = cols * w.k;
     if (total == 0 || w.n == 0) return;
-    TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(w.t, w.k, w.n, cols, ctx.wgmma));
-    void* work = static_cast<uint8_t*>(ctx.scratch) + acts_bytes(w.k, cols);
+    TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(w.k, cols));
     if (ctx.wgmma && gemm_uses_q8(w.t)) { // the q8_1 values as f16: the CPU's activations to within f16 rounding
-        gemm_wgmma(ctx, w, q8_f16_acts(ctx, *x, w.k, cols), dst, work);
+        gemm_wgmma(ctx, w, q8_f16_acts(ctx, *x, w.k, cols), dst);
         return;
     }
     const dim3 grid(unsigned(ceil_div(w.n, BM)), unsigned(ceil_div(cols, BN)));
@@ -624,7 +615,7 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     }
     a.x = xh;
     if (ctx.wgmma) {
-        gemm_wgmma(ctx, w, xh, dst, work);
+        gemm_wgmma(ctx, w, xh, dst);
         return;
     }
     const bool known = visit_format(w.t, [&]<class F>() {
@@ -644,7 +635,7 @@ bool gemm_id_available(type t) {
 }
 
 size_t gemm_id_acts_bytes(int64_t k, int64_t cols) {
-    return acts_bytes(k, cols);
+    return gemm_split_work_size(k, cols);
 }
 
 void gemm_id(cuda_context& ctx, const split_weight* const* w, float* const* y, const float* const* bias, int n,

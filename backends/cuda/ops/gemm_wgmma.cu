@@ -15,18 +15,20 @@
 // Otherwise a 128 (weight rows) x TN (columns) tile per CTA of two warpgroups, each warpgroup 64 rows x TN columns
 // with its accumulators in registers. TN = 128 (three stages, two CTAs an SM: stages()), or 64 (four stages, two CTAs
 // an SM) when 128-column tiles would leave 45% of the SMs idle or more (1B's 2048-row matrices at 512 tokens; 8B's
-// 4096-row ones, 128 tiles on 132 SMs, are 29% faster in 128-column tiles; see launch()). f16 rows in 128-column tiles
-// go to a warp-specialized kernel (gemm_ws_f16_kernel, below). k advances 64 elements (two 32-element chunks, one
-// 128-byte swizzle row of f16) a step:
+// 4096-row ones, 128 tiles on 132 SMs, are 29% faster in 128-column tiles; see launch()). k advances 64 elements
+// (two 32-element chunks, one 128-byte swizzle row of f16) a step:
 //   activations  cp.async straight into the 128-byte-swizzled layout wgmma reads (16-byte piece c of row r at
 //                r * 128 + (c ^ r % 8) * 16), ST - 2 steps ahead;
-//   weights      fused (the default): each thread loads one chunk (and its scale group) of one row into registers
-//                three steps ahead (two register sets), dequantizes it with the format's dequant_split
-//                (quant/<format>.cuh) one step ahead and stores the 32 halves into the same swizzled layout; thread t
-//                writes row t / 2, so each warpgroup writes exactly the 64 rows its own wgmma reads.
-//                dequantized first (formats with wgmma_dequant_first: nvfp4, whose decode is too slow to repeat per
-//                column tile): dequant_rows_kernel writes f16 rows (at most 256 MiB at a time) that arrive by cp.async
-//                like the activations.
+//   weights      each thread loads one chunk (and its scale group) of one row into registers three steps ahead
+//                (two register sets), dequantizes it with the format's dequant_split (quant/<format>.cuh) one step
+//                ahead and stores the 32 halves into the same swizzled layout; thread t writes row t / 2, so each
+//                warpgroup writes exactly the 64 rows its own wgmma reads.
+// Every format, nvfp4 and mxfp4 included, dequantizes inside the GEMM. nvfp4 and mxfp4 had been dequantized to f16
+// rows first (a separate kernel, then a warp-specialized f16 GEMM), from when their decode was too slow to repeat
+// per column tile (H100, session 7: 140 vs 275 TFLOP/s at 4096^2). With the byte_perm decode (e2m1x8_halves) and
+// gemm_wq_kernel, measured (H200, 2026-11-29, 8B, two rounds in one call, perplexity equal to the last digit): pp512
+// nvfp4 28192 / 28660 vs 17245 / 17245 t/s, mxfp4 28394 / 28303 vs 17011 / 16964; pp128 (gemm_wgmma_kernel's
+// tiles) nvfp4 9140 / 9122 vs 7227 / 7249, mxfp4 9335 / 9341 vs 7144 / 7186. The dequantize-first path is deleted.
 // Each step issues 4 x wgmma m64nTNk16 per warpgroup and leaves them running while the loads and the dequantization
 // of the next steps go on; wgmma.wait_group 1 keeps one step in flight, so a stage is rewritten only two steps after
 // the wgmma that read it (and after a barrier). fence.proxy.async makes the generic-proxy writes (st.shared and
@@ -90,7 +92,7 @@ struct wgmma_part {
 };
 
 struct wgmma_args {
-    const uint8_t* qs; // split weights (quantized A), or f16 [n][k] (D = f16_weights)
+    const uint8_t* qs; // split weights (quantized A)
     const uint8_t* sc;
     const __half* x; // [cols][k]
     float* y;
@@ -103,48 +105,20 @@ struct wgmma_args {
     id_map map = {}; // IDS: the pairs' tiles (blockIdx.x), experts' rows, output rows and epilogue
 };
 
-// The D of gemm_wgmma_kernel for weights already dequantized to f16 rows (dequant_rows_kernel): they arrive by
-// cp.async like the activations.
-struct f16_weights {
-    using chunk_t = uint4;
-    static constexpr int scale_bytes = 0, chunks_per_scale = 1;
-    __device__ static void dequant_split(const uint4&, const uint8_t*, int, int, __half2 (&)[8]) {}
-};
-
 // Stages of a CTA's pipeline (ST of gemm_wgmma_kernel). 64-column tiles: 4, two CTAs an SM. 128-column tiles: 3
 // (97 KiB), so two CTAs share an SM and one's loads and dequantization run under the other's wgmma; the kernel had
 // been latency-bound at one CTA an SM in 6 stages. Measured (H200, 2026-11-27, m = 512, bench_mmv TFLOP/s at 4096 x
 // 4096 / 14336 x 4096 / 4096 x 14336, 6 stages -> 3): q4_0 270 / 265 / 290 -> 337 / 356 / 330, q4_1 267 / 265 / 286
 // -> 331 / 356 / 335, q8_0 261 / 251 / 284 -> 301 / 332 / 294, awq4 274 / 267 / 298 -> 331 / 346 / 327; 8B pp512
 // q4_0 16588-16633 -> 18736-18900 t/s, q8_0 16306-16328 -> 18419-18422. tq2_0 went both ways (293 / 265 / 327 ->
-// 288 / 325 / 269): the ternary formats keep 6 stages, as do f16 rows (the warp-specialized kernel's fallback).
+// 288 / 325 / 269): the ternary formats keep 6 stages.
 template <class D, int TN> constexpr int stages() {
     if constexpr (TN == 64)
         return 4;
-    else if constexpr (std::is_same_v<D, f16_weights> || std::is_same_v<D, cuda_format<tq2_0>> ||
-                       std::is_same_v<D, cuda_format<i2_s>>)
+    else if constexpr (std::is_same_v<D, cuda_format<tq2_0>> || std::is_same_v<D, cuda_format<i2_s>>)
         return 6;
     else
         return 3;
-}
-
-// rows r0 .. r0 + rows of a split weight -> f16 [rows][k], a thread per half chunk (memory-bound)
-template <class D>
-static __global__ void dequant_rows_kernel(const uint8_t* qs, const uint8_t* sc, int64_t r0, int64_t rows, int64_t k,
-                                           __half* out) {
-    using chunk_t = typename D::chunk_t;
-    constexpr int CPS = D::chunks_per_scale;
-    const int64_t nc = k / 32, ng = nc / CPS;
-    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= rows * nc * 2) return;
-    const int h = int(i % 2);
-    const int64_t c = (i / 2) % nc, r = i / (2 * nc), row = r0 + r;
-    const chunk_t q = ldg_chunk<chunk_t>(qs + (row * nc + c) * int64_t(sizeof(chunk_t)));
-    __half2 o[8];
-    D::dequant_split(q, sc + (row * ng + c / CPS) * D::scale_bytes, int(c % CPS), h, o);
-    uint4* dst = reinterpret_cast<uint4*>(out + r * k + c * 32 + h * 16);
-    dst[0] = *reinterpret_cast<const uint4*>(&o[0]);
-    dst[1] = *reinterpret_cast<const uint4*>(&o[4]);
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -318,7 +292,6 @@ static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_ke
         expert = tile.x, first = tile.y, tile_cols = tile.z;
     }
     using chunk_t = typename D::chunk_t;
-    constexpr bool W16 = std::is_same_v<D, f16_weights>;
     constexpr int AHEAD = ST - 2;        // activation stages in flight
     constexpr int B_BYTES = TN * TK * 2; // one activation stage
     static_assert(AHEAD >= 1, "at least 3 stages");
@@ -348,11 +321,10 @@ static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_ke
         if (step < steps)
             dequant_to_smem<D>(q, s, 2 * int64_t(step) + a_ci, nb, sm + (step % ST) * TILE_BYTES, a_row, a_ci);
     };
-    // activations: TN rows x 8 pieces of 16 bytes a step; columns past the batch and k past the end are zero-filled;
-    // f16 weights the same way (rows past n zero-filled)
+    // activations: TN rows x 8 pieces of 16 bytes a step; columns past the batch and k past the end are zero-filled
     // Thread tid moves pieces tid + i THREADS: row p / 8, piece c = tid % 8 (the same for every i), so the swizzled
     // offset, the source row and whether it exists are fixed per i; only the k offset moves.
-    constexpr int XI = TN * 8 / THREADS, WI = W16 ? TM * 8 / THREADS : 0;
+    constexpr int XI = TN * 8 / THREADS;
     const int pc = tid % 8;
     const __half* x_src[XI];
     uint32_t x_dst[XI];
@@ -369,25 +341,10 @@ static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_ke
         x_src[i] = a.x + (x_ok[i] ? x_row * a.k + pc * 8 : 0);
         x_dst[i] = uint32_t(ST * TILE_BYTES + r * 128 + ((pc ^ (r & 7)) << 4));
     }
-    const __half* w_src[WI > 0 ? WI : 1];
-    uint32_t w_dst[WI > 0 ? WI : 1];
-    bool w_ok[WI > 0 ? WI : 1];
-#pragma unroll
-    for (int i = 0; i < WI; i++) {
-        const int r = (tid + i * THREADS) / 8;
-        w_ok[i] = row0 + r < a.n;
-        w_src[i] = reinterpret_cast<const __half*>(a.qs) + (w_ok[i] ? (row0 + r) * a.k + pc * 8 : 0);
-        w_dst[i] = uint32_t(r * 128 + ((pc ^ (r & 7)) << 4));
-    }
     auto load_x = [&](int step) {
         if (step < steps) {
             const int64_t e = int64_t(step) * TK;
             const bool k_ok = e + pc * 8 < a.k; // k % 64 == 32: the last step's upper half is zeros
-#pragma unroll
-            for (int i = 0; i < WI; i++) {
-                const bool ok = w_ok[i] && k_ok;
-                cp_async16(sm + (step % ST) * TILE_BYTES + w_dst[i], ok ? w_src[i] + e : w_src[i], ok);
-            }
 #pragma unroll
             for (int i = 0; i < XI; i++) {
                 const bool ok = x_ok[i] && k_ok;
@@ -411,22 +368,18 @@ static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_ke
         const int stage = step % ST;
         wgmma_stage<TN>(d, sA + stage * TILE_BYTES + wg * 64 * 128, sB + stage * B_BYTES);
         load_x(step + AHEAD);
-        if constexpr (!W16) {
-            store_w(step + 1, q, s);
-            load_w(step + 3, q, s);
-        }
+        store_w(step + 1, q, s);
+        load_w(step + 3, q, s);
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     };
 
     for (int i = 0; i < AHEAD; i++) load_x(i);
     chunk_t q0{}, q1{};
     uint32_t s0 = 0, s1 = 0;
-    if constexpr (!W16) {
-        load_w(0, q0, s0);
-        load_w(1, q1, s1);
-        store_w(0, q0, s0);
-        load_w(2, q0, s0);
-    }
+    load_w(0, q0, s0);
+    load_w(1, q1, s1);
+    store_w(0, q0, s0);
+    load_w(2, q0, s0);
     for (int step = 0; step < steps; step += 2) { // step + 1 is stored from set (step + 1) % 2
         body(step, q1, s1);
         if (step + 1 < steps) body(step + 1, q0, s0);
@@ -452,21 +405,7 @@ static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_ke
 #endif
 }
 
-// ---- warp-specialized kernel for f16 weight rows (the dequantize-first path; TESSERA_CUDA_WGMMA_WS=0: the kernel
-// above) ----
-// Four warpgroups: 0 and 1 copy (cp.async) both operands of each step into its stage, 2 and 3 multiply (rows 0-63
-// and 64-127 of the 128 x 128 tile). A stage is handed over through two mbarriers: `full` (256 producer arrivals; a
-// producer thread arrives for step s at step s + LAG, once its cp.async group for s has landed and after
-// fence.proxy.async, so the tensor cores' async proxy sees the copies) and `empty` (256 consumer arrivals, after
-// wgmma.wait_group shows the wgmma that read the stage done). The producers run up to ST steps ahead of the
-// multiplying warps, which do nothing else. Measured against the kernel above on f16 rows (nvfp4, TFLOP/s at 4096^2 /
-// 14336x4096 / 4096x14336, both with 128-column tiles): 341 / 317 / 343 vs 327 / 308 / 332. For block formats the
-// same split (the producers dequantizing) is no faster than the kernel above: the dequantization is the limit, and
-// it has as many warps in both (measured 308 / 280 / 314 vs 317 / 289 / 321 for q4_0).
-constexpr int WS_THREADS = 512, WS_TN = 128, WS_ST = 6;
-[[maybe_unused]] constexpr int WS_LAG = 2; // used by the sm_90a code only
-constexpr size_t WS_SMEM = size_t(WS_ST) * (TILE_BYTES + WS_TN * TK * 2) + size_t(2 * WS_ST) * 8 + 1024;
-
+// mbarrier helpers of gemm_wq_kernel (below)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -486,93 +425,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
                  : "memory");
 }
 #endif
-
-static __global__ void __launch_bounds__(WS_THREADS, 1) gemm_ws_f16_kernel(wgmma_args a) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int TN = WS_TN, ST = WS_ST, B_BYTES = TN * TK * 2;
-    static_assert(WS_LAG + 2 < ST, "the producer must be able to complete a stage before it waits for a free one");
-    extern __shared__ __align__(1024) uint8_t smem_raw[];
-    const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
-    uint8_t* const sm = smem_raw + (base - raw);
-    const uint32_t sA = base, sB = base + ST * TILE_BYTES, bars = sB + ST * B_BYTES;
-    auto full = [&](int st) { return bars + 8 * st; };
-    auto empty = [&](int st) { return bars + 8 * (ST + st); };
-
-    const int tid = threadIdx.x, wg = tid / 128;
-    const int64_t row0 = int64_t(a.cols_fastest ? blockIdx.y : blockIdx.x) * TM;
-    const int64_t col0 = int64_t(a.cols_fastest ? blockIdx.x : blockIdx.y) * TN;
-    const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32;
-    const int steps = int((nb + 1) / 2); // k % 64 == 32: the last step's upper half is zeros
-
-    if (tid == 0) {
-        for (int st = 0; st < ST; st++) {
-            mbar_init(full(st), 256);
-            mbar_init(empty(st), 256);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-
-    if (wg < 2) {
-        // ---- producers: thread p copies piece p % 8 of weight rows and activation rows p / 8 + 32 i ----
-        const int p = tid, pc = p % 8;
-        const __half* wx = reinterpret_cast<const __half*>(a.qs);
-        auto load = [&](int step) {
-            const int64_t e = int64_t(step) * TK + pc * 8;
-            const bool k_ok = e < a.k;
-            uint8_t* wst = sm + (step % ST) * TILE_BYTES;
-            uint8_t* xst = sm + ST * TILE_BYTES + (step % ST) * B_BYTES;
-#pragma unroll
-            for (int i = 0; i < TM / 32; i++) {
-                const int r = p / 8 + 32 * i;
-                const bool ok = k_ok && row0 + r < a.n; // rows past n zero-filled
-                cp_async16(wst + r * 128 + ((pc ^ (r & 7)) << 4), ok ? wx + (row0 + r) * a.k + e : wx, ok);
-            }
-#pragma unroll
-            for (int i = 0; i < TN / 32; i++) {
-                const int r = p / 8 + 32 * i;
-                const bool ok = k_ok && col0 + r < cols; // columns past the batch zero-filled
-                cp_async16(xst + r * 128 + ((pc ^ (r & 7)) << 4), ok ? a.x + (col0 + r) * a.k + e : a.x, ok);
-            }
-            cp_async_commit();
-        };
-        auto complete = [&](int step) { // this thread's part of `step` is in shared memory: hand it over
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            mbar_arrive(full(step % ST));
-        };
-        for (int step = 0; step < steps; step++) {
-            if (step >= ST) mbar_wait(empty(step % ST), unsigned((step / ST + 1) & 1));
-            load(step);
-            if (step >= WS_LAG) {
-                asm volatile("cp.async.wait_group %0;\n" ::"n"(WS_LAG));
-                complete(step - WS_LAG);
-            }
-        }
-        cp_async_wait_all();
-        for (int step = max(0, steps - WS_LAG); step < steps; step++) complete(step);
-        return;
-    }
-
-    // ---- consumers: warpgroup c = wg - 2 multiplies rows 64 c .. 64 c + 63 ----
-    const int c = wg - 2;
-    float d[TN / 2];
-#pragma unroll
-    for (int i = 0; i < TN / 2; i++) d[i] = 0.0f;
-    for (int step = 0; step < steps; step++) {
-        const int stage = step % ST;
-        mbar_wait(full(stage), unsigned((step / ST) & 1));
-        wgmma_stage<TN>(d, sA + stage * TILE_BYTES + c * 64 * 128, sB + stage * B_BYTES);
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        if (step > 0) mbar_arrive(empty((step - 1) % ST));
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-
-    store_tile<TN>(a, d, row0 + c * 64, col0, cols);
-#else
-    (void)a;
-    __trap();
-#endif
-}
 
 // ---- warp-specialized kernel for the block formats: tiles of BM (64 or 128) weight rows x 256 columns ----
 // Warpgroups 0 .. WQ_NP - 1 produce, producer g the steps g, g + WQ_NP, ...: one thread asks the tensor-memory
@@ -851,12 +703,6 @@ int forced_tile_cols() {
     return v;
 }
 
-// TESSERA_CUDA_WGMMA_WS=0: f16 rows by gemm_wgmma_kernel too, for benchmarks
-bool ws_enabled() {
-    static const bool on = env_switch_on("TESSERA_CUDA_WGMMA_WS");
-    return on;
-}
-
 // TESSERA_CUDA_WGMMA_WQ=0: the block formats by gemm_wgmma_kernel's tiles only (benchmarks)
 bool wq_enabled() {
     static const bool on = env_switch_on("TESSERA_CUDA_WGMMA_WQ");
@@ -946,17 +792,15 @@ void launch_wq(const wgmma_args& a, const CUtensorMap& x_map, int64_t cols, int6
 }
 
 template <class D> void launch(wgmma_args a, int64_t cols, int n_sm, cudaStream_t stream) {
-    if constexpr (!std::is_same_v<D, f16_weights>) {
-        CUtensorMap x_map;
-        const int bm = wq_rows(a, cols, n_sm);
-        if (bm && x_tensor_map(a.x, a.k, cols, x_map, bm == 64 ? WQ_CL<64> : WQ_CL<128>)) {
-            const int64_t row_tiles = set_row_tiles(a, bm);
-            if (bm == 64)
-                launch_wq<D, 64>(a, x_map, cols, row_tiles, stream);
-            else
-                launch_wq<D, 128>(a, x_map, cols, row_tiles, stream);
-            return;
-        }
+    CUtensorMap x_map;
+    const int bm = wq_rows(a, cols, n_sm);
+    if (bm && x_tensor_map(a.x, a.k, cols, x_map, bm == 64 ? WQ_CL<64> : WQ_CL<128>)) {
+        const int64_t row_tiles = set_row_tiles(a, bm);
+        if (bm == 64)
+            launch_wq<D, 64>(a, x_map, cols, row_tiles, stream);
+        else
+            launch_wq<D, 128>(a, x_map, cols, row_tiles, stream);
+        return;
     }
     // 128-column tiles where they give at least 55% of the SMs a tile, else 64-column ones. Measured (H100, m = 512,
     // q4_0, TFLOP/s, 6 stages then: stages()): 4096 x 4096, 128 tiles on 132 SMs, 317 in 128-column tiles vs 246 in
@@ -971,38 +815,11 @@ template <class D> void launch(wgmma_args a, int64_t cols, int n_sm, cudaStream_
     const unsigned row_tiles = unsigned(all_rows), col_tiles = unsigned(ceil_div(cols, wide ? 128 : 64));
     const dim3 grid = a.cols_fastest ? dim3(col_tiles, row_tiles) : dim3(row_tiles, col_tiles);
     TS_ASSERT(grid.y <= 65535);
-    if (wide && std::is_same_v<D, f16_weights> && ws_enabled() && a.n_more == 0)
-        gemm_ws_f16_kernel<<<grid, WS_THREADS, WS_SMEM, stream>>>(a);
-    else if (wide)
+    if (wide)
         gemm_wgmma_kernel<D, 128, stages<D, 128>()><<<grid, THREADS, smem_bytes<128, stages<D, 128>()>(), stream>>>(a);
     else
         gemm_wgmma_kernel<D, 64, stages<D, 64>()><<<grid, THREADS, smem_bytes<64, stages<D, 64>()>(), stream>>>(a);
     TS_CUDA_CHECK(cudaGetLastError());
-}
-
-// Whether weights of format F are dequantized inside the GEMM (each 128-row tile once per column tile) or to f16
-// rows first: the format's choice (wgmma_dequant_first), or TESSERA_CUDA_WGMMA=fused / =first for every format.
-template <class F> bool fused_dequant() {
-    static const int forced = [] {
-        const char* e = std::getenv("TESSERA_CUDA_WGMMA");
-        return !e ? 0 : std::string(e) == "fused" ? 1 : std::string(e) == "first" ? 2 : 0;
-    }();
-    return forced ? forced == 1 : !wgmma_dequant_first<F>::value;
-}
-
-// Bytes of f16 weight rows dequantized per GEMM (TESSERA_CUDA_DQ_MIB, default 256; the tests use 1 to get several
-// row blocks): a vocabulary-sized output matrix goes in blocks rather than needing a gigabyte.
-size_t dq_bytes() {
-    static const size_t v = [] {
-        const char* e = std::getenv("TESSERA_CUDA_DQ_MIB");
-        const long long mib = e ? std::atoll(e) : 0;
-        return size_t(mib > 0 ? mib : 256) << 20;
-    }();
-    return v;
-}
-int64_t dq_rows(int64_t k, int64_t n) {
-    const int64_t fit = int64_t(dq_bytes() / (size_t(k) * sizeof(__half))) / TM * TM;
-    return std::min(n, std::max<int64_t>(TM, fit));
 }
 
 } // namespace
@@ -1022,17 +839,8 @@ bool wgmma_built(int cc_major, int cc_minor) {
 #define TS_ALLOW_SMEM(F) allow_smem<F>();
     TS_BLOCK_FORMATS(TS_ALLOW_SMEM)
 #undef TS_ALLOW_SMEM
-    allow_smem<f16_weights, 64>();
-    allow_smem<f16_weights, 128>();
     (void)tensor_map_encoder();
-    TS_CUDA_CHECK(cudaFuncSetAttribute(gemm_ws_f16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WS_SMEM)));
     return true;
-}
-
-size_t gemm_wgmma_work_size(type t, int64_t k, int64_t n) {
-    bool fused = true;
-    visit_format(t, [&]<class F>() { fused = fused_dequant<F>(); });
-    return fused ? 0 : size_t(dq_rows(k, n)) * size_t(k) * sizeof(__half);
 }
 
 namespace {
@@ -1045,7 +853,7 @@ bool cols_fastest() {
 
 } // namespace
 
-void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tensor& dst, void* work) {
+void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tensor& dst) {
     const tensor* xt = dst.src[1];
     const shape4 sy = shape_of(dst, 4);
     const int64_t m = xt->ne[1], ne2 = xt->ne[2], ne3 = xt->ne[3], cols = m * ne2 * ne3;
@@ -1054,26 +862,8 @@ void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tenso
     wgmma_args a{w.qs, w.sc, x,   ctx.as<float>(&dst), sy.nb[1],      sy.nb[2], sy.nb[3], w.n, 0, m,
                  w.k,  ne2,  ne3, w.out_scale,         cols_fastest()};
     const bool known = visit_format(w.t, [&]<class F>() {
-        using D = cuda_format<F>;
         if constexpr (has_split<F>::value) {
-            if (fused_dequant<F>()) {
-                launch<D>(a, cols, ctx.n_sm, ctx.stream);
-                return;
-            }
-            // the weights to f16 a block of rows at a time, then the plain f16 GEMM on each block
-            auto* wh = static_cast<__half*>(work);
-            const int64_t block = dq_rows(w.k, w.n);
-            for (int64_t r0 = 0; r0 < w.n; r0 += block) {
-                const int64_t rows = std::min(block, w.n - r0);
-                dequant_rows_kernel<D><<<unsigned(ceil_div(rows * (w.k / 32) * 2, 256)), 256, 0, ctx.stream>>>(
-                    w.qs, w.sc, r0, rows, w.k, wh);
-                TS_CUDA_CHECK(cudaGetLastError());
-                wgmma_args b = a;
-                b.qs = reinterpret_cast<const uint8_t*>(wh);
-                b.n = rows;
-                b.row_base = r0;
-                launch<f16_weights>(b, cols, ctx.n_sm, ctx.stream);
-            }
+            launch<cuda_format<F>>(a, cols, ctx.n_sm, ctx.stream);
         } else {
             TS_ASSERT(!"gemm_wgmma: a format without the split layout");
         }
@@ -1085,16 +875,11 @@ void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tenso
 
 namespace tessera::cuda {
 
-bool gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* const* dst, int n, const __half* x) {
+void gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* const* dst, int n, const __half* x) {
     TS_ASSERT(n >= 1 && n <= 3);
-    bool fused = false;
-    visit_format(w[0]->t, [&]<class F>() {
-        if constexpr (has_split<F>::value) fused = fused_dequant<F>();
-    });
-    if (!fused) return false;
     const tensor* xt = dst[0]->src[1];
     const int64_t m = xt->ne[1], ne2 = xt->ne[2], ne3 = xt->ne[3], cols = m * ne2 * ne3;
-    if (cols == 0) return true;
+    if (cols == 0) return;
     const shape4 sy = shape_of(*dst[0], 4);
     wgmma_args a{w[0]->qs, w[0]->sc, x,   ctx.as<float>(dst[0]), sy.nb[1],      sy.nb[2], sy.nb[3], w[0]->n, 0, m,
                  w[0]->k,  ne2,      ne3, w[0]->out_scale,       cols_fastest()};
@@ -1108,7 +893,6 @@ bool gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* c
     visit_format(w[0]->t, [&]<class F>() {
         if constexpr (has_split<F>::value) launch<cuda_format<F>>(a, cols, ctx.n_sm, ctx.stream);
     });
-    return true;
 }
 
 void gemm_wgmma_id(cuda_context& ctx, const split_weight* const* w, float* const* y, const float* const* bias, int n,

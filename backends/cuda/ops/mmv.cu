@@ -1243,7 +1243,7 @@ size_t group_launch(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     if (rope && (x->ne[2] != 1 || x->ne[3] != 1 || ws[0]->n % 2 != 0 || ws[1]->n % 2 != 0 || ws[2]->n % 2 != 0))
         return 0;
     if (gemm_split_wanted(cols) || x->t != type::f32 || x->ne[0] % 32 != 0) return 0;
-    TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(*dsts[0], ctx.wgmma));
+    TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(*dsts[0]));
     split_args args[3];
     for (int j = 0; j < n; j++) args[j] = gemv_args(ctx, *ws[j], *dsts[j]);
     const split_acts acts = split_activations(ctx, *x);
@@ -1331,7 +1331,7 @@ bool mul_mat_supported(const tensor& dst) {
     return file_layout ? weight_type_supported(w.t) : split_eligible(w);
 }
 
-size_t mul_mat_work_size(const tensor& dst, bool wgmma) {
+size_t mul_mat_work_size(const tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
     if (is_float_weight(w.t)) return gemm_float_work_size(dst);
@@ -1339,7 +1339,7 @@ size_t mul_mat_work_size(const tensor& dst, bool wgmma) {
     // activations of the prefill GEMM
     const int64_t cols = x.ne[1] * x.ne[2] * x.ne[3];
     return std::max(size_t(x.ne[0] / 32) * size_t(cols) * sizeof(block_q8_1) + 256,
-                    gemm_split_work_size(w.t, x.ne[0], w.ne[1], cols, wgmma));
+                    gemm_split_work_size(x.ne[0], cols));
 }
 
 namespace {
@@ -1449,7 +1449,7 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
         if (auto it = ctx.split->find(w); it != ctx.split->end()) {
             const split_weight& sw = it->second;
             TS_ASSERT(sw.k == w->ne[0] && sw.n == w->ne[1] && w->ne[2] == 1 && w->ne[3] == 1);
-            TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst, ctx.wgmma));
+            TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst));
             if (ctx.exact && gemm_exact_available(w->t)) {
                 gemm_exact(ctx, sw, *w, dst);
                 return;
@@ -1492,7 +1492,7 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
     ctx.act_src = nullptr; // the path below quantizes into the scratch
     ctx.act_form = cuda_context::act_none;
     const shape4 sx = shape_of(*x, 4);
-    TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst, ctx.wgmma));
+    TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(dst));
     const bool known = visit_format(w->t, [&]<class F>() {
         if constexpr (cuda_format<F>::available)
             mmv_q_launch<F>(a, ctx.as<float>(x), sx, ctx.scratch, ctx.stream);

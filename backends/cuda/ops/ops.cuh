@@ -66,9 +66,8 @@ bool attention_supported(const tensor& dst);
 bool set_rows_supported(const tensor& dst);
 // Weight types mul_mat and get_rows accept: f32, f16, bf16 and the formats with a cuda_format (quant/formats.cuh).
 bool weight_type_supported(type t);
-// Scratch bytes mul_mat needs for its quantized activations (0 for float weights), and on the wgmma path
-// (ctx.wgmma) for a block of its weights dequantized to f16.
-size_t mul_mat_work_size(const tensor& dst, bool wgmma);
+// Scratch bytes mul_mat needs for its activations (quantized, and as f16 for the wgmma GEMM; float weights: cuBLAS's)
+size_t mul_mat_work_size(const tensor& dst);
 // Whether the upload repacks weight w into the split layout (quant/format.cuh): a format with one, a 2-D contiguous
 // weight of whole blocks; TESSERA_CUDA_SPLIT=0 turns the layout off (the file's blocks, where a format has a kernel).
 bool split_eligible(const tensor& w);
@@ -303,10 +302,10 @@ bool rope_kv_params_of(const cuda_context& ctx, const tensor& rq, const tensor& 
 // The tensor-core GEMM for split-layout weights (gemm.cu): used for more than 8 activation columns. On a GPU with
 // wgmma (ctx.wgmma) it runs gemm_wgmma, else the mma.sync kernels.
 bool gemm_split_wanted(int64_t cols);
-size_t gemm_split_work_size(type t, int64_t k, int64_t n, int64_t cols, bool wgmma);
+size_t gemm_split_work_size(int64_t k, int64_t cols);
 void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst);
 // 2-3 mul_mats from nodes[i] of the same activations (q, k, v; gate, up) with more than 8 columns, split weights of
-// one q8 format dequantized inside the wgmma GEMM: one grouped launch (gemm_wgmma_group); the nodes covered, or 0
+// one q8 format on the wgmma GEMM: one grouped launch (gemm_wgmma_group); the nodes covered, or 0
 size_t gemm_split_group(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i);
 
 // mul_mat_id's prefill on the tensor cores (gemm.cu), for the formats with mmq_unpack (gemm_id_available): the
@@ -350,16 +349,12 @@ void gemm_id(cuda_context& ctx, const split_weight* const* w, float* const* y, c
 
 // Hopper's wgmma GEMM (gemm_wgmma.cu): whether the running binary has its sm_90a code for the current device, of
 // compute capability cc_major.cc_minor (asks the device once; also raises the kernels' shared-memory limit), and the
-// GEMM itself on f16 activations x [cols][k].
-// gemm_wgmma dequantizes the weights inside the GEMM, or for the formats that ask for it (wgmma_dequant_first) to
-// f16 first, into `work` (gemm_wgmma_work_size bytes), a block of rows at a time.
+// GEMM itself on f16 activations x [cols][k] (the weights dequantized inside it).
 bool wgmma_built(int cc_major, int cc_minor);
-size_t gemm_wgmma_work_size(type t, int64_t k, int64_t n);
-void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tensor& dst, void* work);
+void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tensor& dst);
 // n (2-3) matrices of the same format, k and activations x (f16, as gemm_wgmma's) in one launch, their row tiles
-// one after the other in the grid (q, k, v; gate, up: narrow matrices fill the SMs together). false, launching
-// nothing, where the format is dequantized to f16 rows first.
-bool gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* const* dst, int n, const __half* x);
+// one after the other in the grid (q, k, v; gate, up: narrow matrices fill the SMs together).
+void gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* const* dst, int n, const __half* x);
 // gemm_id's Hopper kernel: grid (tiles of pairs, row tiles of the n matrices), x the q8_1 values as f16 rows
 void gemm_wgmma_id(cuda_context& ctx, const split_weight* const* w, float* const* y, const float* const* bias, int n,
                    const __half* x, const id_map& map, int64_t max_tiles);

@@ -25,8 +25,6 @@
 //                                              (a0), 16..31 (a1) and (d, s = d sum q)
 //   dequant_split(q, sc, c, h, out[8])         elements 16h .. 16h+15 of the chunk as 8 half2, in order
 //   out_scale(row0_data, n_elements)           host: a per-tensor factor on the output (i2_s), else 1
-//   wgmma_dequant_first                        optional, true: Hopper's GEMM (ops/gemm_wgmma.cu) dequantizes the
-//                                              whole weight to f16 first rather than inside the GEMM's tiles
 // Optional on top of the split layout, the int8 tensor-core GEMM (ops/gemm.cu, prefill), which keeps the CPU's
 // numerics: the activations are the q8_1 integers the GEMV dots, each chunk's integer sum is exact (mma s8 -> s32) and
 // is scaled per chunk as the reference's vec_dot scales it:
@@ -59,13 +57,6 @@ template <class F> struct has_mmq<F, std::void_t<decltype(cuda_format<F>::mmq_su
 template <class F, class = void> struct has_split { static constexpr bool value = false; };
 template <class F> struct has_split<F, std::void_t<decltype(cuda_format<F>::split)>> {
     static constexpr bool value = cuda_format<F>::split;
-};
-
-// Whether format F asks the wgmma GEMM to dequantize its weights before the GEMM (wgmma_dequant_first).
-template <class F, class = void> struct wgmma_dequant_first { static constexpr bool value = false; };
-template <class F>
-struct wgmma_dequant_first<F, std::void_t<decltype(cuda_format<F>::wgmma_dequant_first)>> {
-    static constexpr bool value = cuda_format<F>::wgmma_dequant_first;
 };
 
 // f16 bits -> f32 in one instruction (same value as the reference fp16_to_fp32).

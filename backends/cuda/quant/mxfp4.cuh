@@ -16,8 +16,6 @@ template <> struct cuda_format<mxfp4> {
     static constexpr bool split = true;
     using chunk_t = uint4;
     static constexpr int scale_bytes = 1, chunks_per_scale = 1;
-    // the E2M1 decode is too slow to redo per column tile inside the wgmma GEMM (as nvfp4)
-    static constexpr bool wgmma_dequant_first = true;
     static void split_row(const void* row, int64_t k, uint8_t* qs, uint8_t* sc) {
         const auto* b = static_cast<const block_mxfp4*>(row);
         for (int64_t i = 0; i < k / 32; i++) {

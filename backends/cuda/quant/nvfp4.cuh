@@ -102,8 +102,6 @@ template <> struct cuda_format<nvfp4> {
     // against the UE4M3 bytes decoded in the kernels (H200, 2026-11-29, 8B tg128, two rounds in one call): 467.7 /
     // 465.3 vs 442.0 / 443.9 t/s, pp512 even (17220 / 17065 vs 17158 / 17115), the same greedy text; +1.4% bytes.
     static constexpr int scale_bytes = 4, chunks_per_scale = 1;
-    // the E2M1 decode is too slow to redo per column tile inside the wgmma GEMM (H100: 140 vs 275 TFLOP/s at 4096^2)
-    static constexpr bool wgmma_dequant_first = true;
     // The file's sub-block of 16 elements is 8 bytes, low nibbles elements 0..7, high nibbles 8..15; the split layout
     // re-packs it in element order, byte j holding elements 2j (low nibble) and 2j + 1 (high), so that a 32-bit word
     // is 8 consecutive elements (e2m1x8_doubled).
