@@ -432,22 +432,21 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
 // in the 128-byte swizzle; columns past the batch and k past the end read zeros), and every thread dequantizes BM / 64
 // weight chunks of 32 values into the stage's swizzle (thread p: row (p + 128 j) / 2, chunk p % 2 of the step), their
 // bytes loaded into registers WQ_R of its steps ahead. The next WQ_NP .. warpgroups multiply 64 weight rows x 256
-// columns each (wgmma m64n256k16, 128 accumulators a thread) and do nothing else. A stage passes through two mbarriers: `full` (the TMA's bytes, plus 128 producer arrivals
-// after each thread's fence.proxy.async) and `empty` (every consumer thread, once wgmma.wait_group shows its wgmma on
-// the stage done). One CTA an SM.
-// At BM 64 two CTAs of consecutive row tiles (same column tile) form a cluster: each one's TMA loads half the
-// activation tile's columns and multicasts it into both CTAs' stages (each `full` still expects the whole tile), so
-// the activations are read from L2 once per 128 weight rows (a 64 x 256 tile alone reads 512 activation bytes a k
-// against 36 weight bytes: ~9 TB/s of L2 at 550 TFLOP/s). A stage is then free only when both CTAs' consumers are
-// done with it: `empty` counts one arrival per consumer warp of every CTA of the cluster. Measured (H200,
-// 2026-11-28, wq_harness, m = 512, TFLOP/s, without -> with clusters, bit-equal): q4_0 28672 x 4096 522 -> 548,
-// 4096 x 14336 563 -> 585, 4096^2 508 -> 513, 1B's shapes within -1.5%; q8_0 494 -> 515, 538 -> 552; BM 128 in
-// clusters of two: no faster (271 / 406 / 474 -> 271 / 408 / 473). In the model (same call, pp512, the tile rule
-// below): 8B q4_0 29159 / 29366 -> 30087 / 29989 t/s, 1B 126463 / 123712 -> 127544 / 127355.
-// Against gemm_wgmma_kernel's 128 x 128 tiles: a weight row is dequantized once per 256 columns (half the work a
-// FLOP), and the multiplying warps no longer wait on the loads and the dequantization of their own threads. The
-// producers set the pace: a step's chain (the weights' registers, dequantization, stores, fence.proxy.async, arrive)
-// is long, so at BM 64 two producer warpgroups take turns (two warps of producer a scheduler). Measured (H100,
+// columns each (wgmma m64n256k16, 128 accumulators a thread) and do nothing else. A stage passes through two mbarriers:
+// `full` (the TMA's bytes, plus 128 producer arrivals after each thread's fence.proxy.async) and `empty` (every
+// consumer thread, once wgmma.wait_group shows its wgmma on the stage done). One CTA an SM. At BM 64 two CTAs of
+// consecutive row tiles (same column tile) form a cluster: each one's TMA loads half the activation tile's columns and
+// multicasts it into both CTAs' stages (each `full` still expects the whole tile), so the activations are read from L2
+// once per 128 weight rows (a 64 x 256 tile alone reads 512 activation bytes a k against 36 weight bytes: ~9 TB/s of L2
+// at 550 TFLOP/s). A stage is then free only when both CTAs' consumers are done with it: `empty` counts one arrival per
+// consumer warp of every CTA of the cluster. Measured (H200, 2026-11-28, wq_harness, m = 512, TFLOP/s, without -> with
+// clusters, bit-equal): q4_0 28672 x 4096 522 -> 548, 4096 x 14336 563 -> 585, 4096^2 508 -> 513, 1B's shapes within
+// -1.5%; q8_0 494 -> 515, 538 -> 552; BM 128 in clusters of two: no faster (271 / 406 / 474 -> 271 / 408 / 473). In the
+// model (same call, pp512, the tile rule below): 8B q4_0 29159 / 29366 -> 30087 / 29989 t/s, 1B 126463 / 123712 ->
+// 127544 / 127355. Against gemm_wgmma_kernel's 128 x 128 tiles: a weight row is dequantized once per 256 columns (half
+// the work a FLOP), and the multiplying warps no longer wait on the loads and the dequantization of their own threads.
+// The producers set the pace: a step's chain (the weights' registers, dequantization, stores, fence.proxy.async,
+// arrive) is long, so at BM 64 two producer warpgroups take turns (two warps of producer a scheduler). Measured (H100,
 // 2026-11-28, wq_harness, m = 512, TFLOP/s at 4096^2 / 6144 x 4096 / 28672 x 4096 / 4096 x 14336, BM 64, two rounds,
 // results bit-equal): q4_0 431-497 / 343-410 / 453-500 / 491-554 with one producer -> two, q8_0 408-477 /
 // 322-390 / 429-468 / 454-532; 8B q4_0 pp512 27911 / 27672 t/s (the tile rule unchanged). The activations by
@@ -721,16 +720,23 @@ int64_t set_row_tiles(wgmma_args& a, int rows_per_tile) {
 
 // BM of gemm_wq_kernel for this launch, 0 for gemm_wgmma_kernel's tiles: its tiles are 256 columns wide, so only for
 // batches of 192 columns or more, and only where 64-row tiles give at least a quarter of the SMs a CTA. BM = 128
-// where its waves, weighted by a CTA's rows, come out no longer than 64-row tiles' (ties to 128). At 512 columns on
-// 132 SMs: 4096 rows 64 (128 CTAs); 6144 (q, k, v of the 8B) 128 (96 CTAs in one wave rather than 192 in two, a
-// tie); 28672 (8B gate + up) 64 (7 waves of 64 rows vs 4 of 128); 16384 (1B gate + up) 128; 2048 (1B o, down) 64.
+// where its waves, weighted by a CTA's rows, come out no longer than 64-row tiles' (ties to 128, but see below). At
+// 512 columns on 132 SMs: 4096 rows 64 (128 CTAs); 6144 (q, k, v of the 8B) 128 (96 CTAs in one wave rather than 192
+// in two, a tie); 28672 (8B gate + up) 64 (7 waves of 64 rows vs 4 of 128); 16384 (1B gate + up) 128 (a tie); 2048
+// (1B o, down) 64.
 // Measured (wq_harness.cu, H200, 2026-11-28, q4_0, m = 512, TFLOP/s BM 64 (clusters of two) / BM 128 / the 128 x
 // 128 kernel): 4096^2 513 / 271 / 306, 6144 x 4096 415 / 408 / 288, 28672 x 4096 548 / 474 / 395, 4096 x 14336
 // 585 / 292 / 275, 16384 x 2048 469 / 480 / 370, 2048^2 221 / 123 / 142, 2048 x 8192 300 / 146 / 162. In the model
 // (H200, same call, pp512, two rounds): 8B q4_0 29159 / 29366 t/s against 28223 / 28237 with session 33's rule (BM
 // 64 handicapped 15%, and only where 64-row tiles give half the SMs a CTA: the 1B's 2048-row matrices had gone to
 // the 128 x 128 kernel), 1B q4_0 126463 / 123712 vs 106962 / 102339.
-int wq_rows(const wgmma_args& a, int64_t cols, int n_sm) {
+// For the E2M1 formats (nvfp4, mxfp4) ties go to 64: their decode sets the pace of BM 128's one producer warpgroup.
+// Measured (H200, 2026-11-29, wq_harness, m = 512, TFLOP/s BM 64 / 128, results bit-equal): nvfp4 6144 x 4096 384 /
+// 318, 16384 x 2048 435 / 392; mxfp4 393 / 319, 449 / 406 (q4_0 408 / 397, 457 / 471); in the model (same call, two
+// rounds, perplexity equal to the last digit) 1B nvfp4 pp512 118875 / 119442 vs 110122 / 110164 t/s with ties to 128.
+template <class D>
+constexpr bool wq_ties_to_64 = std::is_same_v<D, cuda_format<nvfp4>> || std::is_same_v<D, cuda_format<mxfp4>>;
+int wq_rows(const wgmma_args& a, int64_t cols, int n_sm, bool ties_to_64) {
     if (cols < 192 || forced_tile_cols() || !wq_enabled()) return 0;
     const int64_t col_tiles = ceil_div(cols, WQ_BN);
     auto tiles = [&](int bm) {
@@ -740,7 +746,8 @@ int wq_rows(const wgmma_args& a, int64_t cols, int n_sm) {
     };
     const int64_t t64 = tiles(64), t128 = tiles(128);
     if (4 * t64 < n_sm) return 0;
-    return ceil_div(t128, n_sm) * 128 <= ceil_div(t64, n_sm) * 64 ? 128 : 64;
+    const int64_t w128 = ceil_div(t128, n_sm) * 128, w64 = ceil_div(t64, n_sm) * 64;
+    return w128 < w64 || (w128 == w64 && !ties_to_64) ? 128 : 64;
 }
 
 // The driver's cuTensorMapEncodeTiled, nullptr where it has none; first asked by wgmma_built(), outside any capture.
@@ -793,7 +800,7 @@ void launch_wq(const wgmma_args& a, const CUtensorMap& x_map, int64_t cols, int6
 
 template <class D> void launch(wgmma_args a, int64_t cols, int n_sm, cudaStream_t stream) {
     CUtensorMap x_map;
-    const int bm = wq_rows(a, cols, n_sm);
+    const int bm = wq_rows(a, cols, n_sm, wq_ties_to_64<D>);
     if (bm && x_tensor_map(a.x, a.k, cols, x_map, bm == 64 ? WQ_CL<64> : WQ_CL<128>)) {
         const int64_t row_tiles = set_row_tiles(a, bm);
         if (bm == 64)
