@@ -64,9 +64,7 @@
 #include <cudaTypedefs.h> // cuTensorMapEncodeTiled's type (the driver entry point, found at run time), CUtensorMap
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cstdlib>
-#include <string>
 #include <type_traits>
 
 namespace tessera::cuda {
