@@ -146,6 +146,16 @@ inline void allow_dynamic_smem(const void* kernel, int bytes) {
     }
 }
 
+// The driver API's function `name` at its CUDA 12.0 signature, found through the runtime (nothing links to libcuda,
+// which CI lacks); nullptr where the driver has none (the refused query's error cleared: it is not sticky).
+inline void* driver_entry_point(const char* name) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess && q == cudaDriverEntryPointSuccess ? fn : nullptr;
+}
+
 // A switch for side-by-side measurements: NAME=0 turns a CUDA path off; anything else (or unset) leaves it on.
 inline bool env_switch_on(const char* name) {
     const char* e = std::getenv(name);

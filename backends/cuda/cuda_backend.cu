@@ -79,22 +79,12 @@ namespace {
 
 constexpr size_t n_counters = 4096; // cuda_context::counters
 
-// The driver's cuGraphKernelNodeGetParams, found through the runtime (no link to libcuda, which CI lacks): it names a
-// kernel node's function whichever library launched it, where the runtime's cudaGraphKernelNodeGetParams fails on
-// cuBLAS's nodes ("invalid device function", an API error every graph under compute-sanitizer). Null if the driver
-// has none.
+// The driver's cuGraphKernelNodeGetParams: it names a kernel node's function whichever library launched it, where the
+// runtime's cudaGraphKernelNodeGetParams fails on cuBLAS's nodes ("invalid device function", an API error every
+// graph under compute-sanitizer). Null if the driver has none.
 PFN_cuGraphKernelNodeGetParams_v12000 driver_kernel_node_params() {
-    static const PFN_cuGraphKernelNodeGetParams_v12000 fn = [] {
-        void* p = nullptr;
-        cudaDriverEntryPointQueryResult q{};
-        if (cudaGetDriverEntryPointByVersion("cuGraphKernelNodeGetParams", &p, 12000, cudaEnableDefault, &q) !=
-                cudaSuccess ||
-            q != cudaDriverEntryPointSuccess) {
-            (void)cudaGetLastError();
-            p = nullptr;
-        }
-        return reinterpret_cast<PFN_cuGraphKernelNodeGetParams_v12000>(p);
-    }();
+    static const auto fn =
+        reinterpret_cast<PFN_cuGraphKernelNodeGetParams_v12000>(driver_entry_point("cuGraphKernelNodeGetParams"));
     return fn;
 }
 

@@ -750,16 +750,8 @@ int wq_rows(const wgmma_args& a, int64_t cols, int n_sm, bool ties_to_64) {
 
 // The driver's cuTensorMapEncodeTiled, nullptr where it has none; first asked by wgmma_built(), outside any capture.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-    static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-        void* fn = nullptr;
-        cudaDriverEntryPointQueryResult q{};
-        const cudaError_t e =
-            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
-        if (e != cudaSuccess) (void)cudaGetLastError(); // not a sticky error: clear it
-        return e == cudaSuccess && q == cudaDriverEntryPointSuccess
-                   ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
-                   : nullptr;
-    }();
+    static const auto encode =
+        reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(driver_entry_point("cuTensorMapEncodeTiled"));
     return encode;
 }
 
