@@ -36,21 +36,23 @@ namespace {
 constexpr int64_t P2P_CAP = int64_t(1) << 18; // floats per sender slot (1 MiB): 32 tokens of an 8192-wide model
 constexpr int P2P_THREADS = 512;
 
-// One block per row: the row's partial sums into every peer's slot, then the sum over the members into y.
+// One block per row: the row's partial sums into every peer's buffer, the block's share of emptying the previous
+// call's, then the sum over the members into y.
 __global__ void __launch_bounds__(P2P_THREADS) p2p_sum_kernel(p2p_args a, const float* x, float* y, int64_t ne0) {
-    __shared__ unsigned call;
+    __shared__ p2p_call call;
     pdl_wait(); // x is the kernel before's result
     const int64_t r = blockIdx.x;
-    const unsigned c = p2p_call(a, r, &call);
+    const p2p_call c = p2p_begin(a, &call);
     const float* xr = x + r * ne0;
     for (int q = 0; q < a.n_ranks; q++)
         if (q != a.rank) {
-            float* to = p2p_slot(a, q, a.rank, c, r, ne0);
-            for (int64_t i = threadIdx.x; i < ne0; i += P2P_THREADS) to[i] = xr[i];
+            float* to = p2p_slot(a, q, a.rank, c.buf) + r * ne0;
+            for (int64_t i = threadIdx.x; i < ne0; i += P2P_THREADS) to[i] = p2p_canonical(xr[i]);
         }
-    p2p_signal_wait(a, r, c);
+    p2p_clear_previous(a, c, r, gridDim.x);
     pdl_trigger();
-    for (int64_t i = threadIdx.x; i < ne0; i += P2P_THREADS) y[r * ne0 + i] = p2p_sum_at(a, r, c, ne0, i, xr[i]);
+    for (int64_t i = threadIdx.x; i < ne0; i += P2P_THREADS) y[r * ne0 + i] = p2p_sum_at(a, c, r * ne0 + i, xr[i]);
+    p2p_end(a, c, gridDim.x, unsigned(gridDim.x * ne0));
 }
 
 // What a member's backend holds (nccl_comm): its communicator and, with the peer path, the kernel's arguments.
@@ -117,8 +119,8 @@ class nccl_group final : public backend_group {
     }
 
   private:
-    // Peer access between every pair, and each member's receive buffer, flags and counts (zeroed); left off (NCCL
-    // alone) when a pair cannot reach each other or there are too many members.
+    // Peer access between every pair, and each member's receive buffers (all words P2P_EMPTY) and state (zeroed);
+    // left off (NCCL alone) when a pair cannot reach each other or there are too many members.
     void set_up_p2p() {
         const size_t n = devices_.size();
         if (n > size_t(P2P_MAX_RANKS)) return;
@@ -127,9 +129,8 @@ class nccl_group final : public backend_group {
                 int ok = 0;
                 if (i != j && (cudaDeviceCanAccessPeer(&ok, devices_[i], devices_[j]) != cudaSuccess || !ok)) return;
             }
-        const size_t buf_bytes = size_t(2) * n * size_t(P2P_CAP) * sizeof(float);
-        const size_t flag_bytes = size_t(P2P_MAX_ROWS * P2P_MAX_RANKS) * sizeof(unsigned);
-        const size_t bytes = buf_bytes + flag_bytes + size_t(P2P_MAX_ROWS) * sizeof(unsigned);
+        const size_t buf_bytes = size_t(P2P_BUFFERS) * n * size_t(P2P_CAP) * sizeof(float);
+        static_assert(P2P_EMPTY == 0xffffffffu, "the buffers are emptied by a byte memset of 0xff");
         p2p_mem_.assign(n, nullptr);
         for (size_t i = 0; i < n; i++) {
             TS_CUDA_CHECK(cudaSetDevice(devices_[i]));
@@ -141,8 +142,9 @@ class nccl_group final : public backend_group {
                     else
                         TS_CUDA_CHECK(e);
                 }
-            TS_CUDA_CHECK(cudaMalloc(&p2p_mem_[i], bytes));
-            TS_CUDA_CHECK(cudaMemset(p2p_mem_[i], 0, bytes));
+            TS_CUDA_CHECK(cudaMalloc(&p2p_mem_[i], buf_bytes + sizeof(p2p_state)));
+            TS_CUDA_CHECK(cudaMemset(p2p_mem_[i], 0xff, buf_bytes));
+            TS_CUDA_CHECK(cudaMemset(static_cast<uint8_t*>(p2p_mem_[i]) + buf_bytes, 0, sizeof(p2p_state)));
             TS_CUDA_CHECK(cudaDeviceSynchronize());
         }
         for (size_t i = 0; i < n; i++) {
@@ -150,18 +152,14 @@ class nccl_group final : public backend_group {
             m.p2p.rank = int(i);
             m.p2p.n_ranks = int(n);
             m.p2p.cap = P2P_CAP;
-            for (size_t j = 0; j < n; j++) {
-                auto* base = static_cast<uint8_t*>(p2p_mem_[j]);
-                m.p2p.recv[j] = reinterpret_cast<float*>(base);
-                m.p2p.flags[j] = reinterpret_cast<unsigned*>(base + buf_bytes);
-            }
-            m.p2p.count = reinterpret_cast<unsigned*>(static_cast<uint8_t*>(p2p_mem_[i]) + buf_bytes + flag_bytes);
+            for (size_t j = 0; j < n; j++) m.p2p.recv[j] = static_cast<float*>(p2p_mem_[j]);
+            m.p2p.state = reinterpret_cast<p2p_state*>(static_cast<uint8_t*>(p2p_mem_[i]) + buf_bytes);
         }
     }
 
     std::vector<int> devices_;
     std::vector<member> members_;
-    std::vector<void*> p2p_mem_; // per member: its exchange buffer, flags, counts (set_up_p2p)
+    std::vector<void*> p2p_mem_; // per member: its receive buffers and state (set_up_p2p)
 };
 
 } // namespace

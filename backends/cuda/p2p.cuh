@@ -1,16 +1,22 @@
-// p2p.cuh: the decode-sized all-reduce of a CUDA device group (nccl.cu) over peer memory, as device functions that a
-// kernel runs for one row of floats per block: the standalone sum (nccl.cu p2p_sum_kernel) and the residual add +
-// rms_norm that follows it in a layer (norm.cu add_norm_vec_kernel, fused by ops/fused.cu).
+// p2p.cuh: the decode-sized all-reduce of a CUDA device group (nccl.cu) over peer memory, as device functions that the
+// kernels of one call run: the standalone sum (nccl.cu p2p_sum_kernel, one block a row) and the residual add + rms_norm
+// that follows it in a layer (norm.cu add_norm_vec_kernel, fused by ops/fused.cu; up to 16 blocks a row).
 //
-// Push, not pull: a block stores its row of partial sums straight into every peer's receive buffer (NVLink stores are
-// posted: no round trip), then sets its word in each peer's flags (release, system scope) and waits for every peer's
-// word in its own flags (acquire), then reads the peers' rows from its own memory and adds them to its own in rank
-// order, ((x0 + x1) + x2) ...: every member gets the same bits. Per row a call counter in the member's own memory
-// advances once a call that has the row, alike on every member (their graphs make the same calls in the same order),
-// and the counter's parity picks one of two buffer halves: a member writes call c + 1's row while a slower peer may
-// still read call c's, never call c - 1's (to be in call c + 1 it saw the peer's word of call c, so the peer had
-// finished c - 1). Whether a call goes this way or through NCCL depends on its shape alone (p2p_fits), so all
-// members take the same path.
+// Push, and the data is its own flag (no separate flag words, no release / acquire round trip): every word of a
+// member's receive buffers holds P2P_EMPTY until a peer's value lands in it. A block stores its share of the row's
+// partial sums straight into every peer's buffer (NVLink stores are posted), then reads the peers' whole rows from its
+// own memory, each word again until it is no longer empty, and adds them in rank order, ((x0 + x1) + x2) ...: every
+// member gets the same bits (values that would read as empty are sent, and added, as the canonical NaN). How many
+// blocks a member runs for a call does not matter to its peers (member 0 alone fuses the last sum into the output
+// norm), only that every member makes the same calls with the same rows in the same order (their graphs do).
+//
+// Three buffers in turn, and a call empties the one its previous call read (its extent kept in the member's state):
+// while a member is in call c, a peer is at most in call c + 1 (to leave call c it needs this member's values of c),
+// writing buffer c + 1; buffer c - 1 is written next in call c + 2, which needs this member's values of c + 1, sent
+// after call c's kernel has ended. Whether a call goes this way or through NCCL depends on its shape alone (p2p_fits),
+// so all members take the same path. Measured (70B q4_0 row split on 2 H200, 2026-11-29, tg128, two rounds in one
+// call): 135.8 / 135.2 t/s against 134.7 / 134.1 with a flag word per row (release / acquire) and one block a row;
+// with 16 blocks a row pushing a slice each, which a flag per row had kept out, 139.9 / 139.9 (one GPU: 87.8).
 #pragma once
 
 #include <cstdint>
@@ -19,12 +25,21 @@ namespace tessera::cuda {
 
 constexpr int P2P_MAX_RANKS = 8;
 constexpr int P2P_MAX_ROWS = 64; // tokens of one call (decode and small batches); more go through NCCL
+constexpr int P2P_BUFFERS = 3;
+constexpr uint32_t P2P_EMPTY = 0xffffffffu; // a NaN that no arithmetic produces (theirs is 0x7fffffff)
+constexpr uint32_t P2P_NAN = 0x7fffffffu;   // what a value of P2P_EMPTY's bits is sent and added as
+
+// A member's state words (its own memory, read and written by its kernels only).
+struct p2p_state {
+    unsigned next;   // the buffer the next call uses (0, 1, 2)
+    unsigned done;   // blocks of the current call that have finished
+    unsigned floats; // floats a sender wrote in the previous call (rows x ne0)
+};
 
 struct p2p_args {
-    float* recv[P2P_MAX_RANKS];  // every member's receive buffer: [2 halves][n_ranks senders][cap floats]
-    unsigned* flags[P2P_MAX_RANKS]; // every member's flags: [P2P_MAX_ROWS rows][P2P_MAX_RANKS senders], last call seen
-    unsigned* count;             // this member's calls so far, per row
-    int64_t cap;                 // floats per sender slot
+    float* recv[P2P_MAX_RANKS]; // every member's receive buffers: [P2P_BUFFERS][n_ranks senders][cap floats]
+    p2p_state* state;           // this member's
+    int64_t cap;                // floats per sender slot
     int rank = 0, n_ranks = 0;
 };
 
@@ -35,73 +50,101 @@ inline bool p2p_fits(const p2p_args& a, int64_t ne0, int64_t rows) {
 
 #ifdef __CUDACC__
 
-__device__ __forceinline__ void p2p_st_release(unsigned* p, unsigned v) {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+// One call of the all-reduce as a block sees it (begin after pdl_wait: the previous call's kernel has ended).
+struct p2p_call {
+    unsigned buf, prev_floats;
+};
+
+// Syncs the block.
+__device__ __forceinline__ p2p_call p2p_begin(const p2p_args& a, p2p_call* shared) {
+    if (threadIdx.x == 0) *shared = p2p_call{a.state->next, a.state->floats};
+    __syncthreads();
+    return *shared;
 }
-__device__ __forceinline__ unsigned p2p_ld_acquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+
+// Where member `to` receives sender `from`'s floats in buffer b.
+__device__ __forceinline__ float* p2p_slot(const p2p_args& a, int to, int from, unsigned b) {
+    return a.recv[to] + (int64_t(b) * a.n_ranks + from) * a.cap;
+}
+
+__device__ __forceinline__ float p2p_canonical(float v) {
+    return __float_as_uint(v) == P2P_EMPTY ? __uint_as_float(P2P_NAN) : v;
+}
+__device__ __forceinline__ float4 p2p_canonical(float4 v) {
+    return make_float4(p2p_canonical(v.x), p2p_canonical(v.y), p2p_canonical(v.z), p2p_canonical(v.w));
+}
+
+// This block's share (block `blk` of `blocks`) of emptying the buffer the previous call read.
+__device__ __forceinline__ void p2p_clear_previous(const p2p_args& a, p2p_call c, int64_t blk, int64_t blocks) {
+    const unsigned prev = (c.buf + P2P_BUFFERS - 1) % P2P_BUFFERS;
+    const int64_t stride = blocks * blockDim.x;
+    for (int q = 0; q < a.n_ranks; q++)
+        if (q != a.rank) {
+            auto* p = reinterpret_cast<uint32_t*>(p2p_slot(a, a.rank, q, prev));
+            for (int64_t i = blk * blockDim.x + threadIdx.x; i < int64_t(c.prev_floats); i += stride) p[i] = P2P_EMPTY;
+        }
+}
+
+// A peer's word once it has landed (a peer that never comes, because it failed, ends the kernel with an error after
+// 30 s rather than hanging).
+__device__ __forceinline__ void p2p_check_time(uint64_t& t0) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t0 == 0)
+        t0 = t;
+    else if (t - t0 > 30000000000ull)
+        __trap();
+}
+__device__ __forceinline__ float p2p_wait_value(const float* p) {
+    uint64_t t0 = 0;
+    for (;;) {
+        const float v = __ldcv(p);
+        if (__float_as_uint(v) != P2P_EMPTY) return v;
+        p2p_check_time(t0);
+    }
+}
+__device__ __forceinline__ float4 p2p_wait_value4(const float4* p) {
+    float4 v = __ldcv(p);
+    uint64_t t0 = 0;
+    while (__float_as_uint(v.x) == P2P_EMPTY || __float_as_uint(v.y) == P2P_EMPTY ||
+           __float_as_uint(v.z) == P2P_EMPTY || __float_as_uint(v.w) == P2P_EMPTY) {
+        p2p_check_time(t0);
+        v = __ldcv(p);
+    }
     return v;
 }
 
-// This block's call number for row r (after pdl_wait: the previous call's kernel has ended). Syncs the block.
-__device__ __forceinline__ unsigned p2p_call(const p2p_args& a, int64_t r, unsigned* shared_call) {
-    if (threadIdx.x == 0) {
-        const unsigned c = a.count[r] + 1;
-        a.count[r] = c;
-        *shared_call = c;
-    }
-    __syncthreads();
-    return *shared_call;
-}
-
-// Where member `to` receives sender `from`'s row r in call c.
-__device__ __forceinline__ float* p2p_slot(const p2p_args& a, int to, int from, unsigned c, int64_t r, int64_t ne0) {
-    return a.recv[to] + (int64_t(c & 1) * a.n_ranks + from) * a.cap + r * ne0;
-}
-
-// After every thread stored its part of row r into the peers' slots: tell each peer, wait for each peer's word. The
-// barrier orders the block's stores before the release store (cumulative at system scope), so no fence.sys is needed
-// (70B row decode on 2 H200 alike with one: 112.6 vs 113.3 t/s; with no waiting at all, wrong sums: 116.3).
-__device__ __forceinline__ void p2p_signal_wait(const p2p_args& a, int64_t r, unsigned c) {
-    __syncthreads();
-    const int q = int(threadIdx.x);
-    if (q < a.n_ranks && q != a.rank) {
-        p2p_st_release(a.flags[q] + r * P2P_MAX_RANKS + a.rank, c);
-        const unsigned* f = a.flags[a.rank] + r * P2P_MAX_RANKS + q;
-        // a peer that never comes (it failed) ends this kernel with an error after 30 s rather than hanging
-        uint64_t t0, t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-        while (int(p2p_ld_acquire(f) - c) < 0) {
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            if (t - t0 > 30000000000ull) __trap();
-        }
-    }
-    __syncthreads();
-}
-
-// Element i of row r summed over the members in rank order, own = this member's value (after p2p_signal_wait).
-__device__ __forceinline__ float p2p_sum_at(const p2p_args& a, int64_t r, unsigned c, int64_t ne0, int64_t i,
-                                            float own) {
+// Element i (float i4 of float4s) of the call's rows summed over the members in rank order, own = this member's value.
+__device__ __forceinline__ float p2p_sum_at(const p2p_args& a, p2p_call c, int64_t i, float own) {
     float s = 0.0f;
     for (int q = 0; q < a.n_ranks; q++) {
-        const float v = q == a.rank ? own : __ldcv(p2p_slot(a, a.rank, q, c, r, ne0) + i);
+        const float v = q == a.rank ? p2p_canonical(own) : p2p_wait_value(p2p_slot(a, a.rank, q, c.buf) + i);
         s = q == 0 ? v : s + v;
     }
     return s;
 }
-__device__ __forceinline__ float4 p2p_sum_at4(const p2p_args& a, int64_t r, unsigned c, int64_t ne0, int64_t i4,
-                                              float4 own) {
+__device__ __forceinline__ float4 p2p_sum_at4(const p2p_args& a, p2p_call c, int64_t i4, float4 own) {
     float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int q = 0; q < a.n_ranks; q++) {
-        const float4 v =
-            q == a.rank ? own : __ldcv(reinterpret_cast<const float4*>(p2p_slot(a, a.rank, q, c, r, ne0)) + i4);
+        const float4 v = q == a.rank
+                             ? p2p_canonical(own)
+                             : p2p_wait_value4(reinterpret_cast<const float4*>(p2p_slot(a, a.rank, q, c.buf)) + i4);
         if (q == 0)
             s = v;
         else
             s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
     }
     return s;
+}
+
+// After the block's last use of the call: the last block of the call's `blocks` moves the member's state on.
+__device__ __forceinline__ void p2p_end(const p2p_args& a, p2p_call c, unsigned blocks, unsigned floats) {
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd(&a.state->done, 1u) == blocks - 1) {
+        a.state->done = 0;
+        a.state->floats = floats;
+        a.state->next = (c.buf + 1) % P2P_BUFFERS;
+    }
 }
 
 #endif

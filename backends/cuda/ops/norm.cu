@@ -52,7 +52,7 @@ static __global__ void __launch_bounds__(1024)
     add_norm_vec_kernel(const float* a, const float* b, float* sum, const float* w, float* y, int64_t ne0, float eps,
                         int8_t* q, __half2* ds, uint2* xh, bool w_early, p2p_args pa) {
     __shared__ float red[32];
-    __shared__ unsigned call;
+    __shared__ p2p_call call;
     const int64_t r = blockIdx.x;
     const int n4 = int(ne0 / 4), T = int(blockDim.x);
     const int per = n4 / int(gridDim.y), lo = int(blockIdx.y) * per, hi = lo + per; // this block's float4s
@@ -91,19 +91,20 @@ static __global__ void __launch_bounds__(1024)
         const int i = int(threadIdx.x) + j * T;
         v[j] = i < n4 ? a4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    if constexpr (P2P) {
-        const unsigned c = p2p_call(pa, r, &call);
+    p2p_call c{};
+    if constexpr (P2P) { // this block's slice to the peers, its share of emptying the last call's buffer, the sums
+        c = p2p_begin(pa, &call);
         for (int m = 0; m < pa.n_ranks; m++)
             if (m != pa.rank) {
-                auto* to = reinterpret_cast<float4*>(p2p_slot(pa, m, pa.rank, c, r, ne0));
+                auto* to = reinterpret_cast<float4*>(p2p_slot(pa, m, pa.rank, c.buf)) + r * n4;
 #pragma unroll
                 for (int j = 0; j < NORM_VEC; j++)
-                    if (const int i = int(threadIdx.x) + j * T; i < n4) to[i] = v[j];
+                    if (const int i = int(threadIdx.x) + j * T; i >= lo && i < hi) to[i] = p2p_canonical(v[j]);
             }
-        p2p_signal_wait(pa, r, c);
+        p2p_clear_previous(pa, c, int64_t(blockIdx.x) * gridDim.y + blockIdx.y, int64_t(gridDim.x) * gridDim.y);
 #pragma unroll
         for (int j = 0; j < NORM_VEC; j++)
-            if (const int i = int(threadIdx.x) + j * T; i < n4) v[j] = p2p_sum_at4(pa, r, c, ne0, i, v[j]);
+            if (const int i = int(threadIdx.x) + j * T; i < n4) v[j] = p2p_sum_at4(pa, c, r * n4 + i, v[j]);
     }
     if constexpr (ADD) {
 #pragma unroll
@@ -142,6 +143,7 @@ static __global__ void __launch_bounds__(1024)
             q8x4_store(ov, r * (ne0 / 4) + i, mine, reinterpret_cast<char4*>(q), ds, xh);
         }
     }
+    if constexpr (P2P) p2p_end(pa, c, gridDim.x * gridDim.y, unsigned(gridDim.x * ne0));
 }
 
 // Exact mode: the CPU's arithmetic (backends/cpu/ops/norm.cpp): squares in f32, summed in double (in another order
@@ -199,11 +201,12 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
         !aligned16(y) || (b && (!aligned16(b) || !sum || !aligned16(sum))) || (w && !aligned16(w)))
         return false;
     const int threads = norm_vec_threads(ne0);
-    // Slices for decode-sized calls (add_norm_vec_kernel): up to 16 blocks a row, each a whole number of q8_1 groups;
-    // one where the all-reduce runs in the kernel (its exchange is per row) or where an output overlaps an input
-    // (a block writes its slice while the others still read the row). Measured (H100, 2026-11-27, tg128, 16 slices
-    // vs one block, two rounds in one call, same greedy text): 8B q4_0 468.5-469.7 vs 452.7-456.3 t/s, 1B 1810-1842
-    // vs 1787-1796. tests/bench/persist_proto.cu showed the same in a GEMV chain: 55.1 vs 57.0 us a layer.
+    // Slices for decode-sized calls (add_norm_vec_kernel): up to 16 blocks a row, each a whole number of q8_1 groups
+    // (with the all-reduce inside, each pushes its slice to the peers); one where an output overlaps an input (a
+    // block writes its slice while the others still read the row). Measured (H100, 2026-11-27, tg128, 16 slices vs
+    // one block, two rounds in one call, same greedy text): 8B q4_0 468.5-469.7 vs 452.7-456.3 t/s, 1B 1810-1842 vs
+    // 1787-1796; tests/bench/persist_proto.cu showed the same in a GEMV chain: 55.1 vs 57.0 us a layer. With the
+    // all-reduce (70B q4_0 row split on 2 H200, 2026-11-29, same method): 139.9 / 139.9 vs 135.8 / 135.2.
     const int64_t n4 = ne0 / 4, bytes = rows * ne0 * int64_t(sizeof(float));
     const auto overlaps = [&](const void* o, const void* in) {
         const auto* p = static_cast<const uint8_t*>(o);
@@ -211,8 +214,8 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
         return o && in && p < i + bytes && i < p + bytes;
     };
     int slices = 1;
-    if (!group && rows <= 4 && !overlaps(y, a) && !overlaps(y, b) && !overlaps(sum, a) && !overlaps(sum, b) &&
-        !overlaps(y, w) && !overlaps(sum, w))
+    if (rows <= 4 && !overlaps(y, a) && !overlaps(y, b) && !overlaps(sum, a) && !overlaps(sum, b) && !overlaps(y, w) &&
+        !overlaps(sum, w))
         for (int s = 16; s > 1; s /= 2)
             if (n4 % (8 * s) == 0) {
                 slices = s;
