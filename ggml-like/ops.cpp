@@ -313,6 +313,15 @@ tensor* all_reduce(context& ctx, tensor* a) {
     return r;
 }
 
+tensor* all_gather(context& ctx, tensor* a, int n_members) {
+    TS_ASSERT(a->t == type::f32 && a->is_contiguous() && n_members >= 1);
+    tensor* r = ctx.new_tensor(type::f32, {a->ne[0] * n_members, a->ne[1], a->ne[2], a->ne[3]});
+    r->o = op::all_gather;
+    r->src[0] = a;
+    r->op_params.i[0] = n_members;
+    return r;
+}
+
 tensor* rms_norm_part(context& ctx, tensor* a, tensor* sum_sq, int64_t width, float eps) {
     TS_ASSERT(a->t == type::f32 && sum_sq->t == type::f32 && sum_sq->ne[0] == 1);
     TS_ASSERT(sum_sq->ne[1] == a->ne[1] && sum_sq->ne[2] == a->ne[2] && sum_sq->ne[3] == a->ne[3]);

@@ -90,6 +90,10 @@ tensor* tanh(context& ctx, tensor* a);
 // (backend::join, tensor parallelism): each member computes a share of a matmul's inner dimension, and every member
 // ends with the whole sum, the same bits on each.
 tensor* all_reduce(context& ctx, tensor* a);
+// a (ne0, rows: contiguous f32) of every member of the backend group its backend joined (n_members of them), side by
+// side in rank order: (ne0 * n_members, rows), the same on every member. Each member computes a share of a matmul's
+// rows (the output layer's vocabulary).
+tensor* all_gather(context& ctx, tensor* a, int n_members);
 // rms_norm of a part of each row: a (w, rows, ...) f32, sum_sq (1, rows, ...) f32 each whole row's sum of squares
 // (width >= w values; a member's partial sums after all_reduce) -> a * 1 / sqrt(sum_sq / width + eps), the mean taken
 // in f32. A sub-norm over a width that tensor parallelism divides (BitNet's attn_sub_norm / ffn_sub_norm).

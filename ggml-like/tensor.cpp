@@ -35,6 +35,7 @@ const char* op_name(op o) {
     case op::attention: return "attention";
     case op::all_reduce: return "all_reduce";
     case op::rms_norm_part: return "rms_norm_part";
+    case op::all_gather: return "all_gather";
     }
     return "?";
 }

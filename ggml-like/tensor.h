@@ -42,6 +42,8 @@ enum class op : uint8_t {
     all_reduce, // dst = src0 summed over the backends of a group (tensor parallelism; backend.h, backend_group)
     rms_norm_part, // dst = src0 / sqrt(src1 / op_params.i[1] + op_params.f[0]) per row: src1 (1, rows) holds each
                    // row's sum of squares over a width op_params.i[1] of which src0 is a part (tensor parallelism)
+    all_gather, // dst (ne0 x op_params.i[0], rows) = the group's op_params.i[0] members' src0 (ne0, rows) side by side
+                // in rank order, row by row (tensor parallelism: each member's share of the output's vocabulary)
 };
 const char* op_name(op o);
 

@@ -5,7 +5,8 @@
 // - row split (tensor parallelism): every layer's heads and feed-forward width divided over two members whose partial
 //   sums meet in all_reduce nodes (a host-memory group here, NCCL on GPUs): close to one backend's logits (only the
 //   order of the sums of wo's and ffn_down's inner products changes) for every dense family, prompt and decode steps,
-//   and perplexity through the score op;
+//   and perplexity through the score op; the output layer's vocabulary split over the members and its logits rows
+//   gathered (all_gather) where they divide it (llama-spm's 32000 tokens), member 0's alone where not (gpt-2's 50257);
 // - mixture-of-experts layers split every expert's width (qwen3moe, gpt-oss with MXFP4 experts, biases and sinks);
 // - BitNet's sub-norms sum their squares over the members (tq2_0; i2_s, whose slices carry the tensor's scale);
 // - what cannot be split is one clear error.
@@ -171,6 +172,33 @@ TEST(split, host_group_sums_in_rank_order) {
             const std::vector<float>& got = r == 1 ? x[1] : y[size_t(r)];
             EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << "member " << r << ", call " << call;
         }
+    }
+}
+
+// The CPU group's all_gather (the split output layer's logits rows): three members into poisoned outputs, several
+// calls of different shapes in a row: every member ends with the members' rows side by side in rank order.
+TEST(split, host_group_gathers_in_rank_order) {
+    constexpr int R = 3;
+    cpu::host_group g(R);
+    for (int call = 0; call < 4; call++) {
+        const size_t part = 37 + size_t(call) * 11, rows = 1 + size_t(call);
+        std::vector<std::vector<float>> x(R), y(R);
+        for (int r = 0; r < R; r++) {
+            x[size_t(r)] = test::random_normal(part * rows, uint32_t(100 * call + r), 1.0f);
+            y[size_t(r)].assign(part * rows * R, 0.0f);
+            test::poison(y[size_t(r)]);
+        }
+        std::vector<float> want(part * rows * R);
+        for (size_t row = 0; row < rows; row++)
+            for (int r = 0; r < R; r++)
+                for (size_t i = 0; i < part; i++) want[row * part * R + size_t(r) * part + i] = x[size_t(r)][row * part + i];
+        std::vector<std::thread> threads;
+        for (int r = 0; r < R; r++)
+            threads.emplace_back([&, r] { g.all_gather(r, x[size_t(r)].data(), y[size_t(r)].data(), part, rows); });
+        for (std::thread& t : threads) t.join();
+        for (int r = 0; r < R; r++)
+            EXPECT_EQ(std::memcmp(y[size_t(r)].data(), want.data(), want.size() * sizeof(float)), 0)
+                << "member " << r << ", call " << call;
     }
 }
 

@@ -113,6 +113,9 @@ bool cpu_backend::supports(const tensor& node) const {
         return f32(node.src[0]) && node.src[0]->nb[0] == 4 && find_cpu_ops(node.t) != nullptr &&
                (node.src[2]->t == type::i32 || node.src[2]->t == type::i64);
     case op::all_reduce: return group_ && f32(node.src[0]) && node.src[0]->is_contiguous();
+    case op::all_gather:
+        return group_ && f32(node.src[0]) && node.src[0]->is_contiguous() && node.is_contiguous() &&
+               node.op_params.i[0] == group_->size();
     case op::attention:
         return f32(node.src[0]) && (node.src[1]->t == type::f16 || node.src[1]->t == type::f32) &&
                (!node.src[4] || f32(node.src[4]));
@@ -298,6 +301,11 @@ void cpu_backend::compute(graph& g) {
                 if (ith == 0)
                     group_->all_reduce(rank_, static_cast<const float*>(n->src[0]->data), static_cast<float*>(n->data),
                                        size_t(n->n_elements()));
+                break;
+            case op::all_gather:
+                if (ith == 0)
+                    group_->all_gather(rank_, static_cast<const float*>(n->src[0]->data), static_cast<float*>(n->data),
+                                       size_t(n->src[0]->ne[0]), size_t(n->src[0]->n_elements() / n->src[0]->ne[0]));
                 break;
             }
             if (n->o != op::view && n->o != op::none) p.barrier();

@@ -1,4 +1,5 @@
-// host_group.h: a backend group (ggml-like/backend.h) of CPU backends in one process: all_reduce through host memory.
+// host_group.h: a backend group (ggml-like/backend.h) of CPU backends in one process: all_reduce and all_gather through
+// host memory.
 // Tests run tensor-parallel models on it without a GPU; the CUDA backends use NCCL instead (backends/cuda/nccl.cu).
 #pragma once
 
@@ -18,6 +19,9 @@ class host_group final : public backend_group {
     // the same bits for every member) into each member's y, count floats each; x and y may be the same memory. Each
     // member calls it from its own thread; it returns when every member's y is written.
     void all_reduce(int rank, const float* x, float* y, size_t count);
+    // Member `rank`'s all_gather: every member's x (rows of `part` floats) side by side in rank order into each
+    // member's y (rows of part x size() floats); y is not any member's x. Called as all_reduce.
+    void all_gather(int rank, const float* x, float* y, size_t part, size_t rows);
 
   private:
     int n_;

@@ -370,6 +370,8 @@ bool cuda_backend::supports(const tensor& node) const {
         return f32(node.src[0]) && f32(node.src[1]);
     case op::all_reduce:
         return comm_ && f32(node.src[0]) && node.src[0]->is_contiguous();
+    case op::all_gather:
+        return comm_ && f32(node.src[0]) && node.src[0]->is_contiguous() && node.is_contiguous();
     case op::rms_norm_part:
         return f32(node.src[0]) && f32(node.src[1]);
     }
@@ -873,6 +875,10 @@ void cuda_backend::launch_nodes(graph& g) {
         case op::all_reduce:
             group_all_reduce(ctx, comm_, ctx.as<const float>(n->src[0]), ctx.as<float>(n), n->ne[0],
                              n->n_elements() / std::max<int64_t>(1, n->ne[0]));
+            break;
+        case op::all_gather:
+            group_all_gather(ctx, comm_, ctx.as<const float>(n->src[0]), ctx.as<float>(n), n->src[0]->ne[0],
+                             n->src[0]->n_elements() / std::max<int64_t>(1, n->src[0]->ne[0]));
             break;
         }
         if (profile_ && n->o != op::view && n->o != op::none) {

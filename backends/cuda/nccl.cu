@@ -55,6 +55,35 @@ __global__ void __launch_bounds__(P2P_THREADS) p2p_sum_kernel(p2p_args a, const 
     p2p_end(a, c, gridDim.x, unsigned(gridDim.x * ne0));
 }
 
+// all_gather over peer memory: block (r, s) pushes its slice of row r of this member's part into every peer's buffer
+// and writes it into y, empties its share of the previous call's buffer, then copies the peers' slices into y as they
+// land. Every member's part is the same size (the graph's shapes are alike).
+constexpr int64_t P2P_GATHER_SLICE = 4096; // floats a block
+__global__ void __launch_bounds__(P2P_THREADS)
+    p2p_gather_kernel(p2p_args a, const float* x, float* y, int64_t part, int64_t slice) {
+    __shared__ p2p_call call;
+    pdl_wait(); // x is the kernel before's result
+    const int64_t r = blockIdx.x, lo = int64_t(blockIdx.y) * slice, hi = lo + slice < part ? lo + slice : part;
+    const int64_t width = part * a.n_ranks;
+    const p2p_call c = p2p_begin(a, &call);
+    const float* xr = x + r * part;
+    float* yr = y + r * width;
+    for (int q = 0; q < a.n_ranks; q++)
+        if (q != a.rank) {
+            float* to = p2p_slot(a, q, a.rank, c.buf) + r * part;
+            for (int64_t i = lo + threadIdx.x; i < hi; i += P2P_THREADS) to[i] = p2p_canonical(xr[i]);
+        }
+    for (int64_t i = lo + threadIdx.x; i < hi; i += P2P_THREADS) yr[a.rank * part + i] = p2p_canonical(xr[i]);
+    p2p_clear_previous(a, c, int64_t(blockIdx.x) * gridDim.y + blockIdx.y, int64_t(gridDim.x) * gridDim.y);
+    pdl_trigger();
+    for (int q = 0; q < a.n_ranks; q++)
+        if (q != a.rank) {
+            const float* from = p2p_slot(a, a.rank, q, c.buf) + r * part;
+            for (int64_t i = lo + threadIdx.x; i < hi; i += P2P_THREADS) yr[q * part + i] = p2p_wait_value(from + i);
+        }
+    p2p_end(a, c, gridDim.x * gridDim.y, unsigned(gridDim.x * part));
+}
+
 // What a member's backend holds (nccl_comm): its communicator and, with the peer path, the kernel's arguments.
 struct member {
     ncclComm_t comm = nullptr;
@@ -196,6 +225,25 @@ void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, flo
     TS_NCCL_CHECK(ncclAllReduce(x, y, size_t(ne0 * rows), ncclFloat32, ncclSum, m->comm, ctx.stream));
 }
 
+void group_all_gather(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t part, int64_t rows) {
+    auto* m = static_cast<member*>(handle);
+    if (const p2p_args* a = group_p2p(handle, part, rows)) {
+        const int64_t slices = ceil_div(part, P2P_GATHER_SLICE);
+        TS_ASSERT(slices <= 65535);
+        launch(ctx, p2p_gather_kernel, dim3(unsigned(rows), unsigned(slices)), dim3(P2P_THREADS), 0, *a, x, y, part,
+               P2P_GATHER_SLICE);
+        return;
+    }
+    if (!m->comm) throw error("the GPU group was aborted after a failure");
+    // NCCL gathers whole buffers rank after rank: one call a row, its members side by side, in one group
+    int ranks = 0;
+    TS_NCCL_CHECK(ncclCommCount(m->comm, &ranks));
+    TS_NCCL_CHECK(ncclGroupStart());
+    for (int64_t r = 0; r < rows; r++)
+        TS_NCCL_CHECK(ncclAllGather(x + r * part, y + r * part * ranks, size_t(part), ncclFloat32, m->comm, ctx.stream));
+    TS_NCCL_CHECK(ncclGroupEnd());
+}
+
 #else
 
 bool has_nccl() { return false; }
@@ -208,6 +256,11 @@ std::shared_ptr<backend_group> make_nccl_group(const std::vector<int>& devices) 
 
 void* nccl_comm(backend_group* group, int rank, int device) {
     (void)group, (void)rank, (void)device;
+    throw error("this build has no NCCL");
+}
+
+void group_all_gather(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t part, int64_t rows) {
+    (void)ctx, (void)handle, (void)x, (void)y, (void)part, (void)rows;
     throw error("this build has no NCCL");
 }
 

@@ -14,12 +14,15 @@ namespace tessera::arch {
 // layer's query and KV heads and its feed-forward width divided evenly among the members. A member holds the rows of
 // wq / wk / wv / ffn_gate / ffn_up (and their biases) for its heads and its share of the width, and the matching
 // columns of wo and ffn_down, whose partial products the graph sums over the members (all_reduce) before the biases,
-// post-norms and residual adds, which every member computes in full. Norms, token embeddings and the output are
-// shared; the output layer is computed by member 0 alone.
+// post-norms and residual adds, which every member computes in full. Norms and token embeddings are shared; the
+// output layer's vocabulary is split as evenly as the heads (each member's logits rows, gathered: all_gather), or,
+// when the members do not divide it, computed by member 0 alone.
 struct shard {
     int rank = 0, n_ranks = 1;
     hparams hp;                        // the member's head counts and widths
     std::vector<layer_weights> layers; // the member's slices (shared tensors as the model's)
+    tensor* output = nullptr;          // the member's rows of the output matrix (null: member 0 computes all)
+    tensor* output_b = nullptr;        // and of its bias, if any
     std::unordered_map<const tensor*, tensor*> out_scale; // model::out_scale for the slices
     std::vector<tensor*> params;       // every weight the member reads, once each (its backend loads these)
     context ctx;                       // the slices' headers
@@ -57,7 +60,8 @@ struct batch_inputs {
     int64_t n_kv = 0;       // cache rows attention reads: n_past + n_tok, or more when padded (masked past those)
     int64_t first_output = 0; // logits are computed for tokens [first_output, n_tok)
     // tensor parallelism: the graph of this member (the member's weights and sizes; all_reduce after wo and
-    // ffn_down; the logits only on member 0: the others' graphs end with the last layer). null: the whole model.
+    // ffn_down; the logits of the member's vocabulary rows gathered on every member, or, when the output is not
+    // split, only on member 0: the others' graphs end with the last layer). null: the whole model.
     const shard* part = nullptr;
 };
 
@@ -65,7 +69,8 @@ struct batch_inputs {
 // key or tensor that is missing or wrong.
 using load_fn = void (*)(model& m);
 // Builds the forward graph of one batch into g; returns the logits tensor (n_vocab, n_tok - first_output), or null
-// for a tensor-parallel member other than 0 (batch_inputs::part).
+// for a tensor-parallel member other than 0 (batch_inputs::part; its graph still gathers its logits rows when the
+// output is split).
 using build_fn = tensor* (*)(const model& m, context& ctx, graph& g, const batch_inputs& in, kv_cache& kv);
 
 struct family {

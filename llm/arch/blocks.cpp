@@ -485,14 +485,17 @@ tensor* builder::output_rows(tensor* x, int64_t il) {
 }
 
 tensor* builder::logits(tensor* x) {
+    const shard* split = in.part && in.part->n_ranks > 1 && in.part->output ? in.part : nullptr;
     tensor* cur = norm(x, m.output_norm, "result_norm", -1);
-    tensor* out = mm(m.output, cur);
-    if (m.output_b) out = add(ctx, out, m.output_b);
+    tensor* bias = split ? split->output_b : m.output_b;
+    tensor* out = mm(split ? split->output : m.output, cur);
+    if (bias) out = add(ctx, out, bias);
     if (hp.final_softcap != 0.0f) { // cap * tanh(logits / cap)
         out = scale(ctx, out, 1.0f / hp.final_softcap);
         out = tanh(ctx, out);
         out = scale(ctx, out, hp.final_softcap);
     }
+    if (split) out = all_gather(ctx, out, split->n_ranks); // every member's rows of the vocabulary, in order
     out->flags |= flag_output;
     out->set_name("logits");
     g.expand(out);
@@ -518,9 +521,13 @@ tensor* builder::decoder(glu act, float q_scale) {
     tensor* x = embeddings();
     const std::vector<layer_weights>& layers = in.part ? in.part->layers : m.layers;
     for (int64_t il = 0; il < hp.n_layer; il++) x = layer(layers[size_t(il)], x, il, act, q_scale);
-    if (in.part && in.part->rank != 0) { // member 0 computes the output layer; the others end here
-        x->flags |= flag_output;
-        g.expand(x);
+    if (in.part && in.part->rank != 0) { // the others' logits rows go to member 0, or member 0 computes them all
+        if (in.part->output) {
+            logits(x);
+        } else {
+            x->flags |= flag_output;
+            g.expand(x);
+        }
         return nullptr;
     }
     return logits(x);

@@ -186,6 +186,14 @@ std::unique_ptr<shard> make_shard(const model& m, int rank, int n_ranks) {
         o.ffn_sub_norm = sl.elems(l.ffn_sub_norm, rank * f, f);
         s->layers.push_back(o);
     }
+    // the output's vocabulary rows, split when the members divide it (else member 0 computes all of them); tied to the
+    // token embeddings, the full matrix stays every member's too (the embedding lookup reads it)
+    if (m.output && m.output->ne[1] == hp.n_vocab && hp.n_vocab % R == 0 && m.output->ne[2] == 1) {
+        const int64_t v = hp.n_vocab / R;
+        s->output = sl.rows(m.output, rank * v, v);
+        s->output_b = sl.elems(m.output_b, rank * v, v);
+        if (m.output == m.tok_embd) sl.replaced.erase(m.tok_embd);
+    }
     // the member reads its slices and every weight of the model that no slice stands for
     for (tensor* w : m.params)
         if (!sl.replaced.count(w)) s->params.push_back(w);
