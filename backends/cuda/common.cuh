@@ -229,8 +229,9 @@ void launch(const cuda_context& ctx, void (*kernel)(P...), dim3 grid, dim3 block
 // calls over peer memory (p2p.cuh), larger ones through NCCL; handle: nccl_comm's (cuda_context::group).
 void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t ne0, int64_t rows);
 // x (rows of `part` floats) of every member side by side in rank order into y (rows of part x members floats), on
-// ctx.stream (nccl.cu): over peer memory where it fits (p2p.cuh), else through NCCL.
-void group_all_gather(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t part, int64_t rows);
+// ctx.stream (nccl.cu): over peer memory where it fits (p2p.cuh), else through NCCL; members: the group's size.
+void group_all_gather(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t part, int64_t rows,
+                      int members);
 
 // Scratch bytes a node needs (mul_mat: its activations quantized to q8_1, and as f16 for the wgmma GEMM).
 size_t work_size(const tensor& node);

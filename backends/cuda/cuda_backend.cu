@@ -878,7 +878,7 @@ void cuda_backend::launch_nodes(graph& g) {
             break;
         case op::all_gather:
             group_all_gather(ctx, comm_, ctx.as<const float>(n->src[0]), ctx.as<float>(n), n->src[0]->ne[0],
-                             n->src[0]->n_elements() / std::max<int64_t>(1, n->src[0]->ne[0]));
+                             n->src[0]->n_elements() / std::max<int64_t>(1, n->src[0]->ne[0]), n->op_params.i[0]);
             break;
         }
         if (profile_ && n->o != op::view && n->o != op::none) {

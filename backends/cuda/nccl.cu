@@ -1,6 +1,6 @@
 // nccl.cu: the backend group of CUDA devices (ggml-like/backend.h backend_group): one NCCL communicator per device,
-// made together in this process (ncclCommInitAll), and all_reduce as ncclAllReduce on the member's stream, which a
-// captured CUDA graph replays like any kernel. The only file that includes NCCL's header; without NCCL
+// made together in this process (ncclCommInitAll), and all_reduce / all_gather as ncclAllReduce / ncclAllGather on
+// the member's stream, which a captured CUDA graph replays like any kernel. The only file that includes NCCL's header; without NCCL
 // (TESSERA_HAS_NCCL undefined) making a group is one error. (No fmt here: nvcc rejects its compile-time format checks.)
 //
 // Decode-sized calls (p2p.cuh p2p_fits: up to 64 rows, 1 MiB a row set) go over peer memory instead, where every pair
@@ -15,6 +15,7 @@
 #include <nccl.h>
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -87,6 +88,7 @@ __global__ void __launch_bounds__(P2P_THREADS)
 // What a member's backend holds (nccl_comm): its communicator and, with the peer path, the kernel's arguments.
 struct member {
     ncclComm_t comm = nullptr;
+    int n_ranks = 0;
     p2p_args p2p{}; // n_ranks 0: no peer path
 };
 
@@ -100,7 +102,10 @@ class nccl_group final : public backend_group {
         ::setenv("NCCL_RUNTIME_CONNECT", "0", 0);
         std::vector<ncclComm_t> comms(devices.size(), nullptr);
         TS_NCCL_CHECK(ncclCommInitAll(comms.data(), int(devices.size()), devices.data()));
-        for (size_t i = 0; i < devices.size(); i++) members_[i].comm = comms[i];
+        for (size_t i = 0; i < devices.size(); i++) {
+            members_[i].comm = comms[i];
+            members_[i].n_ranks = int(devices.size());
+        }
         // one all-reduce through every communicator, from this thread in one group, so that whatever NCCL still sets
         // up lazily happens here
         std::vector<void*> bufs(devices.size(), nullptr);
@@ -225,8 +230,12 @@ void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, flo
     TS_NCCL_CHECK(ncclAllReduce(x, y, size_t(ne0 * rows), ncclFloat32, ncclSum, m->comm, ctx.stream));
 }
 
-void group_all_gather(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t part, int64_t rows) {
+void group_all_gather(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t part, int64_t rows,
+                      int members) {
     auto* m = static_cast<member*>(handle);
+    if (members != m->n_ranks)
+        throw error("all_gather over " + std::to_string(members) + " members in a group of " +
+                    std::to_string(m->n_ranks));
     if (const p2p_args* a = group_p2p(handle, part, rows)) {
         const int64_t slices = ceil_div(part, P2P_GATHER_SLICE);
         TS_ASSERT(slices <= 65535);
@@ -235,13 +244,15 @@ void group_all_gather(const cuda_context& ctx, void* handle, const float* x, flo
         return;
     }
     if (!m->comm) throw error("the GPU group was aborted after a failure");
-    // NCCL gathers whole buffers rank after rank: one call a row, its members side by side, in one group
-    int ranks = 0;
-    TS_NCCL_CHECK(ncclCommCount(m->comm, &ranks));
-    TS_NCCL_CHECK(ncclGroupStart());
-    for (int64_t r = 0; r < rows; r++)
-        TS_NCCL_CHECK(ncclAllGather(x + r * part, y + r * part * ranks, size_t(part), ncclFloat32, m->comm, ctx.stream));
-    TS_NCCL_CHECK(ncclGroupEnd());
+    // NCCL gathers whole buffers rank after rank: one call a row, its members side by side, in groups of at most
+    // 512 calls (NCCL bounds the operations of one group)
+    for (int64_t r0 = 0; r0 < rows; r0 += 512) {
+        TS_NCCL_CHECK(ncclGroupStart());
+        for (int64_t r = r0; r < std::min(rows, r0 + 512); r++)
+            TS_NCCL_CHECK(ncclAllGather(x + r * part, y + r * part * members, size_t(part), ncclFloat32, m->comm,
+                                        ctx.stream));
+        TS_NCCL_CHECK(ncclGroupEnd());
+    }
 }
 
 #else
@@ -259,8 +270,9 @@ void* nccl_comm(backend_group* group, int rank, int device) {
     throw error("this build has no NCCL");
 }
 
-void group_all_gather(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t part, int64_t rows) {
-    (void)ctx, (void)handle, (void)x, (void)y, (void)part, (void)rows;
+void group_all_gather(const cuda_context& ctx, void* handle, const float* x, float* y, int64_t part, int64_t rows,
+                      int members) {
+    (void)ctx, (void)handle, (void)x, (void)y, (void)part, (void)rows, (void)members;
     throw error("this build has no NCCL");
 }
 

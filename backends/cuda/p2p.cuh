@@ -1,6 +1,7 @@
-// p2p.cuh: the decode-sized all-reduce of a CUDA device group (nccl.cu) over peer memory, as device functions that the
-// kernels of one call run: the standalone sum (nccl.cu p2p_sum_kernel, one block a row) and the residual add + rms_norm
-// that follows it in a layer (norm.cu add_norm_vec_kernel, fused by ops/fused.cu; up to 16 blocks a row).
+// p2p.cuh: the decode-sized all-reduce (and all-gather) of a CUDA device group (nccl.cu) over peer memory, as device
+// functions that the kernels of one call run: the standalone sum (nccl.cu p2p_sum_kernel, one block a row), the
+// residual add + rms_norm that follows it in a layer (norm.cu add_norm_vec_kernel, fused by ops/fused.cu; up to 16
+// blocks a row) and the gather of the output layer's logits rows (nccl.cu p2p_gather_kernel: copies, no sums).
 //
 // Push, and the data is its own flag (no separate flag words, no release / acquire round trip): every word of a
 // member's receive buffers holds P2P_EMPTY until a peer's value lands in it. A block stores its share of the row's
