@@ -191,7 +191,8 @@ TEST(split, host_group_gathers_in_rank_order) {
         std::vector<float> want(part * rows * R);
         for (size_t row = 0; row < rows; row++)
             for (int r = 0; r < R; r++)
-                for (size_t i = 0; i < part; i++) want[row * part * R + size_t(r) * part + i] = x[size_t(r)][row * part + i];
+                for (size_t i = 0; i < part; i++)
+                    want[row * part * R + size_t(r) * part + i] = x[size_t(r)][row * part + i];
         std::vector<std::thread> threads;
         for (int r = 0; r < R; r++)
             threads.emplace_back([&, r] { g.all_gather(r, x[size_t(r)].data(), y[size_t(r)].data(), part, rows); });

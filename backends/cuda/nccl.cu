@@ -1,12 +1,13 @@
 // nccl.cu: the backend group of CUDA devices (ggml-like/backend.h backend_group): one NCCL communicator per device,
 // made together in this process (ncclCommInitAll), and all_reduce / all_gather as ncclAllReduce / ncclAllGather on
-// the member's stream, which a captured CUDA graph replays like any kernel. The only file that includes NCCL's header; without NCCL
-// (TESSERA_HAS_NCCL undefined) making a group is one error. (No fmt here: nvcc rejects its compile-time format checks.)
+// the member's stream, which a captured CUDA graph replays like any kernel. The only file that includes NCCL's
+// header; without NCCL (TESSERA_HAS_NCCL undefined) making a group is one error. (No fmt here: nvcc rejects its
+// compile-time format checks.)
 //
 // Decode-sized calls (p2p.cuh p2p_fits: up to 64 rows, 1 MiB a row set) go over peer memory instead, where every pair
 // of devices can reach each other: NCCL costs ~20 us a call and a 70B token makes 160 (2 H200, 2026-11-26: row decode
-// 102.4 t/s through NCCL, 109.1 pulling over peer memory; the push form of p2p.cuh and its fusion with the residual add
-// + rms_norm after it replaced the pull).
+// 102.4 t/s through NCCL, 109.1 pulling over peer memory; then the push form of p2p.cuh fused with the residual add +
+// rms_norm after it, now with the data as its own flag: 139.9, session 44).
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/p2p.cuh"
