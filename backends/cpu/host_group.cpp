@@ -14,13 +14,17 @@ host_group::host_group(int n)
     TS_ASSERT(n >= 1);
 }
 
-void host_group::all_reduce(int rank, const float* x, float* y, size_t count) {
+void host_group::meet(int rank, const float* x, float* y, size_t count) {
     TS_ASSERT(rank >= 0 && rank < n_);
     in_[size_t(rank)] = x;
     out_[size_t(rank)] = y;
     count_[size_t(rank)] = count;
     bar_.arrive_and_wait(); // every member's pointers are in
     for (int r = 0; r < n_; r++) TS_ASSERT(count_[size_t(r)] == count); // the members' graphs match
+}
+
+void host_group::all_reduce(int rank, const float* x, float* y, size_t count) {
+    meet(rank, x, y, count);
     // this member's slice: no other member reads or writes it, so an output that is its own input is safe
     const size_t lo = count * size_t(rank) / size_t(n_), hi = count * size_t(rank + 1) / size_t(n_);
     for (size_t i = lo; i < hi; i++) {
@@ -32,12 +36,7 @@ void host_group::all_reduce(int rank, const float* x, float* y, size_t count) {
 }
 
 void host_group::all_gather(int rank, const float* x, float* y, size_t part, size_t rows) {
-    TS_ASSERT(rank >= 0 && rank < n_);
-    in_[size_t(rank)] = x;
-    out_[size_t(rank)] = y;
-    count_[size_t(rank)] = part * rows;
-    bar_.arrive_and_wait(); // every member's pointers are in
-    for (int r = 0; r < n_; r++) TS_ASSERT(count_[size_t(r)] == part * rows); // the members' graphs match
+    meet(rank, x, y, part * rows);
     const size_t width = part * size_t(n_);
     for (size_t row = 0; row < rows; row++)
         for (int r = 0; r < n_; r++)

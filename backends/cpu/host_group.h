@@ -24,6 +24,9 @@ class host_group final : public backend_group {
     void all_gather(int rank, const float* x, float* y, size_t part, size_t rows);
 
   private:
+    // member `rank`'s input, output and element count in; returns when every member's are (the counts checked alike)
+    void meet(int rank, const float* x, float* y, size_t count);
+
     int n_;
     std::vector<const float*> in_;
     std::vector<float*> out_;

@@ -245,8 +245,8 @@ void group_all_gather(const cuda_context& ctx, void* handle, const float* x, flo
         return;
     }
     if (!m->comm) throw error("the GPU group was aborted after a failure");
-    // NCCL gathers whole buffers rank after rank: one call a row, its members side by side, in groups of at most
-    // 512 calls (NCCL bounds the operations of one group)
+    // NCCL gathers whole buffers rank after rank: one call a row, its members side by side, grouped 512 calls at a
+    // time (a prompt's rows, a bounded launch each)
     for (int64_t r0 = 0; r0 < rows; r0 += 512) {
         TS_NCCL_CHECK(ncclGroupStart());
         for (int64_t r = r0; r < std::min(rows, r0 + 512); r++)
