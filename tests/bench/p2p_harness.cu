@@ -4,11 +4,16 @@
 //   add+norm   the fused all-reduce + residual add + rms_norm (+ q8_1) kernel of a decode row (norm.cu
 //              add_norm_vec_kernel with p2p.cuh, a 70B row of 8192 floats) at 1 and 16 blocks, N calls captured in a
 //              CUDA graph on each GPU with nothing between them: the exchange plus a kernel boundary a call;
-//   alone      the same kernel without a group (16 blocks) on one GPU: the kernel boundary and the norm alone.
+//   alone      the same kernel without a group (16 blocks) on one GPU: the kernel boundary and the norm alone;
+//   exchange   the all-reduce alone in the add+norm's grid, then with add+norm's other parts added one at a time
+//              (parts_kernel), and pushing only.
 // Microseconds a call, medians of 5 graph launches; both GPUs' results compared bit for bit (the members must agree).
 // Usage: ph [calls]. Build (no project build needed), on a machine with 2 sm_90a GPUs that reach each other:
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/p2p_harness.cu \
 //     -o /tmp/ph -Xlinker --unresolved-symbols=ignore-all
+// (it builds without a GPU too: build it here and carry the binary to save the device's build time).
+// Measured (2 H200, 2026-11-29, three machines): ping-pong 1.21-1.32 us; add+norm with the all-reduce 7.2-7.4 us at
+// 16 blocks (9.5-9.7 at one), alone 2.98-3.02; exchange polls only 3.39 (4.44 on another machine), push only 2.79.
 #include "backends/cuda/ops/norm.cu"
 #include "tests/bench/harness_check.h"
 #include <algorithm>
@@ -65,24 +70,103 @@ static void fill(float* d, int64_t n, uint32_t seed) {
     CKH(cudaMemcpy(d, h.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
 }
 
-// us a call of `calls` add+norm calls on every GPU at `slices` blocks a row (group: through p2p.cuh)
-static double add_norm_us(std::vector<gpu>& g, int calls, int slices, bool group) {
-    const int threads = norm_vec_threads(NE0);
+// The exchange in add+norm's grid (16 blocks of 512 threads for a row of 8192, a thread 4 float4s), with the fused
+// kernel's other parts added one at a time (PARTS, bits): NOWAIT pushes the block's slice and waits for nothing (the
+// stores and the kernel boundary); CLOCK waits through p2p.cuh's p2p_sum_at4 (the clock read in every poll), else a
+// loop that only polls; EARLY asks L2 for a's and b's lines and loads w first (as w_early); TAIL adds b, writes the
+// slice of the sum, sums the squares over the block and writes y and its q8_1 (add_norm_vec_kernel's work after the
+// all-reduce); SLEEP: the polling loop sleeps 64 ns between polls (less L2 traffic where the peer's stores land). All
+// of them but SLEEP: add_norm_vec_kernel<true, true> but for its register budget (launch bounds 512, not 1024).
+enum : unsigned { NOWAIT = 1, CLOCK = 2, EARLY = 4, TAIL = 8, SLEEP = 16 };
+constexpr int XV = 4, XT = int(NE0 / 4 / XV), XS = 16;
+template <unsigned PARTS>
+static __global__ void __launch_bounds__(XT) parts_kernel(const float* a, const float* b, float* sum, const float* w,
+                                                          float* y, int8_t* q, __half2* ds, p2p_args pa) {
+    __shared__ p2p_call call;
+    __shared__ float red[32];
+    const int n4 = int(NE0 / 4), per = n4 / XS, lo = int(blockIdx.y) * per, hi = lo + per;
+    const auto* a4 = reinterpret_cast<const float4*>(a);
+    const auto* b4 = reinterpret_cast<const float4*>(b);
+    float4 v[XV], wv[XV];
+    if constexpr ((PARTS & EARLY) != 0) {
+#pragma unroll
+        for (int j = 0; j < XV; j++) wv[j] = reinterpret_cast<const float4*>(w)[int(threadIdx.x) + j * XT];
+        const int lines = int(NE0 * 4 / 128);
+        for (int l = int(blockIdx.y) + XS * int(threadIdx.x); l < lines; l += XS * XT)
+            prefetch_l2(reinterpret_cast<const char*>(a) + l * 128),
+                prefetch_l2(reinterpret_cast<const char*>(b) + l * 128);
+    } else {
+#pragma unroll
+        for (int j = 0; j < XV; j++) wv[j] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    }
+    int64_t i4[XV];
+#pragma unroll
+    for (int j = 0; j < XV; j++) {
+        i4[j] = int(threadIdx.x) + j * XT;
+        v[j] = a4[i4[j]];
+    }
+    const p2p_call c = p2p_begin(pa, &call);
+    auto* to = reinterpret_cast<float4*>(p2p_slot(pa, 1 - pa.rank, pa.rank, c.buf));
+#pragma unroll
+    for (int j = 0; j < XV; j++)
+        if (i4[j] >= lo && i4[j] < hi) to[i4[j]] = p2p_canonical(v[j]);
+    p2p_clear_previous(pa, c, blockIdx.y, XS);
+    if constexpr ((PARTS & NOWAIT) != 0) {
+    } else if constexpr ((PARTS & CLOCK) != 0) {
+#pragma unroll
+        for (int j = 0; j < XV; j++) v[j] = p2p_sum_at4(pa, c, i4[j], v[j]);
+    } else {
+        const auto* p = reinterpret_cast<const float4*>(p2p_slot(pa, pa.rank, 1 - pa.rank, c.buf));
+#pragma unroll
+        for (int j = 0; j < XV; j++) {
+            float4 x = __ldcv(p + i4[j]);
+            while (__float_as_uint(x.x) == P2P_EMPTY || __float_as_uint(x.y) == P2P_EMPTY ||
+                   __float_as_uint(x.z) == P2P_EMPTY || __float_as_uint(x.w) == P2P_EMPTY) {
+                if constexpr ((PARTS & SLEEP) != 0) __nanosleep(64);
+                x = __ldcv(p + i4[j]);
+            }
+            const float4 o = p2p_canonical(v[j]);
+            v[j] = pa.rank == 0 ? make_float4(o.x + x.x, o.y + x.y, o.z + x.z, o.w + x.w)
+                                : make_float4(x.x + o.x, x.y + o.y, x.z + o.z, x.w + o.w);
+        }
+    }
+    if constexpr ((PARTS & TAIL) != 0) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < XV; j++) {
+            const float4 bv = b4[i4[j]];
+            v[j].x += bv.x, v[j].y += bv.y, v[j].z += bv.z, v[j].w += bv.w;
+            if (i4[j] >= lo && i4[j] < hi) reinterpret_cast<float4*>(sum)[i4[j]] = v[j];
+            ss = fmaf(v[j].x, v[j].x, fmaf(v[j].y, v[j].y, fmaf(v[j].z, v[j].z, fmaf(v[j].w, v[j].w, ss))));
+        }
+        const float s = 1.0f / sqrtf(block_sum(ss, red) / float(NE0) + 1e-5f);
+        const int warp_i0 = int(threadIdx.x) / WARP_SIZE * WARP_SIZE;
+#pragma unroll
+        for (int j = 0; j < XV; j++) {
+            if (warp_i0 + j * XT >= hi || warp_i0 + j * XT + WARP_SIZE <= lo) continue;
+            const bool mine = i4[j] >= lo && i4[j] < hi;
+            const float ov[4] = {(v[j].x * s) * wv[j].x, (v[j].y * s) * wv[j].y, (v[j].z * s) * wv[j].z,
+                                 (v[j].w * s) * wv[j].w};
+            if (mine) reinterpret_cast<float4*>(y)[i4[j]] = make_float4(ov[0], ov[1], ov[2], ov[3]);
+            q8x4_store(ov, i4[j], mine, reinterpret_cast<char4*>(q), ds, nullptr);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < XV; j++)
+            if (i4[j] >= lo && i4[j] < hi) reinterpret_cast<float4*>(y)[i4[j]] = v[j];
+    }
+    p2p_end(pa, c, XS, unsigned(NE0));
+}
+
+// us a call of `calls` launches (launch(m): one on member m's stream g[m].s) on the first `used` GPUs, each a CUDA
+// graph of the calls; the slowest member's time, median of 5 graph launches
+template <class L> static double graph_us(std::vector<gpu>& g, int calls, size_t used, L launch) {
     std::vector<cudaGraphExec_t> exec(g.size());
-    const size_t used = group ? g.size() : 1;
     for (size_t m = 0; m < used; m++) {
         CKH(cudaSetDevice(g[m].dev));
         cudaGraph_t graph;
         CKH(cudaStreamBeginCapture(g[m].s, cudaStreamCaptureModeThreadLocal));
-        const p2p_args none{};
-        for (int c = 0; c < calls; c++) {
-            if (group)
-                add_norm_vec_kernel<true, true><<<dim3(1, unsigned(slices)), threads, 0, g[m].s>>>(
-                    g[m].a, g[m].b, g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, g[m].args);
-            else
-                add_norm_vec_kernel<true, false><<<dim3(1, unsigned(slices)), threads, 0, g[m].s>>>(
-                    g[m].a, g[m].b, g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, none);
-        }
+        for (int c = 0; c < calls; c++) launch(m);
         CKH(cudaStreamEndCapture(g[m].s, &graph));
         CKH(cudaGraphInstantiate(&exec[m], graph, 0));
         CKH(cudaGraphDestroy(graph));
@@ -115,6 +199,27 @@ static double add_norm_us(std::vector<gpu>& g, int calls, int slices, bool group
         CKH(cudaGraphExecDestroy(exec[m]));
     }
     return median(us);
+}
+
+// us a call of add+norm at `slices` blocks a row (group: through p2p.cuh, on both GPUs; else on GPU 0 alone)
+static double add_norm_us(std::vector<gpu>& g, int calls, int slices, bool group) {
+    const int threads = norm_vec_threads(NE0);
+    return graph_us(g, calls, group ? g.size() : 1, [&](size_t m) {
+        const p2p_args none{};
+        if (group)
+            add_norm_vec_kernel<true, true><<<dim3(1, unsigned(slices)), threads, 0, g[m].s>>>(
+                g[m].a, g[m].b, g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, g[m].args);
+        else
+            add_norm_vec_kernel<true, false><<<dim3(1, unsigned(slices)), threads, 0, g[m].s>>>(
+                g[m].a, g[m].b, g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, none);
+    });
+}
+
+template <unsigned PARTS> static double parts_us(std::vector<gpu>& g, int calls) {
+    return graph_us(g, calls, g.size(), [&](size_t m) {
+        parts_kernel<PARTS>
+            <<<dim3(1, XS), XT, 0, g[m].s>>>(g[m].a, g[m].b, g[m].sum, g[m].w, g[m].y, g[m].q, g[m].ds, g[m].args);
+    });
 }
 
 int main(int argc, char** argv) {
@@ -201,5 +306,18 @@ int main(int argc, char** argv) {
     const bool same = std::memcmp(y0.data(), y1.data(), NE0 * 4) == 0;
     std::printf("members' sums %s\n", same ? "bit for bit alike" : "DIFFER");
     std::printf("add+norm alone (one GPU), 16 blocks: %.2f us a call\n", add_norm_us(g, calls, 16, false));
+    const auto parts = [&]<unsigned P>(const char* name) {
+        std::printf("exchange%s: %.2f us a call\n", name, parts_us<P>(g, calls));
+    };
+    parts.operator()<0>(" (polls only)");
+    parts.operator()<CLOCK>(" + clock");
+    parts.operator()<EARLY>(" + early loads");
+    parts.operator()<TAIL>(" + tail");
+    parts.operator()<CLOCK | TAIL>(" + clock + tail");
+    parts.operator()<CLOCK | EARLY | TAIL>(" + clock + early loads + tail (add+norm's parts)");
+    parts.operator()<SLEEP>(" + sleep");
+    parts.operator()<SLEEP | EARLY | TAIL>(" + sleep + early loads + tail");
+    // last: without waits the members' buffers no longer read empty where the protocol expects it
+    parts.operator()<NOWAIT>(", push only");
     return same ? 0 : 1;
 }
