@@ -13,7 +13,8 @@
 //     -o /tmp/ph -Xlinker --unresolved-symbols=ignore-all
 // (it builds without a GPU too: build it here and carry the binary to save the device's build time).
 // Measured (2 H200, 2026-11-29, three machines): ping-pong 1.21-1.32 us; add+norm with the all-reduce 7.2-7.4 us at
-// 16 blocks (9.5-9.7 at one), alone 2.98-3.02; exchange polls only 3.39 (4.44 on another machine), push only 2.79.
+// 16 blocks (9.5-9.7 at one), alone 2.98-3.02; exchange polls only 3.39 (__ldcv; 4.44 with ld.volatile polls on
+// another machine), push only 2.79.
 #include "backends/cuda/ops/norm.cu"
 #include "tests/bench/harness_check.h"
 #include <algorithm>
