@@ -793,7 +793,8 @@ void gguf_writer::set_alignment(uint32_t a) {
     alignment_ = a;
 }
 
-void gguf_writer::add_tensor(std::string name, uint32_t type_id, std::span<const int64_t> ne, const void* data) {
+// The byte size of a tensor that may be added (name, type, shape checked).
+uint64_t gguf_writer::check_tensor(const std::string& name, uint32_t type_id, std::span<const int64_t> ne) const {
     auto bad = [&](const std::string& what) { throw error(fmt::format("gguf_writer: tensor {}: {}", name, what)); };
     if (name.size() >= max_name_bytes)
         bad(fmt::format("name too long, expected < {} bytes, got {}", max_name_bytes, name.size()));
@@ -814,8 +815,20 @@ void gguf_writer::add_tensor(std::string name, uint32_t type_id, std::span<const
                         tt->block_size, full[0]));
     uint64_t size = 0;
     if (!tensor_bytes(*tt, full, size)) bad("byte size overflows");
-    if (size > 0 && !data) bad("no data");
-    tensors_.push_back({std::move(name), type_id, std::vector<int64_t>(ne.begin(), ne.end()), data, size});
+    return size;
+}
+
+void gguf_writer::add_tensor(std::string name, uint32_t type_id, std::span<const int64_t> ne, const void* data) {
+    const uint64_t size = check_tensor(name, type_id, ne);
+    if (size > 0 && !data) throw error(fmt::format("gguf_writer: tensor {}: no data", name));
+    tensors_.push_back({std::move(name), type_id, std::vector<int64_t>(ne.begin(), ne.end()), data, size, {}});
+}
+
+void gguf_writer::add_tensor(std::string name, uint32_t type_id, std::span<const int64_t> ne, fill_fn fill) {
+    const uint64_t size = check_tensor(name, type_id, ne);
+    if (!fill) throw error(fmt::format("gguf_writer: tensor {}: no data", name));
+    tensors_.push_back(
+        {std::move(name), type_id, std::vector<int64_t>(ne.begin(), ne.end()), nullptr, size, std::move(fill)});
 }
 
 namespace {
@@ -861,8 +874,14 @@ std::vector<uint8_t> gguf_writer::to_bytes() const {
     std::vector<uint8_t> out = write_meta(kvs_, tensors_, alignment_);
     byte_sink s{out};
     for (const auto& t : tensors_) {
-        const uint8_t* d = static_cast<const uint8_t*>(t.data);
-        if (t.size > 0) out.insert(out.end(), d, d + t.size);
+        if (t.fill) {
+            const size_t at = out.size();
+            out.resize(at + t.size);
+            t.fill(std::span<uint8_t>(out.data() + at, t.size));
+        } else if (t.size > 0) {
+            const uint8_t* d = static_cast<const uint8_t*>(t.data);
+            out.insert(out.end(), d, d + t.size);
+        }
         s.pad_to(alignment_);
     }
     return out;
@@ -874,7 +893,13 @@ void gguf_writer::write(const std::string& path) const {
     f.write(meta.data(), meta.size());
     static const uint8_t zeros[256] = {};
     for (const auto& t : tensors_) {
-        if (t.size > 0) f.write(t.data, t.size);
+        if (t.fill) {
+            std::vector<uint8_t> buf(t.size);
+            t.fill(buf);
+            f.write(buf.data(), buf.size());
+        } else if (t.size > 0) {
+            f.write(t.data, t.size);
+        }
         uint64_t pad = (alignment_ - t.size % alignment_) % alignment_;
         while (pad > 0) {
             const size_t k = std::min<uint64_t>(pad, sizeof(zeros));

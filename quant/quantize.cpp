@@ -13,7 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <deque>
+#include <memory>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -259,17 +259,20 @@ void convert_rows(type from, const void* src, type to, void* dst, int64_t n_cols
 
 namespace {
 
-// Builds the output writer; converted tensors are kept in `storage`, copied ones point into `in`'s mapping.
-gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deque<std::vector<uint8_t>>& storage,
-                         quantize_result& r) {
-    const auto t0 = std::chrono::steady_clock::now();
+// Builds the output writer. Copied tensors point into `in`'s mapping; converted ones are made when the writer comes to
+// them (gguf_writer's fill), one at a time, so memory holds one tensor's output however large the model.
+gguf_writer build_output(const gguf_file& in, const quantize_params& p, quantize_result& r) {
     const std::vector<tensor_plan> plan = plan_quantization(in, p);
     const int n_threads = p.n_threads > 0 ? p.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
 
-    int64_t total = 0, done = 0;
+    // elements converted or copied so far, of `total` (the progress callback's); shared by the fills
+    struct counter {
+        int64_t done = 0, total = 0;
+    };
+    auto count = std::make_shared<counter>();
     for (const tensor_plan& tp : plan)
-        if (!tp.drop) total += tp.in->n_elements();
-    if (p.progress) p.progress(0, total);
+        if (!tp.drop) count->total += tp.in->n_elements();
+    if (p.progress) p.progress(0, count->total);
 
     gguf_writer w;
     w.set_alignment(in.alignment());
@@ -286,50 +289,53 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deq
         const std::span<const int64_t> ne(t.ne, t.n_dims);
         r.n_elements += uint64_t(t.n_elements());
         if (tp.copy) {
-            w.add_tensor(t.name, t.type_id, ne, t.data);
+            // counted when the writer comes to it: a fill that copies the mapped bytes
+            w.add_tensor(t.name, t.type_id, ne, [&t, &p, count](std::span<uint8_t> out) {
+                if (t.size > 0) std::memcpy(out.data(), t.data, t.size);
+                count->done += t.n_elements();
+                if (p.progress) p.progress(count->done, count->total);
+            });
             r.out_tensor_bytes += t.size;
-            done += t.n_elements();
-            if (p.progress) p.progress(done, total);
             continue;
         }
-        const int64_t n_cols = t.ne[0], n_rows = t.n_elements() / t.ne[0];
-        storage.emplace_back(tensor_bytes(tp.to, t.n_elements()));
         const tensor_scaling* sc = p.scaling.count(t.name) ? &p.scaling.at(t.name) : nullptr;
-        // the source's per-tensor scales (a `.scale` tensor, an i2_s tail) are multiplied into the f32 values
-        const float in_scale = tp.in_scale * read_tensor_scale(t.t(), t.data, t.n_elements());
-        auto on_rows = [&](int64_t rows) {
-            done += rows * n_cols;
-            if (p.progress) p.progress(done, total);
-        };
-        const int nt = t.n_dims < 2 ? 1 : n_threads;
-        float scale = 1.0f; // the new `<name>.scale` (output_scale)
-        if (is_tensor_scaled(tp.to)) {
-            // one scale for the whole tensor (i2_s): all of it in f32 first, then the format's whole-tensor quantizer
-            std::vector<float> x(static_cast<size_t>(t.n_elements()));
-            convert_rows(t.t(), t.data, type::f32, x.data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
-            quantize_tensor_ref(tp.to, x.data(), storage.back().data(), n_cols, n_rows);
-        } else if (tp.output_scale) {
-            // two levels (NVFP4): g = amax / (448 * 6) puts the largest block scale at UE4M3's largest finite value,
-            // so the sub-scales use the format's whole range; the blocks hold W / g and `<name>.scale` = g
-            std::vector<float> x(static_cast<size_t>(t.n_elements()));
-            convert_rows(t.t(), t.data, type::f32, x.data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
-            float amax = 0.0f;
-            for (float v : x) amax = std::max(amax, std::fabs(v));
-            const float g = amax > 0.0f && std::isfinite(amax) ? amax / (448.0f * 6.0f) : 1.0f;
-            convert_rows(type::f32, x.data(), tp.to, storage.back().data(), n_cols, n_rows, nt, nullptr, 1.0f / g);
-            scale = g;
-        } else {
-            convert_rows(t.t(), t.data, tp.to, storage.back().data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
-        }
-        w.add_tensor(t.name, uint32_t(tp.to), ne, storage.back().data());
-        r.out_tensor_bytes += storage.back().size();
+        auto scale = std::make_shared<float>(1.0f); // the new `<name>.scale` (output_scale), set by the tensor's fill
+        w.add_tensor(t.name, uint32_t(tp.to), ne, [&t, &p, tp, sc, n_threads, count, scale](std::span<uint8_t> out) {
+            const int64_t n_cols = t.ne[0], n_rows = t.n_elements() / t.ne[0];
+            // the source's per-tensor scales (a `.scale` tensor, an i2_s tail) are multiplied into the f32 values
+            const float in_scale = tp.in_scale * read_tensor_scale(t.t(), t.data, t.n_elements());
+            auto on_rows = [&](int64_t rows) {
+                count->done += rows * n_cols;
+                if (p.progress) p.progress(count->done, count->total);
+            };
+            const int nt = t.n_dims < 2 ? 1 : n_threads;
+            if (is_tensor_scaled(tp.to)) {
+                // one scale for the whole tensor (i2_s): all of it in f32 first, then the format's whole-tensor
+                // quantizer
+                std::vector<float> x(static_cast<size_t>(t.n_elements()));
+                convert_rows(t.t(), t.data, type::f32, x.data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
+                quantize_tensor_ref(tp.to, x.data(), out.data(), n_cols, n_rows);
+            } else if (tp.output_scale) {
+                // two levels (NVFP4): g = amax / (448 * 6) puts the largest block scale at UE4M3's largest finite
+                // value, so the sub-scales use the format's whole range; the blocks hold W / g and `<name>.scale` = g
+                std::vector<float> x(static_cast<size_t>(t.n_elements()));
+                convert_rows(t.t(), t.data, type::f32, x.data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
+                float amax = 0.0f;
+                for (float v : x) amax = std::max(amax, std::fabs(v));
+                const float g = amax > 0.0f && std::isfinite(amax) ? amax / (448.0f * 6.0f) : 1.0f;
+                convert_rows(type::f32, x.data(), tp.to, out.data(), n_cols, n_rows, nt, nullptr, 1.0f / g);
+                *scale = g;
+            } else {
+                convert_rows(t.t(), t.data, tp.to, out.data(), n_cols, n_rows, nt, sc, in_scale, on_rows);
+            }
+        });
+        r.out_tensor_bytes += tensor_bytes(tp.to, t.n_elements());
         r.n_quantized += is_quantized(tp.to);
         if (tp.output_scale) {
             const int64_t one[1] = {1};
-            storage.emplace_back(sizeof(float));
-            std::memcpy(storage.back().data(), &scale, sizeof(float));
+            // written right after its tensor, whose fill has set it
             w.add_tensor(t.name.substr(0, t.name.size() - 7) + ".scale", uint32_t(type::f32), one,
-                         storage.back().data());
+                         [scale](std::span<uint8_t> out) { std::memcpy(out.data(), scale.get(), sizeof(float)); });
             r.n_tensors++;
             r.n_elements += 1;
             r.out_tensor_bytes += 4;
@@ -361,18 +367,18 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, std::deq
     w.set("general.quantization_version", gguf_value::of_u32(2));
     if (needs_tessera) w.set(tessera_format_key, gguf_value::of_u32(tessera_format_version));
     for (const gguf_kv& kv : p.extra_kv) w.set(kv.key, kv.value);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return w;
 }
 
 } // namespace
 
 std::vector<uint8_t> quantize_to_bytes(const gguf_file& in, const quantize_params& p, quantize_result* r) {
-    std::deque<std::vector<uint8_t>> storage;
+    const auto t0 = std::chrono::steady_clock::now();
     quantize_result res;
-    std::vector<uint8_t> bytes = build_output(in, p, storage, res).to_bytes();
+    std::vector<uint8_t> bytes = build_output(in, p, res).to_bytes();
     res.in_file_bytes = in.file_size();
     res.out_file_bytes = bytes.size();
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r) *r = res;
     return bytes;
 }
@@ -380,10 +386,8 @@ std::vector<uint8_t> quantize_to_bytes(const gguf_file& in, const quantize_param
 quantize_result quantize_model(const std::string& in_path, const std::string& out_path, const quantize_params& p) {
     const auto t0 = std::chrono::steady_clock::now();
     gguf_file in = gguf_file::open(in_path);
-    std::deque<std::vector<uint8_t>> storage;
     quantize_result r;
-    gguf_writer w = build_output(in, p, storage, r);
-    w.write(out_path);
+    build_output(in, p, r).write(out_path);
     r.in_file_bytes = in.file_size();
     r.out_file_bytes = std::filesystem::file_size(out_path);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -418,6 +418,56 @@ TEST(gguf_round_trip, writer_rejects_bad_input) {
     EXPECT_EQ(gguf_file::from_memory(w.to_bytes()).tensors().size(), 2u);
 }
 
+// Tensors made while the file is written (add_tensor with a fill): the same bytes as the eager ones, fills called in
+// order with buffers of the tensors' sizes, and a fill's exception leaves no file and no temporary.
+TEST(gguf_write, tensors_filled_while_written) {
+    const int64_t ne_a[] = {16, 3}, ne_b[] = {64}, ne_c[] = {32, 2};
+    std::vector<float> a(48);
+    std::vector<uint8_t> b(int64_t(64) / 32 * 34), c(tensor_bytes(type::q4_0, 64));
+    for (size_t i = 0; i < a.size(); i++) a[i] = float(i) * 0.25f - 3.0f;
+    for (size_t i = 0; i < b.size(); i++) b[i] = uint8_t(i * 7 + 1);
+    for (size_t i = 0; i < c.size(); i++) c[i] = uint8_t(255 - i);
+    gguf_writer eager, lazy;
+    for (gguf_writer* w : {&eager, &lazy}) {
+        w->set("general.name", gguf_value::of_string("lazy"));
+        w->set_alignment(64);
+    }
+    eager.add_tensor("a", uint32_t(type::f32), ne_a, a.data());
+    eager.add_tensor("b", uint32_t(type::q8_0), ne_b, b.data());
+    eager.add_tensor("c", uint32_t(type::q4_0), ne_c, c.data());
+    std::vector<std::string> order;
+    const auto fill_from = [&](const char* name, const void* src, size_t n) {
+        return [&order, name, src, n](std::span<uint8_t> out) {
+            order.push_back(name);
+            EXPECT_EQ(out.size(), n) << name;
+            for (uint8_t x : out) EXPECT_EQ(x, 0) << name; // zeroed
+            std::memcpy(out.data(), src, std::min(n, out.size()));
+        };
+    };
+    lazy.add_tensor("a", uint32_t(type::f32), ne_a, fill_from("a", a.data(), a.size() * 4));
+    lazy.add_tensor("b", uint32_t(type::q8_0), ne_b, b.data()); // eager and lazy mixed
+    lazy.add_tensor("c", uint32_t(type::q4_0), ne_c, fill_from("c", c.data(), c.size()));
+    EXPECT_TRUE(lazy.to_bytes() == eager.to_bytes());
+    EXPECT_EQ(order, (std::vector<std::string>{"a", "c"}));
+
+    temp_dir dir;
+    const std::string path = (dir.path / "lazy.gguf").string();
+    order.clear();
+    lazy.write(path);
+    EXPECT_EQ(order, (std::vector<std::string>{"a", "c"}));
+    EXPECT_TRUE(file_bytes(path) == eager.to_bytes());
+    EXPECT_TRUE(test::temps_of(path).empty());
+
+    gguf_writer failing;
+    failing.add_tensor("a", uint32_t(type::f32), ne_a, a.data());
+    failing.add_tensor("x", uint32_t(type::f32), ne_b, [](std::span<uint8_t>) { throw error("fill failed"); });
+    const std::string bad = (dir.path / "failed.gguf").string();
+    EXPECT_THROW(failing.write(bad), error);
+    EXPECT_FALSE(fs::exists(bad));
+    EXPECT_TRUE(test::temps_of(bad).empty());
+    EXPECT_THROW(failing.add_tensor("y", uint32_t(type::f32), ne_b, gguf_writer::fill_fn{}), error);
+}
+
 // Real files: reading and writing them back gives the same bytes.
 TEST(gguf_round_trip, copy_of_real_files_is_byte_exact) {
     for (const char* name : {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf"}) {
