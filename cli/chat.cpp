@@ -49,9 +49,7 @@ struct chat_options {
 std::atomic<bool> g_interrupt{false}; // set by SIGINT, cleared by whoever handles it
 std::atomic<bool> g_generating{false};
 
-void on_sigint(int) {
-    g_interrupt.store(true);
-}
+void on_sigint(int) { g_interrupt.store(true); }
 
 void install_sigint() {
     struct sigaction sa = {};
@@ -61,16 +59,17 @@ void install_sigint() {
     sigaction(SIGINT, &sa, nullptr);
 }
 
-const char* help_text = "commands:\n"
-                        "  /help           this list\n"
-                        "  /clear          forget the conversation (the system prompt stays)\n"
-                        "  /regen          answer the last message again\n"
-                        "  /system TEXT    set the system prompt (and start over)\n"
-                        "  /save FILE      save the conversation as JSON\n"
-                        "  /load FILE      load a conversation saved with /save\n"
-                        "  /stats          context use and speed\n"
-                        "  /exit           quit (also Ctrl-D; Ctrl-C twice at an empty prompt)\n"
-                        "a line ending in \\ continues on the next line; Ctrl-C stops a reply\n";
+const char* help_text =
+    "commands:\n"
+    "  /help           this list\n"
+    "  /clear          forget the conversation (the system prompt stays)\n"
+    "  /regen          answer the last message again\n"
+    "  /system TEXT    set the system prompt (and start over)\n"
+    "  /save FILE      save the conversation as JSON\n"
+    "  /load FILE      load a conversation saved with /save\n"
+    "  /stats          context use and speed\n"
+    "  /exit           quit (also Ctrl-D; Ctrl-C twice at an empty prompt)\n"
+    "a line ending in \\ continues on the next line; Ctrl-C stops a reply\n";
 
 // The longest message chat takes (lines joined by trailing backslashes included): far more text than any context
 // holds, so a longer one (a file piped in by mistake) is one error line instead of memory filled on the way to it.
@@ -238,8 +237,7 @@ nlohmann::ordered_json template_kwargs(const chat_options& o, const chat_templat
             throw error(fmt::format("--chat-template-kwargs: not valid JSON: {}",
                                     at == std::string::npos ? msg : msg.substr(at + 2)));
         }
-        if (!kw.is_object())
-            throw error("--chat-template-kwargs: expected a JSON object such as {\"enable_thinking\": false}");
+        if (!kw.is_object()) throw error("--chat-template-kwargs: expected a JSON object such as {\"enable_thinking\": false}");
     }
     if (o.reasoning_budget == 0 && t.mentions("enable_thinking") && !kw.contains("enable_thinking"))
         kw["enable_thinking"] = false;
@@ -385,8 +383,7 @@ void add_chat(CLI::App& app) {
                     "-1: think as the model likes; 0: no thinking (enable_thinking=false where the template has it)")
         ->check(CLI::IsMember({-1, 0}))
         ->capture_default_str();
-    cmd->add_option("-n,--n-predict", o->n_predict, "Most tokens per reply; -1 = until end of turn")
-        ->capture_default_str();
+    cmd->add_option("-n,--n-predict", o->n_predict, "Most tokens per reply; -1 = until end of turn")->capture_default_str();
     cmd->add_flag("--timings", o->timings, "Print prompt and reply speed after each reply");
     cmd->add_flag("--no-history", o->no_history, "Do not read or write ~/.tessera_history");
     cmd->footer("Examples:\n  tessera chat -m models/SmolLM2-135M-Instruct.Q4_1.gguf\n"

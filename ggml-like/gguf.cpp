@@ -892,9 +892,10 @@ void gguf_writer::write(const std::string& path) const {
     const std::vector<uint8_t> meta = write_meta(kvs_, tensors_, alignment_);
     f.write(meta.data(), meta.size());
     static const uint8_t zeros[256] = {};
+    std::vector<uint8_t> buf; // the filled tensors', one at a time (kept at the largest's size)
     for (const auto& t : tensors_) {
         if (t.fill) {
-            std::vector<uint8_t> buf(t.size);
+            buf.assign(t.size, 0);
             t.fill(buf);
             f.write(buf.data(), buf.size());
         } else if (t.size > 0) {

@@ -66,12 +66,12 @@ struct gguf_kv {
 
 struct gguf_tensor_info {
     std::string name;
-    uint32_t n_dims = 0;           // 1..4
-    int64_t ne[4] = {1, 1, 1, 1};  // elements per dimension, ne[0] innermost; missing dims are 1
-    uint32_t type_id = 0;          // raw GGUF type id (may be one tessera cannot compute)
-    uint64_t offset = 0;           // relative to the data section
-    uint64_t size = 0;             // bytes, from the type's block size
-    const uint8_t* data = nullptr; // into the mapping (or memory buffer); valid while the gguf_file lives
+    uint32_t n_dims = 0;            // 1..4
+    int64_t ne[4] = {1, 1, 1, 1};   // elements per dimension, ne[0] innermost; missing dims are 1
+    uint32_t type_id = 0;           // raw GGUF type id (may be one tessera cannot compute)
+    uint64_t offset = 0;            // relative to the data section
+    uint64_t size = 0;              // bytes, from the type's block size
+    const uint8_t* data = nullptr;  // into the mapping (or memory buffer); valid while the gguf_file lives
 
     type t() const { return type(type_id); }
     int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
@@ -100,7 +100,7 @@ class gguf_file {
     const std::vector<gguf_kv>& kvs() const;
     const std::vector<gguf_tensor_info>& tensors() const;
 
-    const gguf_value* find(std::string_view key) const;               // nullptr if absent
+    const gguf_value* find(std::string_view key) const;             // nullptr if absent
     const gguf_tensor_info* find_tensor(std::string_view name) const; // nullptr if absent
 
     // Typed getters. Absent -> nullopt. Present with an incompatible type -> tessera::error naming the key.
@@ -129,8 +129,8 @@ class gguf_writer {
     // `data` must hold exactly the tensor's byte size and stay valid until write().
     void add_tensor(std::string name, uint32_t type_id, std::span<const int64_t> ne, const void* data);
     // A tensor made when write() or to_bytes() comes to it: `fill` gets a zeroed buffer of exactly its byte size, in
-    // the order the tensors were added, each time the file is written; write() frees the buffer once it is written,
-    // so a file of any size is made one tensor at a time. An exception from `fill` ends the write (nothing is left).
+    // the order the tensors were added, each time the file is written; write() reuses one buffer for them all, so a
+    // file of any size is made one tensor at a time. An exception from `fill` ends the write (nothing is left).
     using fill_fn = std::function<void(std::span<uint8_t>)>;
     void add_tensor(std::string name, uint32_t type_id, std::span<const int64_t> ne, fill_fn fill);
 

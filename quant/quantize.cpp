@@ -289,13 +289,10 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, quantize
         const std::span<const int64_t> ne(t.ne, t.n_dims);
         r.n_elements += uint64_t(t.n_elements());
         if (tp.copy) {
-            // counted when the writer comes to it: a fill that copies the mapped bytes
-            w.add_tensor(t.name, t.type_id, ne, [&t, &p, count](std::span<uint8_t> out) {
-                if (t.size > 0) std::memcpy(out.data(), t.data, t.size);
-                count->done += t.n_elements();
-                if (p.progress) p.progress(count->done, count->total);
-            });
+            w.add_tensor(t.name, t.type_id, ne, t.data); // written from the mapping: counted as done now
             r.out_tensor_bytes += t.size;
+            count->done += t.n_elements();
+            if (p.progress) p.progress(count->done, count->total);
             continue;
         }
         const tensor_scaling* sc = p.scaling.count(t.name) ? &p.scaling.at(t.name) : nullptr;
