@@ -198,6 +198,10 @@ struct cuda_context {
     size_t n_counters = 0;
     // the device group this backend is a member of (nccl_comm's handle; null alone): all_reduce nodes
     void* group = nullptr;
+    // kernels launched through launch() so far, and that count just after the last kernel that made a call of the
+    // group's peer-memory all-reduce or gather (p2p.cuh): add+norm begins its call before pdl_wait only when another
+    // kernel came between (norm.cu)
+    mutable uint64_t launches = 0, p2p_launch = ~uint64_t(0);
     // a cuBLAS handle on `stream` with its own workspace (cublas_create, gemm.cu): f16 / bf16 weights' prefill GEMM;
     // null until a graph has such a node
     void* cublas = nullptr;
@@ -223,6 +227,7 @@ void launch(const cuda_context& ctx, void (*kernel)(P...), dim3 grid, dim3 block
     cfg.attrs = attr;
     cfg.numAttrs = ctx.pdl ? 1 : 0;
     TS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+    ctx.launches++;
 }
 
 // x (rows of ne0 floats) summed over the members of a device group into y (nccl.cu), on ctx.stream: decode-sized

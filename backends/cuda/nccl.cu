@@ -225,6 +225,7 @@ void group_all_reduce(const cuda_context& ctx, void* handle, const float* x, flo
     auto* m = static_cast<member*>(handle);
     if (const p2p_args* a = group_p2p(handle, ne0, rows)) {
         launch(ctx, p2p_sum_kernel, dim3(unsigned(rows)), dim3(P2P_THREADS), 0, *a, x, y, ne0);
+        ctx.p2p_launch = ctx.launches;
         return;
     }
     if (!m->comm) throw error("the GPU group was aborted after a failure");
@@ -242,6 +243,7 @@ void group_all_gather(const cuda_context& ctx, void* handle, const float* x, flo
         TS_ASSERT(slices <= 65535);
         launch(ctx, p2p_gather_kernel, dim3(unsigned(rows), unsigned(slices)), dim3(P2P_THREADS), 0, *a, x, y, part,
                P2P_GATHER_SLICE);
+        ctx.p2p_launch = ctx.launches;
         return;
     }
     if (!m->comm) throw error("the GPU group was aborted after a failure");

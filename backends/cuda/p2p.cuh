@@ -17,7 +17,9 @@
 // after call c's kernel has ended. Whether a call goes this way or through NCCL depends on its shape alone (p2p_fits),
 // so all members take the same path. Measured (70B q4_0 row split on 2 H200, 2026-11-29, tg128, two rounds in one
 // call): 135.8 / 135.2 t/s against 134.7 / 134.1 with a flag word per row (release / acquire) and one block a row;
-// with 16 blocks a row pushing a slice each, which a flag per row had kept out, 139.9 / 139.9 (one GPU: 87.8).
+// with 16 blocks a row pushing a slice each, which a flag per row had kept out, 139.9 / 139.9 (one GPU: 87.8); with
+// add+norm beginning its call before its pdl_wait where another kernel came between (norm.cu), 143.1 / 142.6 against
+// 140.8 / 140.7 (one GPU: 90.9 / 90.7).
 #pragma once
 
 #include <cstdint>
@@ -51,7 +53,8 @@ inline bool p2p_fits(const p2p_args& a, int64_t ne0, int64_t rows) {
 
 #ifdef __CUDACC__
 
-// One call of the all-reduce as a block sees it (begin after pdl_wait: the previous call's kernel has ended).
+// One call of the all-reduce as a block sees it (begin once the previous call's kernel has ended: after pdl_wait, or
+// before it where another kernel came between the two calls).
 struct p2p_call {
     unsigned buf, prev_floats;
 };
@@ -64,8 +67,13 @@ __device__ __forceinline__ p2p_call p2p_begin(const p2p_args& a, p2p_call* share
 }
 
 // Where member `to` receives sender `from`'s floats in buffer b.
+// (recv[to] picked by selects: indexing the parameter array with a runtime value copies it to the stack)
 __device__ __forceinline__ float* p2p_slot(const p2p_args& a, int to, int from, unsigned b) {
-    return a.recv[to] + (int64_t(b) * a.n_ranks + from) * a.cap;
+    float* base = a.recv[0];
+#pragma unroll
+    for (int m = 1; m < P2P_MAX_RANKS; m++)
+        if (to == m) base = a.recv[m];
+    return base + (int64_t(b) * a.n_ranks + from) * a.cap;
 }
 
 __device__ __forceinline__ float p2p_canonical(float v) {
@@ -87,7 +95,8 @@ __device__ __forceinline__ void p2p_clear_previous(const p2p_args& a, p2p_call c
 }
 
 // A peer's word once it has landed (a peer that never comes, because it failed, ends the kernel with an error after
-// 30 s rather than hanging).
+// 30 s rather than hanging). The clock read (asm volatile) is also what keeps the loop: __ldcv alone has no side
+// effect, and under C++'s forward progress rule a loop of it may be compiled into one load (nvcc did, in a harness).
 __device__ __forceinline__ void p2p_check_time(uint64_t& t0) {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -6,21 +6,27 @@
 //              CUDA graph on each GPU with nothing between them: the exchange plus a kernel boundary a call;
 //   alone      the same kernel without a group (16 blocks) on one GPU: the kernel boundary and the norm alone;
 //   exchange   the all-reduce alone in the add+norm's grid, then with add+norm's other parts added one at a time
-//              (parts_kernel), and pushing only.
+//              (parts_kernel), and pushing only;
+//   chain      the model's setting: a GEMV stand-in and add+norm, both programmatic dependent launches, with and
+//              without the all-reduce, its call begun before or after pdl_wait: what one all-reduce costs a step.
 // Microseconds a call, medians of 5 graph launches; both GPUs' results compared bit for bit (the members must agree).
-// Usage: ph [calls]. Build (no project build needed), on a machine with 2 sm_90a GPUs that reach each other:
+// Usage: ph [calls [names]] (names: comma-separated of pingpong, addnorm, chain, alone and the exchange variants;
+// default all). Build (no project build needed), on a machine with 2 sm_90a GPUs that reach each other:
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/p2p_harness.cu \
 //     -o /tmp/ph -Xlinker --unresolved-symbols=ignore-all
-// (it builds without a GPU too: build it here and carry the binary to save the device's build time).
-// Measured (2 H200, 2026-11-29, three machines): ping-pong 1.21-1.32 us; add+norm with the all-reduce 7.2-7.4 us at
-// 16 blocks (9.5-9.7 at one), alone 2.98-3.02; exchange polls only 3.39 (__ldcv; 4.44 with ld.volatile polls on
-// another machine), push only 2.79.
+// (~10 s; a binary built on the dev VM did not load on the device machine: "unexpected PLT reloc type").
+// Measured (2 H200, 2026-11-29): ping-pong 1.21 us; add+norm with the all-reduce 7.1 us at 16 blocks (9.4 at one),
+// alone 3.0; exchange with waits 4.6, + tail 6.0, + early loads 6.3, push only 2.2. Chain (GEMV stand-in 5 us):
+// add+norm 8.2 us a pair; with the all-reduce 11.35 begun before pdl_wait, 12.3 after: 3.15 vs 4.1 us an
+// all-reduce (the model's ~4.3 before). The residual loaded into registers before the peer wait: 3.25 (spills at
+// the 64-register cap), 3.6 without the early begin; its lines prefetched into L1 instead: 3.3.
 #include "backends/cuda/ops/norm.cu"
 #include "tests/bench/harness_check.h"
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 using namespace tessera;
 using namespace tessera::cuda;
@@ -33,6 +39,17 @@ static __device__ __forceinline__ void st_sys(unsigned* p, unsigned v) {
 static __device__ __forceinline__ unsigned ld_sys(const unsigned* p) {
     unsigned v;
     asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// A poll the compiler keeps (a loop of __ldcv alone has no side effect: under the forward progress rule it may be,
+// and was, compiled into one load and no loop)
+static __device__ __forceinline__ float4 ld_poll(const float4* p) {
+    float4 v;
+    asm volatile("ld.relaxed.sys.global.v4.f32 {%0,%1,%2,%3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(p)
+                 : "memory");
     return v;
 }
 
@@ -50,7 +67,7 @@ struct gpu {
     int dev = 0;
     cudaStream_t s = nullptr;
     void* p2p = nullptr; // receive buffers + state (nccl.cu's layout)
-    float *a = nullptr, *b = nullptr, *sum = nullptr, *w = nullptr, *y = nullptr;
+    float *a = nullptr, *b = nullptr, *sum = nullptr, *w = nullptr, *y = nullptr, *src = nullptr;
     int8_t* q = nullptr;
     __half2* ds = nullptr;
     unsigned* word = nullptr;
@@ -120,11 +137,11 @@ static __global__ void __launch_bounds__(XT) parts_kernel(const float* a, const 
         const auto* p = reinterpret_cast<const float4*>(p2p_slot(pa, pa.rank, 1 - pa.rank, c.buf));
 #pragma unroll
         for (int j = 0; j < XV; j++) {
-            float4 x = __ldcv(p + i4[j]);
+            float4 x = ld_poll(p + i4[j]);
             while (__float_as_uint(x.x) == P2P_EMPTY || __float_as_uint(x.y) == P2P_EMPTY ||
                    __float_as_uint(x.z) == P2P_EMPTY || __float_as_uint(x.w) == P2P_EMPTY) {
                 if constexpr ((PARTS & SLEEP) != 0) __nanosleep(64);
-                x = __ldcv(p + i4[j]);
+                x = ld_poll(p + i4[j]);
             }
             const float4 o = p2p_canonical(v[j]);
             v[j] = pa.rank == 0 ? make_float4(o.x + x.x, o.y + x.y, o.z + x.z, o.w + x.w)
@@ -209,10 +226,51 @@ static double add_norm_us(std::vector<gpu>& g, int calls, int slices, bool group
         const p2p_args none{};
         if (group)
             add_norm_vec_kernel<true, true><<<dim3(1, unsigned(slices)), threads, 0, g[m].s>>>(
-                g[m].a, g[m].b, g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, g[m].args);
+                g[m].a, g[m].b, g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, true, g[m].args);
         else
             add_norm_vec_kernel<true, false><<<dim3(1, unsigned(slices)), threads, 0, g[m].s>>>(
-                g[m].a, g[m].b, g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, none);
+                g[m].a, g[m].b, g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, false, none);
+    });
+}
+
+// The model's setting: a kernel standing for the GEMV before the all-reduce (every SM busy for SPIN_NS, then it
+// writes the member's partial sums a), and add+norm after it, both launched as programmatic dependent launches
+// (common.cuh launch with ctx.pdl), so add+norm's work before its pdl_wait overlaps the GEMV as in a decode step.
+constexpr unsigned SPIN_NS = 5000;
+static __global__ void gemv_like_kernel(const float* src, float* a) {
+    pdl_wait();
+    pdl_trigger();
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    for (t = t0; t - t0 < SPIN_NS;) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < NE0; i += int(gridDim.x * blockDim.x)) a[i] = src[i];
+}
+template <class... P, class... A>
+static void launch_pdl(cudaStream_t s, void (*kernel)(P...), dim3 grid, dim3 block, A&&... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CKH(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+}
+// mode 0: the GEMV stand-in alone; 1: + add+norm without a group (GPU 0); 2: + add+norm with the all-reduce, its
+// call begun before pdl_wait; 3: begun after it
+static double chain_us(std::vector<gpu>& g, int calls, int mode) {
+    const int threads = norm_vec_threads(NE0);
+    return graph_us(g, calls, mode >= 2 ? g.size() : 1, [&](size_t m) {
+        const p2p_args none{};
+        launch_pdl(g[m].s, gemv_like_kernel, dim3(132), dim3(256), g[m].src, g[m].a);
+        if (mode == 1)
+            launch_pdl(g[m].s, add_norm_vec_kernel<true, false>, dim3(1, 16), dim3(unsigned(threads)), g[m].a, g[m].b,
+                       g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, false, none);
+        else if (mode >= 2)
+            launch_pdl(g[m].s, add_norm_vec_kernel<true, true>, dim3(1, 16), dim3(unsigned(threads)), g[m].a, g[m].b,
+                       g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, mode == 2, g[m].args);
     });
 }
 
@@ -249,12 +307,13 @@ int main(int argc, char** argv) {
         CKH(cudaMalloc(&x.p2p, buf_bytes + sizeof(p2p_state)));
         CKH(cudaMemset(x.p2p, 0xff, buf_bytes));
         CKH(cudaMemset(static_cast<uint8_t*>(x.p2p) + buf_bytes, 0, sizeof(p2p_state)));
-        for (float** p : {&x.a, &x.b, &x.sum, &x.w, &x.y}) CKH(cudaMalloc(p, NE0 * 4));
+        for (float** p : {&x.a, &x.b, &x.sum, &x.w, &x.y, &x.src}) CKH(cudaMalloc(p, NE0 * 4));
         CKH(cudaMalloc(&x.q, NE0));
         CKH(cudaMalloc(&x.ds, NE0 / 32 * sizeof(__half2)));
         CKH(cudaMalloc(&x.word, 4));
         CKH(cudaMemset(x.word, 0, 4));
         fill(x.a, NE0, 11u + uint32_t(m)); // each member's partial sums
+        fill(x.src, NE0, 11u + uint32_t(m));
         fill(x.b, NE0, 21u);               // the residual and the norm's weight: every member's
         fill(x.w, NE0, 31u);
     }
@@ -267,8 +326,14 @@ int main(int argc, char** argv) {
         a.state = reinterpret_cast<p2p_state*>(static_cast<uint8_t*>(g[size_t(m)].p2p) + buf_bytes);
     }
 
+    // which measurements to run (argv[2], comma-separated names; all when not given)
+    const std::string want = argc > 2 ? std::string(",") + argv[2] + "," : std::string();
+    const auto on = [&](const char* name) {
+        return want.empty() || want.find(std::string(",") + name + ",") != std::string::npos;
+    };
+
     // ping-pong: both kernels resident at once (one block each), timed on member 0
-    {
+    if (on("pingpong")) {
         const int n = 10000;
         cudaEvent_t e0, e1;
         CKH(cudaSetDevice(0));
@@ -290,35 +355,48 @@ int main(int argc, char** argv) {
         CKH(cudaStreamSynchronize(g[1].s));
     }
 
-    for (int slices : {1, 16})
-        std::printf("add+norm with the all-reduce, %2d blocks: %.2f us a call (%d calls)\n", slices,
-                    add_norm_us(g, calls, slices, true), calls);
-
-    // the last call's results on both members (the group's): bit for bit alike
-    std::vector<float> y0(NE0), y1(NE0);
-    for (int m = 0; m < 2; m++) {
-        CKH(cudaSetDevice(m));
-        CKH(cudaDeviceSynchronize());
+    bool same = true;
+    if (on("addnorm")) {
+        for (int slices : {1, 16})
+            std::printf("add+norm with the all-reduce, %2d blocks: %.2f us a call (%d calls)\n", slices,
+                        add_norm_us(g, calls, slices, true), calls);
+        // the last call's results on both members (the group's): bit for bit alike
+        std::vector<float> y0(NE0), y1(NE0);
+        for (int m = 0; m < 2; m++) {
+            CKH(cudaSetDevice(m));
+            CKH(cudaDeviceSynchronize());
+        }
+        CKH(cudaSetDevice(0));
+        CKH(cudaMemcpy(y0.data(), g[0].sum, NE0 * 4, cudaMemcpyDeviceToHost));
+        CKH(cudaSetDevice(1));
+        CKH(cudaMemcpy(y1.data(), g[1].sum, NE0 * 4, cudaMemcpyDeviceToHost));
+        same = std::memcmp(y0.data(), y1.data(), NE0 * 4) == 0;
+        std::printf("members' sums %s\n", same ? "bit for bit alike" : "DIFFER");
     }
-    CKH(cudaSetDevice(0));
-    CKH(cudaMemcpy(y0.data(), g[0].sum, NE0 * 4, cudaMemcpyDeviceToHost));
-    CKH(cudaSetDevice(1));
-    CKH(cudaMemcpy(y1.data(), g[1].sum, NE0 * 4, cudaMemcpyDeviceToHost));
-    const bool same = std::memcmp(y0.data(), y1.data(), NE0 * 4) == 0;
-    std::printf("members' sums %s\n", same ? "bit for bit alike" : "DIFFER");
-    std::printf("add+norm alone (one GPU), 16 blocks: %.2f us a call\n", add_norm_us(g, calls, 16, false));
-    const auto parts = [&]<unsigned P>(const char* name) {
-        std::printf("exchange%s: %.2f us a call\n", name, parts_us<P>(g, calls));
+    if (on("chain")) {
+        const double g0 = chain_us(g, calls, 0), g1 = chain_us(g, calls, 1), g2 = chain_us(g, calls, 2),
+                     g3 = chain_us(g, calls, 3);
+        std::printf("chain (PDL, GEMV stand-in of %u ns): stand-in alone %.2f, + add+norm %.2f, + add+norm with the "
+                    "all-reduce %.2f us a call (begun after pdl_wait: %.2f): the all-reduce costs %.2f (%.2f)\n",
+                    SPIN_NS, g0, g1, g2, g3, g2 - g1, g3 - g1);
+    }
+    if (on("alone"))
+        std::printf("add+norm alone (one GPU), 16 blocks: %.2f us a call\n", add_norm_us(g, calls, 16, false));
+    const auto parts = [&]<unsigned P>(const char* key, const char* name) {
+        if (on(key)) {
+            std::printf("exchange%s: %.2f us a call\n", name, parts_us<P>(g, calls));
+            std::fflush(stdout);
+        }
     };
-    parts.operator()<0>(" (polls only)");
-    parts.operator()<CLOCK>(" + clock");
-    parts.operator()<EARLY>(" + early loads");
-    parts.operator()<TAIL>(" + tail");
-    parts.operator()<CLOCK | TAIL>(" + clock + tail");
-    parts.operator()<CLOCK | EARLY | TAIL>(" + clock + early loads + tail (add+norm's parts)");
-    parts.operator()<SLEEP>(" + sleep");
-    parts.operator()<SLEEP | EARLY | TAIL>(" + sleep + early loads + tail");
+    parts.operator()<0>("polls", " (polls only)");
+    parts.operator()<CLOCK>("clock", " + clock");
+    parts.operator()<EARLY>("early", " + early loads");
+    parts.operator()<TAIL>("tail", " + tail");
+    parts.operator()<CLOCK | TAIL>("clocktail", " + clock + tail");
+    parts.operator()<CLOCK | EARLY | TAIL>("parts", " + clock + early loads + tail (add+norm's parts)");
+    parts.operator()<SLEEP>("sleep", " + sleep");
+    parts.operator()<SLEEP | EARLY | TAIL>("sleeptail", " + sleep + early loads + tail");
     // last: without waits the members' buffers no longer read empty where the protocol expects it
-    parts.operator()<NOWAIT>(", push only");
+    parts.operator()<NOWAIT>("push", ", push only");
     return same ? 0 : 1;
 }

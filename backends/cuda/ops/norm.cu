@@ -50,7 +50,7 @@ int norm_vec_threads(int64_t ne0) {
 template <bool ADD, bool P2P>
 static __global__ void __launch_bounds__(1024)
     add_norm_vec_kernel(const float* a, const float* b, float* sum, const float* w, float* y, int64_t ne0, float eps,
-                        int8_t* q, __half2* ds, uint2* xh, bool w_early, p2p_args pa) {
+                        int8_t* q, __half2* ds, uint2* xh, bool w_early, bool begin_early, p2p_args pa) {
     __shared__ float red[32];
     __shared__ p2p_call call;
     const int64_t r = blockIdx.x;
@@ -78,6 +78,18 @@ static __global__ void __launch_bounds__(1024)
         for (int l = int(blockIdx.y) + int(gridDim.y) * int(threadIdx.x); l < lines; l += int(gridDim.y) * T)
             prefetch_l2(la + l * 128), prefetch_l2(lb + l * 128);
     }
+    // With the all-reduce, the call begins (its buffer from the member's state, the previous call's buffer emptied)
+    // before the wait where the launch saw another kernel between the previous peer-memory call and this one
+    // (begin_early): that call's kernel has then ended (at most this kernel's predecessor still runs), and its buffer
+    // is not written again before this call's values have reached the peers. The exception to "nothing written before
+    // pdl_wait": no running kernel reads that buffer. Measured (p2p_harness chain, 2 H200, 2026-11-29): the
+    // all-reduce costs 3.16 us a call against 4.05 begun after the wait.
+    p2p_call c{};
+    if constexpr (P2P)
+        if (begin_early) {
+            c = p2p_begin(pa, &call);
+            p2p_clear_previous(pa, c, int64_t(blockIdx.x) * gridDim.y + blockIdx.y, int64_t(gridDim.x) * gridDim.y);
+        }
     pdl_wait();
     pdl_trigger();
     if (!w_early) load_w();
@@ -91,9 +103,8 @@ static __global__ void __launch_bounds__(1024)
         const int i = int(threadIdx.x) + j * T;
         v[j] = i < n4 ? a4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    p2p_call c{};
     if constexpr (P2P) { // this block's slice to the peers, its share of emptying the last call's buffer, the sums
-        c = p2p_begin(pa, &call);
+        if (!begin_early) c = p2p_begin(pa, &call);
         for (int m = 0; m < pa.n_ranks; m++)
             if (m != pa.rank) {
                 auto* to = reinterpret_cast<float4*>(p2p_slot(pa, m, pa.rank, c.buf)) + r * n4;
@@ -101,7 +112,8 @@ static __global__ void __launch_bounds__(1024)
                 for (int j = 0; j < NORM_VEC; j++)
                     if (const int i = int(threadIdx.x) + j * T; i >= lo && i < hi) to[i] = p2p_canonical(v[j]);
             }
-        p2p_clear_previous(pa, c, int64_t(blockIdx.x) * gridDim.y + blockIdx.y, int64_t(gridDim.x) * gridDim.y);
+        if (!begin_early)
+            p2p_clear_previous(pa, c, int64_t(blockIdx.x) * gridDim.y + blockIdx.y, int64_t(gridDim.x) * gridDim.y);
 #pragma unroll
         for (int j = 0; j < NORM_VEC; j++)
             if (const int i = int(threadIdx.x) + j * T; i < n4) v[j] = p2p_sum_at4(pa, c, r * n4 + i, v[j]);
@@ -226,11 +238,13 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
     const auto pick = [&]<class K>(K plain, K add, K p2p, K p2p_add) {
         return group ? (b ? p2p_add : p2p) : (b ? add : plain);
     };
+    const bool begin_early = group && ctx.launches != ctx.p2p_launch;
     launch(ctx,
            pick(add_norm_vec_kernel<false, false>, add_norm_vec_kernel<true, false>, add_norm_vec_kernel<false, true>,
                 add_norm_vec_kernel<true, true>),
            dim3(unsigned(rows), unsigned(slices)), threads, 0, a, b, b ? sum : nullptr, w, y, ne0, eps, q, ds,
-           reinterpret_cast<uint2*>(xh), w_early, pa);
+           reinterpret_cast<uint2*>(xh), w_early, begin_early, pa);
+    if (group) ctx.p2p_launch = ctx.launches;
     return true;
 }
 
