@@ -84,6 +84,15 @@ static __global__ void __launch_bounds__(1024)
     // is not written again before this call's values have reached the peers. The exception to "nothing written before
     // pdl_wait": no running kernel reads that buffer. Measured (p2p_harness chain, 2 H200, 2026-11-29): the
     // all-reduce costs 3.16 us a call against 4.05 begun after the wait.
+    // With the all-reduce and a residual, the residual (rows up to P2P_STAGE floats) is copied into shared memory
+    // (cp.async) once this block's values are sent, so the add after the wait reads it there instead of from L2.
+    // Measured (2 H200, 2026-11-29, one call, two rounds): 70B q4_0 row tg128 143.9 / 144.6 against 142.9 / 142.9
+    // read from L2 after the wait, same greedy text. But p2p_harness's chain (no skew between the GPUs) has the
+    // all-reduce at 4.4 us against 3.15: not understood yet. Loaded into registers instead (harness): spills at the
+    // 64-register cap, 3.25 us; its lines prefetched into L1: 3.3.
+    constexpr int P2P_STAGE = 8192;
+    __shared__ float4 b_stage[P2P && ADD ? P2P_STAGE / 4 : 1];
+    const bool b_staged = P2P && ADD && ne0 <= P2P_STAGE;
     p2p_call c{};
     if constexpr (P2P)
         if (begin_early) {
@@ -114,15 +123,28 @@ static __global__ void __launch_bounds__(1024)
             }
         if (!begin_early)
             p2p_clear_previous(pa, c, int64_t(blockIdx.x) * gridDim.y + blockIdx.y, int64_t(gridDim.x) * gridDim.y);
+        if constexpr (ADD)
+            if (b_staged) { // the residual on its way into shared memory while the peers' values come
+#pragma unroll
+                for (int j = 0; j < NORM_VEC; j++)
+                    if (const int i = int(threadIdx.x) + j * T; i < n4)
+                        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                                         uint32_t(__cvta_generic_to_shared(&b_stage[i]))),
+                                     "l"(b4 + i)
+                                     : "memory");
+                asm volatile("cp.async.commit_group;" ::: "memory");
+            }
 #pragma unroll
         for (int j = 0; j < NORM_VEC; j++)
             if (const int i = int(threadIdx.x) + j * T; i < n4) v[j] = p2p_sum_at4(pa, c, r * n4 + i, v[j]);
+        if constexpr (ADD)
+            if (b_staged) asm volatile("cp.async.wait_all;" ::: "memory"); // each thread reads only its own copies
     }
     if constexpr (ADD) {
 #pragma unroll
         for (int j = 0; j < NORM_VEC; j++)
             if (const int i = int(threadIdx.x) + j * T; i < n4) {
-                const float4 bv = b4[i];
+                const float4 bv = P2P && b_staged ? b_stage[i] : b4[i];
                 v[j].x += bv.x, v[j].y += bv.y, v[j].z += bv.z, v[j].w += bv.w;
                 if (i >= lo && i < hi) s4[i] = v[j];
             }
