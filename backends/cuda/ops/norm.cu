@@ -87,9 +87,10 @@ static __global__ void __launch_bounds__(1024)
     // With the all-reduce and a residual, the residual (rows up to P2P_STAGE floats) is copied into shared memory
     // (cp.async) once this block's values are sent, so the add after the wait reads it there instead of from L2.
     // Measured (2 H200, 2026-11-29, one call, two rounds): 70B q4_0 row tg128 143.9 / 144.6 against 142.9 / 142.9
-    // read from L2 after the wait, same greedy text. But p2p_harness's chain (no skew between the GPUs) has the
-    // all-reduce at 4.4 us against 3.15: not understood yet. Loaded into registers instead (harness): spills at the
-    // 64-register cap, 3.25 us; its lines prefetched into L1: 3.3.
+    // read from L2 after the wait, same greedy text. But p2p_harness's chain has the all-reduce at 4.4 us against
+    // 3.15, probably because its GEMV stand-in uses no shared memory (an SM's carveout then has to change before this
+    // kernel's 33 KB fit beside it; the model's GEMVs stage their weights in shared memory): to be checked. Loaded into
+    // registers instead (harness): spills at the 64-register cap, 3.25 us; its lines prefetched into L1: 3.3.
     constexpr int P2P_STAGE = 8192;
     __shared__ float4 b_stage[P2P && ADD ? P2P_STAGE / 4 : 1];
     const bool b_staged = P2P && ADD && ne0 <= P2P_STAGE;
