@@ -200,8 +200,9 @@ struct cuda_context {
     void* group = nullptr;
     // kernels launched through launch() so far, and that count just after the last kernel that made a call of the
     // group's peer-memory all-reduce or gather (p2p.cuh): add+norm begins its call before pdl_wait only when another
-    // kernel came between (norm.cu)
-    mutable uint64_t launches = 0, p2p_launch = ~uint64_t(0);
+    // kernel came between (norm.cu); equal at first, so not before this context's first launch (an earlier
+    // context's last kernel may have been such a call)
+    mutable uint64_t launches = 0, p2p_launch = 0;
     // a cuBLAS handle on `stream` with its own workspace (cublas_create, gemm.cu): f16 / bf16 weights' prefill GEMM;
     // null until a graph has such a node
     void* cublas = nullptr;
