@@ -169,8 +169,7 @@ TEST(chat_session_tiny, reuses_the_cached_prefix_and_drops_old_turns) {
     EXPECT_EQ(r3.text, last);
     // fill the context: old turns go, the system prompt stays, never a loop
     int dropped = 0;
-    for (int i = 0; i < 40; i++)
-        dropped += c.send("message number " + std::to_string(i), {}, nullptr, 8).n_dropped_turns;
+    for (int i = 0; i < 40; i++) dropped += c.send("message number " + std::to_string(i), {}, nullptr, 8).n_dropped_turns;
     EXPECT_GT(dropped, 0);
     EXPECT_EQ(c.messages().front()["role"], "system");
     EXPECT_LE(c.tokens_in_context(), s.n_ctx());
@@ -426,8 +425,8 @@ TEST(chat_long_session, thousand_turns_in_a_small_context_keep_memory_flat) {
     // the sanitizer build keeps freed memory in a quarantine (256 MiB by default), which would read as growth here
     const char* asan = std::getenv("ASAN_OPTIONS");
     ::setenv("ASAN_OPTIONS", (std::string(asan ? asan : "") + ":quarantine_size_mb=4").c_str(), 1);
-    chat_child c({TESSERA_BINARY, "chat", "-m", path, "-c", "256", "-n", "4", "--temp", "0", "-t", "2", "--no-history",
-                  "-sys", "You are terse."});
+    chat_child c({TESSERA_BINARY, "chat", "-m", path, "-c", "256", "-n", "4", "--temp", "0", "-t", "2",
+                  "--no-history", "-sys", "You are terse."});
     ASSERT_GT(c.pid, 0);
     std::vector<std::pair<long, long>> mem; // after turns 100, 200, ..., 1000
     std::string seen;
@@ -500,10 +499,10 @@ TEST(chat_cli, save_replaces_the_file_whole_and_reports_errors) {
     test::write_tiny_model(path, {});
     { std::ofstream(saved, std::ios::binary) << std::string(100000, 'o'); }
     int rc = -1;
-    const std::string out =
-        sh("printf 'hi\\n/save " + saved + "\\n/save /nonexistent/dir/x.json\\n/stats\\n' | " + quote(TESSERA_BINARY) +
-               " chat -m " + quote(path) + " -n 4 --temp 0 --no-history 2>" + quote(err),
-           &rc);
+    const std::string out = sh("printf 'hi\\n/save " + saved + "\\n/save /nonexistent/dir/x.json\\n/stats\\n' | " +
+                                   quote(TESSERA_BINARY) + " chat -m " + quote(path) +
+                                   " -n 4 --temp 0 --no-history 2>" + quote(err),
+                               &rc);
     EXPECT_EQ(rc, 0);
     const nlohmann::json j = nlohmann::json::parse(test::read_file(saved)); // throws on trailing old bytes
     ASSERT_TRUE(j.is_array());
@@ -526,15 +525,13 @@ TEST(chat_cli, template_flags_and_errors) {
     const std::string path = temp_path("flags.gguf"), tmpl = temp_path("flags.jinja"), err = temp_path("flags.err");
     test::write_tiny_model(path, {});
     {
-        std::ofstream(tmpl)
-            << "{% if enable_thinking is defined and not enable_thinking %}{{ raise_exception('thinking "
-               "is off') }}{% endif %}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor "
-               "%}<assistant>";
+        std::ofstream(tmpl) << "{% if enable_thinking is defined and not enable_thinking %}{{ raise_exception('thinking "
+                               "is off') }}{% endif %}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor "
+                               "%}<assistant>";
     }
     const std::string chat = quote(TESSERA_BINARY) + " chat -m " + quote(path) + " -n 4 --temp 0 --no-history ";
     int rc = -1;
-    std::string out =
-        sh("printf 'hi\n/stats\n' | " + chat + "--chat-template-file " + quote(tmpl) + " 2>" + quote(err), &rc);
+    std::string out = sh("printf 'hi\n/stats\n' | " + chat + "--chat-template-file " + quote(tmpl) + " 2>" + quote(err), &rc);
     EXPECT_EQ(rc, 0) << test::read_file(err);
     EXPECT_NE(out.find("template " + tmpl), std::string::npos) << out;
     for (const std::string flags : {"--reasoning-budget 0", "--chat-template-kwargs '{\"enable_thinking\": false}'"}) {
@@ -545,10 +542,8 @@ TEST(chat_cli, template_flags_and_errors) {
     }
     out = sh("printf 'hi\n' | " + chat + "--chat-template-kwargs '{nope}' 2>" + quote(err), &rc);
     EXPECT_EQ(rc, 1);
-    EXPECT_EQ(test::read_file(err).rfind("error: --chat-template-kwargs: not valid JSON", 0), 0u)
-        << test::read_file(err);
-    out =
-        sh("printf 'hi\n' | " + chat + "--chat-template '{% for m in messages %}{{ m.content }' 2>" + quote(err), &rc);
+    EXPECT_EQ(test::read_file(err).rfind("error: --chat-template-kwargs: not valid JSON", 0), 0u) << test::read_file(err);
+    out = sh("printf 'hi\n' | " + chat + "--chat-template '{% for m in messages %}{{ m.content }' 2>" + quote(err), &rc);
     EXPECT_EQ(rc, 1);
     EXPECT_EQ(test::read_file(err).rfind("error: chat template: line 1: ", 0), 0u) << test::read_file(err);
     out = sh("printf 'hi\n' | " + chat + "--reasoning-budget 100 2>" + quote(err), &rc);

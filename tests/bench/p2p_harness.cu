@@ -248,19 +248,6 @@ static __global__ void gemv_like_kernel(const float* src, float* a) {
     for (t = t0; t - t0 < SPIN_NS;) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < NE0; i += int(gridDim.x * blockDim.x)) a[i] = src[i];
 }
-template <class... P, class... A>
-static void launch_pdl(cudaStream_t s, void (*kernel)(P...), dim3 grid, dim3 block, A&&... args) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.stream = s;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CKH(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
-}
 // mode 0: the GEMV stand-in alone; 1: + add+norm without a group (GPU 0); 2: + add+norm with the all-reduce, its
 // call begun before pdl_wait; 3: begun after it
 static double chain_us(std::vector<gpu>& g, int calls, int mode, int carveout) {
@@ -270,14 +257,17 @@ static double chain_us(std::vector<gpu>& g, int calls, int mode, int carveout) {
         CKH(cudaFuncSetAttribute(gemv_like_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
     }
     return graph_us(g, calls, mode >= 2 ? g.size() : 1, [&](size_t m) {
+        cuda_context ctx; // common.cuh's launch, as programmatic dependent launches
+        ctx.stream = g[m].s;
+        ctx.pdl = true;
         const p2p_args none{};
-        launch_pdl(g[m].s, gemv_like_kernel, dim3(132), dim3(256), g[m].src, g[m].a);
+        launch(ctx, gemv_like_kernel, dim3(132), dim3(256), 0, g[m].src, g[m].a);
         if (mode == 1)
-            launch_pdl(g[m].s, add_norm_vec_kernel<true, false>, dim3(1, 16), dim3(unsigned(threads)), g[m].a, g[m].b,
-                       g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, false, none);
+            launch(ctx, add_norm_vec_kernel<true, false>, dim3(1, 16), dim3(unsigned(threads)), 0, g[m].a, g[m].b,
+                   g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, false, none);
         else if (mode >= 2)
-            launch_pdl(g[m].s, add_norm_vec_kernel<true, true>, dim3(1, 16), dim3(unsigned(threads)), g[m].a, g[m].b,
-                       g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, mode == 2, g[m].args);
+            launch(ctx, add_norm_vec_kernel<true, true>, dim3(1, 16), dim3(unsigned(threads)), 0, g[m].a, g[m].b,
+                   g[m].sum, g[m].w, g[m].y, NE0, 1e-5f, g[m].q, g[m].ds, nullptr, true, mode == 2, g[m].args);
     });
 }
 

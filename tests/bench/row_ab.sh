@@ -22,22 +22,17 @@ export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on shared hosts
 t0=$(date +%s)
 el() { echo "[$(($(date +%s) - t0)) s] $*" >> "$L"; }
 mkdir -p /tmp/bbsrc && tar xJf "$base" -C /tmp/bbsrc || exit 1
-conf() {
-    [[ -f $2/CMakeCache.txt ]] || cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90a-real -DPCRE2_INCLUDE_DIR="$PWD/.gl/include" \
-        -DTESSERA_TEST_DATA="$PWD/.ref/data" > "/tmp/conf_$(basename "$2").log" 2>&1
-}
-conf . /tmp/bt &
-conf /tmp/bbsrc /tmp/bb &
-wait
-el configured
+# the base configured as device_build.sh configures the working tree into /tmp/bt
+[[ -f /tmp/bb/CMakeCache.txt ]] || cmake -S /tmp/bbsrc -B /tmp/bb -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a-real -DPCRE2_INCLUDE_DIR="$PWD/.gl/include" -DTESSERA_TEST_DATA="$PWD/.ref/data" \
+    > /tmp/conf_bb.log 2>&1 || { tail -20 /tmp/conf_bb.log >> "$L"; exit 1; }
 harness() { # SRC OUT
     (cd "$1" && nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a \
         tests/bench/p2p_harness.cu -o "$2" -Xlinker --unresolved-symbols=ignore-all > "$2.log" 2>&1)
 }
 harness "$PWD" /tmp/ph_new &
 harness /tmp/bbsrc /tmp/ph_base &
-cmake --build /tmp/bt -j32 --target random_model > /tmp/rm.log 2>&1 || { tail -20 /tmp/rm.log >> "$L"; exit 1; }
+JOBS=32 OUT=/tmp bash tests/bench/device_build.sh random_model >> "$L" 2>&1 || exit 1 # configures /tmp/bt
 el "random_model built"
 F=/tmp/row_ab_$shape.q4_0.gguf
 rm -f /tmp/gen.rc
@@ -48,15 +43,10 @@ else
         > /tmp/gen.log 2>&1 && mv "$F.tmp" "$F"
     echo $? > /tmp/gen.rc) &
 fi
-build() { # DIR JOBS
-    cmake --build "$1" -j"$2" --target tessera > "$1.log" 2>&1 || { grep -B2 -A10 -m3 error "$1.log" >> "$L"; return 1; }
-}
-build /tmp/bt 20 &
+JOBS=20 OUT=/tmp bash tests/bench/device_build.sh tessera >> "$L" 2>&1 &
 p1=$!
-build /tmp/bb 12 &
-p2=$!
+cmake --build /tmp/bb -j12 --target tessera > /tmp/bb.log 2>&1 || { grep -B2 -A10 -m3 error /tmp/bb.log >> "$L"; exit 1; }
 wait $p1 || exit 1
-wait $p2 || exit 1
 el "tessera built"
 while [[ ! -f /tmp/gen.rc ]]; do sleep 2; done
 [[ $(cat /tmp/gen.rc) == 0 ]] || { tail -3 /tmp/gen.log >> "$L"; exit 1; }
