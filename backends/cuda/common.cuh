@@ -196,6 +196,10 @@ struct cuda_context {
     // ends (attention.cu's split decode kernel: which block finishes last)
     int* counters = nullptr;
     size_t n_counters = 0;
+    // the prefill GEMM's partial sums where it splits its last tiles over k (gemm_wgmma.cu, wq_plan): gemm_part_bytes
+    // (null, 0: no split)
+    float* gemm_part = nullptr;
+    size_t gemm_part_bytes = 0;
     // the device group this backend is a member of (nccl_comm's handle; null alone): all_reduce nodes
     void* group = nullptr;
     // kernels launched through launch() so far, and that count just after the last kernel that made a call of the

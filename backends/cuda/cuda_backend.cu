@@ -536,6 +536,15 @@ void cuda_backend::compute_impl(graph& g) {
         counters_ = std::make_unique<device_buffer>(n_counters * sizeof(int), info_, "block counters");
         TS_CUDA_CHECK(cudaMemsetAsync(counters_->base(), 0, counters_->size(), as_stream(stream_)));
     }
+    // the prefill GEMM's partial sums (its split tail: at most one CTA an SM of 128 x 256 floats), from the first
+    // graph with a batch the wgmma GEMM takes
+    if (!gemm_part_ && wgmma_ && !exact_)
+        for (const tensor* n : g.nodes)
+            if (n->o == op::mul_mat && n->src[1]->ne[1] * n->src[1]->ne[2] * n->src[1]->ne[3] >= 192) {
+                gemm_part_ = std::make_unique<device_buffer>(size_t(std::max(info_.n_sm, 1)) * 128 * 256 * sizeof(float),
+                                                            info_, "the GEMM's partial sums");
+                break;
+            }
     if (!cublas_ && !exact_) // outside any capture: cuBLAS allocates when its handle is made
         for (const tensor* n : g.nodes)
             if (n->o == op::mul_mat && gemm_float_shape(*n)) {
@@ -752,6 +761,8 @@ void cuda_backend::launch_nodes(graph& g) {
     ctx.exact_buf_size = exact_buf_ ? exact_buf_->size() : 0;
     ctx.counters = counters_ ? static_cast<int*>(counters_->base()) : nullptr;
     ctx.n_counters = counters_ ? n_counters : 0;
+    ctx.gemm_part = gemm_part_ ? static_cast<float*>(gemm_part_->base()) : nullptr;
+    ctx.gemm_part_bytes = gemm_part_ ? gemm_part_->size() : 0;
     ctx.group = comm_;
     ctx.cublas = cublas_;
     cudaEvent_t ev[2] = {nullptr, nullptr};

@@ -133,6 +133,7 @@ class cuda_backend final : public backend {
     std::unique_ptr<buffer> gelu_table_; // cuda_context::gelu_table
     std::unique_ptr<buffer> exact_buf_;                                   // exact mode: rope's angle tables
     std::unique_ptr<buffer> counters_; // zeroed block counters (cuda_context::counters)
+    std::unique_ptr<buffer> gemm_part_; // the prefill GEMM's partial sums (cuda_context::gemm_part)
     void* cublas_ = nullptr;           // cuda_context::cublas (made for the first graph with an f16 / bf16 GEMM)
     void graph_signature(const graph& g, std::vector<uint64_t>& sig) const;
     void launch_nodes(graph& g);

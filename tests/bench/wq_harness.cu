@@ -1,7 +1,8 @@
 // wq_harness.cu: the project's prefill GEMM kernels outside the model, on random q4_0, q8_0, nvfp4 or mxfp4 weights:
 // gemm_wq_kernel (BM 64 in clusters of two / BM 128, and BM 64 as a grouped launch of two matrices split off a tile
 // boundary, which leaves an odd number of row tiles and a cluster across the two) and
-// gemm_wgmma_kernel (128 x 128, 3 stages), TFLOP/s at m = 512 with the weights streamed from HBM (in separate
+// gemm_wgmma_kernel (128 x 128, 3 stages), and the model's launch (the tile rule wq_plan, without and with the split
+// tail: the columns rule / split, the plan printed after them), TFLOP/s at m = 512 with the weights streamed from HBM (in separate
 // allocations, or in one arena), and each warp-specialized result against the old kernel's (max |difference|;
 // outputs poisoned with NaN first), on 8B and 1B shapes. Usage: wqh [q4_0|q8_0|nvfp4|mxfp4] [arena]. Build (about 60 s, no
 // project build needed; the source file's host functions stay unresolved, never called), on an sm_90a machine:
@@ -35,7 +36,16 @@ template <class D> int run_format(bool arena) {
     struct shape {
         int n, m, k;
     };
-    std::printf("%6s %6s %6s %8s %8s %8s %10s\n", "n", "m", "k", "old128", "wq64", "wq128", "wq64 group");
+    int n_sm = 0;
+    CKH(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
+    float* part = nullptr;
+    int* counters = nullptr;
+    const size_t part_bytes = size_t(n_sm) * 128 * 256 * sizeof(float), n_counters = 4096;
+    CKH(cudaMalloc(&part, part_bytes));
+    CKH(cudaMalloc(&counters, n_counters * sizeof(int)));
+    CKH(cudaMemset(counters, 0, n_counters * sizeof(int)));
+    std::printf("%6s %6s %6s %8s %8s %8s %10s %8s %8s  %s\n", "n", "m", "k", "old128", "wq64", "wq128", "wq64 group",
+                "rule", "split", "split plan");
     // 8B's o (and q / k / v of one activation as one grid), gate + up, down; one of gate / up; 1B's o, q / k / v, gate
     // + up, down
     for (shape s : {shape{4096, 512, 4096}, shape{6144, 512, 4096}, shape{28672, 512, 4096}, shape{4096, 512, 14336},
@@ -82,7 +92,7 @@ template <class D> int run_format(bool arena) {
             std::printf("no tensor map\n");
             return 1;
         }
-        constexpr int NV = 4;
+        constexpr int NV = 6;
         double tf[NV], diff[NV] = {};
         std::vector<float> ref(size_t(s.n) * s.m), got(ref.size());
         for (int var = 0; var < NV; var++) {
@@ -95,6 +105,9 @@ template <class D> int run_format(bool arena) {
                     launch_wq<D, 64>(a, xm64, s.m, set_row_tiles(a, 64), nullptr);
                 } else if (var == 2) {
                     launch_wq<D, 128>(a, xm128, s.m, set_row_tiles(a, 128), nullptr);
+                } else if (var >= 4) { // the model's launch: the tile rule without (4) and with (5) the split tail
+                    if (var == 5) a.part = part, a.part_bytes = part_bytes, a.counters = counters, a.n_counters = n_counters;
+                    launch<D>(a, s.m, n_sm, nullptr);
                 } else { // two matrices of one grouped launch, split 32 rows off a tile boundary: an odd number of
                          // 64-row tiles (the last cluster's second tile is past the end), a cluster across the two
                     const int h = s.n / 2 - 32;
@@ -139,8 +152,13 @@ template <class D> int run_format(bool arena) {
             std::sort(t.begin(), t.end());
             tf[var] = 2.0 * s.n * double(s.m) * s.k / (t[t.size() / 2] * 1e-3) * 1e-12;
         }
-        std::printf("%6d %6d %6d %8.1f %8.1f %8.1f %10.1f   max |wq - old| %.3g %.3g %.3g\n", s.n, s.m, s.k, tf[0],
-                    tf[1], tf[2], tf[3], diff[1], diff[2], diff[3]);
+        wgmma_args pa{nullptr, nullptr, nullptr, nullptr, 0, 0, 0, s.n, 0, s.m, s.k, 1, 1, 1.0f, true};
+        pa.part = part, pa.part_bytes = part_bytes, pa.counters = counters, pa.n_counters = n_counters;
+        const wq_choice ch = wq_plan(pa, s.m, n_sm, wq_ties_to_64<D>);
+        std::printf("%6d %6d %6d %8.1f %8.1f %8.1f %10.1f %8.1f %8.1f  BM %d, %lld rows x %d   max |x - old| %.3g %.3g "
+                    "%.3g %.3g %.3g\n",
+                    s.n, s.m, s.k, tf[0], tf[1], tf[2], tf[3], tf[4], tf[5], ch.bm, (long long)ch.split_rows, ch.ksplit,
+                    diff[1], diff[2], diff[3], diff[4], diff[5]);
         if (arena)
             cudaFree(big);
         else
@@ -151,6 +169,8 @@ template <class D> int run_format(bool arena) {
         cudaFree(dx);
         cudaFree(dy);
     }
+    cudaFree(part);
+    cudaFree(counters);
     return 0;
 }
 

@@ -3,7 +3,7 @@
 // q8_1 values d q rounded to f16 for the formats whose CPU dot takes q8_1 activations, so both backends multiply the
 // same activations to within f16 rounding; x itself rounded to f16 for the others).
 //
-// Batches of 192 columns or more (prefill) go to gemm_wq_kernel (below, where the tile rule wq_rows allows): tiles of
+// Batches of 192 columns or more (prefill) go to gemm_wq_kernel (below, where the tile rule wq_plan allows): tiles of
 // 64 or 128 weight rows x 256 columns, producer warpgroups (two at BM 64, one at 128: TMA for the activations,
 // shared by the two CTAs of a cluster at BM 64, the weights dequantized into shared memory) and one or two consumer
 // warpgroups that only issue wgmma. H200, 2026-11-28, pp512: 8B q4_0 30087 / 29989 t/s, 1B 127544 / 127355.
@@ -50,6 +50,7 @@
 // shared memory for A; activations written in the fragments' k order): 259 / 218 / 255 for q4_0 in one call against
 // this kernel's 246 / 282 / 246 -- the dequantization then waits on the wgmma two steps back, and the register-held
 // weight prefetch (two steps) is too short at 14336 rows.
+// Split k now lives in gemm_wq_kernel's tail (wq_plan: the last wave's tiles only, at most one part a free SM).
 // Tried and removed (session 20): split k for matrices whose tiles fill few SMs (Gemma-3-4B's o and down, 2560 rows:
 // 80 tiles of 128 x 128 on 132 SMs), each of S CTAs a tile multiplying k / S and the last to finish summing the
 // partials (written to the scratch, counted in ctx.counters) in split order. In the model (ncu, H100, pp512, us per
@@ -101,6 +102,14 @@ struct wgmma_args {
     int n_more = 0;    // grouped launch: row tiles from more[i].tile0 on are matrix i + 1's
     wgmma_part more[2] = {};
     id_map map = {}; // IDS: the pairs' tiles (blockIdx.x), experts' rows, output rows and epilogue
+    // gemm_wq_kernel's split tail (wq_plan): grid rows from split_y0 on are the last row tiles, each ksplit times
+    // (the cluster's rows together: y - split_y0 = ((t / CL) ksplit + p) CL + t % CL for tile split_y0 + t, part p
+    // of k); each part's accumulators go to `part` (f32, wq_split_bytes a tile's part), counted in `counters` (one
+    // per split tile, back to 0 when done), and the last part to finish adds them in part order and stores
+    int split_y0 = 1 << 30, ksplit = 1;
+    float* part = nullptr;
+    int* counters = nullptr;
+    size_t part_bytes = 0, n_counters = 0; // what `part` and `counters` hold (none: no split)
 };
 
 // Stages of a CTA's pipeline (ST of gemm_wgmma_kernel). 64-column tiles: 4, two CTAs an SM. 128-column tiles: 3
@@ -509,6 +518,62 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
+// A split tile's part (kpart of a.ksplit): consumer warpgroup c's accumulators (thread t of its 128) go to the part's
+// slot of a.part as 64 rows x WQ_BN columns, column after column; the tile's counter says which part ended last, and
+// that CTA adds every part's values in part order (so the sum does not depend on which part ends last) and stores
+// them, a warp 32 consecutive rows of a column. Every consumer thread calls it.
+template <int NC>
+__device__ __forceinline__ void wq_split_store(const wgmma_args& a, const float (&d)[WQ_BN / 2], int slot, int kpart,
+                                               int c, int t, int64_t r0, int64_t col0, int64_t cols) {
+    constexpr int TILE = 64 * WQ_BN; // floats of a warpgroup's part
+    const int ks = a.ksplit;
+    auto slot_of = [&](int p) { return a.part + ((size_t(slot) * ks + p) * NC + c) * TILE; };
+    const int w = t / 32, lane = t % 32;
+    float* mine = slot_of(kpart);
+    // fragment register 4 j + e: row lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2
+#pragma unroll
+    for (int i = 0; i < WQ_BN / 2; i++) {
+        const int j = i / 4, e = i % 4;
+        mine[(j * 8 + 2 * (lane % 4) + e % 2) * 64 + w * 16 + lane / 4 + 8 * (e / 2)] = d[i];
+    }
+    __threadfence(); // the values are visible before the count says so
+    __shared__ int last;
+    asm volatile("bar.sync 1, %0;\n" ::"n"(NC * 128) : "memory");
+    if (c == 0 && t == 0) {
+        int* cnt = a.counters + slot;
+        last = atomicAdd(cnt, 1) == ks - 1;
+        if (last) *cnt = 0; // every part has counted: ready for the next launch
+    }
+    asm volatile("bar.sync 1, %0;\n" ::"n"(NC * 128) : "memory");
+    if (!last) return;
+    __threadfence();
+    // 8 float4s of every part a thread in flight at once (a loop of one load after the other had waited on L2 for
+    // each: 2048^2 at 70 TFLOP/s instead of 213)
+    constexpr int U = 8;
+#pragma unroll 1
+    for (int i0 = 4 * t; i0 < TILE; i0 += 4 * 128 * U) {
+        float4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) v[u] = __ldcg(reinterpret_cast<const float4*>(slot_of(0) + i0 + 4 * 128 * u));
+        for (int p = 1; p < ks; p++)
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const float4 x = __ldcg(reinterpret_cast<const float4*>(slot_of(p) + i0 + 4 * 128 * u));
+                v[u].x += x.x, v[u].y += x.y, v[u].z += x.z, v[u].w += x.w;
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = i0 + 4 * 128 * u, cc = i / 64, rr = i % 64; // 4 rows of a column
+            const int64_t col = col0 + cc, r = r0 + rr;
+            if (col >= cols) continue;
+            float* y = a.y + column_offset(col, a.m, a.ne2, a.ne3, a.y_nb1, a.y_nb2, a.y_nb3) + a.row_base + r;
+            const float e[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (r + j < a.n) y[j] = e[j] * a.out_scale;
+        }
+    }
+}
 #endif
 
 template <class D, int BM>
@@ -527,11 +592,21 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
     auto empty = [&](int st) { return bars + 8 * (ST + st); };
 
     int64_t row_tile = blockIdx.y; // column tiles fastest: a row tile's CTAs run together, its weights read once
+    int kpart = 0, slot = -1;       // a split tile's part of k, and the tile's number among the split ones
+    if (int(blockIdx.y) >= a_in.split_y0) {
+        const int rel = int(blockIdx.y) - a_in.split_y0, cl = rel / CL, t = cl / a_in.ksplit * CL + rel % CL;
+        kpart = cl % a_in.ksplit;
+        row_tile = a_in.split_y0 + t;
+        slot = t * int(gridDim.x) + int(blockIdx.x);
+    }
     const wgmma_args a = part_of(a_in, row_tile);
     const int tid = threadIdx.x, wg = tid / 128;
     const int64_t row0 = row_tile * BM, col0 = int64_t(blockIdx.x) * WQ_BN;
     const int64_t cols = a.m * a.ne2 * a.ne3, nb = a.k / 32, ng = nb / D::chunks_per_scale;
-    const int steps = int((nb + 1) / 2); // k % 64 == 32: the last step's second chunk is zeros
+    const int all_steps = int((nb + 1) / 2); // k % 64 == 32: the last step's second chunk is zeros
+    // this CTA's steps: s0 .. s0 + steps - 1 (all of them but in a split tile); `step` below counts from s0
+    const int ks = slot >= 0 ? a_in.ksplit : 1;
+    const int s0 = kpart * all_steps / ks, steps = (kpart + 1) * all_steps / ks - s0;
 
     if (tid == 0) {
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&x_map)) : "memory");
@@ -567,7 +642,7 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
             if (step >= steps) return;
 #pragma unroll
             for (int j = 0; j < WI; j++) {
-                const int64_t ib = min(2 * int64_t(step) + ci, nb - 1);
+                const int64_t ib = min(2 * int64_t(s0 + step) + ci, nb - 1);
                 q[r][j] = ldg_chunk<chunk_t>(q_row[j] + ib * int64_t(sizeof(chunk_t)));
                 sw[r][j] = load_scale_word<D::scale_bytes>(s_row[j] + (ib / D::chunks_per_scale) * D::scale_bytes);
             }
@@ -584,15 +659,15 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
                 if (p == 0) {
                     mbar_arrive_expect_tx(full(stage), B_BYTES);
                     if constexpr (CL == 1)
-                        tma_load_2d(sB + stage * B_BYTES, &x_map, step * TK, int(col0), full(stage));
+                        tma_load_2d(sB + stage * B_BYTES, &x_map, (s0 + step) * TK, int(col0), full(stage));
                     else // this CTA's share of the columns, into every CTA of the cluster
-                        tma_load_2d_multicast(sB + stage * B_BYTES + rank * (B_BYTES / CL), &x_map, step * TK,
+                        tma_load_2d_multicast(sB + stage * B_BYTES + rank * (B_BYTES / CL), &x_map, (s0 + step) * TK,
                                               int(col0 + rank * (WQ_BN / CL)), full(stage), uint16_t((1 << CL) - 1));
                 }
                 uint8_t* ast = sm + stage * A_BYTES;
 #pragma unroll
                 for (int j = 0; j < WI; j++)
-                    dequant_to_smem<D>(q[r][j], sw[r][j], 2 * int64_t(step) + ci, nb, ast, w_r[j], ci);
+                    dequant_to_smem<D>(q[r][j], sw[r][j], 2 * int64_t(s0 + step) + ci, nb, ast, w_r[j], ci);
                 load_w(step + NP * WQ_R, r);
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
                 mbar_arrive(full(stage));
@@ -625,6 +700,10 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     const int64_t r0 = row0 + c * 64;
+    if (slot >= 0) {
+        wq_split_store<NC>(a, d, slot, kpart, c, tid % 128, r0, col0, cols);
+        return;
+    }
     if (a.ne2 * a.ne3 == 1) { // the same for every thread
         store_tile_one_matrix<WQ_BN>(a, d, r0, col0, cols);
         return;
@@ -716,12 +795,42 @@ int64_t set_row_tiles(wgmma_args& a, int rows_per_tile) {
     return tiles;
 }
 
-// BM of gemm_wq_kernel for this launch, 0 for gemm_wgmma_kernel's tiles: its tiles are 256 columns wide, so only for
-// batches of 192 columns or more, and only where 64-row tiles give at least a quarter of the SMs a CTA. BM = 128
-// where its waves, weighted by a CTA's rows, come out no longer than 64-row tiles' (ties to 128, but see below). At
-// 512 columns on 132 SMs: 4096 rows 64 (128 CTAs); 6144 (q, k, v of the 8B) 128 (96 CTAs in one wave rather than 192
-// in two, a tie); 28672 (8B gate + up) 64 (7 waves of 64 rows vs 4 of 128); 16384 (1B gate + up) 128 (a tie); 2048
-// (1B o, down) 64.
+template <class D>
+constexpr bool wq_ties_to_64 = std::is_same_v<D, cuda_format<nvfp4>> || std::is_same_v<D, cuda_format<mxfp4>>;
+
+// TESSERA_CUDA_WQ_SPLIT=0: no split tail (side-by-side runs)
+bool wq_split_enabled() {
+    static const bool on = env_switch_on("TESSERA_CUDA_WQ_SPLIT");
+    return on;
+}
+
+// gemm_wq_kernel's launch: BM (0: gemm_wgmma_kernel's tiles instead), and the split tail: the last split_rows row
+// tiles (whole clusters) each taken by ksplit CTAs, one part of k each
+struct wq_choice {
+    int bm = 0;
+    int64_t split_rows = 0;
+    int ksplit = 1;
+};
+
+// A CTA's time in k steps of its tile: its steps plus the pipeline's start, and for a split part the partial sums'
+// round trip (estimates: the CTA's ~2 us start at ~0.5 us a step)
+constexpr double WQ_START_STEPS = 4.0, WQ_SUM_STEPS = 3.0;
+
+// The time until the last CTA ends, in steps, of `full` whole tiles (ft steps each) and then `units` (at most n_sm)
+// split parts (pt steps), one CTA an SM, each CTA in grid order on the SM that is free first
+double wq_makespan(int64_t full, int64_t units, double ft, double pt, int n_sm) {
+    const int64_t w = full / n_sm, rem = full % n_sm;
+    const double end_full = double(rem > 0 ? w + 1 : w) * ft;
+    if (units == 0) return end_full;
+    if (units <= n_sm - rem) return std::max(end_full, double(w) * ft + pt);
+    return double(w + 1) * ft + pt;
+}
+
+// The tile rule (BM 0: gemm_wgmma_kernel's tiles): gemm_wq_kernel's tiles are 256 columns wide, so only for batches of 192 columns or more, and only where 64-row
+// tiles give at least a quarter of the SMs a CTA. Without the split: BM = 128 where its waves, weighted by a CTA's
+// rows, come out no longer than 64-row tiles' (ties to 128, but see below). At 512 columns on 132 SMs: 4096 rows 64
+// (128 CTAs); 6144 (q, k, v of the 8B) 128 (96 CTAs in one wave rather than 192 in two, a tie); 28672 (8B gate + up)
+// 64 (7 waves of 64 rows vs 4 of 128); 16384 (1B gate + up) 128 (a tie); 2048 (1B o, down) 64.
 // Measured (wq_harness.cu, H200, 2026-11-28, q4_0, m = 512, TFLOP/s BM 64 (clusters of two) / BM 128 / the 128 x
 // 128 kernel): 4096^2 513 / 271 / 306, 6144 x 4096 415 / 408 / 288, 28672 x 4096 548 / 474 / 395, 4096 x 14336
 // 585 / 292 / 275, 16384 x 2048 469 / 480 / 370, 2048^2 221 / 123 / 142, 2048 x 8192 300 / 146 / 162. In the model
@@ -732,20 +841,59 @@ int64_t set_row_tiles(wgmma_args& a, int rows_per_tile) {
 // Measured (H200, 2026-11-29, wq_harness, m = 512, TFLOP/s BM 64 / 128, results bit-equal): nvfp4 6144 x 4096 384 /
 // 318, 16384 x 2048 435 / 392; mxfp4 393 / 319, 449 / 406 (q4_0 408 / 397, 457 / 471); in the model (same call, two
 // rounds, perplexity equal to the last digit) 1B nvfp4 pp512 118875 / 119442 vs 110122 / 110164 t/s with ties to 128.
-template <class D>
-constexpr bool wq_ties_to_64 = std::is_same_v<D, cuda_format<nvfp4>> || std::is_same_v<D, cuda_format<mxfp4>>;
-int wq_rows(const wgmma_args& a, int64_t cols, int n_sm, bool ties_to_64) {
-    if (cols < 192 || forced_tile_cols() || !wq_enabled()) return 0;
+// With the split tail (a.part and a.counters given, wq_split_enabled): the last wave's tiles, where it leaves SMs
+// idle, cut into 2 to 4 parts of k (the parts of all split tiles at most one CTA an SM, 8 steps a part at least),
+// choosing the BM and cut with the shortest estimated time (wq_makespan, weighted by rows as above; a cut only where
+// it saves 3%). At 512 columns on 132 SMs: 6144 rows BM 64 with the last 30 row tiles in halves (132 whole CTAs,
+// then 120 halves), 14336 rows the last 26 in halves, 2048 rows (1B o, down) all 32 in halves.
+// Measured (H200, 2026-12-02, wq_harness, m = 512, TFLOP/s without -> with the split): q4_0 6144 x 4096 397 -> 449,
+// 14336 x 4096 462 -> 497, 2048^2 214 -> 223, 2048 x 8192 297 -> 441; q8_0 353 -> 421, 407 -> 463, 204 -> 212, 285 ->
+// 417; the shapes it leaves whole unchanged. In the model (same call, pp512, two rounds alternated): 8B q4_0 30608 /
+// 29795 vs 29168 / 29478 t/s, 1B 121594 / 121954 vs 118756 / 117757. The parts' sum is another f32 order than one
+// CTA's: the 8B's perplexity (random weights, 4 x 512) 204530 vs 204259, rounding noise through the q8_1 activations.
+// The sum's first version read the parts one float after the other: 2048^2 at 70 TFLOP/s (each load waited on L2).
+wq_choice wq_plan(const wgmma_args& a, int64_t cols, int n_sm, bool ties_to_64) {
+    wq_choice ch;
+    if (cols < 192 || forced_tile_cols() || !wq_enabled()) return ch;
     const int64_t col_tiles = ceil_div(cols, WQ_BN);
-    auto tiles = [&](int bm) {
+    auto row_tiles = [&](int bm) {
         int64_t t = ceil_div(a.n, bm);
         for (int i = 0; i < a.n_more; i++) t += ceil_div(a.more[i].n, bm);
-        return t * col_tiles;
+        return t;
     };
-    const int64_t t64 = tiles(64), t128 = tiles(128);
-    if (4 * t64 < n_sm) return 0;
-    const int64_t w128 = ceil_div(t128, n_sm) * 128, w64 = ceil_div(t64, n_sm) * 64;
-    return w128 < w64 || (w128 == w64 && !ties_to_64) ? 128 : 64;
+    const int64_t t64 = row_tiles(64) * col_tiles, t128 = row_tiles(128) * col_tiles;
+    if (4 * t64 < n_sm) return ch;
+    const bool split = wq_split_enabled() && a.part && a.counters && n_sm > 0;
+    if (!split) {
+        const int64_t w128 = ceil_div(t128, n_sm) * 128, w64 = ceil_div(t64, n_sm) * 64;
+        ch.bm = w128 < w64 || (w128 == w64 && !ties_to_64) ? 128 : 64;
+        return ch;
+    }
+    const int steps = int((a.k / 32 + 1) / 2);
+    const double ft = steps + WQ_START_STEPS;
+    wq_choice best[2];
+    double score[2];
+    for (int b = 0; b < 2; b++) {
+        const int bm = b == 0 ? 64 : 128, cl = bm == 64 ? WQ_CL<64> : WQ_CL<128>;
+        const int64_t rows = ceil_div(row_tiles(bm), cl) * cl; // the grid's row tiles, whole clusters
+        best[b].bm = bm;
+        double m = wq_makespan(rows * col_tiles, 0, ft, 0.0, n_sm);
+        const double whole = m;
+        for (int ks = 2; ks <= 4 && steps / ks >= 8; ks++) {
+            const double pt = double(steps) / ks + WQ_START_STEPS + WQ_SUM_STEPS;
+            for (int64_t rt = cl; rt <= rows; rt += cl) {
+                const int64_t units = rt * col_tiles * ks;
+                if (units > n_sm || size_t(rt * col_tiles) > a.n_counters ||
+                    size_t(units) * size_t(bm) * WQ_BN * sizeof(float) > a.part_bytes)
+                    break;
+                const double mk = wq_makespan((rows - rt) * col_tiles, units, ft, pt, n_sm);
+                if (mk < m && mk < 0.97 * whole) m = mk, best[b].split_rows = rt, best[b].ksplit = ks;
+            }
+        }
+        score[b] = m * bm / 64;
+    }
+    const bool to128 = score[1] < score[0] * (1 - 1e-9) || (score[1] <= score[0] * (1 + 1e-9) && !ties_to_64);
+    return best[to128 ? 1 : 0];
 }
 
 // The driver's cuTensorMapEncodeTiled, nullptr where it has none; first asked by wgmma_built(), outside any capture.
@@ -775,7 +923,9 @@ template <class D, int BM>
 void launch_wq(const wgmma_args& a, const CUtensorMap& x_map, int64_t cols, int64_t row_tiles, cudaStream_t stream) {
     constexpr int CL = WQ_CL<BM>;
     cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(ceil_div(cols, WQ_BN)), unsigned(ceil_div(row_tiles, CL) * CL));
+    const int64_t rows = ceil_div(row_tiles, CL) * CL; // a split tail's row tiles ksplit times
+    cfg.gridDim = dim3(unsigned(ceil_div(cols, WQ_BN)),
+                       unsigned(a.ksplit > 1 ? a.split_y0 + (rows - a.split_y0) * a.ksplit : rows));
     TS_ASSERT(cfg.gridDim.y <= 65535);
     cfg.blockDim = dim3(WQ_THREADS<BM>);
     cfg.dynamicSmemBytes = WQ_SMEM<BM>;
@@ -790,9 +940,15 @@ void launch_wq(const wgmma_args& a, const CUtensorMap& x_map, int64_t cols, int6
 
 template <class D> void launch(wgmma_args a, int64_t cols, int n_sm, cudaStream_t stream) {
     CUtensorMap x_map;
-    const int bm = wq_rows(a, cols, n_sm, wq_ties_to_64<D>);
+    const wq_choice ch = wq_plan(a, cols, n_sm, wq_ties_to_64<D>);
+    const int bm = ch.bm;
     if (bm && x_tensor_map(a.x, a.k, cols, x_map, bm == 64 ? WQ_CL<64> : WQ_CL<128>)) {
         const int64_t row_tiles = set_row_tiles(a, bm);
+        if (ch.ksplit > 1) {
+            const int cl = bm == 64 ? WQ_CL<64> : WQ_CL<128>;
+            a.ksplit = ch.ksplit;
+            a.split_y0 = int(ceil_div(row_tiles, cl) * cl - ch.split_rows);
+        }
         if (bm == 64)
             launch_wq<D, 64>(a, x_map, cols, row_tiles, stream);
         else
@@ -842,6 +998,14 @@ bool wgmma_built(int cc_major, int cc_minor) {
 
 namespace {
 
+// gemm_wq_kernel's split tail: the partial sums' memory and the counters (wgmma_args::part)
+void split_space(const cuda_context& ctx, wgmma_args& a) {
+    a.part = ctx.gemm_part;
+    a.part_bytes = ctx.gemm_part_bytes;
+    a.counters = ctx.counters;
+    a.n_counters = ctx.n_counters;
+}
+
 // TESSERA_CUDA_WGMMA_ORDER=0: row tiles fastest (the previous order, for benchmarks)
 bool cols_fastest() {
     static const bool on = env_switch_on("TESSERA_CUDA_WGMMA_ORDER");
@@ -858,6 +1022,7 @@ void gemm_wgmma(cuda_context& ctx, const split_weight& w, const __half* x, tenso
     TS_ASSERT(w.k % 32 == 0);
     wgmma_args a{w.qs, w.sc, x,   ctx.as<float>(&dst), sy.nb[1],      sy.nb[2], sy.nb[3], w.n, 0, m,
                  w.k,  ne2,  ne3, w.out_scale,         cols_fastest()};
+    split_space(ctx, a);
     const bool known = visit_format(w.t, [&]<class F>() {
         if constexpr (has_split<F>::value) {
             launch<cuda_format<F>>(a, cols, ctx.n_sm, ctx.stream);
@@ -887,6 +1052,7 @@ void gemm_wgmma_group(cuda_context& ctx, const split_weight* const* w, tensor* c
                                    si.nb[3], w[i]->n,  w[i]->out_scale,       0,        nullptr};
     }
     a.n_more = n - 1;
+    split_space(ctx, a);
     visit_format(w[0]->t, [&]<class F>() {
         if constexpr (has_split<F>::value) launch<cuda_format<F>>(a, cols, ctx.n_sm, ctx.stream);
     });
