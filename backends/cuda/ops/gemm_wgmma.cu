@@ -812,9 +812,13 @@ struct wq_choice {
     int ksplit = 1;
 };
 
-// A CTA's time in k steps of its tile: its steps plus the pipeline's start, and for a split part the partial sums'
-// round trip (estimates: the CTA's ~2 us start at ~0.5 us a step)
-constexpr double WQ_START_STEPS = 4.0, WQ_SUM_STEPS = 3.0;
+// A CTA's time in k steps of its tile: its steps plus the pipeline's start (~2 us at ~0.5 us a step), and for a split
+// part what the cut costs besides: a sweep of every (rows, parts) at 2048^2, 2048 x 8192 and 6144 x 4096 (H200,
+// 2026-12-02, q4_0, m = 512) fits 13 to 21 steps (7-9 us: the partial sums' round trip, the last part's reads, a
+// shorter pipeline); 12 keeps the cuts that measured faster (2048^2 +4-9%) and is still optimistic for the rest. The
+// plan's estimates run ahead of the measurements (6144 x 4096: -21% estimated, -9% measured), and 14336 x 4096 in
+// halves measured -3% in one run and +7% in another.
+constexpr double WQ_START_STEPS = 4.0, WQ_SUM_STEPS = 12.0;
 
 // The time until the last CTA ends, in steps, of `full` whole tiles (ft steps each) and then `units` (at most n_sm)
 // split parts (pt steps), one CTA an SM, each CTA in grid order on the SM that is free first
