@@ -853,7 +853,9 @@ double wq_makespan(int64_t full, int64_t units, double ft, double pt, int n_sm) 
 // Measured (H200, 2026-12-02, wq_harness, m = 512, TFLOP/s without -> with the split): q4_0 6144 x 4096 397 -> 449,
 // 14336 x 4096 462 -> 497, 2048^2 214 -> 223, 2048 x 8192 297 -> 441; q8_0 353 -> 421, 407 -> 463, 204 -> 212, 285 ->
 // 417; the shapes it leaves whole unchanged. In the model (same call, pp512, two rounds alternated): 8B q4_0 30608 /
-// 29795 vs 29168 / 29478 t/s, 1B 121594 / 121954 vs 118756 / 117757. The parts' sum is another f32 order than one
+// 29795 vs 29168 / 29478 t/s, 1B 121594 / 121954 vs 118756 / 117757; with the final WQ_SUM_STEPS (another call):
+// 8B q8_0 28314 / 28569 vs 27426 / 27812, nvfp4 28947 / 28893 vs 28649 / 28748, 1B q8_0 117175 / 115942 vs
+// 109943 / 109175. The parts' sum is another f32 order than one
 // CTA's: the 8B's perplexity (random weights, 4 x 512) 204530 vs 204259, rounding noise through the q8_1 activations.
 // The sum's first version read the parts one float after the other: 2048^2 at 70 TFLOP/s (each load waited on L2).
 wq_choice wq_plan(const wgmma_args& a, int64_t cols, int n_sm, bool ties_to_64) {
