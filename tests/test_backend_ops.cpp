@@ -1057,13 +1057,15 @@ std::vector<op_case> all_cases() {
     // (q, k, v's shape), the last 30 of 96 row tiles in halves; 1280 rows, 40 CTAs, in thirds; a batch of two in halves
     for (type t : {type::q4_0, type::q8_0})
         for (mm_shape s : {mm_shape{2048, 2048, 300}, mm_shape{4096, 6144, 512}, mm_shape{4096, 1280, 300}})
-            add_case(std::string("mul_mat_") + type_name(t) + "_wq_split_k" + std::to_string(s.k) + "_n" +
-                         std::to_string(s.n) + "_m" + std::to_string(s.m),
-                     {typed_leaf(t, {s.k, s.n}, 92), f32_leaf({s.k, s.m}, 93)},
-                     [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, gemm_bound(s.m));
-    add_case("mul_mat_q4_0_wq_split_batched_k2048_n2048_m150x2",
-             {typed_leaf(type::q4_0, {2048, 2048}, 94), f32_leaf({2048, 150, 2}, 95)},
-             [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, gemm_bound(300));
+            add_case(
+                std::string("mul_mat_") + type_name(t) + "_wq_split_k" + std::to_string(s.k) + "_n" +
+                    std::to_string(s.n) + "_m" + std::to_string(s.m),
+                {typed_leaf(t, {s.k, s.n}, 92), f32_leaf({s.k, s.m}, 93)},
+                [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, gemm_bound(s.m));
+    add_case(
+        "mul_mat_q4_0_wq_split_batched_k2048_n2048_m150x2",
+        {typed_leaf(type::q4_0, {2048, 2048}, 94), f32_leaf({2048, 150, 2}, 95)},
+        [](context& c, const auto& l) { return mul_mat(c, l[0], l[1]); }, gemm_bound(300));
     for (type t : {type::q4_0, type::q8_0})
         add_case(
             std::string("grouped_qkv_wq_") + type_name(t) + "_512x300",

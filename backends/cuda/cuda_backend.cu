@@ -541,8 +541,8 @@ void cuda_backend::compute_impl(graph& g) {
     if (!gemm_part_ && wgmma_ && !exact_)
         for (const tensor* n : g.nodes)
             if (n->o == op::mul_mat && n->src[1]->ne[1] * n->src[1]->ne[2] * n->src[1]->ne[3] >= 192) {
-                gemm_part_ = std::make_unique<device_buffer>(size_t(std::max(info_.n_sm, 1)) * 128 * 256 * sizeof(float),
-                                                            info_, "the GEMM's partial sums");
+                gemm_part_ = std::make_unique<device_buffer>(
+                    size_t(std::max(info_.n_sm, 1)) * 128 * 256 * sizeof(float), info_, "the GEMM's partial sums");
                 break;
             }
     if (!cublas_ && !exact_) // outside any capture: cuBLAS allocates when its handle is made

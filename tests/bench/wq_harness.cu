@@ -2,10 +2,11 @@
 // gemm_wq_kernel (BM 64 in clusters of two / BM 128, and BM 64 as a grouped launch of two matrices split off a tile
 // boundary, which leaves an odd number of row tiles and a cluster across the two) and
 // gemm_wgmma_kernel (128 x 128, 3 stages), and the model's launch (the tile rule wq_plan, without and with the split
-// tail: the columns rule / split, the plan printed after them), TFLOP/s at m = 512 with the weights streamed from HBM (in separate
-// allocations, or in one arena), and each warp-specialized result against the old kernel's (max |difference|;
-// outputs poisoned with NaN first), on 8B and 1B shapes. Usage: wqh [q4_0|q8_0|nvfp4|mxfp4] [arena]. Build (about 60 s, no
-// project build needed; the source file's host functions stay unresolved, never called), on an sm_90a machine:
+// tail: the columns rule / split, the plan printed after them), TFLOP/s at m = 512 with the weights streamed from HBM
+// (in separate allocations, or in one arena), and each warp-specialized result against the old kernel's (max
+// |difference|; outputs poisoned with NaN first), on 8B and 1B shapes. Usage: wqh [q4_0|q8_0|nvfp4|mxfp4] [arena].
+// Build (about 60 s, no project build needed; the source file's host functions stay unresolved, never called), on an
+// sm_90a machine:
 //   nvcc -std=c++20 -O3 -DNDEBUG -I. --generate-code=arch=compute_90a,code=sm_90a tests/bench/wq_harness.cu \
 //     -o /tmp/wqh -Xlinker --unresolved-symbols=ignore-all
 #include "backends/cuda/ops/gemm_wgmma.cu"
@@ -106,7 +107,8 @@ template <class D> int run_format(bool arena) {
                 } else if (var == 2) {
                     launch_wq<D, 128>(a, xm128, s.m, set_row_tiles(a, 128), nullptr);
                 } else if (var >= 4) { // the model's launch: the tile rule without (4) and with (5) the split tail
-                    if (var == 5) a.part = part, a.part_bytes = part_bytes, a.counters = counters, a.n_counters = n_counters;
+                    if (var == 5)
+                        a.part = part, a.part_bytes = part_bytes, a.counters = counters, a.n_counters = n_counters;
                     launch<D>(a, s.m, n_sm, nullptr);
                 } else { // two matrices of one grouped launch, split 32 rows off a tile boundary: an odd number of
                          // 64-row tiles (the last cluster's second tile is past the end), a cluster across the two

@@ -104,7 +104,7 @@ struct wgmma_args {
     id_map map = {}; // IDS: the pairs' tiles (blockIdx.x), experts' rows, output rows and epilogue
     // gemm_wq_kernel's split tail (wq_plan): grid rows from split_y0 on are the last row tiles, each ksplit times
     // (the cluster's rows together: y - split_y0 = ((t / CL) ksplit + p) CL + t % CL for tile split_y0 + t, part p
-    // of k); each part's accumulators go to `part` (f32, wq_split_bytes a tile's part), counted in `counters` (one
+    // of k); each part's accumulators go to `part` (64 x 256 floats a consumer warpgroup), counted in `counters` (one
     // per split tile, back to 0 when done), and the last part to finish adds them in part order and stores
     int split_y0 = 1 << 30, ksplit = 1;
     float* part = nullptr;
@@ -592,7 +592,7 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
     auto empty = [&](int st) { return bars + 8 * (ST + st); };
 
     int64_t row_tile = blockIdx.y; // column tiles fastest: a row tile's CTAs run together, its weights read once
-    int kpart = 0, slot = -1;       // a split tile's part of k, and the tile's number among the split ones
+    int kpart = 0, slot = -1;      // a split tile's part of k, and the tile's number among the split ones
     if (int(blockIdx.y) >= a_in.split_y0) {
         const int rel = int(blockIdx.y) - a_in.split_y0, cl = rel / CL, t = cl / a_in.ksplit * CL + rel % CL;
         kpart = cl % a_in.ksplit;
@@ -830,11 +830,12 @@ double wq_makespan(int64_t full, int64_t units, double ft, double pt, int n_sm) 
     return double(w + 1) * ft + pt;
 }
 
-// The tile rule (BM 0: gemm_wgmma_kernel's tiles): gemm_wq_kernel's tiles are 256 columns wide, so only for batches of 192 columns or more, and only where 64-row
-// tiles give at least a quarter of the SMs a CTA. Without the split: BM = 128 where its waves, weighted by a CTA's
-// rows, come out no longer than 64-row tiles' (ties to 128, but see below). At 512 columns on 132 SMs: 4096 rows 64
-// (128 CTAs); 6144 (q, k, v of the 8B) 128 (96 CTAs in one wave rather than 192 in two, a tie); 28672 (8B gate + up)
-// 64 (7 waves of 64 rows vs 4 of 128); 16384 (1B gate + up) 128 (a tie); 2048 (1B o, down) 64.
+// The tile rule (BM 0: gemm_wgmma_kernel's tiles): gemm_wq_kernel's tiles are 256 columns wide, so only for batches
+// of 192 columns or more, and only where 64-row tiles give at least a quarter of the SMs a CTA. Without the split:
+// BM = 128 where its waves, weighted by a CTA's rows, come out no longer than 64-row tiles' (ties to 128, but see
+// below). At 512 columns on 132 SMs: 4096 rows 64 (128 CTAs); 6144 (q, k, v of the 8B) 128 (96 CTAs in one wave
+// rather than 192 in two, a tie); 28672 (8B gate + up) 64 (7 waves of 64 rows vs 4 of 128); 16384 (1B gate + up) 128
+// (a tie); 2048 (1B o, down) 64.
 // Measured (wq_harness.cu, H200, 2026-11-28, q4_0, m = 512, TFLOP/s BM 64 (clusters of two) / BM 128 / the 128 x
 // 128 kernel): 4096^2 513 / 271 / 306, 6144 x 4096 415 / 408 / 288, 28672 x 4096 548 / 474 / 395, 4096 x 14336
 // 585 / 292 / 275, 16384 x 2048 469 / 480 / 370, 2048^2 221 / 123 / 142, 2048 x 8192 300 / 146 / 162. In the model
@@ -855,9 +856,9 @@ double wq_makespan(int64_t full, int64_t units, double ft, double pt, int n_sm) 
 // 417; the shapes it leaves whole unchanged. In the model (same call, pp512, two rounds alternated): 8B q4_0 30608 /
 // 29795 vs 29168 / 29478 t/s, 1B 121594 / 121954 vs 118756 / 117757; with the final WQ_SUM_STEPS (another call):
 // 8B q8_0 28314 / 28569 vs 27426 / 27812, nvfp4 28947 / 28893 vs 28649 / 28748, 1B q8_0 117175 / 115942 vs
-// 109943 / 109175. The parts' sum is another f32 order than one
-// CTA's: the 8B's perplexity (random weights, 4 x 512) 204530 vs 204259, rounding noise through the q8_1 activations.
-// The sum's first version read the parts one float after the other: 2048^2 at 70 TFLOP/s (each load waited on L2).
+// 109943 / 109175. The parts' sum is another f32 order than one CTA's: the 8B's perplexity (random weights, 4 x 512)
+// 204530 vs 204259, rounding noise through the q8_1 activations. The sum's first version read the parts one float
+// after the other: 2048^2 at 70 TFLOP/s (each load waited on L2).
 wq_choice wq_plan(const wgmma_args& a, int64_t cols, int n_sm, bool ties_to_64) {
     wq_choice ch;
     if (cols < 192 || forced_tile_cols() || !wq_enabled()) return ch;
