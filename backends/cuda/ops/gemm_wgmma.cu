@@ -548,7 +548,7 @@ __device__ __forceinline__ void wq_split_store(const wgmma_args& a, const float 
     if (!last) return;
     __threadfence();
     // 8 float4s of every part a thread in flight at once (a loop of one load after the other had waited on L2 for
-    // each: 2048^2 at 70 TFLOP/s instead of 213)
+    // each: 2048^2 at 70 TFLOP/s instead of 213; 16 at once measured 2-4% slower than 8 at every split shape)
     constexpr int U = 8;
 #pragma unroll 1
     for (int i0 = 4 * t; i0 < TILE; i0 += 4 * 128 * U) {
