@@ -157,10 +157,10 @@ template <class D> int run_format(bool arena) {
         wgmma_args pa{nullptr, nullptr, nullptr, nullptr, 0, 0, 0, s.n, 0, s.m, s.k, 1, 1, 1.0f, true};
         pa.part = part, pa.part_bytes = part_bytes, pa.counters = counters, pa.n_counters = n_counters;
         const wq_choice ch = wq_plan(pa, s.m, n_sm, wq_ties_to_64<D>);
-        std::printf("%6d %6d %6d %8.1f %8.1f %8.1f %10.1f %8.1f %8.1f  BM %d, %lld rows x %d   max |x - old| %.3g %.3g "
-                    "%.3g %.3g %.3g\n",
-                    s.n, s.m, s.k, tf[0], tf[1], tf[2], tf[3], tf[4], tf[5], ch.bm, (long long)ch.split_rows, ch.ksplit,
-                    diff[1], diff[2], diff[3], diff[4], diff[5]);
+        std::printf("%6d %6d %6d %8.1f %8.1f %8.1f %10.1f %8.1f %8.1f  BM %d, split from row tile %d in %d"
+                    "   max |x - old| %.3g %.3g %.3g %.3g %.3g\n",
+                    s.n, s.m, s.k, tf[0], tf[1], tf[2], tf[3], tf[4], tf[5], ch.bm, ch.ksplit > 1 ? ch.split_y0 : -1,
+                    ch.ksplit, diff[1], diff[2], diff[3], diff[4], diff[5]);
         if (arena)
             cudaFree(big);
         else

@@ -804,12 +804,11 @@ bool wq_split_enabled() {
     return on;
 }
 
-// gemm_wq_kernel's launch: BM (0: gemm_wgmma_kernel's tiles instead), and the split tail: the last split_rows row
-// tiles (whole clusters) each taken by ksplit CTAs, one part of k each
+// gemm_wq_kernel's launch: BM (0: gemm_wgmma_kernel's tiles instead), and the split tail: the row tiles from
+// split_y0 on (whole clusters; wgmma_args::split_y0) each taken by ksplit CTAs, one part of k each
 struct wq_choice {
     int bm = 0;
-    int64_t split_rows = 0;
-    int ksplit = 1;
+    int split_y0 = 1 << 30, ksplit = 1;
 };
 
 // A CTA's time in k steps of its tile: its steps plus the pipeline's start (~2 us at ~0.5 us a step), and for a split
@@ -894,7 +893,7 @@ wq_choice wq_plan(const wgmma_args& a, int64_t cols, int n_sm, bool ties_to_64) 
                     size_t(units) * size_t(bm) * WQ_BN * sizeof(float) > a.part_bytes)
                     break;
                 const double mk = wq_makespan((rows - rt) * col_tiles, units, ft, pt, n_sm);
-                if (mk < m && mk < 0.97 * whole) m = mk, best[b].split_rows = rt, best[b].ksplit = ks;
+                if (mk < m && mk < 0.97 * whole) m = mk, best[b].split_y0 = int(rows - rt), best[b].ksplit = ks;
             }
         }
         score[b] = m * bm / 64;
@@ -951,11 +950,7 @@ template <class D> void launch(wgmma_args a, int64_t cols, int n_sm, cudaStream_
     const int bm = ch.bm;
     if (bm && x_tensor_map(a.x, a.k, cols, x_map, bm == 64 ? WQ_CL<64> : WQ_CL<128>)) {
         const int64_t row_tiles = set_row_tiles(a, bm);
-        if (ch.ksplit > 1) {
-            const int cl = bm == 64 ? WQ_CL<64> : WQ_CL<128>;
-            a.ksplit = ch.ksplit;
-            a.split_y0 = int(ceil_div(row_tiles, cl) * cl - ch.split_rows);
-        }
+        a.ksplit = ch.ksplit, a.split_y0 = ch.split_y0;
         if (bm == 64)
             launch_wq<D, 64>(a, x_map, cols, row_tiles, stream);
         else
