@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <unistd.h> // sysconf
 
 namespace tessera::cuda {
 
@@ -240,6 +241,7 @@ cuda_backend::~cuda_backend() {
         cublas_destroy(cublas_);
     }
     scratch_.reset();
+    stage_.reset();
     weights_buf_.reset();
     if (stream_) (void)cudaStreamDestroy(as_stream(stream_));
 }
@@ -394,19 +396,32 @@ std::pair<size_t, size_t> split_bytes(const tensor& w) {
     return bytes;
 }
 
-// w's rows -> host staging in the split layout: values at out, scale groups at out + sc_offset
-void split_on_host(const tensor& w, uint8_t* out, size_t sc_offset) {
-    visit_format(w.t, [&]<class F>() {
-        if constexpr (has_split<F>::value) {
-            using D = cuda_format<F>;
-            const int64_t k = w.ne[0], chunks = k / 32;
-            const size_t qs_row = size_t(chunks) * sizeof(typename D::chunk_t);
-            const size_t sc_row = size_t(chunks / D::chunks_per_scale) * D::scale_bytes;
-            for (int64_t r = 0; r < w.ne[1] * w.ne[2]; r++) // contiguous: row r of expert e is row e ne1 + r
-                D::split_row(static_cast<const uint8_t*>(w.data) + size_t(r) * w.nb[1], k, out + size_t(r) * qs_row,
-                             out + sc_offset + size_t(r) * sc_row);
-        }
-    });
+// Rows [0, rows) of a weight in the file's layout (row r at src + r row_bytes) -> the split layout: row r's chunks at
+// qs + r qs_row, its scale groups at sc + r sc_row. A thread a file block (split_block).
+template <class F>
+__global__ void split_rows_kernel(const uint8_t* src, size_t row_bytes, int64_t blocks_per_row, int64_t rows,
+                                  size_t qs_row, size_t sc_row, uint8_t* qs, uint8_t* sc) {
+    using D = cuda_format<F>;
+    const int64_t n = rows * blocks_per_row;
+    for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = j / blocks_per_row;
+        D::split_block(reinterpret_cast<const typename D::block*>(src + size_t(r) * row_bytes), j - r * blocks_per_row,
+                       qs + size_t(r) * qs_row, sc + size_t(r) * sc_row);
+    }
+}
+
+// The host memory the system could still give (MemAvailable: free pages and the page cache it can drop), in bytes.
+size_t host_memory_available() {
+    if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+        char line[256];
+        unsigned long long kib = 0;
+        bool found = false;
+        while (!found && std::fgets(line, sizeof line, f))
+            found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+        std::fclose(f);
+        if (found) return size_t(kib) * 1024;
+    }
+    return size_t(sysconf(_SC_AVPHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE));
 }
 
 float split_out_scale(const tensor& w) {
@@ -455,16 +470,70 @@ void cuda_backend::load_weights(std::span<tensor* const> weights) {
         }
         if (it.split.first) {
             const size_t sc_offset = up(it.split.first);
-            // the copy from pageable memory returns once staging has been read, so staging can be refilled
-            staging.resize(sc_offset + it.split.second);
-            split_on_host(*t, staging.data(), sc_offset);
-            TS_CUDA_CHECK(cudaMemcpyAsync(base, staging.data(), staging.size(), cudaMemcpyHostToDevice,
-                                          as_stream(stream_)));
+            upload_split(*t, static_cast<const uint8_t*>(t->data), base, base + sc_offset);
             split_[t] = split_weight{t->t, t->ne[0], t->ne[1], base, base + sc_offset, split_out_scale(*t)};
-            base += up(staging.size());
+            base += up(sc_offset + it.split.second);
         }
     }
     TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+    stage_.reset(); // op offload makes its own when it first needs one
+}
+
+cuda_backend::upload_stage::upload_stage() {
+    TS_CUDA_CHECK(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(&copies), cudaStreamNonBlocking));
+    for (void** e : {&filled[0], &filled[1], &read[0], &read[1]})
+        TS_CUDA_CHECK(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(e), cudaEventDisableTiming));
+}
+
+cuda_backend::upload_stage::~upload_stage() {
+    (void)cudaStreamSynchronize(as_stream(copies));
+    for (void* e : {filled[0], filled[1], read[0], read[1]}) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    (void)cudaStreamDestroy(as_stream(copies));
+}
+
+// w's values from src (its bytes in the file's layout, in host memory, page-locked or not) into the split layout at qs
+// and sc on the device: runs of rows copied into the halves of the stage in turn on its copy stream, each split from
+// there by split_rows_kernel on the backend's stream (so after the kernels that read the destination before). A copy
+// from pageable memory returns once the driver has staged the run; one from page-locked memory at once.
+void cuda_backend::upload_split(const tensor& w, const uint8_t* src, uint8_t* qs, uint8_t* sc) {
+    constexpr size_t half_max = size_t(32) << 20;
+    visit_format(w.t, [&]<class F>() {
+        if constexpr (has_split<F>::value) {
+            using D = cuda_format<F>;
+            const int64_t k = w.ne[0], rows = w.ne[1] * w.ne[2]; // contiguous: row r of expert e is row e ne1 + r
+            const size_t row_bytes = w.nb[1];
+            const size_t qs_row = size_t(k / 32) * sizeof(typename D::chunk_t);
+            const size_t sc_row = size_t(k / 32 / D::chunks_per_scale) * D::scale_bytes;
+            const int64_t run = std::min<int64_t>(rows, std::max<int64_t>(1, int64_t(half_max / row_bytes)));
+            const size_t need = (size_t(run) * row_bytes + 255) / 256 * 256;
+            if (!stage_) stage_ = std::make_unique<upload_stage>();
+            upload_stage& st = *stage_;
+            if (st.half < need) {
+                // kernels may still read the old stage
+                TS_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+                st.mem.reset();
+                st.mem = std::make_unique<device_buffer>(2 * need, info_, "the weights' upload staging");
+                st.half = need;
+            }
+            const int64_t per_row = k / F::block_size;
+            for (int64_t r0 = 0, i = 0; r0 < rows; r0 += run, i++) {
+                const int64_t n = std::min(run, rows - r0);
+                uint8_t* half = static_cast<uint8_t*>(st.mem->base()) + size_t(i % 2) * st.half;
+                auto* filled = static_cast<cudaEvent_t>(st.filled[i % 2]);
+                auto* read = static_cast<cudaEvent_t>(st.read[i % 2]);
+                TS_CUDA_CHECK(cudaStreamWaitEvent(as_stream(st.copies), read, 0)); // never recorded: no wait
+                TS_CUDA_CHECK(cudaMemcpyAsync(half, src + size_t(r0) * row_bytes, size_t(n) * row_bytes,
+                                              cudaMemcpyHostToDevice, as_stream(st.copies)));
+                TS_CUDA_CHECK(cudaEventRecord(filled, as_stream(st.copies)));
+                TS_CUDA_CHECK(cudaStreamWaitEvent(as_stream(stream_), filled, 0));
+                const int64_t blocks = std::min<int64_t>((n * per_row + 255) / 256, int64_t(info_.n_sm) * 16);
+                split_rows_kernel<F><<<unsigned(blocks), 256, 0, as_stream(stream_)>>>(
+                    half, row_bytes, per_row, n, qs_row, sc_row, qs + size_t(r0) * qs_row, sc + size_t(r0) * sc_row);
+                TS_CUDA_CHECK(cudaGetLastError());
+                TS_CUDA_CHECK(cudaEventRecord(read, as_stream(stream_)));
+            }
+        }
+    });
 }
 
 size_t cuda_backend::weight_copy_bytes(const tensor& w) const {
@@ -479,16 +548,29 @@ void cuda_backend::set_weight_copy(tensor& copy, const tensor& w) {
         return;
     }
     TS_CUDA_CHECK(cudaSetDevice(info_.id));
-    host_split& h = host_split_[&w];
-    if (!h.mem) {
+    offload_source& h = offload_src_[&w];
+    if (!h.made) {
+        h.made = true;
         h.sc_offset = (qs + 255) / 256 * 256;
-        h.mem = alloc_host(h.sc_offset + sc);
-        split_on_host(w, static_cast<uint8_t*>(h.mem->base()), h.sc_offset);
         h.out_scale = split_out_scale(w);
+        // page-locked memory cannot be paged out: copies of the file's bytes while they take at most half of the host
+        // memory available when the first was made, the rest from the file's pages, which the system may drop
+        static const bool pinned = env_switch_on("TESSERA_CUDA_PINNED");
+        if (pinned_left_ == SIZE_MAX) pinned_left_ = pinned ? host_memory_available() / 2 : 0;
+        if (w.n_bytes() <= pinned_left_) {
+            std::unique_ptr<buffer> mem = alloc_host(w.n_bytes());
+            if (dynamic_cast<pinned_buffer*>(mem.get())) {
+                std::memcpy(mem->base(), w.data, w.n_bytes());
+                h.mem = std::move(mem);
+                pinned_left_ -= w.n_bytes();
+            } else {
+                pinned_left_ = 0; // none left
+            }
+        }
     }
-    // page-locked source: asynchronous on the stream, after the kernels of the split before (which read the slot)
-    TS_CUDA_CHECK(cudaMemcpyAsync(copy.data, h.mem->base(), h.sc_offset + sc, cudaMemcpyHostToDevice,
-                                  as_stream(stream_)));
+    // after the kernels of the split before, which read the slot
+    upload_split(w, static_cast<const uint8_t*>(h.mem ? h.mem->base() : w.data), static_cast<uint8_t*>(copy.data),
+                 static_cast<uint8_t*>(copy.data) + h.sc_offset);
     auto* base = static_cast<uint8_t*>(copy.data);
     if (split_.insert_or_assign(&copy, split_weight{w.t, w.ne[0], w.ne[1], base, base + h.sc_offset, h.out_scale})
             .second)

@@ -68,8 +68,9 @@ class cuda_backend final : public backend {
     void get(const tensor& t, void* dst, size_t offset, size_t size) override;
     bool supports(const tensor& node) const override;
     void load_weights(std::span<tensor* const> weights) override;
-    // op offload: a weight of the CPU's layers goes up in the split layout (built once per weight into page-locked
-    // host memory, then an asynchronous copy per split) and mul_mat finds the copy in split_ like a loaded weight
+    // op offload: a weight of the CPU's layers goes up in the file's layout and is split on the device (upload_split),
+    // from a page-locked copy of its bytes while such copies fit a budget (set_weight_copy), else from the file's
+    // pages; mul_mat finds the copy in split_ like a loaded weight
     size_t weight_copy_bytes(const tensor& w) const override;
     void set_weight_copy(tensor& copy, const tensor& w) override;
     void forget_weight_copies() override;
@@ -91,14 +92,29 @@ class cuda_backend final : public backend {
     std::unique_ptr<buffer> weights_buf_;                 // every weight, one after another
     std::unordered_map<const tensor*, uint8_t*> weights_; // host tensor -> its copy in weights_buf_
     std::unordered_map<const tensor*, split_weight> split_; // host tensor -> its split copy in weights_buf_
-    // op offload: per CPU-held weight its split layout in page-locked host memory and out_scale; the copies of the
-    // current splits registered in split_
-    struct host_split {
+    // op offload: per CPU-held weight a page-locked copy of its bytes (none: read from the file's pages), the offset
+    // of its scale groups in the split layout and out_scale; the copies of the current splits registered in split_
+    struct offload_source {
+        bool made = false;
         std::unique_ptr<buffer> mem;
         size_t sc_offset = 0;
         float out_scale = 1.0f;
     };
-    std::unordered_map<const tensor*, host_split> host_split_;
+    std::unordered_map<const tensor*, offload_source> offload_src_;
+    size_t pinned_left_ = SIZE_MAX; // bytes op offload may still page-lock (SIZE_MAX: not yet counted)
+    // upload_split's device staging: two halves, a run of rows in the file's layout each; the copy stream fills one
+    // while split_rows_kernel reads the other on the backend's stream
+    struct upload_stage {
+        std::unique_ptr<buffer> mem;
+        size_t half = 0;
+        CUstream_st* copies = nullptr;
+        void* filled[2] = {nullptr, nullptr}; // cudaEvent_t: the copy into a half done
+        void* read[2] = {nullptr, nullptr};   // cudaEvent_t: the kernel that read a half done
+        upload_stage();
+        ~upload_stage();
+    };
+    std::unique_ptr<upload_stage> stage_;
+    void upload_split(const tensor& w, const uint8_t* src, uint8_t* qs, uint8_t* sc);
     std::vector<const tensor*> streamed_;
     std::unique_ptr<buffer> scratch_;                     // per-node scratch (quantized activations)
     // Captured CUDA graphs (compute()), one per graph the backend computes in turn: a session whose model is split

@@ -9,8 +9,6 @@
 #include "backends/cuda/quant/format.cuh"
 #include "quant/awq4.h"
 
-#include <cstring>
-
 namespace tessera::cuda {
 
 template <class F> struct cuda_awq4 {
@@ -19,17 +17,15 @@ template <class F> struct cuda_awq4 {
     static constexpr bool split = true;
     using chunk_t = uint4;
     static constexpr int scale_bytes = 4, chunks_per_scale = G / 32;
-    static void split_row(const void* row, int64_t k, uint8_t* qs, uint8_t* sc) {
-        const auto* b = static_cast<const typename F::block*>(row);
-        for (int64_t i = 0; i < k / G; i++) {
-            for (int c = 0; c < G / 32; c++)
-                for (int j = 0; j < 16; j++)
-                    qs[(G / 2) * i + 16 * c + j] =
-                        uint8_t(F::code(b[i], 32 * c + j) | (F::code(b[i], 32 * c + 16 + j) << 4));
-            std::memcpy(sc + 4 * i, &b[i].s, 2);
-            sc[4 * i + 2] = b[i].z;
-            sc[4 * i + 3] = 0;
-        }
+    using block = typename F::block;
+    TS_HD static void split_block(const block* b, int64_t i, uint8_t* qs, uint8_t* sc) {
+        for (int c = 0; c < G / 32; c++)
+            for (int j = 0; j < 16; j++)
+                qs[(G / 2) * i + 16 * c + j] =
+                    uint8_t(F::code(b[i], 32 * c + j) | (F::code(b[i], 32 * c + 16 + j) << 4));
+        copy_bytes(sc + 4 * i, &b[i].s, 2);
+        sc[4 * i + 2] = b[i].z;
+        sc[4 * i + 3] = 0;
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
     // float(sumi16) / 16 is the reference's float(sum (q - z) q_a), exactly (|sumi16| < 2^24)

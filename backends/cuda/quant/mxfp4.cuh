@@ -16,13 +16,11 @@ template <> struct cuda_format<mxfp4> {
     static constexpr bool split = true;
     using chunk_t = uint4;
     static constexpr int scale_bytes = 1, chunks_per_scale = 1;
-    static void split_row(const void* row, int64_t k, uint8_t* qs, uint8_t* sc) {
-        const auto* b = static_cast<const block_mxfp4*>(row);
-        for (int64_t i = 0; i < k / 32; i++) {
-            auto code = [&](int e) { return e < 16 ? b[i].qs[e] & 0x0F : b[i].qs[e - 16] >> 4; };
-            for (int j = 0; j < 16; j++) qs[16 * i + j] = uint8_t(code(2 * j) | code(2 * j + 1) << 4);
-            sc[i] = b[i].e;
-        }
+    using block = block_mxfp4;
+    TS_HD static void split_block(const block* b, int64_t i, uint8_t* qs, uint8_t* sc) {
+        auto code = [&](int e) { return e < 16 ? b[i].qs[e] & 0x0F : b[i].qs[e - 16] >> 4; };
+        for (int j = 0; j < 16; j++) qs[16 * i + j] = uint8_t(code(2 * j) | code(2 * j + 1) << 4);
+        sc[i] = b[i].e;
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
     // word i of q: elements 8i .. 8i + 7 (the GEMVs' dot: the tables' low words loaded, e2m1_lows_loaded)

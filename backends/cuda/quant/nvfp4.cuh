@@ -10,8 +10,6 @@
 #include "ggml-like/fp16.h"
 #include "quant/nvfp4.h"
 
-#include <cstring>
-
 namespace tessera::cuda {
 
 // 8 E2M1 codes, element i in nibble i of w (the split layout's order) -> int8 of twice their values: .x elements
@@ -105,18 +103,16 @@ template <> struct cuda_format<nvfp4> {
     // The file's sub-block of 16 elements is 8 bytes, low nibbles elements 0..7, high nibbles 8..15; the split layout
     // re-packs it in element order, byte j holding elements 2j (low nibble) and 2j + 1 (high), so that a 32-bit word
     // is 8 consecutive elements (e2m1x8_doubled).
-    static void split_row(const void* row, int64_t k, uint8_t* qs, uint8_t* sc) {
-        const auto* b = static_cast<const block_nvfp4*>(row);
-        for (int64_t i = 0; i < k / 64; i++) {
-            for (int t = 0; t < 4; t++) {
-                const uint8_t* in = b[i].qs + 8 * t;
-                auto code = [&](int e) { return e < 8 ? in[e] & 0x0F : in[e - 8] >> 4; };
-                for (int j = 0; j < 8; j++) qs[32 * i + 8 * t + j] = uint8_t(code(2 * j) | code(2 * j + 1) << 4);
-            }
-            for (int t = 0; t < 4; t++) {
-                const uint16_t h = fp32_to_fp16(ue4m3_to_fp32_half(b[i].d[t]));
-                std::memcpy(sc + 4 * (2 * i + t / 2) + 2 * (t % 2), &h, 2);
-            }
+    using block = block_nvfp4;
+    TS_HD static void split_block(const block* b, int64_t i, uint8_t* qs, uint8_t* sc) {
+        for (int t = 0; t < 4; t++) {
+            const uint8_t* in = b[i].qs + 8 * t;
+            auto code = [&](int e) { return e < 8 ? in[e] & 0x0F : in[e - 8] >> 4; };
+            for (int j = 0; j < 8; j++) qs[32 * i + 8 * t + j] = uint8_t(code(2 * j) | code(2 * j + 1) << 4);
+        }
+        for (int t = 0; t < 4; t++) {
+            const uint16_t h = fp32_to_fp16(ue4m3_to_fp32_half(b[i].d[t]));
+            copy_bytes(sc + 4 * (2 * i + t / 2) + 2 * (t % 2), &h, 2);
         }
     }
     static float out_scale(const void*, int64_t) { return 1.0f; } // the `.scale` tensor is a graph op

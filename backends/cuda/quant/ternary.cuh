@@ -9,8 +9,6 @@
 #include "quant/i2_s.h"
 #include "quant/tq2_0.h"
 
-#include <cstring>
-
 namespace tessera::cuda {
 
 template <> struct cuda_format<tq2_0> {
@@ -18,19 +16,17 @@ template <> struct cuda_format<tq2_0> {
     static constexpr bool split = true;
     using chunk_t = uint2;
     static constexpr int scale_bytes = 2, chunks_per_scale = 8;
-    static void split_row(const void* row, int64_t k, uint8_t* qs, uint8_t* sc) {
-        const auto* b = static_cast<const block_tq2_0*>(row);
-        for (int64_t i = 0; i < k / 256; i++) {
-            for (int c = 0; c < 8; c++) {
-                int codes[32];
-                for (int e = 0; e < 32; e++) {
-                    const int j = 32 * c + e, h = j / 128, n = (j % 128) / 32, m = j % 32;
-                    codes[e] = (b[i].qs[32 * h + m] >> (2 * n)) & 3;
-                }
-                pack_2bit_chunk(codes, qs + 8 * (8 * i + c));
+    using block = block_tq2_0;
+    TS_HD static void split_block(const block* b, int64_t i, uint8_t* qs, uint8_t* sc) {
+        for (int c = 0; c < 8; c++) {
+            int codes[32];
+            for (int e = 0; e < 32; e++) {
+                const int j = 32 * c + e, h = j / 128, n = (j % 128) / 32, m = j % 32;
+                codes[e] = (b[i].qs[32 * h + m] >> (2 * n)) & 3;
             }
-            std::memcpy(sc + 2 * i, &b[i].d, 2);
+            pack_2bit_chunk(codes, qs + 8 * (8 * i + c));
         }
+        copy_bytes(sc + 2 * i, &b[i].d, 2);
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
     __device__ static float dot_split(const uint2& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
@@ -51,14 +47,13 @@ template <> struct cuda_format<i2_s> {
     static constexpr bool split = true;
     using chunk_t = uint2;
     static constexpr int scale_bytes = 0, chunks_per_scale = 4;
-    static void split_row(const void* row, int64_t k, uint8_t* qs, uint8_t*) {
-        const auto* b = static_cast<const block_i2_s*>(row);
-        for (int64_t i = 0; i < k / 128; i++)
-            for (int c = 0; c < 4; c++) {
-                int codes[32];
-                for (int e = 0; e < 32; e++) codes[e] = i2_s::code(b[i], 32 * c + e);
-                pack_2bit_chunk(codes, qs + 8 * (4 * i + c));
-            }
+    using block = block_i2_s;
+    TS_HD static void split_block(const block* b, int64_t i, uint8_t* qs, uint8_t*) {
+        for (int c = 0; c < 4; c++) {
+            int codes[32];
+            for (int e = 0; e < 32; e++) codes[e] = i2_s::code(b[i], 32 * c + e);
+            pack_2bit_chunk(codes, qs + 8 * (4 * i + c));
+        }
     }
     static float out_scale(const void* data, int64_t n) { return i2_s::read_scale(data, n); }
     __device__ static float dot_split(const uint2& q, uint32_t, int, int4 a0, int4 a1, float2 ds) {
