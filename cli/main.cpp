@@ -22,6 +22,21 @@ std::string describe_parse_error(const CLI::ParseError& e, const std::vector<std
         if (eq != std::string::npos)
             return rest.substr(0, eq) + ": '" + rest.substr(eq + 3) + "' is not a valid value";
     }
+    // CLI::Range on an integer flag: "--ctx-size: Value abc not in range 0 to 16777216" (also for a value that is no
+    // number at all, which it checks before converting)
+    if (const size_t v = msg.find(": Value "), r = msg.find(" not in range ");
+        v != std::string::npos && r != std::string::npos && v < r) {
+        const std::string flag = msg.substr(0, v), value = msg.substr(v + 8, r - v - 8);
+        const std::string range = msg.substr(r + 14);
+        const size_t to = range.find(" to ");
+        const size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
+        const bool integer = sign < value.size() && value.find_first_not_of("0123456789", sign) == std::string::npos;
+        if (to != std::string::npos) {
+            if (!integer) return flag + ": '" + value + "' is not a whole number";
+            return flag + ": " + value + " is out of range (" + range.substr(0, to) + " to " + range.substr(to + 4) +
+                   ")";
+        }
+    }
     if (starts("The following argument")) { // "... were not expected: 3 --foo"
         const size_t colon = msg.find(": ");
         return "unexpected argument(s): " + (colon == std::string::npos ? msg : msg.substr(colon + 2));

@@ -243,7 +243,9 @@ TEST(cli_run, bad_input_fails_with_one_line) {
 TEST(cli_run, bad_flags_fail_with_one_line) {
     const std::string m = "run -m " + shell_quote(tiny_model()) + " -p hi ";
     expect_one_line_error(run_tessera(m + "--no-such-flag"), "--no-such-flag");
-    expect_one_line_error(run_tessera(m + "-n notanumber"), "--n-predict: Value notanumber not in range");
+    expect_one_line_error(run_tessera(m + "-n notanumber"), "--n-predict: 'notanumber' is not a whole number");
+    expect_one_line_error(run_tessera(m + "-c 1.5"), "--ctx-size: '1.5' is not a whole number");
+    expect_one_line_error(run_tessera(m + "-n -2"), "--n-predict: -2 is out of range (-1 to 16777216)");
     expect_one_line_error(run_tessera(m + "--temp abc"), "--temp: 'abc'");
     expect_one_line_error(run_tessera(m + "-t -3"), "--threads");
     expect_one_line_error(run_tessera(m + "--device tpu"), "--device");
