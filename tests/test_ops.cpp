@@ -69,10 +69,11 @@ struct harness {
         const auto* d = static_cast<const uint8_t*>(out->data);
         return {d, d + out->n_bytes()};
     }
-    // computes out; returns its values (contiguous copy)
-    std::vector<float> run(tensor* out) {
+    // computes out (the nodes of `first` placed first, in that order); returns its values (contiguous copy)
+    std::vector<float> run(tensor* out, const std::vector<tensor*>& first = {}) {
         out->flags |= flag_output;
         graph g;
+        for (tensor* t : first) g.expand(t);
         g.expand(out);
         // a node an earlier run computed still points into that run's freed buffer: plan it again
         for (tensor* n : g.nodes)
@@ -413,6 +414,47 @@ TEST(ops, mul_mat_times_scalar_fused_same_bits) {
             for (size_t i = 0; i < out[0].size(); i++)
                 ASSERT_EQ(out[0][i], out[1][i]) << type_name(t) << " m=" << m << " at " << i;
         }
+}
+
+// Consecutive mul_mats of one activation with weights repacked alike (q, k, v; gate, up) run as one node
+// (mul_mat_group: the activations converted once, one tile loop). Bound: the same bits as the mul_mats one by one (an
+// eval callback turns the fusion off), for 2 and 3 matrices (row counts 48 / 40 / 16: rows past the last group on
+// the row kernels) and a fourth of another type right after them (not grouped), decode and prompt shapes, 3 threads;
+// each product checked through three sums of its columns (plain, squared, weighted by position).
+TEST(ops, mul_mat_group_fused_same_bits) {
+    if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
+    for (type t : {type::q4_0, type::q8_0, type::tq2_0})
+        for (int n_mat : {2, 3})
+            for (int64_t m : {int64_t(1), int64_t(37)}) {
+                const int64_t k = 256, rows[] = {48, 40, 16, 32};
+                std::vector<float> out[2];
+                for (int fused = 0; fused < 2; fused++) {
+                    harness h(3);
+                    tensor* x = h.leaf_f32({k, m}, 51);
+                    std::vector<tensor*> ws, mats;
+                    for (int i = 0; i <= n_mat; i++) {
+                        std::vector<float> wd;
+                        tensor* w = h.leaf_typed(i < n_mat ? t : type::q4_1, k, rows[i], uint32_t(52 + i), wd);
+                        w->flags |= flag_param;
+                        ws.push_back(w);
+                        mats.push_back(mul_mat(h.ctx, w, x));
+                    }
+                    tensor* y = nullptr;
+                    for (int i = 0; i <= n_mat; i++) {
+                        tensor* r = mats[size_t(i)];
+                        tensor* pos = h.leaf_f32({rows[i]}, uint32_t(60 + i));
+                        tensor* s = add(h.ctx, add(h.ctx, sum_rows(h.ctx, r), sum_rows(h.ctx, mul(h.ctx, r, r))),
+                                        sum_rows(h.ctx, mul(h.ctx, r, pos)));
+                        y = y ? add(h.ctx, y, s) : s;
+                    }
+                    h.be.load_weights(ws);
+                    if (!fused) h.be.set_eval_callback([](const tensor&) {});
+                    out[fused] = h.run(y, mats);
+                }
+                ASSERT_EQ(out[0].size(), out[1].size());
+                for (size_t i = 0; i < out[0].size(); i++)
+                    ASSERT_EQ(out[0][i], out[1][i]) << type_name(t) << " n_mat=" << n_mat << " m=" << m << " at " << i;
+            }
 }
 
 // add -> rms_norm -> mul by a weight row, and rms_norm -> mul, run as one node per chain (cpu_backend's

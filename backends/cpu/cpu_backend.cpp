@@ -155,12 +155,15 @@ namespace {
 //   norm_mul      rms_norm -> mul by a weight row (every norm of a model), one pass per row
 //   add_norm_mul  add -> rms_norm -> mul: the residual add, its norm and the weight (decode: three single-row nodes
 //                 and their barriers become one)
+//   mat_group     2-3 mul_mats of the same activations with weights repacked alike (q, k, v; gate, up): the
+//                 activations converted once, one tile loop (mul_mat_group: two barriers instead of two a matrix)
 // Each keeps its ops' arithmetic (the same bits); a fused result must have no reader but the chain's next node (the
 // add's may have others: it is written), and the chain's output must not overlap what it reads (rows go to threads
 // independently).
 struct fusion {
-    enum kind { none, scale_mul, norm_mul, add_norm_mul } k = none;
+    enum kind { none, scale_mul, norm_mul, add_norm_mul, mat_group } k = none;
     const tensor* scale = nullptr; // scale_mul: the one-element tensor
+    int n = 0;                     // mat_group: its mul_mats
 };
 
 bool overlaps(const tensor* a, const tensor* b) {
@@ -180,7 +183,7 @@ bool norm_mul_pair(const tensor* n, const tensor* m, std::unordered_map<const te
            !overlaps(m, n->src[0]) && !overlaps(m, w);
 }
 
-std::vector<fusion> plan_fusions(const graph& g) {
+std::vector<fusion> plan_fusions(const graph& g, const repack_store& repacked) {
     std::unordered_map<const tensor*, int> readers;
     for (const tensor* n : g.nodes)
         for (const tensor* s : n->src)
@@ -189,6 +192,15 @@ std::vector<fusion> plan_fusions(const graph& g) {
     for (size_t i = 0; i + 1 < g.nodes.size(); i++) {
         const tensor* n0 = g.nodes[i];
         const tensor* n1 = g.nodes[i + 1];
+        int n_mat = 1;
+        while (n_mat < 3 && i + n_mat < g.nodes.size() && mul_mat_groupable(repacked, *n0, *g.nodes[i + n_mat]))
+            n_mat++;
+        if (n_mat > 1) {
+            out[i].k = fusion::mat_group;
+            out[i].n = n_mat;
+            i += size_t(n_mat) - 1;
+            continue;
+        }
         if (n0->o == op::add && i + 2 < g.nodes.size() && n1->src[0] == n0 &&
             norm_mul_pair(n1, g.nodes[i + 2], readers)) {
             const tensor* a = n0->src[0];
@@ -232,7 +244,8 @@ void cpu_backend::compute(graph& g) {
     for (tensor* n : g.nodes) wsize = std::max(wsize, work_size(*n, pool_.n_threads()));
     if (work_.size() < wsize) work_.resize(wsize);
     // fused pairs only without a per-node callback (it must see every node's own result)
-    const std::vector<fusion> fused = on_eval || opt_.reference ? std::vector<fusion>(g.nodes.size()) : plan_fusions(g);
+    const std::vector<fusion> fused =
+        on_eval || opt_.reference ? std::vector<fusion>(g.nodes.size()) : plan_fusions(g, repacked_);
 
     pool_.run([&](int ith, int nth) {
         compute_params p;
@@ -255,6 +268,12 @@ void cpu_backend::compute(graph& g) {
                 p.out_scale = 1.0f;
                 p.barrier();
                 i++;
+                continue;
+            }
+            if (fused[i].k == fusion::mat_group) {
+                mul_mat_group(p, &g.nodes[i], fused[i].n);
+                p.barrier();
+                i += size_t(fused[i].n) - 1;
                 continue;
             }
             if (fused[i].k == fusion::norm_mul) {

@@ -33,72 +33,123 @@ const cpu_type_ops* row_ops_for(const tensor& w, bool reference, cpu_type_ops& s
 
 // Weights repacked in groups of 16 rows (repack.h): the same two steps, tiles of one group x 16 activation rows; the
 // rows past the last group (a 2-D weight's n % 16) by the row kernels, whose order the repacked kind keeps (same
-// bits).
-void mul_mat_x16(const compute_params& p, tensor& dst, const repacked_weight& rw) {
-    const tensor& w = *dst.src[0];
-    const tensor& x = *dst.src[1];
-    cpu_type_ops row_storage;
-    const cpu_type_ops* ops = row_ops_for(w, false, row_storage);
-    const x16_kernels kern = find_x16_kernels(rw.kind);
-    const int64_t k = rw.k, n = rw.n;
-    const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];
-    const size_t act_row = row_size(ops->dot_type, k);
-    const int64_t n_x_rows = m * ne2 * ne3;
-    auto* counter = reinterpret_cast<std::atomic<int64_t>*>(p.wdata);
-    uint8_t* act = p.wdata + 64;
-    const size_t ss = kern.sums ? size_t(x16_act_sums_count(rw.kind, k)) : 0;
-    int32_t* sums = kern.sums ? reinterpret_cast<int32_t*>(act + (act_row * size_t(n_x_rows) + 63) / 64 * 64) : nullptr;
+// bits). Several matrices of one kind and k reading the same activations (q, k, v; gate, up: mul_mat_group) share
+// step 1 and one tile counter.
+struct x16_job {
+    tensor* dst;
+    const repacked_weight* rw;
+    cpu_type_ops ops; // row_ops_for's (the rows past the groups)
+};
 
+struct x16_acts {
+    std::atomic<int64_t>* counter;
+    uint8_t* act;
+    size_t act_row;
+    int32_t* sums; // the rows' int32 corrections (kinds with kern.sums), ss a row
+    size_t ss;
+};
+
+// 1) x rows -> the dot type (and their sums), all threads, the tile counter reset; ends with the barrier
+x16_acts x16_prepare(const compute_params& p, const tensor& x, const x16_job& j, const x16_kernels& kern) {
+    const int64_t k = j.rw->k;
+    const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];
+    x16_acts a;
+    a.act_row = row_size(j.ops.dot_type, k);
+    const int64_t n_x_rows = m * ne2 * ne3;
+    a.counter = reinterpret_cast<std::atomic<int64_t>*>(p.wdata);
+    a.act = p.wdata + 64;
+    a.ss = kern.sums ? size_t(x16_act_sums_count(j.rw->kind, k)) : 0;
+    a.sums = kern.sums ? reinterpret_cast<int32_t*>(a.act + (a.act_row * size_t(n_x_rows) + 63) / 64 * 64) : nullptr;
     int64_t a0, a1;
     split(n_x_rows, p.ith, p.nth, a0, a1);
     for (int64_t r = a0; r < a1; r++) {
         const int64_t i1 = r % m, i2 = (r / m) % ne2, i3 = r / (m * ne2);
-        uint8_t* a = act + size_t(r) * act_row;
-        ops->act_from_float(at<float>(x, 0, i1, i2, i3), a, k);
-        if (sums) kern.sums(a, sums + size_t(r) * ss, k);
+        uint8_t* row = a.act + size_t(r) * a.act_row;
+        j.ops.act_from_float(at<float>(x, 0, i1, i2, i3), row, k);
+        if (a.sums) kern.sums(row, a.sums + size_t(r) * a.ss, k);
     }
-    if (p.ith == 0) counter->store(0, std::memory_order_relaxed);
+    if (p.ith == 0) a.counter->store(0, std::memory_order_relaxed);
     p.barrier();
+    return a;
+}
 
-    // A tile is a run of `run` consecutive groups x 16 activation rows, activation tiles fastest (a group is read from
-    // memory once and reused from cache for every activation tile). With one activation tile (decode) the groups
-    // go out in runs of about 1/4 of a thread's share: each thread then streams whole stretches of the matrix in
-    // order, which the hardware prefetcher follows (one group at a time, interleaved between threads, made two
-    // threads slower than one).
-    // A last run (c == group_runs) takes the rows past the groups, if any.
-    const int64_t groups = n / 16, tail0 = groups * 16, tiles_m = (m + TILE_M - 1) / TILE_M;
-    const int64_t run = tiles_m == 1 ? std::max<int64_t>(1, groups / (4 * p.nth)) : 1;
-    const int64_t group_runs = (groups + run - 1) / run, runs = group_runs + (tail0 < n ? 1 : 0);
-    const int64_t n_tiles = runs * tiles_m * ne2 * ne3;
+// A tile is a run of `run` consecutive groups x 16 activation rows, activation tiles fastest (a group is read from
+// memory once and reused from cache for every activation tile). With one activation tile (decode) the groups go out
+// in runs of about 1/4 of a thread's share: each thread then streams whole stretches of the matrix in order, which
+// the hardware prefetcher follows (one group at a time, interleaved between threads, made two threads slower than
+// one). A last run (c == group_runs) takes the rows past the groups, if any.
+struct x16_grid {
+    int64_t groups, tail0, tiles_m, run, group_runs, runs, n_tiles;
+    x16_grid(const repacked_weight& rw, const tensor& x, int nth) {
+        groups = rw.n / 16;
+        tail0 = groups * 16;
+        tiles_m = (x.ne[1] + TILE_M - 1) / TILE_M;
+        run = tiles_m == 1 ? std::max<int64_t>(1, groups / (4 * nth)) : 1;
+        group_runs = (groups + run - 1) / run;
+        runs = group_runs + (tail0 < rw.n ? 1 : 0);
+        n_tiles = runs * tiles_m * x.ne[2] * x.ne[3];
+    }
+};
+
+// 2) tile t of one matrix
+void x16_tile(const compute_params& p, const x16_job& j, const x16_grid& gr, const x16_kernels& kern, const x16_acts& a,
+              int64_t t) {
+    tensor& dst = *j.dst;
+    const tensor& w = *dst.src[0];
+    const repacked_weight& rw = *j.rw;
+    const int64_t k = rw.k, n = rw.n, m = dst.src[1]->ne[1], ne2 = dst.src[1]->ne[2];
     const size_t ys = dst.nb[1] / sizeof(float);
-    for (int64_t t = counter->fetch_add(1, std::memory_order_relaxed); t < n_tiles;
-         t = counter->fetch_add(1, std::memory_order_relaxed)) {
-        const int64_t tm = t % tiles_m, c = (t / tiles_m) % runs, i23 = t / (tiles_m * runs);
-        const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
-        const int64_t m0 = tm * TILE_M, m1 = std::min(m, m0 + TILE_M);
-        const int64_t r0 = (i3 * ne2 + i2) * m + m0; // first activation row of the tile
-        if (c == group_runs) { // the rows past the groups, as mul_mat's row path computes them
-            for (int64_t j = m0; j < m1; j++) {
-                const uint8_t* a = act + size_t((i3 * ne2 + i2) * m + j) * act_row;
-                float* y = at<float>(dst, 0, j, i2, i3);
-                for (int64_t i = tail0; i < n; i++) {
-                    y[i] = rw.scale * ops->vec_dot(at<uint8_t>(w, 0, i, 0, 0), a, k);
-                    if (p.out_scale != 1.0f) y[i] *= p.out_scale;
-                }
+    const int64_t tm = t % gr.tiles_m, c = (t / gr.tiles_m) % gr.runs, i23 = t / (gr.tiles_m * gr.runs);
+    const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
+    const int64_t m0 = tm * TILE_M, m1 = std::min(m, m0 + TILE_M);
+    const int64_t r0 = (i3 * ne2 + i2) * m + m0; // first activation row of the tile
+    if (c == gr.group_runs) {                    // the rows past the groups, as mul_mat's row path computes them
+        for (int64_t r = m0; r < m1; r++) {
+            const uint8_t* x = a.act + size_t((i3 * ne2 + i2) * m + r) * a.act_row;
+            float* y = at<float>(dst, 0, r, i2, i3);
+            for (int64_t i = gr.tail0; i < n; i++) {
+                y[i] = rw.scale * j.ops.vec_dot(at<uint8_t>(w, 0, i, 0, 0), x, k);
+                if (p.out_scale != 1.0f) y[i] *= p.out_scale;
             }
-            continue;
         }
-        for (int64_t g = c * run; g < std::min(groups, (c + 1) * run); g++) {
-            float* y = at<float>(dst, 16 * g, m0, i2, i3);
-            kern.gemm(rw.group(g), k / 32, act + size_t(r0) * act_row, act_row,
-                      sums ? sums + size_t(r0) * ss : nullptr, ss, m1 - m0, y, ys);
-            if (rw.scale != 1.0f) // i2_s: rows at unit scale, times the tensor's scale as in the row path
-                for (int64_t j = 0; j < m1 - m0; j++)
-                    for (int64_t i = 0; i < 16; i++) y[j * int64_t(ys) + i] *= rw.scale;
-            if (p.out_scale != 1.0f) // a fused `mul` by a scalar: the same single rounding as the mul op
-                for (int64_t j = 0; j < m1 - m0; j++)
-                    for (int64_t i = 0; i < 16; i++) y[j * int64_t(ys) + i] *= p.out_scale;
-        }
+        return;
+    }
+    for (int64_t g = c * gr.run; g < std::min(gr.groups, (c + 1) * gr.run); g++) {
+        float* y = at<float>(dst, 16 * g, m0, i2, i3);
+        kern.gemm(rw.group(g), k / 32, a.act + size_t(r0) * a.act_row, a.act_row,
+                  a.sums ? a.sums + size_t(r0) * a.ss : nullptr, a.ss, m1 - m0, y, ys);
+        if (rw.scale != 1.0f) // i2_s: rows at unit scale, times the tensor's scale as in the row path
+            for (int64_t r = 0; r < m1 - m0; r++)
+                for (int64_t i = 0; i < 16; i++) y[r * int64_t(ys) + i] *= rw.scale;
+        if (p.out_scale != 1.0f) // a fused `mul` by a scalar: the same single rounding as the mul op
+            for (int64_t r = 0; r < m1 - m0; r++)
+                for (int64_t i = 0; i < 16; i++) y[r * int64_t(ys) + i] *= p.out_scale;
+    }
+}
+
+x16_job make_x16_job(tensor& dst, const repacked_weight& rw) {
+    cpu_type_ops storage;
+    const cpu_type_ops* ops = row_ops_for(*dst.src[0], false, storage);
+    TS_ASSERT(ops != nullptr);
+    return {&dst, &rw, *ops};
+}
+
+// The matrices of jobs[0..n) (n <= 3; one kind, type and k, one x) as one step 1 and one tile loop over all their
+// tiles, each computed as it would be alone (the same bits)
+void mul_mat_x16(const compute_params& p, const x16_job* jobs, int n) {
+    TS_ASSERT(n >= 1 && n <= 3);
+    const tensor& x = *jobs[0].dst->src[1];
+    const x16_kernels kern = find_x16_kernels(jobs[0].rw->kind);
+    const x16_acts a = x16_prepare(p, x, jobs[0], kern);
+    x16_grid grids[3] = {x16_grid(*jobs[0].rw, x, p.nth), x16_grid(*jobs[n > 1 ? 1 : 0].rw, x, p.nth),
+                         x16_grid(*jobs[n > 2 ? 2 : 0].rw, x, p.nth)};
+    const int64_t total = grids[0].n_tiles + (n > 1 ? grids[1].n_tiles : 0) + (n > 2 ? grids[2].n_tiles : 0);
+    for (int64_t t = a.counter->fetch_add(1, std::memory_order_relaxed); t < total;
+         t = a.counter->fetch_add(1, std::memory_order_relaxed)) {
+        int i = 0;
+        int64_t local = t;
+        while (local >= grids[i].n_tiles) local -= grids[i++].n_tiles;
+        x16_tile(p, jobs[i], grids[i], kern, a, local);
     }
 }
 
@@ -180,12 +231,33 @@ size_t mul_mat_work_size(const tensor& node) {
     return 64 + (act + 63) / 64 * 64 + sums;
 }
 
+bool mul_mat_groupable(const repack_store& repacked, const tensor& a, const tensor& b) {
+    if (a.o != op::mul_mat || b.o != op::mul_mat || a.src[1] != b.src[1]) return false;
+    const tensor& x = *a.src[1];
+    if (x.t != type::f32 || x.nb[0] != 4) return false;
+    const repacked_weight* ra = repacked.find(*a.src[0]);
+    const repacked_weight* rb = repacked.find(*b.src[0]);
+    return ra && rb && ra->kind == rb->kind && ra->k == rb->k && a.src[0]->t == b.src[0]->t;
+}
+
+void mul_mat_group(const compute_params& p, tensor* const* dsts, int n) {
+    x16_job jobs[3];
+    TS_ASSERT(n >= 1 && n <= 3 && p.repacked);
+    for (int i = 0; i < n; i++) {
+        const repacked_weight* rw = p.repacked->find(*dsts[i]->src[0]);
+        TS_ASSERT(rw && dsts[i]->src[1] == dsts[0]->src[1]);
+        jobs[i] = make_x16_job(*dsts[i], *rw);
+    }
+    mul_mat_x16(p, jobs, n);
+}
+
 void mul_mat(const compute_params& p, tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
     if (const repacked_weight* rw = p.repacked ? p.repacked->find(w) : nullptr) {
         TS_ASSERT(x.t == type::f32 && x.nb[0] == 4 && rw->k == w.ne[0] && rw->n == w.ne[1]);
-        mul_mat_x16(p, dst, *rw);
+        const x16_job job = make_x16_job(dst, *rw);
+        mul_mat_x16(p, &job, 1);
         return;
     }
     const float16_kernels* f16k = p.reference || w.nb[0] != 2 ? nullptr : find_float16_kernels(w.t);

@@ -45,6 +45,12 @@ size_t mul_mat_work_size(const tensor& node);
 
 void get_rows(const compute_params& p, tensor& dst);
 void mul_mat(const compute_params& p, tensor& dst);
+// Whether mul_mat nodes a and b can run as one (mul_mat_group): the same activations (f32 rows), both weights
+// repacked with one kind, type and k.
+bool mul_mat_groupable(const repack_store& repacked, const tensor& a, const tensor& b);
+// 1 to 3 such mul_mats (q, k, v; gate, up) as one: the activations converted once, one tile loop over all of them
+// (one barrier inside instead of one a matrix); each result the same bits as its mul_mat alone.
+void mul_mat_group(const compute_params& p, tensor* const* dsts, int n);
 void add(const compute_params& p, tensor& dst);
 void mul(const compute_params& p, tensor& dst);
 void div(const compute_params& p, tensor& dst);
