@@ -459,7 +459,6 @@ void cuda_backend::load_weights(std::span<tensor* const> weights) {
     weights_buf_ =
         std::make_unique<device_buffer>(total, info_, strf("the weights (%zu tensors)", todo.size()).c_str());
     auto* base = static_cast<uint8_t*>(weights_buf_->base());
-    std::vector<uint8_t> staging;
     for (const item& it : todo) {
         tensor* t = it.t;
         if (it.plain) {

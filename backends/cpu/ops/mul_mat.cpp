@@ -79,17 +79,19 @@ x16_acts x16_prepare(const compute_params& p, const tensor& x, const x16_job& j,
 // the hardware prefetcher follows (one group at a time, interleaved between threads, made two threads slower than
 // one). A last run (c == group_runs) takes the rows past the groups, if any.
 struct x16_grid {
-    int64_t groups, tail0, tiles_m, run, group_runs, runs, n_tiles;
-    x16_grid(const repacked_weight& rw, const tensor& x, int nth) {
-        groups = rw.n / 16;
-        tail0 = groups * 16;
-        tiles_m = (x.ne[1] + TILE_M - 1) / TILE_M;
-        run = tiles_m == 1 ? std::max<int64_t>(1, groups / (4 * nth)) : 1;
-        group_runs = (groups + run - 1) / run;
-        runs = group_runs + (tail0 < rw.n ? 1 : 0);
-        n_tiles = runs * tiles_m * x.ne[2] * x.ne[3];
-    }
+    int64_t groups = 0, tail0 = 0, tiles_m = 0, run = 0, group_runs = 0, runs = 0, n_tiles = 0;
 };
+x16_grid x16_grid_of(const repacked_weight& rw, const tensor& x, int nth) {
+    x16_grid g;
+    g.groups = rw.n / 16;
+    g.tail0 = g.groups * 16;
+    g.tiles_m = (x.ne[1] + TILE_M - 1) / TILE_M;
+    g.run = g.tiles_m == 1 ? std::max<int64_t>(1, g.groups / (4 * nth)) : 1;
+    g.group_runs = (g.groups + g.run - 1) / g.run;
+    g.runs = g.group_runs + (g.tail0 < rw.n ? 1 : 0);
+    g.n_tiles = g.runs * g.tiles_m * x.ne[2] * x.ne[3];
+    return g;
+}
 
 // 2) tile t of one matrix
 void x16_tile(const compute_params& p, const x16_job& j, const x16_grid& gr, const x16_kernels& kern, const x16_acts& a,
@@ -141,9 +143,12 @@ void mul_mat_x16(const compute_params& p, const x16_job* jobs, int n) {
     const tensor& x = *jobs[0].dst->src[1];
     const x16_kernels kern = find_x16_kernels(jobs[0].rw->kind);
     const x16_acts a = x16_prepare(p, x, jobs[0], kern);
-    x16_grid grids[3] = {x16_grid(*jobs[0].rw, x, p.nth), x16_grid(*jobs[n > 1 ? 1 : 0].rw, x, p.nth),
-                         x16_grid(*jobs[n > 2 ? 2 : 0].rw, x, p.nth)};
-    const int64_t total = grids[0].n_tiles + (n > 1 ? grids[1].n_tiles : 0) + (n > 2 ? grids[2].n_tiles : 0);
+    x16_grid grids[3];
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        grids[i] = x16_grid_of(*jobs[i].rw, x, p.nth);
+        total += grids[i].n_tiles;
+    }
     for (int64_t t = a.counter->fetch_add(1, std::memory_order_relaxed); t < total;
          t = a.counter->fetch_add(1, std::memory_order_relaxed)) {
         int i = 0;

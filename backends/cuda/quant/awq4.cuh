@@ -23,7 +23,7 @@ template <class F> struct cuda_awq4 {
             for (int j = 0; j < 16; j++)
                 qs[(G / 2) * i + 16 * c + j] =
                     uint8_t(F::code(b[i], 32 * c + j) | (F::code(b[i], 32 * c + 16 + j) << 4));
-        copy_bytes(sc + 4 * i, &b[i].s, 2);
+        memcpy(sc + 4 * i, &b[i].s, 2);
         sc[4 * i + 2] = b[i].z;
         sc[4 * i + 3] = 0;
     }

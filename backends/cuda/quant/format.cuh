@@ -20,8 +20,8 @@
 //   chunk_t                uint2, uint4 or uint4x2 (chunk_bytes = its size)
 //   scale_bytes, chunks_per_scale
 //   block                                      the file's block
-//   split_block(row, i, qs, sc)                host and device: block i of a row of file blocks -> its chunks and
-//                                              scale groups, into the row's qs and sc (split_rows_kernel)
+//   split_block(row, i, qs, sc)                block i of a row of file blocks -> its chunks and scale groups, into
+//                                              the row's qs and sc (split_rows_kernel, on the device)
 //   dot_split(q, scw, c, a0, a1, ds) -> float  chunk c of a row (scw: its scale group as a little-endian word,
 //                                              load_scale_word) against q8_1 activations given as elements 0..15
 //                                              (a0), 16..31 (a1) and (d, s = d sum q)
@@ -195,10 +195,6 @@ __device__ __forceinline__ int act_sum32(int4 a0, int4 a1) {
     s = __dp4a(0x01010101, a1.y, s);
     s = __dp4a(0x01010101, a1.z, s);
     return __dp4a(0x01010101, a1.w, s);
-}
-// n bytes from src to dst, on the host or the device (split_block)
-TS_HD void copy_bytes(void* dst, const void* src, int n) {
-    memcpy(dst, src, size_t(n));
 }
 // 2-bit chunks (tq2_0, i2_s): the 32 codes of a chunk re-encoded at upload into 8 bytes, byte i (0..7) holding
 // element i + 8n in bits 2n..2n+1; then word & (3 << 2n) is 4^n times 4 consecutive elements, one dp4a each.

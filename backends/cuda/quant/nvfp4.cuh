@@ -112,7 +112,7 @@ template <> struct cuda_format<nvfp4> {
         }
         for (int t = 0; t < 4; t++) {
             const uint16_t h = fp32_to_fp16(ue4m3_to_fp32_half(b[i].d[t]));
-            copy_bytes(sc + 4 * (2 * i + t / 2) + 2 * (t % 2), &h, 2);
+            memcpy(sc + 4 * (2 * i + t / 2) + 2 * (t % 2), &h, 2);
         }
     }
     static float out_scale(const void*, int64_t) { return 1.0f; } // the `.scale` tensor is a graph op

@@ -40,8 +40,8 @@ template <> struct cuda_format<q4_0> {
     using chunk_t = uint4;
     static constexpr int scale_bytes = 2, chunks_per_scale = 1;
     TS_HD static void split_block(const block* b, int64_t i, uint8_t* qs, uint8_t* sc) {
-        copy_bytes(qs + 16 * i, b[i].qs, 16);
-        copy_bytes(sc + 2 * i, &b[i].d, 2);
+        memcpy(qs + 16 * i, b[i].qs, 16);
+        memcpy(sc + 2 * i, &b[i].d, 2);
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
     // 16 sum (q - 8) q_a = 16 sum q q_a - 128 sum q_a, in integers (dot_nibbles16_x16, act_sum32): 16 times the

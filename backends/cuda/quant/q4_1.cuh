@@ -37,9 +37,9 @@ template <> struct cuda_format<q4_1> {
     using chunk_t = uint4;
     static constexpr int scale_bytes = 4, chunks_per_scale = 1;
     TS_HD static void split_block(const block* b, int64_t i, uint8_t* qs, uint8_t* sc) {
-        copy_bytes(qs + 16 * i, b[i].qs, 16);
-        copy_bytes(sc + 4 * i, &b[i].d, 2);
-        copy_bytes(sc + 4 * i + 2, &b[i].m, 2);
+        memcpy(qs + 16 * i, b[i].qs, 16);
+        memcpy(sc + 4 * i, &b[i].d, 2);
+        memcpy(sc + 4 * i + 2, &b[i].m, 2);
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
     __device__ static float dot_split(const uint4& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {

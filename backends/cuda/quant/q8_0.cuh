@@ -31,8 +31,8 @@ template <> struct cuda_format<q8_0> {
     using chunk_t = uint4x2;
     static constexpr int scale_bytes = 2, chunks_per_scale = 1;
     TS_HD static void split_block(const block* b, int64_t i, uint8_t* qs, uint8_t* sc) {
-        copy_bytes(qs + 32 * i, b[i].qs, 32);
-        copy_bytes(sc + 2 * i, &b[i].d, 2);
+        memcpy(qs + 32 * i, b[i].qs, 32);
+        memcpy(sc + 2 * i, &b[i].d, 2);
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
     __device__ static float dot_split(const uint4x2& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {

@@ -26,7 +26,7 @@ template <> struct cuda_format<tq2_0> {
             }
             pack_2bit_chunk(codes, qs + 8 * (8 * i + c));
         }
-        copy_bytes(sc + 2 * i, &b[i].d, 2);
+        memcpy(sc + 2 * i, &b[i].d, 2);
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
     __device__ static float dot_split(const uint2& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
