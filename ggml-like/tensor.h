@@ -52,10 +52,14 @@ constexpr int TS_MAX_SRC = 5; // attention: q, k, v, mask, sinks
 constexpr int TS_MAX_OP_PARAMS = 8;
 
 enum tensor_flags : uint32_t {
-    flag_input = 1,  // set by the caller before compute (token ids, positions, masks)
-    flag_output = 2, // read after compute; the allocator never reuses its memory
-    flag_param = 4,  // weights: data comes from the model file / backend weight buffer
-    flag_embedding = 8, // the token embedding table (llama.cpp keeps it in plain host memory: never repacked)
+    flag_input = 1,     // set by the caller before compute (token ids, positions, masks)
+    flag_output = 2,    // read after compute; the allocator never reuses its memory
+    flag_param = 4,     // weights: data comes from the model file / backend weight buffer
+    flag_embedding = 8, // the token embedding table, read by get_rows in the file's layout; alone, nothing else reads
+                        // it, so backends prepare no matmul layout of it (no repacked or split copy)
+    flag_tied = 16,     // with flag_embedding: the table is also the output matrix (tied embeddings), which backends
+                        // prepare as any matmul weight besides (llama.cpp loads such an output as a second copy, which
+                        // its CPU backend repacks like every other matrix)
 };
 
 struct tensor {

@@ -348,10 +348,12 @@ TEST(ops, mul_mat_every_type) {
 
 // Weights repacked at load time (cpu_backend::load_weights, backends/cpu/quant/repack.h): the whole mul_mat op gives
 // exactly the bits of the same backend without repacking (bound: equality), for decode and prompt shapes (odd
-// activation row counts), a batch dimension on the activations and the tied-embedding case, for every repacked type
-// (i2_s: the tensor's scale applied after the repacked kernel as after the row kernel); also weights whose row count
-// is not a multiple of 16 (the rows past the last group on the row kernels: 40 rows, blockwise q4_0 / mxfp4 as
-// llama.cpp's; 37 and 25, where mxfp4 stays in the file's layout).
+// activation row counts), a batch dimension on the activations and the tied-embedding case (the token table as the
+// output matrix: the bits of the same matrix that is no token table, as llama.cpp repacks its output copy like any
+// matrix), for every repacked type (i2_s: the tensor's scale applied after the repacked kernel as after the row
+// kernel); also weights whose row count is not a multiple of 16 (the rows past the last group on the row kernels: 40
+// rows, blockwise q4_0 / mxfp4 as llama.cpp's; 37 and 25, where mxfp4 stays in the file's layout). A token table that
+// is not the output (get_rows only) is never repacked.
 TEST(ops, mul_mat_repacked_weights_same_bits) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
     struct shape {
@@ -359,35 +361,47 @@ TEST(ops, mul_mat_repacked_weights_same_bits) {
     };
     for (type t : {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0,
                    type::i2_s, type::mxfp4})
-        for (uint32_t extra : {0u, uint32_t(flag_embedding)})
-            for (shape s : {shape{576, 48, 1, 1}, shape{96, 16, 19, 1}, shape{256, 32, 37, 2}, shape{256, 40, 1, 1},
-                            shape{96, 40, 21, 1}, shape{128, 37, 1, 1}, shape{64, 25, 19, 2}}) {
-                s.k = (s.k + block_size(t) - 1) / block_size(t) * block_size(t); // whole blocks: 96 -> 256 for tq2_0
-                std::vector<float> out[2];
+        for (shape s : {shape{576, 48, 1, 1}, shape{96, 16, 19, 1}, shape{256, 32, 37, 2}, shape{256, 40, 1, 1},
+                        shape{96, 40, 21, 1}, shape{128, 37, 1, 1}, shape{64, 25, 19, 2}}) {
+            s.k = (s.k + block_size(t) - 1) / block_size(t) * block_size(t); // whole blocks: 96 -> 256 for tq2_0
+            // [tied][repack]: a plain matrix, then the same values as a tied token table
+            std::vector<float> out[2][2];
+            for (int tied = 0; tied < 2; tied++)
                 for (int repack = 0; repack < 2; repack++) {
                     harness h(3);
                     std::vector<float> wd;
                     tensor* w = h.leaf_typed(t, s.k, s.n, 21, wd);
-                    w->flags |= flag_param | extra;
+                    w->flags |= flag_param | (tied ? flag_embedding | flag_tied : 0u);
                     tensor* x = h.leaf_f32({s.k, s.m, s.b}, 22);
                     tensor* y = mul_mat(h.ctx, w, x);
                     if (repack) {
                         tensor* ws[] = {w};
                         h.be.load_weights(ws);
-                        // an mxfp4 embedding, or one whose rows are not a multiple of 8, stays in the file's
-                        // layout (as llama.cpp's)
-                        if (t == type::mxfp4 && (extra || s.n % 8 != 0))
+                        // mxfp4 whose rows are not a multiple of 8 stays in the file's layout (as llama.cpp's)
+                        if (t == type::mxfp4 && s.n % 8 != 0)
                             ASSERT_EQ(h.be.repacked_bytes(), 0u);
                         else
                             ASSERT_GT(h.be.repacked_bytes(), 0u) << type_name(t);
                     }
-                    out[repack] = h.run(y);
+                    out[tied][repack] = h.run(y);
                 }
-                ASSERT_EQ(out[0].size(), out[1].size());
-                for (size_t i = 0; i < out[0].size(); i++)
-                    ASSERT_EQ(out[0][i], out[1][i]) << type_name(t) << " k=" << s.k << " n=" << s.n << " m=" << s.m
-                                                    << " b=" << s.b << " embedding=" << (extra != 0) << " at " << i;
-            }
+            for (int tied = 0; tied < 2; tied++)
+                for (int repack = 0; repack < 2; repack++) {
+                    ASSERT_EQ(out[0][0].size(), out[tied][repack].size());
+                    for (size_t i = 0; i < out[0][0].size(); i++)
+                        ASSERT_EQ(out[0][0][i], out[tied][repack][i])
+                            << type_name(t) << " k=" << s.k << " n=" << s.n << " m=" << s.m << " b=" << s.b
+                            << " tied=" << tied << " repack=" << repack << " at " << i;
+                }
+            // a token table read only by get_rows gets no repacked copy
+            harness h(3);
+            std::vector<float> wd;
+            tensor* table = h.leaf_typed(t, s.k, s.n, 23, wd);
+            table->flags |= flag_param | flag_embedding;
+            tensor* ws[] = {table};
+            h.be.load_weights(ws);
+            EXPECT_EQ(h.be.repacked_bytes(), 0u) << type_name(t);
+        }
 }
 
 // A mul_mat followed by a mul of its result by a one-element tensor (NVFP4's per-tensor `.scale`) runs fused: mul_mat

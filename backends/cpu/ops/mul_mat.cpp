@@ -18,12 +18,13 @@ namespace {
 constexpr int64_t TILE_N = 16; // weight rows per tile
 constexpr int64_t TILE_M = 16; // activation rows per tile
 
-// The row kernels for w: its type's, or, for the matrices llama.cpp would repack (rows a multiple of 8, not the token
-// embedding), the ones summing in its repacked kernels' order (kept in `storage`). Null if the type has none.
+// The row kernels for w: its type's, or, for the matrices llama.cpp would repack (rows a multiple of 8; a token table
+// only as the tied output, which llama.cpp loads as a second, repacked copy), the ones summing in its repacked
+// kernels' order (kept in `storage`). Null if the type has none.
 const cpu_type_ops* row_ops_for(const tensor& w, bool reference, cpu_type_ops& storage) {
     const cpu_type_ops* base = find_cpu_ops(w.t, reference);
-    if (!base || !base->vec_dot_rows8 || !(w.flags & flag_param) || (w.flags & flag_embedding) || w.ne[1] % 8 != 0)
-        return base;
+    const bool lookup_only = (w.flags & flag_embedding) && !(w.flags & flag_tied);
+    if (!base || !base->vec_dot_rows8 || !(w.flags & flag_param) || lookup_only || w.ne[1] % 8 != 0) return base;
     storage = *base;
     storage.vec_dot = base->vec_dot_rows8;
     storage.gemm4 = base->gemm4_rows8;
