@@ -1260,6 +1260,32 @@ TEST_P(backend_ops, cuda_matches_cpu) {
 INSTANTIATE_TEST_SUITE_P(cuda, backend_ops, ::testing::Range(size_t(0), cases().size()),
                          [](const ::testing::TestParamInfo<size_t>& i) { return cases()[i.param].name; });
 
+// Exact mode's mul_mat (gemm.cu, gemm_exact: the CPU's float orders) gives the CPU's bits for q4_0 (summed blockwise
+// where the CPU does: rows a multiple of 8, a tied output's token table too; 40 rows = 8 mod 16, whose last 8 the CPU
+// computes on its row kernels in the same order), q4_1 and q8_0, for plain matrices and tied token tables, decode and
+// prompt widths. Bound: every output bit.
+TEST(backend_ops_cuda, exact_mul_mat_gives_the_cpus_bits) {
+    TS_REQUIRE_CUDA();
+    for (type t : {type::q4_0, type::q4_1, type::q8_0})
+        for (int64_t n : {int64_t(40), int64_t(48), int64_t(37)})
+            for (uint32_t flags : {0u, uint32_t(flag_embedding | flag_tied)})
+                for (int64_t m : {int64_t(1), int64_t(19)}) {
+                    leaf w = typed_leaf(t, {256, n}, 71);
+                    w.flags = flags;
+                    const op_case c{"exact_mul_mat",
+                                    {std::move(w), f32_leaf({256, m}, 72)},
+                                    [](context& cx, const std::vector<tensor*>& l) { return mul_mat(cx, l[0], l[1]); }};
+                    cpu::cpu_backend cpu_be(cpu::cpu_options{3, false});
+                    std::unique_ptr<backend> cuda_be = make_backend(device_type::cuda, 0, true);
+                    const run_result ref = run_on(cpu_be, c), got = run_on(*cuda_be, c);
+                    ASSERT_EQ(ref.out.size(), got.out.size());
+                    size_t n_diff = 0;
+                    for (size_t i = 0; i < ref.out.size(); i++)
+                        n_diff += std::memcmp(&ref.out[i], &got.out[i], sizeof(float)) != 0;
+                    EXPECT_EQ(n_diff, 0u) << type_name(t) << " n=" << n << " m=" << m << " tied table=" << (flags != 0);
+                }
+}
+
 // The score op (perplexity / KLD words per row) on CUDA against the CPU's: the NLL within 1e-7 relative (expf vs
 // libm's exp, summed in another order), the KLD
 // within 1e-6 + 1e-6 relative, argmax agreement (first index on ties) exactly, the f32 NLL within 2 ulp-ish (2e-6
