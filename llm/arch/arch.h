@@ -23,6 +23,9 @@ struct shard {
     std::vector<layer_weights> layers; // the member's slices (shared tensors as the model's)
     tensor* output = nullptr;          // the member's rows of the output matrix (null: member 0 computes all)
     tensor* output_b = nullptr;        // and of its bias, if any
+    tensor* tok_embd = nullptr;        // the token table as the member looks it up: where its tied output is split, an
+                                       // alias of the model's without flag_tied (no mul_mat layout of the whole table);
+                                       // null: the model's
     std::unordered_map<const tensor*, tensor*> out_scale; // model::out_scale for the slices
     std::vector<tensor*> params;       // every weight the member reads, once each (its backend loads these)
     context ctx;                       // the slices' headers

@@ -320,7 +320,8 @@ tensor* builder::sub_norm(tensor* x, tensor* w, const char* what, int64_t il) {
 }
 
 tensor* builder::embeddings() {
-    tensor* x = named(get_rows(ctx, m.tok_embd, in.ids), "embd"); // (E, n)
+    tensor* table = in.part && in.part->tok_embd ? in.part->tok_embd : m.tok_embd;
+    tensor* x = named(get_rows(ctx, table, in.ids), "embd"); // (E, n)
     if (hp.embd_scale != 0.0f) x = named(scale(ctx, x, hp.embd_scale), "inp_scaled");
     return x;
 }

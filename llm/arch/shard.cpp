@@ -187,12 +187,17 @@ std::unique_ptr<shard> make_shard(const model& m, int rank, int n_ranks) {
         s->layers.push_back(o);
     }
     // the output's vocabulary rows, split when the members divide it (else member 0 computes all of them); tied to the
-    // token embeddings, the full matrix stays every member's too (the embedding lookup reads it)
+    // token embeddings, the full table stays every member's too, for the lookups only
     if (m.output && m.output->ne[1] == hp.n_vocab && hp.n_vocab % R == 0 && m.output->ne[2] == 1) {
         const int64_t v = hp.n_vocab / R;
         s->output = sl.rows(m.output, rank * v, v);
         s->output_b = sl.elems(m.output_b, rank * v, v);
-        if (m.output == m.tok_embd) sl.replaced.erase(m.tok_embd);
+        if (m.output == m.tok_embd) { // the lookups read the whole table through an alias that is no output
+            tensor* t = sl.header(m.tok_embd, {m.tok_embd->ne[0], m.tok_embd->ne[1]});
+            t->data = m.tok_embd->data;
+            t->flags |= flag_embedding;
+            s->tok_embd = t;
+        }
     }
     // the member reads its slices and every weight of the model that no slice stands for
     for (tensor* w : m.params)
