@@ -87,6 +87,8 @@ struct tensor {
     size_t row_bytes() const { return row_size(t, ne[0]); }
     bool is_contiguous() const;
     bool is_view() const { return view_src != nullptr; }
+    // a token table that only get_rows reads (not the tied output): backends prepare no matmul layout of it
+    bool lookup_only() const { return (flags & flag_embedding) && !(flags & flag_tied); }
     void set_name(const std::string& s);
 
     template <class T> T* as() { return static_cast<T*>(data); }

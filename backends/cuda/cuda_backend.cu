@@ -449,9 +449,8 @@ void cuda_backend::load_weights(std::span<tensor* const> weights) {
         if (weights_.count(t) || split_.count(t)) continue;
         if (std::find_if(todo.begin(), todo.end(), [&](const item& i) { return i.t == t; }) != todo.end()) continue;
         // a token table is kept as in the file (get_rows reads it); only as the tied output also split
-        const bool table = t->flags & flag_embedding, lookup_only = table && !(t->flags & flag_tied);
-        item it{t, true, lookup_only ? std::pair<size_t, size_t>{0, 0} : split_bytes(*t)};
-        it.plain = it.split.first == 0 || table;
+        item it{t, true, t->lookup_only() ? std::pair<size_t, size_t>{0, 0} : split_bytes(*t)};
+        it.plain = it.split.first == 0 || (t->flags & flag_embedding);
         todo.push_back(it);
         total += (it.plain ? up(t->n_bytes()) : 0) + (it.split.first ? up(it.split.first) + up(it.split.second) : 0);
     }

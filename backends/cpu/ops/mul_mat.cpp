@@ -23,8 +23,7 @@ constexpr int64_t TILE_M = 16; // activation rows per tile
 // kernels' order (kept in `storage`). Null if the type has none.
 const cpu_type_ops* row_ops_for(const tensor& w, bool reference, cpu_type_ops& storage) {
     const cpu_type_ops* base = find_cpu_ops(w.t, reference);
-    const bool lookup_only = (w.flags & flag_embedding) && !(w.flags & flag_tied);
-    if (!base || !base->vec_dot_rows8 || !(w.flags & flag_param) || lookup_only || w.ne[1] % 8 != 0) return base;
+    if (!base || !base->vec_dot_rows8 || !(w.flags & flag_param) || w.lookup_only() || w.ne[1] % 8 != 0) return base;
     storage = *base;
     storage.vec_dot = base->vec_dot_rows8;
     storage.gemm4 = base->gemm4_rows8;

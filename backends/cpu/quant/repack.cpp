@@ -168,7 +168,7 @@ bool x16_kind_for(const tensor& w, x16_kind& kind) {
     if (!(w.flags & flag_param) || w.is_view() || !w.is_contiguous() || w.ne[3] != 1) return false;
     if (w.ne[0] % 32 != 0 || w.ne[1] < 16 || (w.ne[2] != 1 && w.ne[1] % 16 != 0)) return false;
     // a token table that is not also the output matrix is only looked up (get_rows reads the file)
-    if ((w.flags & flag_embedding) && !(w.flags & flag_tied)) return false;
+    if (w.lookup_only()) return false;
     // llama.cpp repacks (and sums blockwise) the q4_0 and mxfp4 matrices whose row count is a multiple of 8, the
     // tied output's copy of the token table included (mul_mat's row kernels: vec_dot_rows8)
     const bool rows8 = w.ne[1] % 8 == 0;

@@ -519,8 +519,7 @@ void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, 
     TS_ASSERT(grid.y <= 65535);
     // the CPU's choice (backends/cpu/ops/mul_mat.cpp, row_ops_for; the repacked kinds keep its order): q4_0 matrices
     // of a multiple of 8 rows, the tied output's token table among them, are summed blockwise
-    const bool lookup_only = (weight.flags & flag_embedding) && !(weight.flags & flag_tied);
-    const bool blockwise = w.t == type::q4_0 && !lookup_only && w.n % 8 == 0;
+    const bool blockwise = w.t == type::q4_0 && !weight.lookup_only() && w.n % 8 == 0;
     visit_format(w.t, [&]<class F>() {
         using D = cuda_format<F>;
         if constexpr (has_mmq<F>::value) {
