@@ -179,6 +179,21 @@ inline V::f fold8(const V::f* a) {
 // keep the two-sweep form.
 template <int NA> constexpr int decode_sweep = NA == 1 ? V::passes : 1;
 
+// Every kernel below: the record's halves (V::passes of V::lanes rows) taken P at a time (P = V::passes: both in one
+// sweep over the n records, the decode form; 1: a sweep a half), with an accumulator A a half, zeroed before its sweep;
+// record(r) once a record (its prefetch), then half(r, h, acc) for each half h of the sweep, and done(h, acc) after it.
+template <int P, class A, class Rec, class Half, class Done>
+inline void sweep(int64_t n, Rec&& record, Half&& half, Done&& done) {
+    for (int h0 = 0; h0 < V::passes; h0 += P) {
+        A acc[P]{};
+        for (int64_t r = 0; r < n; r++) {
+            record(r);
+            for (int hh = 0; hh < P; hh++) half(r, h0 + hh, acc[hh]);
+        }
+        for (int hh = 0; hh < P; hh++) done(h0 + hh, acc[hh]);
+    }
+}
+
 // The blockwise kernels' two formats, as policies of `blockwise` below: a record's 4-bit codes as the unsigned bytes
 // the dot takes, the record's 8 weight scales of half h, and how many int16 pair sums can be added before one widening
 // (the bound: 8 pair sums of <= 2 x 15 x 128 = 3840 for q4_0, 4 of <= 2 x 24 x 128 = 6144 for mxfp4, each < 2^15).
@@ -205,50 +220,45 @@ template <class C, int NA>
 void blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
                size_t ys) {
     const C c{};
-    constexpr int P = decode_sweep<NA>;
-    for (int h0 = 0; h0 < V::passes; h0 += P) {
-        V::f acc[P][NA];
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++) acc[hh][j] = V::zero();
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t* rec = w + size_t(b) * (256 + 32);
-            if constexpr (NA == 1) prefetch<256 + 32>(rec + 4 * (256 + 32));
-            for (int hh = 0; hh < P; hh++) {
-                const int h = h0 + hh;
-                V::i lo[4], hi[4];
-                for (int v = 0; v < 4; v++) {
-                    const V::i x = V::load(rec + h * 32 + 64 * v);
-                    lo[v] = c.codes(V::low4(x));
-                    hi[v] = c.codes(V::high4(x));
+    using A = V::f[NA];
+    const auto record = [&](int64_t b) {
+        if constexpr (NA == 1) prefetch<256 + 32>(w + size_t(b + 4) * (256 + 32));
+    };
+    const auto half = [&](int64_t b, int h, A& acc) {
+        const uint8_t* rec = w + size_t(b) * (256 + 32);
+        V::i lo[4], hi[4];
+        for (int v = 0; v < 4; v++) {
+            const V::i x = V::load(rec + h * 32 + 64 * v);
+            lo[v] = c.codes(V::low4(x));
+            hi[v] = c.codes(V::high4(x));
+        }
+        const V::f dw = C::scales(rec, h);
+        for (int j = 0; j < NA; j++) {
+            const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
+            V::i isum = V::set1(s[j * ss + b]);
+            if constexpr (V::pairs16) {
+                V::i pl = V::mul_pairs(lo[0], V::set1(word(ab.qs)));
+                V::i ph = V::mul_pairs(hi[0], V::set1(word(ab.qs + 16)));
+                for (int v = 1; v < 4; v++) {
+                    pl = V::add16(pl, V::mul_pairs(lo[v], V::set1(word(ab.qs + 4 * v))));
+                    ph = V::add16(ph, V::mul_pairs(hi[v], V::set1(word(ab.qs + 16 + 4 * v))));
                 }
-                const V::f dw = C::scales(rec, h);
-                for (int j = 0; j < NA; j++) {
-                    const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
-                    V::i isum = V::set1(s[j * ss + b]);
-                    if constexpr (V::pairs16) {
-                        V::i pl = V::mul_pairs(lo[0], V::set1(word(ab.qs)));
-                        V::i ph = V::mul_pairs(hi[0], V::set1(word(ab.qs + 16)));
-                        for (int v = 1; v < 4; v++) {
-                            pl = V::add16(pl, V::mul_pairs(lo[v], V::set1(word(ab.qs + 4 * v))));
-                            ph = V::add16(ph, V::mul_pairs(hi[v], V::set1(word(ab.qs + 16 + 4 * v))));
-                        }
-                        if constexpr (C::one_widening)
-                            isum = V::widen(isum, V::add16(pl, ph));
-                        else
-                            isum = V::widen(V::widen(isum, pl), ph);
-                    } else {
-                        for (int v = 0; v < 4; v++) {
-                            isum = V::dp(isum, lo[v], V::set1(word(ab.qs + 4 * v)));
-                            isum = V::dp(isum, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
-                        }
-                    }
-                    acc[hh][j] = V::fma(V::cvt(isum), V::mul(dw, V::set1f(h2f(ab.d))), acc[hh][j]);
+                if constexpr (C::one_widening)
+                    isum = V::widen(isum, V::add16(pl, ph));
+                else
+                    isum = V::widen(V::widen(isum, pl), ph);
+            } else {
+                for (int v = 0; v < 4; v++) {
+                    isum = V::dp(isum, lo[v], V::set1(word(ab.qs + 4 * v)));
+                    isum = V::dp(isum, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
                 }
             }
+            acc[j] = V::fma(V::cvt(isum), V::mul(dw, V::set1f(h2f(ab.d))), acc[j]);
         }
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++) V::store(y + j * ys + (h0 + hh) * V::lanes, acc[hh][j]);
-    }
+    };
+    sweep<decode_sweep<NA>, A>(nb, record, half, [&](int h, const A& acc) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, acc[j]);
+    });
 }
 
 // q4_0 / q4_1 in ggml_vec_dot's order: 8 float lanes per row (one per word group), folded at the end; SWEEP: the
@@ -258,83 +268,69 @@ void q4_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const i
               size_t ys) {
     using ablock = std::conditional_t<Q41, block_q8_1, block_q8_0>;
     constexpr size_t REC = Q41 ? 256 + 64 : 256 + 32;
-    constexpr int P = SWEEP ? V::passes : 1;
-    for (int h0 = 0; h0 < V::passes; h0 += P) {
-        V::f acc[P][NA][8], summs[P][NA];
-        for (int hh = 0; hh < P; hh++)
+    struct A {
+        V::f acc[NA][8], summs[NA];
+    };
+    const auto record = [&](int64_t b) {
+        if constexpr (SWEEP) prefetch<REC>(w + size_t(b + 4) * REC);
+    };
+    const auto half = [&](int64_t b, int h, A& t) {
+        const uint8_t* blk = w + size_t(b) * REC;
+        const uint8_t* q = blk + h * 32;
+        const uint16_t* bs = reinterpret_cast<const uint16_t*>(blk + 256) + h * 8;
+        const V::f dw = V::load_h(bs);
+        V::f d[NA];
+        for (int j = 0; j < NA; j++) {
+            const auto& ab = reinterpret_cast<const ablock*>(a + j * as)[b];
+            d[j] = V::mul(dw, V::set1f(h2f(ab.d)));
+            if constexpr (Q41) t.summs[j] = V::fma(V::load_h(bs + 16), V::set1f(h2f(ab.s)), t.summs[j]);
+        }
+        for (int v = 0; v < 4; v++) {
+            const V::i x = V::load(q + 64 * v);
+            const V::i lo = V::low4(x), hi = V::high4(x);
             for (int j = 0; j < NA; j++) {
-                summs[hh][j] = V::zero();
-                for (int g = 0; g < 8; g++) acc[hh][j][g] = V::zero();
-            }
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t* blk = w + size_t(b) * REC;
-            if constexpr (SWEEP) prefetch<REC>(blk + 4 * REC);
-            for (int hh = 0; hh < P; hh++) {
-                const int h = h0 + hh;
-                const uint8_t* q = blk + h * 32;
-                const uint16_t* bs = reinterpret_cast<const uint16_t*>(blk + 256) + h * 8;
-                const V::f dw = V::load_h(bs);
-                V::f d[NA];
-                for (int j = 0; j < NA; j++) {
-                    const auto& ab = reinterpret_cast<const ablock*>(a + j * as)[b];
-                    d[j] = V::mul(dw, V::set1f(h2f(ab.d)));
-                    if constexpr (Q41) summs[hh][j] = V::fma(V::load_h(bs + 16), V::set1f(h2f(ab.s)), summs[hh][j]);
-                }
-                for (int v = 0; v < 4; v++) {
-                    const V::i x = V::load(q + 64 * v);
-                    const V::i lo = V::low4(x), hi = V::high4(x);
-                    for (int j = 0; j < NA; j++) {
-                        const auto& ab = reinterpret_cast<const ablock*>(a + j * as)[b];
-                        const int32_t c_lo = Q41 ? 0 : s[j * ss + b * 8 + v];
-                        const int32_t c_hi = Q41 ? 0 : s[j * ss + b * 8 + 4 + v];
-                        const V::i il = V::dp(V::set1(c_lo), lo, V::set1(word(ab.qs + 4 * v)));
-                        const V::i ih = V::dp(V::set1(c_hi), hi, V::set1(word(ab.qs + 16 + 4 * v)));
-                        acc[hh][j][v] = V::fma(d[j], V::cvt(il), acc[hh][j][v]);
-                        acc[hh][j][4 + v] = V::fma(d[j], V::cvt(ih), acc[hh][j][4 + v]);
-                    }
-                }
+                const auto& ab = reinterpret_cast<const ablock*>(a + j * as)[b];
+                const int32_t c_lo = Q41 ? 0 : s[j * ss + b * 8 + v];
+                const int32_t c_hi = Q41 ? 0 : s[j * ss + b * 8 + 4 + v];
+                const V::i il = V::dp(V::set1(c_lo), lo, V::set1(word(ab.qs + 4 * v)));
+                const V::i ih = V::dp(V::set1(c_hi), hi, V::set1(word(ab.qs + 16 + 4 * v)));
+                t.acc[j][v] = V::fma(d[j], V::cvt(il), t.acc[j][v]);
+                t.acc[j][4 + v] = V::fma(d[j], V::cvt(ih), t.acc[j][4 + v]);
             }
         }
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++)
-                V::store(y + j * ys + (h0 + hh) * V::lanes, V::add(fold8(acc[hh][j]), summs[hh][j]));
-    }
+    };
+    sweep<SWEEP ? V::passes : 1, A>(nb, record, half, [&](int h, const A& t) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, V::add(fold8(t.acc[j]), t.summs[j]));
+    });
 }
 
 // q8_0 in ggml_vec_dot's order; SWEEP: the decode form
 template <int NA, bool SWEEP = false>
 void q8_0_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
                 size_t ys) {
-    constexpr int P = SWEEP ? V::passes : 1;
-    for (int h0 = 0; h0 < V::passes; h0 += P) {
-        V::f acc[P][NA][8];
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++)
-                for (int g = 0; g < 8; g++) acc[hh][j][g] = V::zero();
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t* blk = w + size_t(b) * (512 + 32);
-            if constexpr (SWEEP) prefetch<512 + 32>(blk + 4 * (512 + 32));
-            for (int hh = 0; hh < P; hh++) {
-                const int h = h0 + hh;
-                const uint8_t* q = blk + h * 32;
-                const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(blk + 512) + h * 8);
-                V::f d[NA];
-                for (int j = 0; j < NA; j++)
-                    d[j] = V::mul(dw, V::set1f(h2f(reinterpret_cast<const block_q8_0*>(a + j * as)[b].d)));
-                for (int g = 0; g < 8; g++) {
-                    const V::i x = V::load(q + 64 * g);
-                    for (int j = 0; j < NA; j++) {
-                        const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
-                        const V::i init = V::set1(V::q8_corrected ? s[j * ss + b * 8 + g] : 0);
-                        acc[hh][j][g] =
-                            V::fma(d[j], V::cvt(V::dp_q8(init, x, V::set1(word(ab.qs + 4 * g)))), acc[hh][j][g]);
-                    }
-                }
+    using A = V::f[NA][8];
+    const auto record = [&](int64_t b) {
+        if constexpr (SWEEP) prefetch<512 + 32>(w + size_t(b + 4) * (512 + 32));
+    };
+    const auto half = [&](int64_t b, int h, A& acc) {
+        const uint8_t* blk = w + size_t(b) * (512 + 32);
+        const uint8_t* q = blk + h * 32;
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(blk + 512) + h * 8);
+        V::f d[NA];
+        for (int j = 0; j < NA; j++)
+            d[j] = V::mul(dw, V::set1f(h2f(reinterpret_cast<const block_q8_0*>(a + j * as)[b].d)));
+        for (int g = 0; g < 8; g++) {
+            const V::i x = V::load(q + 64 * g);
+            for (int j = 0; j < NA; j++) {
+                const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
+                const V::i init = V::set1(V::q8_corrected ? s[j * ss + b * 8 + g] : 0);
+                acc[j][g] = V::fma(d[j], V::cvt(V::dp_q8(init, x, V::set1(word(ab.qs + 4 * g)))), acc[j][g]);
             }
         }
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++) V::store(y + j * ys + (h0 + hh) * V::lanes, fold8(acc[hh][j]));
-    }
+    };
+    sweep<SWEEP ? V::passes : 1, A>(nb, record, half, [&](int h, const A& acc) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(acc[j]));
+    });
 }
 
 #if !defined(__AVX512VNNI__)
@@ -394,46 +390,38 @@ template <int NA, bool SWEEP = false>
 void nvfp4_plain(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
                  size_t ys) {
     const V::i tab = V::table16(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-    constexpr int P = SWEEP ? V::passes : 1;
-    for (int h0 = 0; h0 < V::passes; h0 += P) {
-        V::f acc[P][NA][8];
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++)
-                for (int g = 0; g < 8; g++) acc[hh][j][g] = V::zero();
-        for (int64_t b = 0; b < nb32 / 2; b++) {
-            const uint8_t* blk = w + size_t(b) * (512 + 64);
-            prefetch<512 + 64>(blk + 4 * (512 + 64));
-            for (int hh = 0; hh < P; hh++) {
-                const int h = h0 + hh;
-                const uint8_t* q = blk + h * 32;
-                const uint8_t* sc = blk + 512 + h * V::lanes;
-                const V::f w0 = V::load_ue(sc), w1 = V::load_ue(sc + 16);
-                const V::f w2 = V::load_ue(sc + 32), w3 = V::load_ue(sc + 48);
-                V::f sa[NA][4];
-                for (int j = 0; j < NA; j++) {
-                    const auto* ab = reinterpret_cast<const block_q8_0*>(a + j * as) + 2 * b;
-                    // (UE4M3 / 2 / 128) * (128 d_a): the exact product UE4M3 / 2 * d_a, rounded once, as ggml's
-                    const V::f f0 = V::set1f(h2f(ab[0].d) * 128.0f), f1 = V::set1f(h2f(ab[1].d) * 128.0f);
-                    sa[j][0] = V::mul(w0, f0), sa[j][1] = V::mul(w1, f0);
-                    sa[j][2] = V::mul(w2, f1), sa[j][3] = V::mul(w3, f1);
-                }
-                for (int v = 0; v < 8; v++) {
-                    const V::i x = V::load(q + 64 * v);
-                    const V::i lo = V::lut(tab, V::low4(x)), hi = V::lut(tab, V::high4(x));
-                    for (int j = 0; j < NA; j++) {
-                        const auto* ab = reinterpret_cast<const block_q8_0*>(a + j * as) + 2 * b;
-                        const int32_t* c = s + j * ss + 16 * b;
-                        const V::i i0 = V::dp(V::set1(c[v]), lo, V::set1(word(ab[0].qs + 4 * v)));
-                        const V::i i1 = V::dp(V::set1(c[8 + v]), hi, V::set1(word(ab[1].qs + 4 * v)));
-                        acc[hh][j][v] = V::fma(sa[j][v / 4], V::cvt(i0), acc[hh][j][v]);
-                        acc[hh][j][v] = V::fma(sa[j][2 + v / 4], V::cvt(i1), acc[hh][j][v]);
-                    }
-                }
+    using A = V::f[NA][8];
+    const auto record = [&](int64_t b) { prefetch<512 + 64>(w + size_t(b + 4) * (512 + 64)); };
+    const auto half = [&](int64_t b, int h, A& acc) {
+        const uint8_t* blk = w + size_t(b) * (512 + 64);
+        const uint8_t* q = blk + h * 32;
+        const uint8_t* sc = blk + 512 + h * V::lanes;
+        const V::f w0 = V::load_ue(sc), w1 = V::load_ue(sc + 16);
+        const V::f w2 = V::load_ue(sc + 32), w3 = V::load_ue(sc + 48);
+        V::f sa[NA][4];
+        for (int j = 0; j < NA; j++) {
+            const auto* ab = reinterpret_cast<const block_q8_0*>(a + j * as) + 2 * b;
+            // (UE4M3 / 2 / 128) * (128 d_a): the exact product UE4M3 / 2 * d_a, rounded once, as ggml's
+            const V::f f0 = V::set1f(h2f(ab[0].d) * 128.0f), f1 = V::set1f(h2f(ab[1].d) * 128.0f);
+            sa[j][0] = V::mul(w0, f0), sa[j][1] = V::mul(w1, f0);
+            sa[j][2] = V::mul(w2, f1), sa[j][3] = V::mul(w3, f1);
+        }
+        for (int v = 0; v < 8; v++) {
+            const V::i x = V::load(q + 64 * v);
+            const V::i lo = V::lut(tab, V::low4(x)), hi = V::lut(tab, V::high4(x));
+            for (int j = 0; j < NA; j++) {
+                const auto* ab = reinterpret_cast<const block_q8_0*>(a + j * as) + 2 * b;
+                const int32_t* c = s + j * ss + 16 * b;
+                const V::i i0 = V::dp(V::set1(c[v]), lo, V::set1(word(ab[0].qs + 4 * v)));
+                const V::i i1 = V::dp(V::set1(c[8 + v]), hi, V::set1(word(ab[1].qs + 4 * v)));
+                acc[j][v] = V::fma(sa[j][v / 4], V::cvt(i0), acc[j][v]);
+                acc[j][v] = V::fma(sa[j][2 + v / 4], V::cvt(i1), acc[j][v]);
             }
         }
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++) V::store(y + j * ys + (h0 + hh) * V::lanes, fold8(acc[hh][j]));
-    }
+    };
+    sweep<SWEEP ? V::passes : 1, A>(nb32 / 2, record, half, [&](int h, const A& acc) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(acc[j]));
+    });
 }
 
 // awq4 (group G): per group, per q8_1 block, I = sum q q8 - z sum q8 (exact; the correction z * (-sum) by one madd),
@@ -443,45 +431,40 @@ void awq4_k(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const i
             size_t ys) {
     constexpr int QB = G / 32;
     constexpr size_t rec = G * 8 + 64;
-    constexpr int P = SWEEP ? V::passes : 1;
-    for (int h0 = 0; h0 < V::passes; h0 += P) {
-        V::f acc[P][NA];
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++) acc[hh][j] = V::zero();
-        for (int64_t g = 0; g < nb32 / QB; g++) {
-            const uint8_t* blk = w + size_t(g) * rec;
-            if constexpr (SWEEP) prefetch<rec>(blk + 2 * rec);
-            for (int hh = 0; hh < P; hh++) {
-                const int h = h0 + hh;
-                const V::f sw = V::load_h(reinterpret_cast<const uint16_t*>(blk + G * 8) + h * V::lanes);
-                const V::i z = V::load_u8(blk + G * 8 + 32 + h * V::lanes); // int32 lanes: (int16 z, 0)
-                V::f accg[NA];
-                for (int j = 0; j < NA; j++) accg[j] = V::zero();
-                for (int qb = 0; qb < QB; qb++) {
-                    const uint8_t* q = blk + qb * 256 + h * 32;
-                    V::i lo[4], hi[4];
-                    for (int v = 0; v < 4; v++) {
-                        const V::i x = V::load(q + 64 * v);
-                        lo[v] = V::low4(x);
-                        hi[v] = V::high4(x);
-                    }
-                    for (int j = 0; j < NA; j++) {
-                        const auto& ab = reinterpret_cast<const block_q8_1*>(a + j * as)[g * QB + qb];
-                        // s: -sum of the block's q8 (|sum| <= 4096: its low int16 is the value)
-                        V::i i0 = V::madd16(z, V::set1(s[j * ss + g * QB + qb])), i1 = V::zero_i();
-                        for (int v = 0; v < 4; v++) {
-                            i0 = V::dp(i0, lo[v], V::set1(word(ab.qs + 4 * v)));
-                            i1 = V::dp(i1, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
-                        }
-                        accg[j] = V::fma(V::cvt(V::add32(i0, i1)), V::set1f(h2f(ab.d)), accg[j]);
-                    }
+    using A = V::f[NA];
+    const auto record = [&](int64_t g) {
+        if constexpr (SWEEP) prefetch<rec>(w + size_t(g + 2) * rec);
+    };
+    const auto half = [&](int64_t g, int h, A& acc) {
+        const uint8_t* blk = w + size_t(g) * rec;
+        const V::f sw = V::load_h(reinterpret_cast<const uint16_t*>(blk + G * 8) + h * V::lanes);
+        const V::i z = V::load_u8(blk + G * 8 + 32 + h * V::lanes); // int32 lanes: (int16 z, 0)
+        V::f accg[NA];
+        for (int j = 0; j < NA; j++) accg[j] = V::zero();
+        for (int qb = 0; qb < QB; qb++) {
+            const uint8_t* q = blk + qb * 256 + h * 32;
+            V::i lo[4], hi[4];
+            for (int v = 0; v < 4; v++) {
+                const V::i x = V::load(q + 64 * v);
+                lo[v] = V::low4(x);
+                hi[v] = V::high4(x);
+            }
+            for (int j = 0; j < NA; j++) {
+                const auto& ab = reinterpret_cast<const block_q8_1*>(a + j * as)[g * QB + qb];
+                // s: -sum of the block's q8 (|sum| <= 4096: its low int16 is the value)
+                V::i i0 = V::madd16(z, V::set1(s[j * ss + g * QB + qb])), i1 = V::zero_i();
+                for (int v = 0; v < 4; v++) {
+                    i0 = V::dp(i0, lo[v], V::set1(word(ab.qs + 4 * v)));
+                    i1 = V::dp(i1, hi[v], V::set1(word(ab.qs + 16 + 4 * v)));
                 }
-                for (int j = 0; j < NA; j++) acc[hh][j] = V::fma(sw, accg[j], acc[hh][j]);
+                accg[j] = V::fma(V::cvt(V::add32(i0, i1)), V::set1f(h2f(ab.d)), accg[j]);
             }
         }
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++) V::store(y + j * ys + (h0 + hh) * V::lanes, acc[hh][j]);
-    }
+        for (int j = 0; j < NA; j++) acc[j] = V::fma(sw, accg[j], acc[j]);
+    };
+    sweep<SWEEP ? V::passes : 1, A>(nb32 / QB, record, half, [&](int h, const A& acc) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, acc[j]);
+    });
 }
 
 // tq2_0 in ggml's AVX2 order: lane l of a block = sum over h, n of the codes of group (h, n, l) times the activations,
@@ -489,53 +472,44 @@ void awq4_k(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const i
 template <int NA, bool SWEEP = false>
 void tq2_0_plain(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
                  size_t ys) {
-    constexpr int P = SWEEP ? V::passes : 1;
-    for (int h0 = 0; h0 < V::passes; h0 += P) {
-        V::f acc[P][NA][8];
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++)
-                for (int l = 0; l < 8; l++) acc[hh][j][l] = V::zero();
-        for (int64_t b = 0; b < nb32 / 8; b++) {
-            const uint8_t* blk = w + size_t(b) * (1024 + 64);
-            prefetch<1024 + 64>(blk + 4 * (1024 + 64));
-            for (int hh = 0; hh < P; hh++) {
-                const int h = h0 + hh;
-                const uint8_t* q = blk + h * 32;
-                const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(blk + 1024) + h * V::lanes);
-                V::f d[NA];
-                for (int j = 0; j < NA; j++)
-                    d[j] = V::mul(V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d), dw);
-                for (int l = 0; l < 8; l++) {
-                    const V::i x0 = V::load(q + 128 * l), x1 = V::load(q + 128 * l + 64);
-                    const V::i c[8] = {V::bits2<0>(x0), V::bits2<2>(x0), V::bits2<4>(x0), V::bits2<6>(x0),
-                                       V::bits2<0>(x1), V::bits2<2>(x1), V::bits2<4>(x1), V::bits2<6>(x1)};
-                    for (int j = 0; j < NA; j++) {
-                        const int8_t* qa = reinterpret_cast<const block_q8_k*>(a + j * as)[b].qs + 4 * l;
-                        V::i isum;
-                        if constexpr (V::pairs16) { // a pair sum <= 2 x 3 x 128 = 768, eight of them < 2^15
-                            V::i p = V::mul_pairs(c[0], V::set1(word(qa)));
-                            p = V::add16(p, V::mul_pairs(c[4], V::set1(word(qa + 128))));
-                            for (int n = 1; n < 4; n++) {
-                                p = V::add16(p, V::mul_pairs(c[n], V::set1(word(qa + 32 * n))));
-                                p = V::add16(p, V::mul_pairs(c[4 + n], V::set1(word(qa + 128 + 32 * n))));
-                            }
-                            isum = V::widen(V::set1(s[j * ss + 8 * b + l]), p);
-                        } else {
-                            V::i i0 = V::set1(s[j * ss + 8 * b + l]), i1 = V::zero_i();
-                            for (int n = 0; n < 4; n++) {
-                                i0 = V::dp(i0, c[n], V::set1(word(qa + 32 * n)));
-                                i1 = V::dp(i1, c[4 + n], V::set1(word(qa + 128 + 32 * n)));
-                            }
-                            isum = V::add32(i0, i1);
-                        }
-                        acc[hh][j][l] = V::fma(V::cvt(isum), d[j], acc[hh][j][l]);
+    using A = V::f[NA][8];
+    const auto record = [&](int64_t b) { prefetch<1024 + 64>(w + size_t(b + 4) * (1024 + 64)); };
+    const auto half = [&](int64_t b, int h, A& acc) {
+        const uint8_t* blk = w + size_t(b) * (1024 + 64);
+        const uint8_t* q = blk + h * 32;
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(blk + 1024) + h * V::lanes);
+        V::f d[NA];
+        for (int j = 0; j < NA; j++) d[j] = V::mul(V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d), dw);
+        for (int l = 0; l < 8; l++) {
+            const V::i x0 = V::load(q + 128 * l), x1 = V::load(q + 128 * l + 64);
+            const V::i c[8] = {V::bits2<0>(x0), V::bits2<2>(x0), V::bits2<4>(x0), V::bits2<6>(x0),
+                               V::bits2<0>(x1), V::bits2<2>(x1), V::bits2<4>(x1), V::bits2<6>(x1)};
+            for (int j = 0; j < NA; j++) {
+                const int8_t* qa = reinterpret_cast<const block_q8_k*>(a + j * as)[b].qs + 4 * l;
+                V::i isum;
+                if constexpr (V::pairs16) { // a pair sum <= 2 x 3 x 128 = 768, eight of them < 2^15
+                    V::i p = V::mul_pairs(c[0], V::set1(word(qa)));
+                    p = V::add16(p, V::mul_pairs(c[4], V::set1(word(qa + 128))));
+                    for (int n = 1; n < 4; n++) {
+                        p = V::add16(p, V::mul_pairs(c[n], V::set1(word(qa + 32 * n))));
+                        p = V::add16(p, V::mul_pairs(c[4 + n], V::set1(word(qa + 128 + 32 * n))));
                     }
+                    isum = V::widen(V::set1(s[j * ss + 8 * b + l]), p);
+                } else {
+                    V::i i0 = V::set1(s[j * ss + 8 * b + l]), i1 = V::zero_i();
+                    for (int n = 0; n < 4; n++) {
+                        i0 = V::dp(i0, c[n], V::set1(word(qa + 32 * n)));
+                        i1 = V::dp(i1, c[4 + n], V::set1(word(qa + 128 + 32 * n)));
+                    }
+                    isum = V::add32(i0, i1);
                 }
+                acc[j][l] = V::fma(V::cvt(isum), d[j], acc[j][l]);
             }
         }
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++) V::store(y + j * ys + (h0 + hh) * V::lanes, fold8(acc[hh][j]));
-    }
+    };
+    sweep<SWEEP ? V::passes : 1, A>(nb32 / 8, record, half, [&](int h, const A& acc) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(acc[j]));
+    });
 }
 
 // i2_s: the exact integer sum over the row of code * q (four independent chains), minus the row's sum of q, times d_a
@@ -543,48 +517,41 @@ template <int NA, bool SWEEP = false>
 void i2_s_k(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
             size_t ys) {
     const int64_t nb = nb32 / 4;
-    constexpr int P = SWEEP ? V::passes : 1;
-    for (int h0 = 0; h0 < V::passes; h0 += P) {
-        V::i acc[P][NA][4];
-        for (int hh = 0; hh < P; hh++)
-            for (int j = 0; j < NA; j++)
-                for (int n = 0; n < 4; n++) acc[hh][j][n] = V::zero_i();
-        for (int64_t b = 0; b < nb; b++) {
-            if constexpr (SWEEP) prefetch<512>(w + size_t(b + 4) * 512);
-            for (int hh = 0; hh < P; hh++) {
-                const uint8_t* q = w + size_t(b) * 512 + (h0 + hh) * 32;
-                // AVX2: the block's products summed in int16 (32 pair sums of <= 2 x 3 x 128 = 768: < 2^15), one
-                // widening
-                V::i p[NA];
-                for (int j = 0; j < NA; j++) p[j] = V::zero_i();
-                for (int l = 0; l < 8; l++) {
-                    const V::i x = V::load(q + 64 * l);
-                    const V::i c[4] = {V::bits2<6>(x), V::bits2<4>(x), V::bits2<2>(x), V::bits2<0>(x)};
-                    for (int j = 0; j < NA; j++) {
-                        const int8_t* qa = reinterpret_cast<const block_i8_s*>(a + j * as)[b].qs + 4 * l;
-                        for (int n = 0; n < 4; n++) {
-                            if constexpr (V::pairs16)
-                                p[j] = V::add16(p[j], V::mul_pairs(c[n], V::set1(word(qa + 32 * n))));
-                            else
-                                acc[hh][j][n] = V::dp(acc[hh][j][n], c[n], V::set1(word(qa + 32 * n)));
-                        }
-                    }
+    using A = V::i[NA][4];
+    const auto record = [&](int64_t b) {
+        if constexpr (SWEEP) prefetch<512>(w + size_t(b + 4) * 512);
+    };
+    const auto half = [&](int64_t b, int h, A& acc) {
+        const uint8_t* q = w + size_t(b) * 512 + h * 32;
+        // AVX2: the block's products summed in int16 (32 pair sums of <= 2 x 3 x 128 = 768: < 2^15), one widening
+        V::i p[NA];
+        for (int j = 0; j < NA; j++) p[j] = V::zero_i();
+        for (int l = 0; l < 8; l++) {
+            const V::i x = V::load(q + 64 * l);
+            const V::i c[4] = {V::bits2<6>(x), V::bits2<4>(x), V::bits2<2>(x), V::bits2<0>(x)};
+            for (int j = 0; j < NA; j++) {
+                const int8_t* qa = reinterpret_cast<const block_i8_s*>(a + j * as)[b].qs + 4 * l;
+                for (int n = 0; n < 4; n++) {
+                    if constexpr (V::pairs16)
+                        p[j] = V::add16(p[j], V::mul_pairs(c[n], V::set1(word(qa + 32 * n))));
+                    else
+                        acc[j][n] = V::dp(acc[j][n], c[n], V::set1(word(qa + 32 * n)));
                 }
-                if constexpr (V::pairs16)
-                    for (int j = 0; j < NA; j++) acc[hh][j][int(b % 4)] = V::widen(acc[hh][j][int(b % 4)], p[j]);
             }
         }
+        if constexpr (V::pairs16)
+            for (int j = 0; j < NA; j++) acc[j][int(b % 4)] = V::widen(acc[j][int(b % 4)], p[j]);
+    };
+    sweep<SWEEP ? V::passes : 1, A>(nb, record, half, [&](int h, const A& acc) {
         for (int j = 0; j < NA; j++) {
             const auto* ab = reinterpret_cast<const block_i8_s*>(a + j * as);
-            int32_t total = 0;
+            int32_t total = 0; // the activation row's sum of q
             for (int64_t b = 0; b < nb; b++) total += ab[b].sum;
-            for (int hh = 0; hh < P; hh++) {
-                const V::i* c = acc[hh][j];
-                const V::i sum = V::sub32(V::add32(V::add32(c[0], c[1]), V::add32(c[2], c[3])), V::set1(total));
-                V::store(y + j * ys + (h0 + hh) * V::lanes, V::mul(V::cvt(sum), V::set1f(ab[0].d)));
-            }
+            const V::i* c = acc[j];
+            const V::i sum = V::sub32(V::add32(V::add32(c[0], c[1]), V::add32(c[2], c[3])), V::set1(total));
+            V::store(y + j * ys + h * V::lanes, V::mul(V::cvt(sum), V::set1f(ab[0].d)));
         }
-    }
+    });
 }
 
 // na activation rows in chunks of NA, then one at a time
