@@ -200,7 +200,7 @@ evaluator::depth_guard::depth_guard(evaluator& e) : ev(e) {
     }
 }
 
-evaluator::evaluator(const options& opt, memory_bounds& bounds) : opt_(opt), bounds_(bounds) {}
+evaluator::evaluator(const options& opt) : opt_(opt) {}
 
 void evaluator::step(uint64_t n) {
     steps_ += n;
@@ -924,7 +924,7 @@ std::string render(const template_& t, const nlohmann::ordered_json& context, co
         ~restore() { current_bounds() = saved; }
     } restore_bounds{saved};
     try {
-        evaluator ev(opt, bounds);
+        evaluator ev(opt); // its strings and lists are charged to `bounds` through current_bounds()
         return ev.render(t.prog(), from_json(context));
     } catch (const eval_error& e) {
         throw template_error(e);

@@ -153,7 +153,7 @@ struct dict_view_object final : object {
 
 class evaluator {
   public:
-    evaluator(const options& opt, memory_bounds& bounds);
+    explicit evaluator(const options& opt);
 
     std::string render(const program& prog, const value& context);
 
@@ -190,7 +190,6 @@ class evaluator {
     enum class flow { normal, brk, cont };
 
     const options& opt_;
-    memory_bounds& bounds_;
     std::vector<std::unique_ptr<object>> objects_;
     std::string* out_ = nullptr;
     scope* top_ = nullptr;    // the template's own scope (what a block sees)

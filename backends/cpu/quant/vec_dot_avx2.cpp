@@ -663,7 +663,7 @@ double softmax_tile(float* s, float m) {
     double sum = 0.0;
     const __m256 vm = _mm256_set1_ps(m);
     for (int g = 0; g < 64; g += 16) {
-        __m256 lo, hi;
+        __m256 lo = _mm256_setzero_ps(), hi = lo; // expf8 leaves them unset where it fails (then scalar, below)
         const __m256 xlo = _mm256_sub_ps(_mm256_loadu_ps(s + g), vm),
                      xhi = _mm256_sub_ps(_mm256_loadu_ps(s + g + 8), vm);
         // masked scores (-inf) give exactly 0 (as expf_ggml): computed at 0 and cleared, so that a causal mask's
