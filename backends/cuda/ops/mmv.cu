@@ -877,12 +877,188 @@ int mmv_split_parts(int64_t groups, int64_t nc, int n_sm) {
     return s;
 }
 
+// ---- the 2-bit formats (tq2_0, i2_s) on the tensor cores: one column ----
+//
+// The dp4a GEMV (above) gives a warp 2 rows and a lane one chunk a step, then sums 32 lanes and 2 rows by shuffles:
+// on the ternary formats a warp's fixed costs were ~300 of its ~530 instructions (8B gate + up, ncu) and the kernel
+// issue-bound (80% issue-active at 48% of DRAM). Here a warp takes 16 rows through mma.sync m16n8k32 s8: lane (g, q)
+// = (lane / 4, lane % 4) holds rows g and g + 8 of the tile as the MMA's A rows, and per group of 8 chunks (256
+// elements) loads 16 bytes of each: chunks c0 + 2q and c0 + 2q + 1. MMA (h, j) takes field j (bits 2j, the values
+// 8j .. 8j + 7 of pack_2bit_chunk's order) of chunk c0 + 2q + h in quad slot q, so its k slots hold 4 different
+// chunks; B is block-diagonal (column n holds chunk c0 + 2n + h's activations in slot n, zeros elsewhere: only lanes
+// (n, n) load activations), so C column n is chunk c0 + 2n + h's exact integer sum for all 16 rows, scaled by its own
+// q8_1 d in the epilogue as dot_split does. Lanes q = 0, 1 end with every chunk of their rows; four shuffles sum a
+// row, no 32-lane reduction. S warps a tile split the groups over k (partial sums added in part order).
+template <class D> inline constexpr bool mma2_format = std::is_same_v<typename D::chunk_t, uint2>;
+constexpr int MMA2_ROWS = 16;
+template <int S> inline constexpr int mma2_warps = S > SPLIT_WARPS ? S : SPLIT_WARPS; // warps a block
+
+template <class D, int S>
+static __global__ void __launch_bounds__(mma2_warps<S> * WARP_SIZE) mmv_mma2_kernel(split_group grp) {
+    constexpr int W = mma2_warps<S>;
+    constexpr uint32_t M = 0x03030303u;
+    const int mi = group_member(grp.first_block, grp.n_mat);
+    const split_args& a = mi == 0 ? grp.m[0] : mi == 1 ? grp.m[1] : grp.m[2];
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int part = warp % S, g = lane / 4, q = lane % 4;
+    const int64_t row0 = (int64_t(blockIdx.x - grp.first_block[mi]) * (W / S) + warp / S) * MMA2_ROWS;
+    const int64_t nc = a.k / 32, ngr = nc / 8;
+    const int64_t r_lo = min(row0 + g, a.n - 1), r_hi = min(row0 + g + 8, a.n - 1); // past n: computed, not stored
+    // group G of a row: 4 uint4 (64 bytes); this lane's at + 4 G
+    const uint4* w_lo = reinterpret_cast<const uint4*>(a.qs + r_lo * nc * 8) + q;
+    const uint4* w_hi = reinterpret_cast<const uint4*>(a.qs + r_hi * nc * 8) + q;
+    const uint16_t* s_lo = nullptr; // tq2_0: a half per group
+    const uint16_t* s_hi = nullptr;
+    if constexpr (D::scale_bytes == 2) {
+        s_lo = reinterpret_cast<const uint16_t*>(a.sc) + r_lo * ngr;
+        s_hi = reinterpret_cast<const uint16_t*>(a.sc) + r_hi * ngr;
+    }
+    for (int u = 0; u < grp.prefetch; u++) {
+        const int64_t G = part + int64_t(u) * S;
+        if (G >= ngr) break;
+        prefetch_l2(w_lo + 4 * G);
+        prefetch_l2(w_hi + 4 * G);
+    }
+    pdl_wait();
+    pdl_trigger();
+    const bool diag = g == q;
+    const int4* act = reinterpret_cast<const int4*>(a.aq) + 4 * q; // group G: + 16 G (chunks c0 + 2q, c0 + 2q + 1)
+    const uint4* ds4 = reinterpret_cast<const uint4*>(a.ads) + (q & 1); // group G: + 2 G (chunks c0 + 4 (q & 1) ..)
+    const float live = q < 2 ? 1.0f : 0.0f; // lanes q = 2, 3 hold C's zero columns 4..7
+    float f_lo = 0.0f, f_hi = 0.0f, s_sum = 0.0f;
+    int4 x[4] = {};
+#pragma unroll 2
+    for (int64_t G = part; G < ngr; G += S) {
+        const uint4 wl = __ldg(w_lo + 4 * G), wh = __ldg(w_hi + 4 * G);
+        if (diag) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) x[i] = __ldg(act + 16 * G + i);
+        }
+        const uint4 dsw = __ldg(ds4 + 2 * G);
+        int c[2][4] = {};
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t xl = h ? wl.z : wl.x, yl = h ? wl.w : wl.y, xh = h ? wh.z : wh.x, yh = h ? wh.w : wh.y;
+            const int4 a0 = x[2 * h], a1 = x[2 * h + 1];
+            const int b[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const uint32_t af[4] = {(xl >> (2 * j)) & M, (xh >> (2 * j)) & M, (yl >> (2 * j)) & M,
+                                        (yh >> (2 * j)) & M};
+                mma_s8_k32(c[h], af, uint32_t(b[2 * j]), uint32_t(b[2 * j + 1]));
+            }
+        }
+        // chunk c0 + 4 (q & 1) + e is (h, column 2q + parity) = (e & 1, e >> 1): C regs 0 / 1 row g, 2 / 3 row g + 8
+        const float2 d0 = __half22float2(half2_of_word(dsw.x)), d1 = __half22float2(half2_of_word(dsw.y));
+        const float2 d2 = __half22float2(half2_of_word(dsw.z)), d3 = __half22float2(half2_of_word(dsw.w));
+        const float v_lo = d0.x * float(c[0][0]) + d1.x * float(c[1][0]) + d2.x * float(c[0][1]) + d3.x * float(c[1][1]);
+        const float v_hi = d0.x * float(c[0][2]) + d1.x * float(c[1][2]) + d2.x * float(c[0][3]) + d3.x * float(c[1][3]);
+        const float sg = live * (d0.y + d1.y + d2.y + d3.y);
+        if constexpr (D::scale_bytes == 2) { // tq2_0: the group is the 256-element block of one f16 d
+            f_lo += half_bits_to_f32(__ldg(s_lo + G)) * (v_lo - sg);
+            f_hi += half_bits_to_f32(__ldg(s_hi + G)) * (v_hi - sg);
+        } else {
+            static_assert(D::scale_bytes == 0, "tq2_0 or i2_s");
+            f_lo += v_lo;
+            f_hi += v_hi;
+            s_sum += sg;
+        }
+    }
+    f_lo -= s_sum;
+    f_hi -= s_sum;
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+        f_lo += __shfl_xor_sync(0xffffffffu, f_lo, o);
+        f_hi += __shfl_xor_sync(0xffffffffu, f_hi, o);
+    }
+    if constexpr (S > 1) {
+        __shared__ float part_sum[W][MMA2_ROWS];
+        if (q == 0) {
+            part_sum[warp][g] = f_lo;
+            part_sum[warp][g + 8] = f_hi;
+        }
+        __syncthreads();
+        if (part != 0) return;
+#pragma unroll
+        for (int p = 1; p < S; p++) {
+            f_lo += part_sum[warp + p][g];
+            f_hi += part_sum[warp + p][g + 8];
+        }
+    }
+    if (q != 0) return;
+    if (row0 + g < a.n) a.y[row0 + g] = f_lo * a.out_scale;
+    if (row0 + g + 8 < a.n) a.y[row0 + g + 8] = f_hi * a.out_scale;
+}
+
+// TESSERA_CUDA_MMV_MMA=0: the 2-bit formats' one-column GEMV on dp4a (mmv_split_kernel) instead (side by side)
+bool mmv_mma2_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("TESSERA_CUDA_MMV_MMA");
+        return !(e && std::string(e) == "0");
+    }();
+    return on;
+}
+
+// Warps a 16-row tile (S): one while the tiles alone give `target` warps an SM (TESSERA_CUDA_MMA2_WARPS, 18), else
+// the k-split that gets there, at most 8, each warp keeping at least 2 groups.
+int mmv_mma2_parts(int64_t tiles, int64_t ngr, int n_sm) {
+    static const int64_t target = [] {
+        const char* e = std::getenv("TESSERA_CUDA_MMA2_WARPS");
+        return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(18);
+    }();
+    int s = 1;
+    while (s < 8 && tiles * s < target * std::max(n_sm, 1) && ngr >= 4 * s) s *= 2;
+    return s;
+}
+
+// One column through mmv_mma2_kernel; false where it does not apply (the caller runs mmv_split_kernel)
+template <class F>
+bool mmv_mma2_launch(const cuda_context& ctx, const split_weight* const* w, split_args* args, int n_mat,
+                     split_acts acts, int64_t cols) {
+    using D = cuda_format<F>;
+    if constexpr (!mma2_format<D>) {
+        return false;
+    } else {
+        if (cols != 1 || !mmv_mma2_enabled() || !aligned16(acts.q) || !aligned16(acts.ds)) return false;
+        int64_t tiles = 0;
+        for (int i = 0; i < n_mat; i++) {
+            if (args[i].k % 256 != 0 || !aligned16(w[i]->qs)) return false;
+            tiles += ceil_div(args[i].n, MMA2_ROWS);
+        }
+        const int64_t ngr = args[0].k / 256;
+        const int S = mmv_mma2_parts(tiles, ngr, ctx.n_sm);
+        const int W = std::max(S, SPLIT_WARPS);
+        split_group grp{};
+        unsigned blocks = 0;
+        for (int i = 0; i < n_mat; i++) {
+            split_args& a = args[i];
+            a.qs = w[i]->qs;
+            a.sc = w[i]->sc;
+            a.aq = acts.q;
+            a.ads = acts.ds;
+            a.out_scale = w[i]->out_scale;
+            grp.m[i] = a;
+            grp.first_block[i] = blocks;
+            blocks += unsigned(ceil_div(a.n, int64_t(MMA2_ROWS) * (W / S)));
+        }
+        grp.n_mat = n_mat;
+        const int64_t per_warp = ceil_div(ngr, S);
+        grp.prefetch = ctx.pdl ? int(std::min<int64_t>(prefetch_steps(), (per_warp + 1) / 2)) : 0;
+        if (blocks == 0) return true;
+        const auto kernel = S == 1 ? mmv_mma2_kernel<D, 1> : S == 2 ? mmv_mma2_kernel<D, 2>
+                          : S == 4 ? mmv_mma2_kernel<D, 4> : mmv_mma2_kernel<D, 8>;
+        launch(ctx, kernel, dim3(blocks), dim3(W * WARP_SIZE), 0, grp);
+        return true;
+    }
+}
+
 // y_i = W_i^T x for 1 to 3 split weights of format F with the same x (quantized: acts), in one launch; with rope
 // (three: q, k, v), rope_kv's work in the epilogue instead of writing y.
 template <class F>
 void mmv_split_launch(const cuda_context& ctx, const split_weight* const* w, split_args* args, int n_mat,
                       split_acts acts, const rope_kv_params* rope = nullptr, int64_t rope_hd = 0) {
     using D = cuda_format<F>;
+    if (!rope && mmv_mma2_launch<F>(ctx, w, args, n_mat, acts, args[0].m * args[0].ne2 * args[0].ne3)) return;
     constexpr int R = 2;
     int64_t groups = 0;
     for (int i = 0; i < n_mat; i++) groups += ceil_div(args[i].n, R);
