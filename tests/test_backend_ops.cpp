@@ -605,8 +605,10 @@ std::vector<op_case> all_cases() {
     // i8_s per row, CUDA to q8_1 per 32 (decode) or f16 (GEMM): the CPU's coarser rounding sets the bound, i8_s per row
     // of 2048 the worst (step ~0.03 sigma -> NMSE ~1e-4) -> 5e-4.
     for (type t : {type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s})
-        for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{512, 70, 3}, mm_shape{1024, 129, 8}, mm_shape{1024, 67, 9},
-                           mm_shape{2048, 300, 100}, mm_shape{512, 200, 140}, mm_shape{2048, 257, 260}}) {
+        // (one column over long rows: the GEMV's k split in parts)
+        for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{4096, 300, 1}, mm_shape{14336, 40, 1}, mm_shape{512, 70, 3},
+                           mm_shape{1024, 129, 8}, mm_shape{1024, 67, 9}, mm_shape{2048, 300, 100},
+                           mm_shape{512, 200, 140}, mm_shape{2048, 257, 260}}) {
             const bool same_ints = t == type::nvfp4 || t == type::awq4 || t == type::awq4_g64;
             add_case(std::string("mul_mat_") + type_name(t) + "_k" + std::to_string(s.k) + "_n" +
                          std::to_string(s.n) + "_m" + std::to_string(s.m),
