@@ -603,9 +603,9 @@ std::vector<op_case> all_cases() {
     // nvfp4 (CPU partner q8_0: q8_1's integers and d) and awq4 (q8_1) dot the CPU's integers on both paths -> 1e-6
     // (the GEMM with TESSERA_CUDA_MMQ=0: f16 activations -> 5e-4). tq2_0 / i2_s: the CPU quantizes to q8_k per 256 /
     // i8_s per row, CUDA to q8_1 per 32 (decode) or f16 (GEMM): the CPU's coarser rounding sets the bound, i8_s per row
-    // of 2048 the worst (step ~0.03 sigma -> NMSE ~1e-4) -> 5e-4.
+    // of 2048 the worst (step ~0.03 sigma -> NMSE ~1e-4) -> 5e-4. One column also over long rows (k 4096, 14336: the
+    // GEMV's k split in parts).
     for (type t : {type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s})
-        // (one column over long rows: the GEMV's k split in parts)
         for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{4096, 300, 1}, mm_shape{14336, 40, 1}, mm_shape{512, 70, 3},
                            mm_shape{1024, 129, 8}, mm_shape{1024, 67, 9}, mm_shape{2048, 300, 100},
                            mm_shape{512, 200, 140}, mm_shape{2048, 257, 260}}) {
