@@ -1265,17 +1265,22 @@ INSTANTIATE_TEST_SUITE_P(cuda, backend_ops, ::testing::Range(size_t(0), cases().
 // Exact mode's mul_mat (gemm.cu, gemm_exact: the CPU's float orders) gives the CPU's bits for q4_0 (summed blockwise
 // where the CPU does: rows a multiple of 8, a tied output's token table too; 40 rows = 8 mod 16, whose last 8 the CPU
 // computes on its row kernels in the same order), q4_1 and q8_0, for plain matrices and tied token tables, decode and
-// prompt widths. Bound: every output bit.
+// prompt widths; i2_s (the CPU's per-token int8 activations, the row's exact integer sum, the tensor's scale) for
+// matrices; f16 in the CPU's two f16 orders (tinyBLAS, ggml_vec_dot_f16). Bound: every output bit.
 TEST(backend_ops_cuda, exact_mul_mat_gives_the_cpus_bits) {
     TS_REQUIRE_CUDA();
-    for (type t : {type::q4_0, type::q4_1, type::q8_0})
+    for (type t : {type::q4_0, type::q4_1, type::q8_0, type::i2_s, type::f16})
         for (int64_t n : {int64_t(40), int64_t(48), int64_t(37)})
             for (uint32_t flags : {0u, uint32_t(flag_embedding | flag_tied)})
                 for (int64_t m : {int64_t(1), int64_t(19)}) {
-                    leaf w = typed_leaf(t, {256, n}, 71);
+                    if (t == type::i2_s && flags) continue; // a ternary token table is not a case anyone has
+                    // f16: 37 rows take the CPU's ggml_vec_dot_f16 order at every width (rows % 4 != 0), over k = 200
+                    // (a tail past the last 64: added in double); the others tinyBLAS's where m > 1
+                    const int64_t k = t == type::i2_s ? 1024 : t == type::f16 && n == 37 ? 200 : 256;
+                    leaf w = typed_leaf(t, {k, n}, 71);
                     w.flags = flags;
                     const op_case c{"exact_mul_mat",
-                                    {std::move(w), f32_leaf({256, m}, 72)},
+                                    {std::move(w), f32_leaf({k, m}, 72)},
                                     [](context& cx, const std::vector<tensor*>& l) { return mul_mat(cx, l[0], l[1]); }};
                     cpu::cpu_backend cpu_be(cpu::cpu_options{3, false});
                     std::unique_ptr<backend> cuda_be = make_backend(device_type::cuda, 0, true);

@@ -478,6 +478,123 @@ template <class D, exact_order O> static __global__ void __launch_bounds__(EX_TH
     }
 }
 
+// i2_s in exact mode: the CPU's per-token int8 activations (quant/i8_s.h: one scale a row, s = float(127 / amax), d =
+// float(amax / 127) in double, q = clamp(round(x s), -128, 127) half away from zero) and its order, which is no order:
+// the exact integer sum over the row of code q minus the row's sum of q, converted once, times d, then times the
+// tensor's scale (backends/cpu/quant/i2_s_avx2.cpp, mul_mat.cpp). A block a column: q into qs [cols][k], (d, sum of q)
+// into dt [cols].
+struct i8s_row {
+    float d;
+    int32_t total;
+};
+static __global__ void i8s_quantize_kernel(const float* x, shape4 sx, int8_t* qs, i8s_row* dt) {
+    __shared__ float red[32];
+    __shared__ int32_t red_i[32];
+    const int64_t r = blockIdx.x, k = sx.ne[0], m = sx.ne[1], ne2 = sx.ne[2];
+    const float* xr = x + (r % m) * sx.nb[1] + ((r / m) % ne2) * sx.nb[2] + (r / (m * ne2)) * sx.nb[3];
+    float amax = 0.0f;
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(xr[i * sx.nb[0]]));
+    amax = block_max(amax, red);
+    const double am = fmax(1e-5, double(amax));
+    const float scale = float(127.0 / am);
+    int32_t total = 0;
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
+        const float q = fminf(127.0f, fmaxf(-128.0f, roundf(__fmul_rn(xr[i * sx.nb[0]], scale))));
+        qs[r * k + i] = int8_t(q);
+        total += int32_t(q);
+    }
+    total = warp_sum(total);
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    if (lane == 0) red_i[warp] = total;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t t = 0;
+        for (int w = 0; w < int(blockDim.x / WARP_SIZE); w++) t += red_i[w];
+        dt[r] = {float(am / 127.0), t};
+    }
+}
+// A thread a weight row, EX_COLS columns: the chunks' integer dots (dot_2bit_chunk_x64 / 64: exact) summed in int32.
+static __global__ void __launch_bounds__(EX_THREADS) i2s_exact_kernel(const uint8_t* w, const int8_t* qs,
+                                                                       const i8s_row* dt, float* y, int64_t n, int64_t k,
+                                                                       int64_t cols, shape4 sy, float out_scale) {
+    const int64_t row = int64_t(blockIdx.x) * EX_THREADS + threadIdx.x, col0 = int64_t(blockIdx.y) * EX_COLS;
+    if (row >= n) return;
+    const int64_t nc = k / 32;
+    const uint2* q_row = reinterpret_cast<const uint2*>(w) + row * nc;
+    int32_t sum[EX_COLS] = {};
+    for (int64_t c = 0; c < nc; c++) {
+        const uint2 q = __ldg(q_row + c);
+#pragma unroll
+        for (int j = 0; j < EX_COLS; j++) {
+            const int64_t col = min(col0 + j, cols - 1);
+            const int4* a = reinterpret_cast<const int4*>(qs + col * k + c * 32);
+            sum[j] += dot_2bit_chunk_x64(q, __ldg(a), __ldg(a + 1)) >> 6;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < EX_COLS; j++) {
+        const int64_t col = col0 + j;
+        if (col >= cols) break;
+        const i8s_row ad = dt[col];
+        const float r = __fmul_rn(float(sum[j] - ad.total), ad.d);
+        y[column_offset(col, sy.ne[1], sy.ne[2], sy.ne[3], sy.nb[1], sy.nb[2], sy.nb[3]) + row] =
+            out_scale == 1.0f ? r : __fmul_rn(r, out_scale);
+    }
+}
+
+// f16 weights in exact mode: the CPU's two orders (backends/cpu/quant/float16.h; the scalar ones in float16.cpp), the
+// activations rounded to f16 as the CPU stores them. tinyBLAS (where the CPU takes it: >= 2 activation rows of a
+// batch, k % 16 == 0, rows % 4 == 0): lane c of 16 = fma chain over elements c, c + 16, ...; else ggml_vec_dot_f16:
+// 4 x 16 lanes over 64-element steps, (s0 + s2) + (s1 + s3), the rest added in double. Both reduced as
+// _mm512_reduce_add_ps. A thread an output.
+__device__ __forceinline__ float reduce16_exact(const float (&v)[16]) {
+    float h8[8], h4[4];
+#pragma unroll
+    for (int l = 0; l < 8; l++) h8[l] = __fadd_rn(v[l + 8], v[l]);
+#pragma unroll
+    for (int l = 0; l < 4; l++) h4[l] = __fadd_rn(h8[l + 4], h8[l]);
+    return __fadd_rn(__fadd_rn(h4[0], h4[2]), __fadd_rn(h4[1], h4[3]));
+}
+static __global__ void f16_round_kernel(const float* x, shape4 sx, __half* a) {
+    const int64_t r = blockIdx.y, k = sx.ne[0], m = sx.ne[1], ne2 = sx.ne[2];
+    const float* xr = x + (r % m) * sx.nb[1] + ((r / m) % ne2) * sx.nb[2] + (r / (m * ne2)) * sx.nb[3];
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < k; i += int64_t(gridDim.x) * blockDim.x)
+        a[r * k + i] = __float2half_rn(xr[i * sx.nb[0]]);
+}
+template <bool TINY>
+static __global__ void __launch_bounds__(EX_THREADS) f16_exact_kernel(const __half* w, int64_t w_nb1, const __half* a,
+                                                                       float* y, int64_t n, int64_t k, int64_t cols,
+                                                                       shape4 sy) {
+    const int64_t row = int64_t(blockIdx.x) * EX_THREADS + threadIdx.x, col = blockIdx.y;
+    if (row >= n) return;
+    const __half* wr = w + row * w_nb1;
+    const __half* ar = a + col * k;
+    float r;
+    if constexpr (TINY) {
+        float acc[16] = {};
+        for (int64_t l = 0; l < k; l += 16)
+#pragma unroll
+            for (int c = 0; c < 16; c++) acc[c] = fmaf(__half2float(wr[l + c]), __half2float(ar[l + c]), acc[c]);
+        r = reduce16_exact(acc);
+    } else {
+        float s[4][16] = {};
+        const int64_t np = k - k % 64;
+        for (int64_t i = 0; i < np; i += 64)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+#pragma unroll
+                for (int c = 0; c < 16; c++)
+                    s[q][c] = fmaf(__half2float(wr[i + 16 * q + c]), __half2float(ar[i + 16 * q + c]), s[q][c]);
+        float v[16];
+#pragma unroll
+        for (int c = 0; c < 16; c++) v[c] = __fadd_rn(__fadd_rn(s[0][c], s[2][c]), __fadd_rn(s[1][c], s[3][c]));
+        double sum = reduce16_exact(v);
+        for (int64_t i = np; i < k; i++) sum = __dadd_rn(sum, double(__fmul_rn(__half2float(wr[i]), __half2float(ar[i]))));
+        r = float(sum);
+    }
+    y[column_offset(col, sy.ne[1], sy.ne[2], sy.ne[3], sy.nb[1], sy.nb[2], sy.nb[3]) + row] = r;
+}
+
 bool mmq_enabled() {
     static const bool enabled = env_switch_on("TESSERA_CUDA_MMQ");
     return enabled;
@@ -503,8 +620,9 @@ bool gemm_split_wanted(int64_t cols) {
 bool gemm_exact_available(type t) {
     bool ok = false;
     visit_format(t, [&]<class F>() { ok = has_mmq<F>::value; });
-    return ok && t != type::mxfp4; // the CPU's mxfp4 order (ggml's generic dot, blockwise for repacked rows) is not one of
-                                   // gemm_exact_kernel's: exact mode runs mxfp4 as the fast path does
+    // mxfp4: the CPU's order (ggml's generic dot, blockwise for repacked rows) is not one of gemm_exact_kernel's, so
+    // exact mode runs it as the fast path does; i2_s: i2s_exact_kernel
+    return (ok && t != type::mxfp4) || t == type::i2_s;
 }
 
 void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, tensor& dst) {
@@ -512,6 +630,23 @@ void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, 
     const shape4 sy = shape_of(dst, 4);
     const int64_t m = x->ne[1], ne2 = x->ne[2], ne3 = x->ne[3], cols = m * ne2 * ne3;
     if (cols == 0 || w.n == 0) return;
+    if (w.t == type::i2_s) {
+        // the q8_1 activations' room (mul_mat_work_size): q as large, (d, sum) a column in the first 8 of k / 32 x 4
+        // bytes; not q8_1, so no later GEMV may take them for its own
+        const split_acts room = split_activation_ptrs(ctx, *x);
+        TS_ASSERT(w.k % 128 == 0);
+        auto* qs = const_cast<int8_t*>(room.q);
+        auto* dt = reinterpret_cast<i8s_row*>(const_cast<__half2*>(room.ds));
+        i8s_quantize_kernel<<<unsigned(cols), 256, 0, ctx.stream>>>(ctx.as<float>(x), shape_of(*x, 4), qs, dt);
+        ctx.act_src = nullptr;
+        ctx.act_form = cuda_context::act_none;
+        const dim3 grid(unsigned(ceil_div(w.n, EX_THREADS)), unsigned(ceil_div(cols, EX_COLS)));
+        TS_ASSERT(grid.y <= 65535);
+        i2s_exact_kernel<<<grid, EX_THREADS, 0, ctx.stream>>>(w.qs, qs, dt, ctx.as<float>(&dst), w.n, w.k, cols, sy,
+                                                               w.out_scale);
+        TS_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     const split_acts acts = split_activations(ctx, *x);
     const mmq_args a{w.qs, w.sc, acts.q, acts.ds, ctx.as<float>(&dst), sy.nb[1], sy.nb[2], sy.nb[3],
                      w.n,  m,    w.k,    ne2,     ne3,     w.out_scale};
@@ -533,6 +668,36 @@ void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, 
             TS_ASSERT(!"gemm_exact: a format without mmq_unpack");
         }
     });
+    TS_CUDA_CHECK(cudaGetLastError());
+}
+
+bool float_exact_available(const tensor& node) {
+    const tensor* w = node.src[0];
+    const tensor* x = node.src[1];
+    return w->t == type::f16 && x->t == type::f32 && w->ne[2] == 1 && w->ne[3] == 1 && w->nb[0] == 2 &&
+           w->nb[1] % 2 == 0 && w->ne[0] == x->ne[0];
+}
+
+void float_exact(cuda_context& ctx, tensor& dst) {
+    const tensor* w = dst.src[0];
+    const tensor* x = dst.src[1];
+    const int64_t k = w->ne[0], n = w->ne[1], m = x->ne[1], cols = m * x->ne[2] * x->ne[3];
+    if (cols == 0 || n == 0) return;
+    // the activations as halves in the scratch (mul_mat_work_size: at least the q8_1 room, cols x k bytes and more)
+    TS_ASSERT(ctx.scratch_size >= size_t(cols * k) * sizeof(__half) && cols <= 65535);
+    auto* a = static_cast<__half*>(ctx.scratch);
+    f16_round_kernel<<<dim3(unsigned(ceil_div(k, 256)), unsigned(cols)), 256, 0, ctx.stream>>>(ctx.as<float>(x),
+                                                                                                 shape_of(*x, 4), a);
+    ctx.act_src = nullptr;
+    ctx.act_form = cuda_context::act_none;
+    const shape4 sy = shape_of(dst, 4);
+    const dim3 grid(unsigned(ceil_div(n, EX_THREADS)), unsigned(cols));
+    const bool tiny = m >= 2 && k % 16 == 0 && n % 4 == 0; // where the CPU takes tinyBLAS (mul_mat_float16)
+    const auto* wp = ctx.as<__half>(w);
+    if (tiny)
+        f16_exact_kernel<true><<<grid, EX_THREADS, 0, ctx.stream>>>(wp, w->nb[1] / 2, a, ctx.as<float>(&dst), n, k, cols, sy);
+    else
+        f16_exact_kernel<false><<<grid, EX_THREADS, 0, ctx.stream>>>(wp, w->nb[1] / 2, a, ctx.as<float>(&dst), n, k, cols, sy);
     TS_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1334,10 +1334,12 @@ bool mul_mat_supported(const tensor& dst) {
 size_t mul_mat_work_size(const tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
-    if (is_float_weight(w.t)) return gemm_float_work_size(dst);
+    const int64_t cols = x.ne[1] * x.ne[2] * x.ne[3];
+    if (is_float_weight(w.t)) // cuBLAS's f16 / bf16 activations; f16 weights: exact mode's halves too (float_exact)
+        return std::max(gemm_float_work_size(dst),
+                        w.t == type::f16 ? (size_t(x.ne[0]) * size_t(cols) * sizeof(__half) + 255) / 256 * 256 : 0);
     // q8_1 blocks, or the split activations (as many bytes, plus the alignment of their second array), or the f16
     // activations of the prefill GEMM
-    const int64_t cols = x.ne[1] * x.ne[2] * x.ne[3];
     return std::max(size_t(x.ne[0] / 32) * size_t(cols) * sizeof(block_q8_1) + 256,
                     gemm_split_work_size(x.ne[0], cols));
 }
@@ -1470,6 +1472,10 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
             TS_ASSERT(known);
             return;
         }
+    }
+    if (ctx.exact && float_exact_available(dst)) {
+        float_exact(ctx, dst);
+        return;
     }
     if (gemm_float_wanted(ctx, dst)) {
         gemm_float(ctx, dst);
