@@ -490,8 +490,8 @@ struct i8s_row {
 static __global__ void i8s_quantize_kernel(const float* x, shape4 sx, int8_t* qs, i8s_row* dt) {
     __shared__ float red[32];
     __shared__ int32_t red_i[32];
-    const int64_t r = blockIdx.x, k = sx.ne[0], m = sx.ne[1], ne2 = sx.ne[2];
-    const float* xr = x + (r % m) * sx.nb[1] + ((r / m) % ne2) * sx.nb[2] + (r / (m * ne2)) * sx.nb[3];
+    const int64_t r = blockIdx.x, k = sx.ne[0];
+    const float* xr = x + column_offset(r, sx.ne[1], sx.ne[2], sx.ne[3], sx.nb[1], sx.nb[2], sx.nb[3]);
     float amax = 0.0f;
     for (int64_t i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(xr[i * sx.nb[0]]));
     amax = block_max(amax, red);
@@ -556,8 +556,8 @@ __device__ __forceinline__ float reduce16_exact(const float (&v)[16]) {
     return __fadd_rn(__fadd_rn(h4[0], h4[2]), __fadd_rn(h4[1], h4[3]));
 }
 static __global__ void f16_round_kernel(const float* x, shape4 sx, __half* a) {
-    const int64_t r = blockIdx.y, k = sx.ne[0], m = sx.ne[1], ne2 = sx.ne[2];
-    const float* xr = x + (r % m) * sx.nb[1] + ((r / m) % ne2) * sx.nb[2] + (r / (m * ne2)) * sx.nb[3];
+    const int64_t r = blockIdx.y, k = sx.ne[0];
+    const float* xr = x + column_offset(r, sx.ne[1], sx.ne[2], sx.ne[3], sx.nb[1], sx.nb[2], sx.nb[3]);
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < k; i += int64_t(gridDim.x) * blockDim.x)
         a[r * k + i] = __float2half_rn(xr[i * sx.nb[0]]);
 }
