@@ -1262,21 +1262,27 @@ TEST_P(backend_ops, cuda_matches_cpu) {
 INSTANTIATE_TEST_SUITE_P(cuda, backend_ops, ::testing::Range(size_t(0), cases().size()),
                          [](const ::testing::TestParamInfo<size_t>& i) { return cases()[i.param].name; });
 
-// Exact mode's mul_mat (gemm.cu, gemm_exact: the CPU's float orders) gives the CPU's bits for q4_0 (summed blockwise
-// where the CPU does: rows a multiple of 8, a tied output's token table too; 40 rows = 8 mod 16, whose last 8 the CPU
-// computes on its row kernels in the same order), q4_1 and q8_0, for plain matrices and tied token tables, decode and
-// prompt widths; i2_s (the CPU's per-token int8 activations, the row's exact integer sum, the tensor's scale) for
-// matrices; f16 in the CPU's two f16 orders (tinyBLAS, ggml_vec_dot_f16). Bound: every output bit.
+// Exact mode's mul_mat (exact_mm.cu: the CPU's float orders) gives the CPU's bits for q4_0 and mxfp4 (summed
+// blockwise where the CPU does: rows a multiple of 8, a tied output's token table too; 40 rows = 8 mod 16, whose last
+// 8 the CPU computes on its row kernels in the same order), q4_1 and q8_0, for plain matrices and tied token tables,
+// decode and prompt widths; mxfp4's pair order over 9 chunks (37 rows: an odd last chunk); tq2_0 (the CPU's q8_K
+// activations, ggml's 8 lanes) and i2_s (the CPU's per-token int8 activations, the row's exact integer sum, the
+// tensor's scale) for matrices; f16 and bf16 in the CPU's float orders (tinyBLAS, ggml_vec_dot_f16 / _bf16; bf16
+// through vdpbf16ps's order where this host has AVX512_BF16). Bound: every output bit.
 TEST(backend_ops_cuda, exact_mul_mat_gives_the_cpus_bits) {
     TS_REQUIRE_CUDA();
-    for (type t : {type::q4_0, type::q4_1, type::q8_0, type::i2_s, type::f16})
+    for (type t : {type::q4_0, type::q4_1, type::q8_0, type::mxfp4, type::tq2_0, type::i2_s, type::f16, type::bf16})
         for (int64_t n : {int64_t(40), int64_t(48), int64_t(37)})
             for (uint32_t flags : {0u, uint32_t(flag_embedding | flag_tied)})
                 for (int64_t m : {int64_t(1), int64_t(19)}) {
-                    if (t == type::i2_s && flags) continue; // a ternary token table is not a case anyone has
-                    // f16: 37 rows take the CPU's ggml_vec_dot_f16 order at every width (rows % 4 != 0), over k = 200
-                    // (a tail past the last 64: added in double); the others tinyBLAS's where m > 1
-                    const int64_t k = t == type::i2_s ? 1024 : t == type::f16 && n == 37 ? 200 : 256;
+                    const bool ternary = t == type::i2_s || t == type::tq2_0, half = t == type::f16 || t == type::bf16;
+                    if (ternary && flags) continue; // a ternary token table is not a case anyone has
+                    // f16 / bf16: 37 rows take the CPU's vec_dot order at every width (rows % 4 != 0), over k = 200
+                    // (a tail past the last 32 / 64: added in double); the others tinyBLAS's where m > 1
+                    const int64_t k = t == type::i2_s || t == type::tq2_0 ? 1024
+                                      : half && n == 37               ? 200
+                                      : t == type::mxfp4              ? 288
+                                                                      : 256;
                     leaf w = typed_leaf(t, {k, n}, 71);
                     w.flags = flags;
                     const op_case c{"exact_mul_mat",
@@ -1291,6 +1297,35 @@ TEST(backend_ops_cuda, exact_mul_mat_gives_the_cpus_bits) {
                         n_diff += std::memcmp(&ref.out[i], &got.out[i], sizeof(float)) != 0;
                     EXPECT_EQ(n_diff, 0u) << type_name(t) << " n=" << n << " m=" << m << " tied table=" << (flags != 0);
                 }
+}
+
+// Exact mode on the op cases of the mixture-of-experts ops and gpt-oss's attention: mul_mat_id of every block format
+// (the CPU's row kernels pair by pair, expert by expert), soft_max (ggml's order), swiglu_oai (glibc's expf), the
+// whole moe_ffn block (routing, experts, biases, weights, the slots' sum) and attention with sinks at head size 64
+// (the CPU's tiled and one_chunk paths with its sink step). Float experts are not covered (the fast kernel runs).
+// Bound: every output bit.
+TEST(backend_ops_cuda, exact_mode_gives_the_cpus_bits_on_moe_and_sinks) {
+    TS_REQUIRE_CUDA();
+    const auto wanted = [](const std::string& name) {
+        const auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
+        if (starts("mul_mat_id_"))
+            return name.find("_f32_") == std::string::npos && name.find("_f16_") == std::string::npos &&
+                   name.find("_bf16_") == std::string::npos;
+        return starts("moe_ffn_") || starts("soft_max") || starts("swiglu_oai") || starts("attention_sinks_hd64");
+    };
+    size_t n_cases = 0;
+    for (const op_case& c : cases()) {
+        if (!wanted(c.name)) continue;
+        n_cases++;
+        cpu::cpu_backend cpu_be(cpu::cpu_options{3, false});
+        std::unique_ptr<backend> cuda_be = make_backend(device_type::cuda, 0, true);
+        const run_result ref = run_on(cpu_be, c), got = run_on(*cuda_be, c);
+        ASSERT_EQ(ref.out.size(), got.out.size()) << c.name;
+        size_t n_diff = 0;
+        for (size_t i = 0; i < ref.out.size(); i++) n_diff += std::memcmp(&ref.out[i], &got.out[i], sizeof(float)) != 0;
+        EXPECT_EQ(n_diff, 0u) << c.name << ": " << n_diff << " of " << ref.out.size() << " values differ";
+    }
+    EXPECT_GE(n_cases, 30u);
 }
 
 // The score op (perplexity / KLD words per row) on CUDA against the CPU's: the NLL within 1e-7 relative (expf vs

@@ -3,6 +3,7 @@
 // the scalar versions are the formats' reference functions (quant/), which the fast ones are tested against.
 #pragma once
 
+#include "ggml-like/cpu_features.h"
 #include "ggml-like/types.h"
 
 #include <cstdint>
@@ -74,8 +75,5 @@ float expf_ggml(float x);
 
 // nullptr if the CPU backend cannot compute with this type. `reference` forces the scalar reference kernels.
 const cpu_type_ops* find_cpu_ops(type t, bool reference = false);
-bool cpu_has_avx2();
-bool cpu_has_avx512vnni(); // AVX-512 F/BW/VL + VNNI: the byte dots use vpdpbusd
-bool cpu_has_avx512bf16(); // and AVX512_BF16: bf16 mul_mat through vdpbf16ps, as llama.cpp built for such a CPU
 
 } // namespace tessera::cpu

@@ -71,6 +71,22 @@ __device__ __forceinline__ float sink_fold(const float* sinks, int h, float m, f
     return 1.0f;
 }
 
+// Exact mode's sink step: the CPU's attention_sink (backends/cpu/ops/softmax.cpp), glibc's expf, acc rescaled in f32
+template <int HD>
+__device__ __forceinline__ void sink_exact(const float* sinks, int h, float M, float& S, float (&acc)[HD]) {
+    if (!sinks) return;
+    const float s = sinks[h];
+    float ms = 1.0f, vs = 1.0f;
+    if (s > M) {
+        ms = expf_glibc(__fsub_rn(M, s));
+#pragma unroll
+        for (int d = 0; d < HD; d++) acc[d] = __fmul_rn(acc[d], ms);
+    } else {
+        vs = expf_glibc(__fsub_rn(s, M));
+    }
+    S = fmaf(S, ms, vs);
+}
+
 // One past the last key the mask row lets through (0 when none does): the keys after it, such as the padded rows past
 // the filled cache (backend::kv_pad), need not be visited at all. Scans backwards a warp-wide chunk at a time (a pad
 // of 256 rows: at most 8 coalesced loads); every lane of the warp gets the result.
@@ -928,6 +944,7 @@ template <int HD> static __global__ void __launch_bounds__(64) attention_exact_k
         }
     }
     if (!active) return;
+    sink_exact<HD>(a.sinks, h, M, S, acc);
     const float inv = S == 0.0f ? 0.0f : __fdiv_rn(1.0f, S);
     float* orow = a.o + h * a.o_nb1 + int64_t(t) * a.o_nb2;
 #pragma unroll
@@ -994,6 +1011,7 @@ template <int HD> static __global__ void __launch_bounds__(32) attention_exact_s
         for (int d = 0; d < HD; d++) acc[d] = __half2float(__float2half_rn(fmaf(__half2float(vr[d]), vs, acc[d])));
         S = fmaf(S, ms, vs);
     }
+    sink_exact<HD>(a.sinks, h, M, S, acc);
     const float inv = S == 0.0f ? 0.0f : __fdiv_rn(1.0f, S);
     float* orow = a.o + h * a.o_nb1 + int64_t(t) * a.o_nb2;
 #pragma unroll
@@ -1494,13 +1512,12 @@ size_t attention_work_size(const tensor& dst) {
 
 void attention(cuda_context& ctx, tensor& dst) {
     attn_args a = attention_args(ctx, dst);
-    // exact mode's kernels have no sinks: gpt-oss's attention takes the fast ones (close, not the CPU's bits)
-    if (ctx.exact && !a.sinks && a.n_tok >= 64 && (a.hd == 64 || a.hd == 128)) {
+    if (ctx.exact && a.n_tok >= 64 && (a.hd == 64 || a.hd == 128)) {
         if (a.hd == 64) attention_exact_launch<64>(a, ctx.stream);
         else attention_exact_launch<128>(a, ctx.stream);
         return;
     }
-    if (ctx.exact && !a.sinks && a.n_tok < 64 && (a.hd == 64 || a.hd == 128)) {
+    if (ctx.exact && a.n_tok < 64 && (a.hd == 64 || a.hd == 128)) {
         const unsigned blocks = unsigned(ceil_div(int64_t(a.n_tok) * a.n_head, 32));
         if (blocks == 0) return;
         if (a.hd == 64) attention_exact_small_kernel<64><<<blocks, 32, 0, ctx.stream>>>(a);

@@ -32,7 +32,7 @@ __device__ __forceinline__ int64_t offset(const index4& x, const int64_t* nb) {
     return x.i[0] * nb[0] + x.i[1] * nb[1] + x.i[2] * nb[2] + x.i[3] * nb[3];
 }
 
-enum class binary_op { add, mul, div, swiglu, geglu, relu2, swiglu_oai };
+enum class binary_op { add, mul, div, swiglu, geglu, relu2, swiglu_oai, swiglu_oai_exact };
 enum class unary_op { scale, silu, tanh, clamp };
 
 __device__ __forceinline__ float silu_f(float x) {
@@ -62,6 +62,10 @@ static __global__ void binary_kernel(const float* a, shape4 sa, const float* b, 
     else if constexpr (OP == binary_op::swiglu_oai) { // the CPU's order (backends/cpu/ops/elementwise.cpp)
         const float x = p1 < va ? p1 : va, v = vb < -p1 ? -p1 : p1 < vb ? p1 : vb; // std::min, std::clamp
         r = x / (1.0f + expf(p0 * -x)) * (v + 1.0f);
+    }
+    else if constexpr (OP == binary_op::swiglu_oai_exact) { // exact mode: glibc's expf, every step rounded alone
+        const float x = p1 < va ? p1 : va, v = vb < -p1 ? -p1 : p1 < vb ? p1 : vb;
+        r = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, expf_glibc(__fmul_rn(p0, -x)))), __fadd_rn(v, 1.0f));
     }
     else if constexpr (OP == binary_op::swiglu)
         r = silu_f(va) * vb;
@@ -207,7 +211,8 @@ void div(cuda_context& ctx, tensor& dst) {
     binary<binary_op::div>(ctx, dst);
 }
 void swiglu_oai(cuda_context& ctx, tensor& dst) {
-    binary<binary_op::swiglu_oai>(ctx, dst, dst.op_params.f[0], dst.op_params.f[1]);
+    if (ctx.exact) binary<binary_op::swiglu_oai_exact>(ctx, dst, dst.op_params.f[0], dst.op_params.f[1]);
+    else binary<binary_op::swiglu_oai>(ctx, dst, dst.op_params.f[0], dst.op_params.f[1]);
 }
 void clamp(cuda_context& ctx, tensor& dst) {
     unary<unary_op::clamp>(ctx, dst, dst.op_params.f[0], dst.op_params.f[1]);

@@ -1335,9 +1335,9 @@ size_t mul_mat_work_size(const tensor& dst) {
     const tensor& w = *dst.src[0];
     const tensor& x = *dst.src[1];
     const int64_t cols = x.ne[1] * x.ne[2] * x.ne[3];
-    if (is_float_weight(w.t)) // cuBLAS's f16 / bf16 activations; f16 weights: exact mode's halves too (float_exact)
+    if (is_float_weight(w.t)) // cuBLAS's f16 / bf16 activations; exact mode's halves too (float_exact)
         return std::max(gemm_float_work_size(dst),
-                        w.t == type::f16 ? (size_t(x.ne[0]) * size_t(cols) * sizeof(__half) + 255) / 256 * 256 : 0);
+                        w.t != type::f32 ? (size_t(x.ne[0]) * size_t(cols) * sizeof(__half) + 255) / 256 * 256 : 0);
     // q8_1 blocks, or the split activations (as many bytes, plus the alignment of their second array), or the f16
     // activations of the prefill GEMM
     return std::max(size_t(x.ne[0] / 32) * size_t(cols) * sizeof(block_q8_1) + 256,
@@ -1585,6 +1585,13 @@ void mul_mat_id(cuda_context& ctx, tensor& dst) {
     const int64_t n_pairs = ids->ne[0] * ids->ne[1];
     if (n_pairs == 0 || w->ne[1] == 0) return;
     if (!is_float_weight(w->t)) {
+        if (ctx.exact && gemm_exact_available(w->t)) { // the CPU's row kernels pair by pair
+            TS_ASSERT(ctx.split && !w->view_src && ctx.scratch_size >= mul_mat_id_work_size(dst));
+            const auto it = ctx.split->find(w);
+            TS_ASSERT(it != ctx.split->end());
+            gemm_exact(ctx, it->second, *w, dst);
+            return;
+        }
         tensor* d = &dst;
         mul_mat_id_fused(ctx, &d, nullptr, nullptr, 1, nullptr);
         return;

@@ -93,11 +93,12 @@ bool mul_mat_quantizes_split(const cuda_context& ctx, const tensor& node);
 // f16 first, as q8_f16_kernel in gemm.cu), or null when it takes another path: a kernel before it that quantizes may
 // write them there itself and set ctx.act_form to act_split_q8_f16 (gemm.cu).
 __half* gemm_f16_target(const cuda_context& ctx, const tensor& node);
-// Exact mode (TESSERA_CUDA_EXACT=1, gemm.cu): mul_mat in the CPU's float order, bit for bit, for the formats with
-// mmq_unpack and i2_s (with the CPU's per-token int8 activations); any number of columns.
+// Exact mode (TESSERA_CUDA_EXACT=1, exact_mm.cu): mul_mat and mul_mat_id (dst's op) in the CPU's float order, bit for
+// bit, for the formats with mmq_unpack, tq2_0 and i2_s (with the CPU's q8_K / per-token int8 activations); any number
+// of columns.
 bool gemm_exact_available(type t);
 void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, tensor& dst);
-// ... and for f16 weights (2-D, file layout) in the CPU's two f16 orders (float16.h)
+// ... and mul_mat of f16 / bf16 weights (2-D, file layout) in the CPU's orders (float16.h; bf16's as the host CPU's)
 bool float_exact_available(const tensor& node);
 void float_exact(cuda_context& ctx, tensor& dst);
 // Whether the tensor-core GEMM multiplies weights of type t with q8_1 activations (the int8 kernel) rather than f16.
