@@ -1299,19 +1299,16 @@ TEST(backend_ops_cuda, exact_mul_mat_gives_the_cpus_bits) {
                 }
 }
 
-// Exact mode on the op cases of the mixture-of-experts ops and gpt-oss's attention: mul_mat_id of every block format
-// (the CPU's row kernels pair by pair, expert by expert), soft_max (ggml's order), swiglu_oai (glibc's expf), the
-// whole moe_ffn block (routing, experts, biases, weights, the slots' sum) and attention with sinks at head size 64
-// (the CPU's tiled and one_chunk paths with its sink step). Float experts are not covered (the fast kernel runs).
+// Exact mode on the op cases of the mixture-of-experts ops and gpt-oss's attention: mul_mat_id of every type (the
+// CPU's row kernels pair by pair, expert by expert; float experts in its f32 / f16 lanes or bf16's double sum),
+// soft_max (ggml's order), swiglu_oai (glibc's expf), the whole moe_ffn block (routing, experts, biases, weights, the
+// slots' sum) and attention with sinks at head size 64 (the CPU's tiled and one_chunk paths with its sink step).
 // Bound: every output bit.
 TEST(backend_ops_cuda, exact_mode_gives_the_cpus_bits_on_moe_and_sinks) {
     TS_REQUIRE_CUDA();
     const auto wanted = [](const std::string& name) {
         const auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
-        if (starts("mul_mat_id_"))
-            return name.find("_f32_") == std::string::npos && name.find("_f16_") == std::string::npos &&
-                   name.find("_bf16_") == std::string::npos;
-        return starts("moe_ffn_") || starts("soft_max") || starts("swiglu_oai") || starts("attention_sinks_hd64");
+        return starts("mul_mat_id_") || starts("moe_ffn_") || starts("soft_max") || starts("swiglu_oai") || starts("attention_sinks_hd64");
     };
     size_t n_cases = 0;
     for (const op_case& c : cases()) {

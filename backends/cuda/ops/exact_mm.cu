@@ -28,6 +28,7 @@
 #include <cuda_fp16.h>
 
 #include <cfloat>
+#include <type_traits>
 
 namespace tessera::cuda {
 
@@ -447,6 +448,52 @@ static __global__ void __launch_bounds__(EX_THREADS)
     y[exact_col_of(cm, col).y + row] = r;
 }
 
+// mul_mat_id of float experts: the CPU's row dots (moe.cpp takes its type's vec_dot, vec_dot.cpp): f32 and f16
+// (activations rounded to f16) in the AVX2 kernels' order, elements i .. i + 7 and i + 8 .. i + 15 of each 16-element
+// step into two 8-lane fma chains, added lane by lane and folded as hsum8, the rest added as fma(w, a, s) (GCC's
+// contraction of s += w * a); bf16 (activations rounded to bf16) one double sum in order of the exact products.
+// A thread a row and pair.
+template <class T>
+static __global__ void __launch_bounds__(EX_THREADS) float_id_exact_kernel(const uint8_t* w, int64_t w_nb1,
+                                                                            int64_t w_nb2, const float* x, float* y,
+                                                                            int64_t n, int64_t k, exact_cols cm) {
+    const int64_t row = int64_t(blockIdx.x) * EX_THREADS + threadIdx.x;
+    const exact_col cj = exact_col_of(cm, blockIdx.y);
+    if (row >= n || cj.row0 < 0) return;
+    const T* wr = reinterpret_cast<const T*>(w + (cj.row0 / cm.rows) * w_nb2 + row * w_nb1);
+    const float* ar = x + cj.act * k;
+    const auto wv = [&](int64_t i) {
+        if constexpr (std::is_same_v<T, float>) return wr[i];
+        else return load_half<std::is_same_v<T, bf16>>(reinterpret_cast<const uint16_t*>(wr), i);
+    };
+    const auto av = [&](int64_t i) {
+        if constexpr (std::is_same_v<T, float>) return ar[i];
+        else if constexpr (std::is_same_v<T, bf16>) return bf16_to_fp32(fp32_to_bf16(ar[i]));
+        else return __half2float(__float2half_rn(ar[i]));
+    };
+    float r;
+    if constexpr (std::is_same_v<T, bf16>) {
+        double s = 0.0;
+        for (int64_t i = 0; i < k; i++) s = __dadd_rn(s, __dmul_rn(double(wv(i)), double(av(i))));
+        r = float(s);
+    } else {
+        float a0[8] = {}, a1[8] = {};
+        int64_t i = 0;
+        for (; i + 16 <= k; i += 16)
+#pragma unroll
+            for (int l = 0; l < 8; l++) {
+                a0[l] = fmaf(wv(i + l), av(i + l), a0[l]);
+                a1[l] = fmaf(wv(i + 8 + l), av(i + 8 + l), a1[l]);
+            }
+        float v[8];
+#pragma unroll
+        for (int l = 0; l < 8; l++) v[l] = __fadd_rn(a0[l], a1[l]);
+        r = fold8(v);
+        for (; i < k; i++) r = fmaf(wv(i), av(i), r);
+    }
+    y[cj.y + row] = r;
+}
+
 // dst's columns as exact_cols (mul_mat: dst's dims; mul_mat_id: its pairs) and their count
 exact_cols cols_of(const cuda_context& ctx, const tensor& dst, int64_t& cols) {
     exact_cols c;
@@ -548,6 +595,25 @@ void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, 
         gemm_exact_launch<1>(ctx, w, weight, dst, cm, cols);
     else
         gemm_exact_launch<EX_COLS>(ctx, w, weight, dst, cm, cols);
+}
+
+void float_id_exact(cuda_context& ctx, tensor& dst) {
+    const tensor* w = dst.src[0];
+    const tensor* x = dst.src[1];
+    int64_t cols = 0;
+    const exact_cols cm = cols_of(ctx, dst, cols);
+    if (cols == 0 || w->ne[1] == 0) return;
+    TS_ASSERT(x->t == type::f32 && x->is_contiguous());
+    const dim3 grid = exact_grid<1>(w->ne[1], cols);
+    const auto go = [&]<class T>() {
+        float_id_exact_kernel<T><<<grid, EX_THREADS, 0, ctx.stream>>>(ctx.ptr(w), int64_t(w->nb[1]),
+                                                                      int64_t(w->nb[2]), ctx.as<float>(x),
+                                                                      ctx.as<float>(&dst), w->ne[1], w->ne[0], cm);
+    };
+    if (w->t == type::f32) go.template operator()<float>();
+    else if (w->t == type::f16) go.template operator()<__half>();
+    else go.template operator()<bf16>();
+    TS_CUDA_CHECK(cudaGetLastError());
 }
 
 bool float_exact_available(const tensor& node) {

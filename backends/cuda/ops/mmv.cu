@@ -1596,6 +1596,10 @@ void mul_mat_id(cuda_context& ctx, tensor& dst) {
         mul_mat_id_fused(ctx, &d, nullptr, nullptr, 1, nullptr);
         return;
     }
+    if (ctx.exact) {
+        float_id_exact(ctx, dst);
+        return;
+    }
     id_args a = id_args_of(ctx, dst);
     a.direct = true;
     const dim3 grid(unsigned(ceil_div(a.n, MMV_THREADS / WARP_SIZE)), unsigned(n_pairs));

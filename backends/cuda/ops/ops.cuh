@@ -101,6 +101,8 @@ void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, 
 // ... and mul_mat of f16 / bf16 weights (2-D, file layout) in the CPU's orders (float16.h; bf16's as the host CPU's)
 bool float_exact_available(const tensor& node);
 void float_exact(cuda_context& ctx, tensor& dst);
+// ... and mul_mat_id of float experts (f32, f16, bf16) in the CPU's row dots
+void float_id_exact(cuda_context& ctx, tensor& dst);
 // Whether the tensor-core GEMM multiplies weights of type t with q8_1 activations (the int8 kernel) rather than f16.
 bool gemm_uses_q8(type t);
 
