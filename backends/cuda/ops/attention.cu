@@ -1510,21 +1510,32 @@ size_t attention_work_size(const tensor& dst) {
     return size_t(ceil_div(q.ne[2], FA_BQ) * ceil_div(k.ne[2], FA_BK)) * sizeof(int4);
 }
 
-void attention(cuda_context& ctx, tensor& dst) {
-    attn_args a = attention_args(ctx, dst);
-    if (ctx.exact && a.n_tok >= 64 && (a.hd == 64 || a.hd == 128)) {
-        if (a.hd == 64) attention_exact_launch<64>(a, ctx.stream);
-        else attention_exact_launch<128>(a, ctx.stream);
-        return;
-    }
-    if (ctx.exact && a.n_tok < 64 && (a.hd == 64 || a.hd == 128)) {
+// Exact mode's attention for the head sizes of the supported families (64, 80, 96, 128, 256): the CPU's tiled path
+// for >= 64 queries, its one_chunk path below. Returns false for other head sizes (the fast kernels run).
+static bool attention_exact(cuda_context& ctx, const attn_args& a) {
+    const auto go = [&]<int HD>() {
+        if (a.n_tok >= 64) {
+            attention_exact_launch<HD>(a, ctx.stream);
+            return;
+        }
         const unsigned blocks = unsigned(ceil_div(int64_t(a.n_tok) * a.n_head, 32));
         if (blocks == 0) return;
-        if (a.hd == 64) attention_exact_small_kernel<64><<<blocks, 32, 0, ctx.stream>>>(a);
-        else attention_exact_small_kernel<128><<<blocks, 32, 0, ctx.stream>>>(a);
+        attention_exact_small_kernel<HD><<<blocks, 32, 0, ctx.stream>>>(a);
         TS_CUDA_CHECK(cudaGetLastError());
-        return;
+    };
+    switch (a.hd) {
+    case 64: go.template operator()<64>(); return true;
+    case 80: go.template operator()<80>(); return true;
+    case 96: go.template operator()<96>(); return true;
+    case 128: go.template operator()<128>(); return true;
+    case 256: go.template operator()<256>(); return true;
+    default: return false;
     }
+}
+
+void attention(cuda_context& ctx, tensor& dst) {
+    attn_args a = attention_args(ctx, dst);
+    if (ctx.exact && attention_exact(ctx, a)) return;
     if (!ctx.exact && a.mask && fa_wanted(a)) { // the mask's tile summary into the scratch
         const int64_t n_qt = ceil_div(a.n_tok, FA_BQ);
         a.n_kt = ceil_div(a.n_kv, FA_BK);
