@@ -1268,17 +1268,21 @@ INSTANTIATE_TEST_SUITE_P(cuda, backend_ops, ::testing::Range(size_t(0), cases().
 // decode and prompt widths; mxfp4's pair order over 9 chunks (37 rows: an odd last chunk); tq2_0 (the CPU's q8_K
 // activations, ggml's 8 lanes) and i2_s (the CPU's per-token int8 activations, the row's exact integer sum, the
 // tensor's scale) for matrices; f16 and bf16 in the CPU's float orders (tinyBLAS, ggml_vec_dot_f16 / _bf16; bf16
-// through vdpbf16ps's order where this host has AVX512_BF16). Bound: every output bit.
+// through vdpbf16ps's order where this host has AVX512_BF16); f32 in its AVX2 row dot's lanes. Bound: every output
+// bit.
 TEST(backend_ops_cuda, exact_mul_mat_gives_the_cpus_bits) {
     TS_REQUIRE_CUDA();
-    for (type t : {type::q4_0, type::q4_1, type::q8_0, type::mxfp4, type::tq2_0, type::i2_s, type::f16, type::bf16})
+    for (type t : {type::q4_0, type::q4_1, type::q8_0, type::mxfp4, type::tq2_0, type::i2_s, type::f16, type::bf16,
+                   type::f32})
         for (int64_t n : {int64_t(40), int64_t(48), int64_t(37)})
             for (uint32_t flags : {0u, uint32_t(flag_embedding | flag_tied)})
                 for (int64_t m : {int64_t(1), int64_t(19)}) {
-                    const bool ternary = t == type::i2_s || t == type::tq2_0, half = t == type::f16 || t == type::bf16;
+                    const bool ternary = t == type::i2_s || t == type::tq2_0;
+                    const bool half = t == type::f16 || t == type::bf16 || t == type::f32;
                     if (ternary && flags) continue; // a ternary token table is not a case anyone has
                     // f16 / bf16: 37 rows take the CPU's vec_dot order at every width (rows % 4 != 0), over k = 200
-                    // (a tail past the last 32 / 64: added in double); the others tinyBLAS's where m > 1
+                    // (a tail past the last 32 / 64: added in double); the others tinyBLAS's where m > 1. f32: its
+                    // row dot, 200 = 12 x 16 + a tail of 8
                     const int64_t k = t == type::i2_s || t == type::tq2_0 ? 1024
                                       : half && n == 37               ? 200
                                       : t == type::mxfp4              ? 288

@@ -952,10 +952,11 @@ template <int HD> static __global__ void __launch_bounds__(64) attention_exact_k
 }
 
 // Exact mode, fewer than 64 queries: the CPU's path there (attention.cpp, after attention_tiled), which is ggml's
-// one_chunk flash attention: Q rounded to f16; per key in order (masked ones skipped) s = dot * scale + mask with the
-// dot in ggml's AVX-512 order (4 x 16 lanes of FMAs over 64-element steps, folded, the tail added in double); when s
-// is a new max, acc *= glibc expf(M - s) rounded to f16 per element, else vs = glibc expf(s - M); acc = f16(fma(v,
-// vs, acc)); S = fma(S, ms, vs); o = acc / S. One thread per (query, head): sequential, as the CPU's job is.
+// one_chunk flash attention: Q rounded to f16; per key in order (masked ones skipped) s = fma(dot, scale, mask) (GCC
+// contracts the CPU's dot * scale + mask) with the dot in ggml's AVX-512 order (4 x 16 lanes of FMAs over 64-element
+// steps, folded, the tail added in double); when s is a new max, acc *= glibc expf(M - s) rounded to f16 per element,
+// else vs = glibc expf(s - M); acc = f16(fma(v, vs, acc)); S = fma(S, ms, vs); the sink step; o = acc / S. One thread
+// per (query, head): sequential, as the CPU's job is.
 template <int HD> static __global__ void __launch_bounds__(32) attention_exact_small_kernel(attn_args a) {
     const int job = blockIdx.x * 32 + threadIdx.x;
     if (job >= a.n_tok * a.n_head) return;
@@ -996,7 +997,8 @@ template <int HD> static __global__ void __launch_bounds__(32) attention_exact_s
         double total = double(__fadd_rn(__fadd_rn(h4[0], h4[2]), __fadd_rn(h4[1], h4[3])));
 #pragma unroll
         for (int i = NP; i < HD; i++) total = __dadd_rn(total, double(__fmul_rn(q[i], __half2float(kr[i]))));
-        const float sc = __fadd_rn(__fmul_rn(__double2float_rn(total), a.scale), mv);
+        // dot * scale + mask in one rounding: GCC contracts the CPU's statement (attend_f16) into an fma
+        const float sc = fmaf(__double2float_rn(total), a.scale, mv);
         float ms = 1.0f, vs = 1.0f;
         if (sc > M) {
             ms = expf_glibc(__fsub_rn(M, sc));

@@ -448,7 +448,8 @@ static __global__ void __launch_bounds__(EX_THREADS)
     y[exact_col_of(cm, col).y + row] = r;
 }
 
-// mul_mat_id of float experts: the CPU's row dots (moe.cpp takes its type's vec_dot, vec_dot.cpp): f32 and f16
+// mul_mat of f32 weights and mul_mat_id of float experts: the CPU's row dots (mul_mat.cpp and moe.cpp take the type's
+// vec_dot, vec_dot.cpp): f32 and f16
 // (activations rounded to f16) in the AVX2 kernels' order, elements i .. i + 7 and i + 8 .. i + 15 of each 16-element
 // step into two 8-lane fma chains, added lane by lane and folded as hsum8, the rest added as fma(w, a, s) (GCC's
 // contraction of s += w * a); bf16 (activations rounded to bf16) one double sum in order of the exact products.
@@ -460,7 +461,8 @@ static __global__ void __launch_bounds__(EX_THREADS) float_id_exact_kernel(const
     const int64_t row = int64_t(blockIdx.x) * EX_THREADS + threadIdx.x;
     const exact_col cj = exact_col_of(cm, blockIdx.y);
     if (row >= n || cj.row0 < 0) return;
-    const T* wr = reinterpret_cast<const T*>(w + (cj.row0 / cm.rows) * w_nb2 + row * w_nb1);
+    const int64_t e = cm.ids ? cj.row0 / cm.rows : 0; // the expert (mul_mat: the one matrix)
+    const T* wr = reinterpret_cast<const T*>(w + e * w_nb2 + row * w_nb1);
     const float* ar = x + cj.act * k;
     const auto wv = [&](int64_t i) {
         if constexpr (std::is_same_v<T, float>) return wr[i];
@@ -619,6 +621,9 @@ void float_id_exact(cuda_context& ctx, tensor& dst) {
 bool float_exact_available(const tensor& node) {
     const tensor* w = node.src[0];
     const tensor* x = node.src[1];
+    if (w->t == type::f32) // the row-dot kernel reads x's rows densely
+        return x->t == type::f32 && x->is_contiguous() && w->ne[2] == 1 && w->ne[3] == 1 && w->nb[0] == 4 &&
+               w->ne[0] == x->ne[0];
     return (w->t == type::f16 || w->t == type::bf16) && x->t == type::f32 && w->ne[2] == 1 && w->ne[3] == 1 &&
            w->nb[0] == 2 && w->nb[1] % 2 == 0 && w->ne[0] == x->ne[0];
 }
@@ -630,6 +635,12 @@ void float_exact(cuda_context& ctx, tensor& dst) {
     int64_t cols = 0;
     const exact_cols cm = cols_of(ctx, dst, cols);
     if (cols == 0 || n == 0) return;
+    if (w->t == type::f32) {
+        float_id_exact_kernel<float><<<exact_grid<1>(n, cols), EX_THREADS, 0, ctx.stream>>>(
+            ctx.ptr(w), int64_t(w->nb[1]), 0, ctx.as<float>(x), ctx.as<float>(&dst), n, k, cm);
+        TS_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     // the activations as halves in the scratch (mul_mat_work_size)
     TS_ASSERT(ctx.scratch_size >= size_t(cols * k) * sizeof(uint16_t) && cols <= 65535);
     auto* a = static_cast<uint16_t*>(ctx.scratch);

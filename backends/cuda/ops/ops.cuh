@@ -98,7 +98,8 @@ __half* gemm_f16_target(const cuda_context& ctx, const tensor& node);
 // of columns.
 bool gemm_exact_available(type t);
 void gemm_exact(cuda_context& ctx, const split_weight& w, const tensor& weight, tensor& dst);
-// ... and mul_mat of f16 / bf16 weights (2-D, file layout) in the CPU's orders (float16.h; bf16's as the host CPU's)
+// ... and mul_mat of float weights (2-D, file layout): f16 / bf16 in the CPU's orders (float16.h; bf16's as the host
+// CPU's), f32 in its row dot's
 bool float_exact_available(const tensor& node);
 void float_exact(cuda_context& ctx, tensor& dst);
 // ... and mul_mat_id of float experts (f32, f16, bf16) in the CPU's row dots
