@@ -451,8 +451,8 @@ static __global__ void __launch_bounds__(EX_THREADS)
 // mul_mat of f32 weights and mul_mat_id of float experts: the CPU's row dots (mul_mat.cpp and moe.cpp take the type's
 // vec_dot, vec_dot.cpp): f32 and f16
 // (activations rounded to f16) in the AVX2 kernels' order, elements i .. i + 7 and i + 8 .. i + 15 of each 16-element
-// step into two 8-lane fma chains, added lane by lane and folded as hsum8, the rest added as fma(w, a, s) (GCC's
-// contraction of s += w * a); bf16 (activations rounded to bf16) one double sum in order of the exact products.
+// step into two 8-lane fma chains, added lane by lane and folded as hsum8, the rest multiplied and added one by one;
+// bf16 (activations rounded to bf16) one double sum in order of the exact products.
 // A thread a row and pair.
 template <class T>
 static __global__ void __launch_bounds__(EX_THREADS) float_id_exact_kernel(const uint8_t* w, int64_t w_nb1,
@@ -491,7 +491,7 @@ static __global__ void __launch_bounds__(EX_THREADS) float_id_exact_kernel(const
 #pragma unroll
         for (int l = 0; l < 8; l++) v[l] = __fadd_rn(a0[l], a1[l]);
         r = fold8(v);
-        for (; i < k; i++) r = fmaf(wv(i), av(i), r);
+        for (; i < k; i++) r = __fadd_rn(r, __fmul_rn(wv(i), av(i)));
     }
     y[cj.y + row] = r;
 }
