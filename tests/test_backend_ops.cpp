@@ -1026,6 +1026,12 @@ std::vector<op_case> all_cases() {
                          [](context& c, const auto& l) { return mul_mat_id(c, l[0], l[1], l[2]); },
                          t == type::f32 ? 1e-10 : t == type::bf16 ? 1e-4 : 1e-6);
             }
+    // qwen3moe-small's expert shape (whole 16-row groups, k of 4 staging steps, 64 experts, 8 used)
+    for (type t : {type::q4_0, type::q8_0})
+        for (int64_t n_tok : {1, 3})
+            add_case(std::string("mul_mat_id_") + type_name(t) + "_k1024_n256_e64_u8_tok" + std::to_string(n_tok),
+                     {typed_leaf(t, {1024, 256, 64}, 95), f32_leaf({1024, 1, n_tok}, 96), ids_leaf(8, n_tok, 64, 7)},
+                     [](context& c, const auto& l) { return mul_mat_id(c, l[0], l[1], l[2]); }, 1e-6);
     // the route of more experts than its block has threads (each thread a run of experts in the scan), and an expert
     // chosen by more pairs than a tile holds (ids_leaf gives every token expert 0: 300 pairs, tiles of 64)
     add_case("mul_mat_id_q8_0_k64_n40_e1100_u2_tok300",
