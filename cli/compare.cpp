@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -51,7 +52,7 @@ struct run_result {
         std::string name, op;
         std::vector<float> v;
     };
-    std::vector<node_out> nodes; // --nodes IL: the f32 nodes of layer IL of the prompt batch, in evaluation order
+    std::vector<node_out> nodes; // --nodes IL: the f32 and i32 nodes of layer IL of the prompt batch, in evaluation order
     std::string backend;
 };
 
@@ -139,9 +140,11 @@ run_result evaluate(const model& mdl, const compare_options& o, const side& d, c
                 be.get(t, v.data(), 0, v.size() * sizeof(float));
                 r.layer_out[il] = std::move(v);
             }
-            if (cur_layer == node_layer && t.t == type::f32 && t.is_contiguous()) {
+            if (cur_layer == node_layer && (t.t == type::f32 || t.t == type::i32) && t.is_contiguous()) {
                 run_result::node_out n{t.name, op_name(t.o), std::vector<float>(size_t(t.n_elements()))};
                 be.get(t, n.v.data(), 0, n.v.size() * sizeof(float));
+                if (t.t == type::i32) // indices (top_k's expert ids) as their values: any difference shows
+                    for (float& x : n.v) x = float(std::bit_cast<int32_t>(x));
                 r.nodes.push_back(std::move(n));
             }
             if (std::strncmp(t.name, "l_out-", 6) == 0) cur_layer = il + 1; // what follows is the next layer's
@@ -341,10 +344,12 @@ void compare_main(const compare_options& o) {
     if (o.nodes >= 0) {
         fmt::print("\nlayer {} of the prompt batch, node by node ({} vs {}):\n\n", o.nodes, sides[0].label,
                    sides[1].label);
-        fmt::print("| {:<20} | {:<10} | {:>10} | {:>12} |\n", "node", "op", "NMSE", "max |Δ|");
-        fmt::print("| {:-<20} | {:-<10} | {:->10} | {:->12} |\n", "", "", "", "");
+        size_t nw = 20;
+        for (const auto& row : node_rows) nw = std::max(nw, row["node"].get<std::string>().size());
+        fmt::print("| {:<{}} | {:<10} | {:>10} | {:>12} |\n", "node", nw, "op", "NMSE", "max |Δ|");
+        fmt::print("| {:-<{}} | {:-<10} | {:->10} | {:->12} |\n", "", nw, "", "", "");
         for (const auto& row : node_rows)
-            fmt::print("| {:<20} | {:<10} | {:>10.3g} | {:>12.4g} |\n", row["node"].get<std::string>(),
+            fmt::print("| {:<{}} | {:<10} | {:>10.3g} | {:>12.4g} |\n", row["node"].get<std::string>(), nw,
                        row["op"].get<std::string>(), row["nmse"].get<double>(), row["max_abs_diff"].get<double>());
     }
     if (o.layers) {

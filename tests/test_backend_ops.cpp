@@ -1345,6 +1345,56 @@ TEST(backend_ops_cuda, exact_mode_gives_the_cpus_bits_on_moe_ops) {
     EXPECT_GE(n, 40u);
 }
 
+// top_k over rows full of ties (values on a coarse grid, and a run of columns copying others as a router with two
+// equal expert rows gives): exact mode returns the CPU's very indices (libstdc++'s order among equal values); the fast
+// kernel, which breaks ties by index, the same values in the same order. Sorted and ggml_top_k's order; 64 columns
+// (qwen3moe-small's experts, a power of two) and 60 (padded). Bound: every index (exact), every value (fast).
+TEST(backend_ops_cuda, top_k_on_ties) {
+    TS_REQUIRE_CUDA();
+    for (int64_t n : {64, 60})
+        for (bool sorted : {true, false}) {
+            const int64_t rows = 40, k = 8;
+            std::vector<float> v = random_normal(size_t(n * rows), 120, 1.0f);
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t j = 0; j < n; j++) {
+                    float& x = v[size_t(r * n + j)];
+                    x = j >= 51 ? v[size_t(r * n + j - 51)] : std::round(x * 4.0f) / 4.0f;
+                }
+            leaf l;
+            l.ne[0] = n;
+            l.ne[1] = rows;
+            l.bytes = to_bytes(v);
+            const op_case c{"top_k_ties", {l},
+                            [=](context& ctx, const auto& t) { return top_k(ctx, t[0], k, sorted); }, 0.0};
+            cpu::cpu_backend cpu_be(cpu::cpu_options{3, false});
+            const run_result ref = run_on(cpu_be, c);
+            size_t ties = 0; // how many chosen values have an equal among the row's other values
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t i = 0; i < k; i++) {
+                    int32_t id;
+                    std::memcpy(&id, ref.raw.data() + size_t(r * k + i) * 4, 4);
+                    ties += size_t(std::count(v.begin() + r * n, v.begin() + (r + 1) * n, v[size_t(r * n + id)])) > 1;
+                }
+            EXPECT_GT(ties, size_t(rows)) << "the rows should be full of ties";
+            for (bool exact : {true, false}) {
+                std::unique_ptr<backend> cuda_be = make_backend(device_type::cuda, 0, exact);
+                const run_result got = run_on(*cuda_be, c);
+                ASSERT_EQ(got.raw.size(), ref.raw.size());
+                size_t n_diff = 0;
+                for (int64_t q = 0; q < rows * k; q++) {
+                    int32_t a, b;
+                    std::memcpy(&a, ref.raw.data() + size_t(q) * 4, 4);
+                    std::memcpy(&b, got.raw.data() + size_t(q) * 4, 4);
+                    ASSERT_TRUE(b >= 0 && b < n) << b;
+                    const int64_t r = q / k;
+                    n_diff += exact ? a != b : v[size_t(r * n + a)] != v[size_t(r * n + b)];
+                }
+                EXPECT_EQ(n_diff, 0u) << "n " << n << (sorted ? " sorted" : " ggml_top_k's order")
+                                      << (exact ? ", exact mode: indices" : ", fast: values");
+            }
+        }
+}
+
 // Exact mode's attention on every attention op case (head sizes 64, 80, 96, 128, 256; decode, short prompts and
 // >= 64 queries; causal, patterned and no masks; gpt-oss's sinks): the CPU's one_chunk path below 64 queries and its
 // tiled path above, with its sink step. Bound: every output bit.

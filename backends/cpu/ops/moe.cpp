@@ -5,6 +5,7 @@
 #include "backends/cpu/quant/repack.h"
 #include "backends/cpu/quant/vec_dot.h"
 #include "ggml-like/error.h"
+#include "ggml-like/top_k_row.h"
 #include "quant/format.h"
 
 #include <algorithm>
@@ -18,24 +19,12 @@ void top_k(const compute_params& p, tensor& dst) {
     const tensor& a = *dst.src[0];
     const int64_t n = a.ne[0], k = dst.ne[0];
     const bool sorted = dst.op_params.i[0] != 0;
-    std::vector<int32_t> idx(static_cast<size_t>(n));
+    std::vector<int32_t> idx;
     int64_t r0, r1;
     split(a.ne[1], p.ith, p.nth, r0, r1);
-    for (int64_t r = r0; r < r1; r++) {
-        const auto* x = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.data) + r * a.nb[1]);
-        for (int64_t j = 0; j < n; j++) idx[size_t(j)] = int32_t(j);
-        auto greater = [x](int32_t i, int32_t j) { return x[i] > x[j]; };
-        auto* y = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(dst.data) + r * dst.nb[1]);
-        if (sorted) { // ggml_argsort_top_k: the same std::sort, so the same order among equal values
-            std::sort(idx.begin(), idx.end(), greater);
-            std::copy(idx.begin(), idx.begin() + k, y);
-            continue;
-        }
-        // ggml_compute_forward_top_k_f32: the same partial sort, then the first two swapped
-        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), greater);
-        std::copy(idx.begin(), idx.begin() + k, y);
-        if (k > 1) std::swap(y[0], y[1]);
-    }
+    for (int64_t r = r0; r < r1; r++)
+        top_k_row(reinterpret_cast<const float*>(static_cast<const uint8_t*>(a.data) + r * a.nb[1]), n, k, sorted,
+                  reinterpret_cast<int32_t*>(static_cast<uint8_t*>(dst.data) + r * dst.nb[1]), idx);
 }
 
 namespace {

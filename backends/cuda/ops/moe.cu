@@ -1,9 +1,11 @@
 // moe.cu: the expert-routing ops beside mul_mat_id (mmv.cu): top_k (which experts a token takes, in the CPU's order),
 // add_id (a per-expert bias on each chosen slot) and sum_rows (the chosen weights' sum, to renormalize them).
 #include "backends/cuda/ops/ops.cuh"
+#include "ggml-like/top_k_row.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace tessera::cuda {
 
@@ -66,6 +68,27 @@ bool top_k_supported(const tensor& dst) {
            dst.is_contiguous();
 }
 
+namespace {
+
+// Exact mode: the rows to the host and the CPU backend's own routine over them (top_k_row.h: libstdc++'s order among
+// equal values, which the bitonic sort does not give), the indices back. Exact mode never captures, so it may wait.
+void top_k_on_host(cuda_context& ctx, tensor& dst) {
+    const tensor* a = dst.src[0];
+    const int64_t n = a->ne[0], rows = a->ne[1], k = dst.ne[0];
+    std::vector<float> x(size_t(n * rows));
+    std::vector<int32_t> y(size_t(k * rows)), idx;
+    TS_CUDA_CHECK(cudaMemcpy2DAsync(x.data(), size_t(n) * 4, ctx.as<float>(a), a->nb[1], size_t(n) * 4, size_t(rows),
+                                    cudaMemcpyDeviceToHost, ctx.stream));
+    TS_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    for (int64_t r = 0; r < rows; r++)
+        top_k_row(x.data() + r * n, n, k, dst.op_params.i[0] != 0, y.data() + r * k, idx);
+    TS_CUDA_CHECK(cudaMemcpy2DAsync(ctx.as<int32_t>(&dst), dst.nb[1], y.data(), size_t(k) * 4, size_t(k) * 4,
+                                    size_t(rows), cudaMemcpyHostToDevice, ctx.stream));
+    TS_CUDA_CHECK(cudaStreamSynchronize(ctx.stream)); // y is freed on return
+}
+
+} // namespace
+
 void top_k(cuda_context& ctx, tensor& dst) {
     const tensor* a = dst.src[0];
     const int n = int(a->ne[0]);
@@ -73,6 +96,10 @@ void top_k(cuda_context& ctx, tensor& dst) {
     while (p2 < n) p2 *= 2;
     if (a->ne[1] == 0 || dst.ne[0] == 0) return;
     TS_ASSERT(a->ne[1] <= INT32_MAX);
+    if (ctx.exact) {
+        top_k_on_host(ctx, dst);
+        return;
+    }
     launch(ctx, top_k_kernel, unsigned(a->ne[1]), std::min(p2 / 2 > 32 ? p2 / 2 : 32, 1024), 0, ctx.as<float>(a),
            int64_t(a->nb[1] / 4), n, p2, ctx.as<int32_t>(&dst), int64_t(dst.nb[1] / 4), int(dst.ne[0]),
            dst.op_params.i[0] != 0);
