@@ -18,11 +18,14 @@
 //   experts' gate and up mul_mat_id as one route and launch, their biases (add_id) and the routing weights' mul in
 //   the kernel's epilogue (fuse_moe_experts, mmv.cu's mul_mat_id_fused); a decode token's routing (soft_max,
 //   top_k, the chosen weights, their sum, clamp, div: qwen3moe's; the biased logits' top_k, the chosen ones, their
-//   soft_max: gpt-oss's) as one block
+//   soft_max: gpt-oss's) as one block; the slots' sum, the residual's add and the next block's norm [-> q8_1] as
+//   one kernel (fuse_add_norm with add_norm_slots; H200, session 54, tg128 two rounds: qwen3-30b-a3b q4_0 527 vs
+//   500-502 t/s, gpt-oss-small 3217-3251 vs 3025-3053, qwen3moe-small 3562-3648 vs 3329-3337; pp512 +1.6%)
 // Every intermediate a later node reads is still written (the add's sum, the mul's product); only nodes nothing else
 // reads are skipped (the bare rms_norm). The arithmetic is the unfused kernels' (same operations, same order), so the
 // results are bit-identical to running the nodes one by one (test_backend_ops checks it), except that a GEMV launch
-// of several matrices (q, k, v; gate, up) may split k otherwise than one matrix alone (mmv.cu: mmv_split_parts).
+// of several matrices (q, k, v; gate, up) may split k otherwise than one matrix alone (mmv.cu: mmv_split_parts), and
+// that the norm kernel summing a mixture's slots groups the squares otherwise (norm.cu add_norm_slots_kernel).
 // The q8_1 activations go where split_activations (mmv.cu) puts them, which the mul_mat right after then finds
 // already done.
 // Not fused while a per-node callback watches (compare --layers) or TESSERA_CUDA_FUSE=0 (TESSERA_CUDA_ROPE_KV=0: the
@@ -428,6 +431,16 @@ size_t fuse_qkv_rope(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
     return mul_mat_group_rope(ctx, nodes, i, p, m.rq->ne[0]) ? j - i + n : 0;
 }
 
+// fuse_add_norm's mixture end: the add's operand `sum` (the slots' sum of m, weighted by w where given) summed
+// inside the norm kernel instead of by its own kernel
+struct add_norm_slots {
+    const tensor* sum; // the slot sum the add reads
+    const tensor* m;   // (E, K, n): the experts' outputs (weighted where w is null)
+    const tensor* w;   // (1, K, n) or null
+};
+size_t fuse_add_norm(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                     const std::unordered_map<const tensor*, int>& uses, const add_norm_slots* slots);
+
 // The experts' outputs summed over a token's slots: y[:, t] = ((e0 w0 + e1 w1) + e2 w2) + ..., e (E, K, n), w (1, K,
 // n) the chosen weights, or w null when e is already that product (then ((e0 + e1) + e2) + ...); one product and one
 // sum rounded at a time (no fused multiply-add), so the bits are those of the mul and the K - 1 adds it replaces. y may
@@ -509,6 +522,10 @@ size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     size_t j = 0;
     tensor* sum = moe_sum_chain(nodes, i + 1, m, uses, &j);
     if (!sum) return 0;
+    if (dense(e) && w->t == type::f32 && w->is_contiguous()) { // with the residual's add and the next norm
+        const add_norm_slots sl{sum, e, w};
+        if (const size_t n = fuse_add_norm(ctx, nodes, j, uses, &sl)) return j - i + n;
+    }
     // the product too, where the result does not lie over e (but for e itself with one token) or w
     if (dense(e) && w->t == type::f32 && w->is_contiguous() && !overlap(span_of(ctx, sum), span_of(ctx, w)) &&
         (!overlap(span_of(ctx, sum), span_of(ctx, e)) || (n == 1 && ctx.ptr(sum) == ctx.ptr(e)))) {
@@ -840,7 +857,11 @@ size_t fuse_moe_experts(cuda_context& ctx, const std::vector<tensor*>& nodes, si
             mul_mat_id_fused(ctx, &d0, y, bias, 1, pw);
             size_t end = 0;
             tensor* sum = moe_sum_chain(nodes, j + 1, ml, uses, &end);
-            return j + 1 - i + (sum ? moe_sum_of(ctx, ml, sum, end - j - 1) : 0);
+            if (!sum) return j + 1 - i;
+            // the residual's add and the next norm after the slots' sum: one kernel summing the slots itself
+            const add_norm_slots sl{sum, ml, nullptr};
+            if (const size_t n = fuse_add_norm(ctx, nodes, end, uses, &sl)) return end - i + n;
+            return j + 1 - i + moe_sum_of(ctx, ml, sum, end - j - 1);
         }
     }
     if (!b0 || overlap(span_of(ctx, b0), ids_span)) return 0;
@@ -848,6 +869,84 @@ size_t fuse_moe_experts(cuda_context& ctx, const std::vector<tensor*>& nodes, si
     const tensor* bias[1] = {b0->src[1]};
     mul_mat_id_fused(ctx, &d0, y, bias, 1, nullptr);
     return j - i;
+}
+
+// [add ->] rms_norm -> mul by a weight row [-> q8_1 / the GEMM's f16 rows for what follows], from nodes[i]; the
+// nodes covered or 0. slots (not null): the add's operand slots->sum (a mixture's slot sum, read by nothing else) is
+// not read but summed from slots->m's K slots inside the norm kernel (add_rms_norm_mul_rows' norm_slots), so the
+// slots' sum kernel is saved; refused (0) where the add's result would lie over the slots or their weights.
+size_t fuse_add_norm(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
+                     const std::unordered_map<const tensor*, int>& uses, const add_norm_slots* slots) {
+    auto at = [&](size_t j) { return j < nodes.size() ? nodes[j] : nullptr; };
+    auto used_once = [&](const tensor* t) {
+        const auto it = uses.find(t);
+        return it != uses.end() && it->second == 1 && !(t->flags & flag_output);
+    };
+    tensor* n0 = at(i);
+    if (!n0) return 0; // (a mixture's slots summed by the graph's last node)
+    const bool with_add = n0->o == op::add;
+    tensor* norm = with_add ? at(i + 1) : n0;
+    tensor* mul = with_add ? at(i + 2) : at(i + 1);
+    if (norm && norm->o == op::rms_norm && mul && mul->o == op::mul && mul->src[0] == norm && used_once(norm) &&
+        (!with_add || norm->src[0] == n0) && (!slots || with_add)) {
+        const tensor* x = norm->src[0];
+        const tensor* w = mul->src[1];
+        const int64_t ne0 = x->ne[0], rows = x->ne[1] * x->ne[2] * x->ne[3];
+        // x may be a contiguous view (qwen3's and gemma3's per-head Q / K norms read the q / k rows as heads)
+        const bool x_ok = with_add ? dense(x) : x->t == type::f32 && x->is_contiguous();
+        const bool ok = x_ok && dense(norm) && dense(mul) && same_shape(x, mul) && w && w->t == type::f32 &&
+                        w->ne[0] == ne0 && w->ne[1] == 1 && w->ne[2] == 1 && w->ne[3] == 1 && w->nb[0] == 4 &&
+                        (!with_add || (dense(n0->src[0]) && dense(n0->src[1]) && same_shape(n0->src[0], n0) &&
+                                       same_shape(n0->src[1], n0)));
+        // slots: the add's other operand a, b = the slot sum's experts' outputs (and weights)
+        const tensor* a_in = with_add ? n0->src[0] : x;
+        const tensor* b_in = with_add ? n0->src[1] : nullptr;
+        norm_slots ns;
+        if (slots) {
+            if ((n0->src[0] == slots->sum) == (n0->src[1] == slots->sum) || !used_once(slots->sum)) return 0;
+            a_in = n0->src[0] == slots->sum ? n0->src[1] : n0->src[0];
+            b_in = slots->m;
+            const span out = span_of(ctx, n0), ms = span_of(ctx, slots->m);
+            if (slots->m->ne[0] != ne0 || slots->m->ne[2] != rows || !dense(slots->m) || overlap(out, ms) ||
+                (slots->w && (overlap(out, span_of(ctx, slots->w)) || !slots->w->is_contiguous())))
+                return 0;
+            ns.w = slots->w ? ctx.as<float>(slots->w) : nullptr;
+            ns.k = slots->m->ne[1];
+        }
+        if (ok && rows > 0 && rows <= 65535) {
+            // the q8_1 for the mul_mat right after, or for a mixture's experts past the router
+            const tensor* act = mul;
+            const size_t next = i + (with_add ? 3 : 2);
+            split_acts qa = q8_target(ctx, mul, at(next));
+            if (!qa.q && rows == 1) qa = q8_target_ahead(ctx, nodes, next, mul, &act);
+            auto* q = const_cast<int8_t*>(qa.q);
+            auto* ds = const_cast<__half2*>(qa.ds);
+            const float eps = norm->op_params.f[0];
+            const bool w_early = (w->flags & flag_param) || (w->o == op::none && !w->view_src);
+            // prefill: the GEMM's f16 rows too, and the f32 result only where something else reads it
+            __half* xh = q && at(next) ? gemm_f16_target(ctx, *at(next)) : nullptr;
+            const bool y_read = !xh || !only_gemm_readers(ctx, nodes, next, mul, uses);
+            // the vector kernel (norm.cu) where the row allows, else the strided one here (which writes y and q8_1)
+            const bool vec = add_rms_norm_mul_rows(
+                ctx, ctx.as<float>(a_in), b_in ? ctx.as<float>(b_in) : nullptr, with_add ? ctx.as<float>(n0) : nullptr,
+                ctx.as<float>(w), w_early, y_read ? ctx.as<float>(mul) : nullptr, ne0, rows, eps, q, ds, nullptr, xh,
+                slots ? &ns : nullptr);
+            if (!vec && slots) return 0;
+            if (!vec && with_add)
+                launch(ctx, add_norm_mul_kernel<true>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(n0->src[0]),
+                       ctx.as<float>(n0->src[1]), ctx.as<float>(n0), ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q,
+                       ds);
+            else if (!vec)
+                launch(ctx, add_norm_mul_kernel<false>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(x),
+                       nullptr, nullptr, ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q, ds);
+            if (q) {
+                ctx.act_src = act;
+                ctx.act_form = vec && xh ? cuda_context::act_split_q8_f16 : cuda_context::act_split_q8;
+            }
+            return with_add ? 3 : 2;
+        }
+    }
+    return 0;
 }
 
 } // namespace
@@ -911,52 +1010,7 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
         }
     }
     // [add ->] rms_norm -> mul by a weight row
-    const bool with_add = n0->o == op::add;
-    tensor* norm = with_add ? at(i + 1) : n0;
-    tensor* mul = with_add ? at(i + 2) : at(i + 1);
-    if (norm && norm->o == op::rms_norm && mul && mul->o == op::mul && mul->src[0] == norm && used_once(norm) &&
-        (!with_add || norm->src[0] == n0)) {
-        const tensor* x = norm->src[0];
-        const tensor* w = mul->src[1];
-        const int64_t ne0 = x->ne[0], rows = x->ne[1] * x->ne[2] * x->ne[3];
-        // x may be a contiguous view (qwen3's and gemma3's per-head Q / K norms read the q / k rows as heads)
-        const bool x_ok = with_add ? dense(x) : x->t == type::f32 && x->is_contiguous();
-        const bool ok = x_ok && dense(norm) && dense(mul) && same_shape(x, mul) && w && w->t == type::f32 &&
-                        w->ne[0] == ne0 && w->ne[1] == 1 && w->ne[2] == 1 && w->ne[3] == 1 && w->nb[0] == 4 &&
-                        (!with_add || (dense(n0->src[0]) && dense(n0->src[1]) && same_shape(n0->src[0], n0) &&
-                                       same_shape(n0->src[1], n0)));
-        if (ok && rows > 0 && rows <= 65535) {
-            // the q8_1 for the mul_mat right after, or for a mixture's experts past the router
-            const tensor* act = mul;
-            const size_t next = i + (with_add ? 3 : 2);
-            split_acts qa = q8_target(ctx, mul, at(next));
-            if (!qa.q && rows == 1) qa = q8_target_ahead(ctx, nodes, next, mul, &act);
-            auto* q = const_cast<int8_t*>(qa.q);
-            auto* ds = const_cast<__half2*>(qa.ds);
-            const float eps = norm->op_params.f[0];
-            const bool w_early = (w->flags & flag_param) || (w->o == op::none && !w->view_src);
-            // prefill: the GEMM's f16 rows too, and the f32 result only where something else reads it
-            __half* xh = q && at(next) ? gemm_f16_target(ctx, *at(next)) : nullptr;
-            const bool y_read = !xh || !only_gemm_readers(ctx, nodes, next, mul, uses);
-            // the vector kernel (norm.cu) where the row allows, else the strided one here (which writes y and q8_1)
-            const bool vec = add_rms_norm_mul_rows(
-                ctx, ctx.as<float>(with_add ? n0->src[0] : x), with_add ? ctx.as<float>(n0->src[1]) : nullptr,
-                with_add ? ctx.as<float>(n0) : nullptr, ctx.as<float>(w), w_early,
-                y_read ? ctx.as<float>(mul) : nullptr, ne0, rows, eps, q, ds, nullptr, xh);
-            if (!vec && with_add)
-                launch(ctx, add_norm_mul_kernel<true>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(n0->src[0]),
-                       ctx.as<float>(n0->src[1]), ctx.as<float>(n0), ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q,
-                       ds);
-            else if (!vec)
-                launch(ctx, add_norm_mul_kernel<false>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(x),
-                       nullptr, nullptr, ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q, ds);
-            if (q) {
-                ctx.act_src = act;
-                ctx.act_form = vec && xh ? cuda_context::act_split_q8_f16 : cuda_context::act_split_q8;
-            }
-            return with_add ? 3 : 2;
-        }
-    }
+    if (const size_t n = fuse_add_norm(ctx, nodes, i, uses, nullptr)) return n;
     // attention -> (its output as one row per token: a view) -> q8_1 for the mul_mat after it (the output projection)
     if (n0->o == op::attention && !(n0->flags & flag_output)) {
         tensor* view = at(i + 1);

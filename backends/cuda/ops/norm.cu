@@ -181,6 +181,73 @@ static __global__ void __launch_bounds__(1024)
     if constexpr (P2P) p2p_end(pa, c, gridDim.x * gridDim.y, unsigned(gridDim.x * ne0));
 }
 
+// add_rms_norm_mul_rows with norm_slots: b (ne0, K, rows) is a mixture's experts' outputs, a row's K <= 8 slots
+// loaded at once and summed in order (moe_slot_sum_kernel's steps, fused.cu), then the add and the norm as
+// add_norm_vec_kernel does them. One float4 of the row a thread (n4 <= 1024), so every slot's load is in flight
+// together; the squares are thus summed in another grouping than the unfused kernel's (y may differ from it in the
+// last place). Grid (rows, slices) as there: every block sums the whole row, writes its slice.
+constexpr int SLOTS_MAX = 8;
+static __global__ void __launch_bounds__(1024)
+    add_norm_slots_kernel(const float* a, const float* b, norm_slots sl, float* sum, const float* w, float* y,
+                          int64_t ne0, float eps, int8_t* q, __half2* ds, uint2* xh, bool w_early) {
+    __shared__ float red[32];
+    const int64_t r = blockIdx.x;
+    const int n4 = int(ne0 / 4), i = int(threadIdx.x);
+    const int per = n4 / int(gridDim.y), lo = int(blockIdx.y) * per, hi = lo + per; // this block's float4s
+    const bool in = i < n4, mine = i >= lo && i < hi;
+    const auto* w4 = reinterpret_cast<const float4*>(w);
+    float4 wv = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    if (w_early && w4 && in) wv = w4[i];
+    pdl_wait();
+    pdl_trigger();
+    if (!w_early && w4 && in) wv = w4[i];
+    const int k = int(sl.k);
+    const auto* b4 = reinterpret_cast<const float4*>(b + r * k * ne0);
+    float4 t[SLOTS_MAX];
+#pragma unroll
+    for (int s = 0; s < SLOTS_MAX; s++)
+        t[s] = in && s < k ? b4[s * n4 + i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 av = in ? reinterpret_cast<const float4*>(a + r * ne0)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float* sw = sl.w ? sl.w + r * k : nullptr;
+    auto weighted = [&](int s) {
+        const float4 x = t[s];
+        return sw ? make_float4(__fmul_rn(x.x, sw[s]), __fmul_rn(x.y, sw[s]), __fmul_rn(x.z, sw[s]),
+                                __fmul_rn(x.w, sw[s]))
+                  : x;
+    };
+    float4 bv = weighted(0);
+#pragma unroll
+    for (int s = 1; s < SLOTS_MAX; s++)
+        if (s < k) {
+            const float4 x = weighted(s);
+            bv = make_float4(__fadd_rn(bv.x, x.x), __fadd_rn(bv.y, x.y), __fadd_rn(bv.z, x.z), __fadd_rn(bv.w, x.w));
+        }
+    const float4 v = make_float4(__fadd_rn(av.x, bv.x), __fadd_rn(av.y, bv.y), __fadd_rn(av.z, bv.z),
+                                 __fadd_rn(av.w, bv.w));
+    if (in && mine) reinterpret_cast<float4*>(sum + r * ne0)[i] = v;
+    float ss = 0.0f;
+    ss = fmaf(v.x, v.x, ss);
+    ss = fmaf(v.y, v.y, ss);
+    ss = fmaf(v.z, v.z, ss);
+    ss = fmaf(v.w, v.w, ss);
+    ss = block_sum(ss, red);
+    const float sc = 1.0f / sqrtf(ss / float(ne0) + eps);
+    const int warp_i0 = i / WARP_SIZE * WARP_SIZE;
+    if (warp_i0 >= hi || warp_i0 + WARP_SIZE <= lo) return; // the whole warp: none of its i
+    float4 o;
+    if (w4) {
+        o.x = (v.x * sc) * wv.x, o.y = (v.y * sc) * wv.y;
+        o.z = (v.z * sc) * wv.z, o.w = (v.w * sc) * wv.w;
+    } else {
+        o.x = v.x * sc, o.y = v.y * sc, o.z = v.z * sc, o.w = v.w * sc;
+    }
+    if (mine && y) reinterpret_cast<float4*>(y + r * ne0)[i] = o;
+    if (q) { // every lane of the warp takes part in the shuffles; lanes outside the slice store nothing
+        const float ov[4] = {o.x, o.y, o.z, o.w};
+        q8x4_store(ov, r * n4 + i, mine, reinterpret_cast<char4*>(q), ds, xh);
+    }
+}
+
 // Exact mode: the CPU's arithmetic (backends/cpu/ops/norm.cpp): squares in f32, summed in double (in another order
 // than the CPU's sequential one: the double sums differ in their last bits, which the rounding of the mean to float
 // absorbs but in ~1e-9 of rows), mean = float(sum / ne0), s = 1 / sqrt(mean + eps), y = x s.
@@ -231,10 +298,11 @@ void rms_norm_launch(const cuda_context& ctx, const float* x, shape4 sx, float* 
 
 bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float* b, float* sum, const float* w,
                            bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds,
-                           const p2p_args* group, __half* xh) {
+                           const p2p_args* group, __half* xh, const norm_slots* slots) {
     if (ne0 % 32 != 0 || ne0 / 4 > int64_t(NORM_VEC) * 1024 || rows <= 0 || rows > 65535 || !aligned16(a) ||
         !aligned16(y) || (b && (!aligned16(b) || !sum || !aligned16(sum))) || (w && !aligned16(w)))
         return false;
+    if (slots && (!b || group || slots->k < 1 || slots->k > SLOTS_MAX || ne0 / 4 > 1024)) return false;
     const int threads = norm_vec_threads(ne0);
     // Slices for decode-sized calls (add_norm_vec_kernel): up to 16 blocks a row, each a whole number of q8_1 groups
     // (with the all-reduce inside, each pushes its slice to the peers); one where an output overlaps an input (a
@@ -243,10 +311,11 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
     // 1787-1796; tests/bench/persist_proto.cu showed the same in a GEMV chain: 55.1 vs 57.0 us a layer. With the
     // all-reduce (70B q4_0 row split on 2 H200, 2026-11-29, same method): 139.9 / 139.9 vs 135.8 / 135.2.
     const int64_t n4 = ne0 / 4, bytes = rows * ne0 * int64_t(sizeof(float));
+    const int64_t b_bytes = slots ? bytes * slots->k : bytes; // b: K slots a row
     const auto overlaps = [&](const void* o, const void* in) {
         const auto* p = static_cast<const uint8_t*>(o);
         const auto* i = static_cast<const uint8_t*>(in);
-        return o && in && p < i + bytes && i < p + bytes;
+        return o && in && p < i + (in == b ? b_bytes : bytes) && i < p + bytes;
     };
     int slices = 1;
     if (rows <= 4 && !overlaps(y, a) && !overlaps(y, b) && !overlaps(sum, a) && !overlaps(sum, b) && !overlaps(y, w) &&
@@ -256,6 +325,13 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
                 slices = s;
                 break;
             }
+    if (slots) { // (the slot weights are read before anything is written only with one block a row)
+        if (slots->w && (overlaps(y, slots->w) || overlaps(sum, slots->w))) slices = 1;
+        launch(ctx, add_norm_slots_kernel, dim3(unsigned(rows), unsigned(slices)),
+               int(ceil_div(ne0 / 4, WARP_SIZE) * WARP_SIZE), 0, a, b, *slots, sum, w, y, ne0, eps, q, ds,
+               reinterpret_cast<uint2*>(xh), w_early);
+        return true;
+    }
     const p2p_args none{};
     const p2p_args& pa = group ? *group : none;
     const auto pick = [&]<class K>(K plain, K add, K p2p, K p2p_add) {

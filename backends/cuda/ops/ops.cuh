@@ -217,11 +217,18 @@ constexpr int norm_threads(int64_t ne0) {
 // given, and their values d q as f16 rows into xh when given (the wgmma GEMM's activations); y == nullptr: y itself
 // is not written (nothing else reads it). w_early: w is a weight or graph input, read before the kernel waits for the
 // one ahead. group (not null): a is this member's partial sums, summed over the device group first (the all_reduce
-// before; group_p2p's arguments for these rows). One launch; false (nothing launched) unless ne0 % 32 == 0,
-// ne0 <= 16384 and every pointer is 16-byte aligned.
+// before; group_p2p's arguments for these rows). slots (not null, with b): b is a mixture's experts' outputs (ne0,
+// K, rows), summed over a row's K slots here, ((b0 w0 + b1 w1) + b2 w2) + ... (slot_w null: ((b0 + b1) + b2) + ...),
+// each product and sum rounded on its own: moe_slot_sum_kernel's bits (fused.cu), the sum not written (K <= 8, ne0 <=
+// 4096). One launch; false (nothing launched) unless ne0 % 32 == 0, ne0 <= 16384 and every pointer is 16-byte
+// aligned.
+struct norm_slots {
+    const float* w = nullptr; // (K, rows): a weight a slot, or null
+    int64_t k = 0;
+};
 bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float* b, float* sum, const float* w,
                            bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds,
-                           const p2p_args* group, __half* xh = nullptr);
+                           const p2p_args* group, __half* xh = nullptr, const norm_slots* slots = nullptr);
 
 // fused.cu: when nodes[i] starts a chain launch_nodes can run as one kernel (add -> rms_norm -> mul [-> q8_1],
 // rms_norm -> mul, swiglu -> q8_1, attention -> q8_1, rope(Q) + rope(K) + the K/V cache writes), launches it and returns how many nodes it covered; else 0. `uses` counts the
