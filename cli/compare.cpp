@@ -50,7 +50,8 @@ struct run_result {
     std::map<int, std::vector<float>> layer_out; // il -> l_out-il of the prompt batch
     struct node_out {
         std::string name, op;
-        std::vector<float> v;
+        std::vector<float> v; // an i32 node's values as floats
+        bool ints = false;
     };
     std::vector<node_out> nodes; // --nodes IL: the f32 and i32 nodes of layer IL of the prompt batch, in evaluation order
     std::string backend;
@@ -143,7 +144,8 @@ run_result evaluate(const model& mdl, const compare_options& o, const side& d, c
             if (cur_layer == node_layer && (t.t == type::f32 || t.t == type::i32) && t.is_contiguous()) {
                 run_result::node_out n{t.name, op_name(t.o), std::vector<float>(size_t(t.n_elements()))};
                 be.get(t, n.v.data(), 0, n.v.size() * sizeof(float));
-                if (t.t == type::i32) // indices (top_k's expert ids) as their values: any difference shows
+                n.ints = t.t == type::i32; // indices (top_k's expert ids): compared value by value
+                if (n.ints)
                     for (float& x : n.v) x = float(std::bit_cast<int32_t>(x));
                 r.nodes.push_back(std::move(n));
             }
@@ -287,9 +289,17 @@ void compare_main(const compare_options& o) {
         const auto &a = cpu.nodes[i], &b = gpu.nodes[i];
         if (a.name != b.name || a.v.size() != b.v.size()) break;
         double mx = 0;
-        for (size_t e = 0; e < a.v.size(); e++) mx = std::max(mx, double(std::fabs(a.v[e] - b.v[e])));
-        node_rows.push_back({{"node", a.name.empty() ? "(" + a.op + ")" : a.name}, {"op", a.op},
-                             {"nmse", nmse(a.v, b.v)}, {"max_abs_diff", mx}});
+        size_t differ = 0;
+        for (size_t e = 0; e < a.v.size(); e++) {
+            mx = std::max(mx, double(std::fabs(a.v[e] - b.v[e])));
+            differ += a.v[e] != b.v[e];
+        }
+        nlohmann::json row = {{"node", a.name.empty() ? "(" + a.op + ")" : a.name}, {"op", a.op}};
+        if (a.ints) // indices: how many differ (an NMSE of indices means nothing)
+            row["differing"] = differ, row["count"] = a.v.size();
+        else
+            row["nmse"] = nmse(a.v, b.v), row["max_abs_diff"] = mx;
+        node_rows.push_back(std::move(row));
     }
     const agreement pp = agree(cpu.pp_logits, gpu.pp_logits, nv), tg = agree(cpu.tg_logits, gpu.tg_logits, nv);
     int first_bad = -1;
@@ -349,8 +359,15 @@ void compare_main(const compare_options& o) {
         fmt::print("| {:<{}} | {:<10} | {:>10} | {:>12} |\n", "node", nw, "op", "NMSE", "max |Δ|");
         fmt::print("| {:-<{}} | {:-<10} | {:->10} | {:->12} |\n", "", nw, "", "", "");
         for (const auto& row : node_rows)
-            fmt::print("| {:<{}} | {:<10} | {:>10.3g} | {:>12.4g} |\n", row["node"].get<std::string>(), nw,
-                       row["op"].get<std::string>(), row["nmse"].get<double>(), row["max_abs_diff"].get<double>());
+            if (row.contains("differing")) // indices: "k of n" differ in the NMSE column
+                fmt::print("| {:<{}} | {:<10} | {:>10} | {:>12} |\n", row["node"].get<std::string>(), nw,
+                           row["op"].get<std::string>(),
+                           fmt::format("{} of {}", row["differing"].get<size_t>(), row["count"].get<size_t>()),
+                           "differ");
+            else
+                fmt::print("| {:<{}} | {:<10} | {:>10.3g} | {:>12.4g} |\n", row["node"].get<std::string>(), nw,
+                           row["op"].get<std::string>(), row["nmse"].get<double>(),
+                           row["max_abs_diff"].get<double>());
     }
     if (o.layers) {
         if (first_bad < 0)

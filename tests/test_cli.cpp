@@ -463,6 +463,41 @@ TEST(cli_compare, two_sides_of_the_users_choice) {
     }
 }
 
+// --nodes IL: every f32 and i32 node of a layer, paired by position; the CPU against itself agrees node for node. On
+// a mixture the router's top_k ids are listed as a count of differing indices (no NMSE), the rest with NMSE and
+// max |d|, in the table and in --json.
+TEST(cli_compare, nodes_lists_a_layer_with_the_experts_ids) {
+    const std::string path = tmp_file("compare_nodes_moe.gguf");
+    tessera::test::tiny_model_spec spec;
+    spec.n_expert = 8;
+    spec.n_expert_used = 2;
+    spec.arch = "qwen3moe";
+    tessera::test::write_tiny_model(path, spec);
+    auto r = run_tessera("compare -m " + shell_quote(path) + " --device cpu,cpu --nodes 1 -n 2 -r 1 -c 32 --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    size_t ids = 0, floats = 0;
+    for (const auto& row : j["nodes"]) {
+        if (row.contains("differing")) {
+            ids++;
+            EXPECT_EQ(row["op"], "top_k");
+            EXPECT_EQ(row["differing"].get<size_t>(), 0u);
+            EXPECT_GT(row["count"].get<size_t>(), 0u);
+        } else {
+            floats++;
+            EXPECT_EQ(row["nmse"].get<double>(), 0.0) << row["node"];
+            EXPECT_EQ(row["max_abs_diff"].get<double>(), 0.0) << row["node"];
+        }
+    }
+    EXPECT_EQ(ids, 1u); // layer 1's router
+    EXPECT_GT(floats, 10u);
+    auto t = run_tessera("compare -m " + shell_quote(path) + " --device cpu,cpu --nodes 1 -n 2 -r 1 -c 32");
+    ASSERT_EQ(t.rc, 0) << t.err;
+    EXPECT_NE(t.out.find("ffn_moe_topk-1"), std::string::npos) << t.out;
+    EXPECT_NE(t.out.find(" of "), std::string::npos) << t.out;
+    fs::remove(path);
+}
+
 // ---- hardening (#6): full disks, interrupts, bad bytes, odd contexts ----
 
 // A full disk while quantize writes (RLIMIT_FSIZE of 32 KiB, SIGXFSZ ignored so write() fails with EFBIG as it
