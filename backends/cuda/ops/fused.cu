@@ -522,12 +522,13 @@ size_t fuse_moe_sum(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     size_t j = 0;
     tensor* sum = moe_sum_chain(nodes, i + 1, m, uses, &j);
     if (!sum) return 0;
-    if (dense(e) && w->t == type::f32 && w->is_contiguous()) { // with the residual's add and the next norm
+    const bool direct = dense(e) && w->t == type::f32 && w->is_contiguous(); // the product read from e and w
+    if (direct) { // with the residual's add and the next norm
         const add_norm_slots sl{sum, e, w};
         if (const size_t n = fuse_add_norm(ctx, nodes, j, uses, &sl)) return j - i + n;
     }
     // the product too, where the result does not lie over e (but for e itself with one token) or w
-    if (dense(e) && w->t == type::f32 && w->is_contiguous() && !overlap(span_of(ctx, sum), span_of(ctx, w)) &&
+    if (direct && !overlap(span_of(ctx, sum), span_of(ctx, w)) &&
         (!overlap(span_of(ctx, sum), span_of(ctx, e)) || (n == 1 && ctx.ptr(sum) == ctx.ptr(e)))) {
         if (E * n > 0)
             launch(ctx, moe_slot_sum_kernel, unsigned(ceil_div(E * n, FUSE_THREADS)), FUSE_THREADS, 0,
@@ -873,8 +874,8 @@ size_t fuse_moe_experts(cuda_context& ctx, const std::vector<tensor*>& nodes, si
 
 // [add ->] rms_norm -> mul by a weight row [-> q8_1 / the GEMM's f16 rows for what follows], from nodes[i]; the
 // nodes covered or 0. slots (not null): the add's operand slots->sum (a mixture's slot sum, read by nothing else) is
-// not read but summed from slots->m's K slots inside the norm kernel (add_rms_norm_mul_rows' norm_slots), so the
-// slots' sum kernel is saved; refused (0) where the add's result would lie over the slots or their weights.
+// not read but summed from slots->m's K slots inside the norm kernel (add_rms_norm_mul_rows' norm_slots, which
+// refuses where the add's result would lie over the slots or their weights), so the slots' sum kernel is saved.
 size_t fuse_add_norm(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                      const std::unordered_map<const tensor*, int>& uses, const add_norm_slots* slots) {
     auto at = [&](size_t j) { return j < nodes.size() ? nodes[j] : nullptr; };
@@ -906,9 +907,8 @@ size_t fuse_add_norm(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
             if ((n0->src[0] == slots->sum) == (n0->src[1] == slots->sum) || !used_once(slots->sum)) return 0;
             a_in = n0->src[0] == slots->sum ? n0->src[1] : n0->src[0];
             b_in = slots->m;
-            const span out = span_of(ctx, n0), ms = span_of(ctx, slots->m);
-            if (slots->m->ne[0] != ne0 || slots->m->ne[2] != rows || !dense(slots->m) || overlap(out, ms) ||
-                (slots->w && (overlap(out, span_of(ctx, slots->w)) || !slots->w->is_contiguous())))
+            if (slots->m->ne[0] != ne0 || slots->m->ne[2] != rows || !dense(slots->m) ||
+                (slots->w && !slots->w->is_contiguous()))
                 return 0;
             ns.w = slots->w ? ctx.as<float>(slots->w) : nullptr;
             ns.k = slots->m->ne[1];

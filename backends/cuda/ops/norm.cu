@@ -325,8 +325,11 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
                 slices = s;
                 break;
             }
-    if (slots) { // (the slot weights are read before anything is written only with one block a row)
-        if (slots->w && (overlaps(y, slots->w) || overlaps(sum, slots->w))) slices = 1;
+    if (slots) {
+        // sum is written while the slots are read (each thread its own element, the weights by all): never over
+        // them; y after the block's sums, so over them only with one block a row
+        if (overlaps(sum, b) || (slots->w && overlaps(sum, slots->w))) return false;
+        if (slots->w && overlaps(y, slots->w)) slices = 1;
         launch(ctx, add_norm_slots_kernel, dim3(unsigned(rows), unsigned(slices)),
                int(ceil_div(ne0 / 4, WARP_SIZE) * WARP_SIZE), 0, a, b, *slots, sum, w, y, ne0, eps, q, ds,
                reinterpret_cast<uint2*>(xh), w_early);

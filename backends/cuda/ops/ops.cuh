@@ -218,9 +218,9 @@ constexpr int norm_threads(int64_t ne0) {
 // is not written (nothing else reads it). w_early: w is a weight or graph input, read before the kernel waits for the
 // one ahead. group (not null): a is this member's partial sums, summed over the device group first (the all_reduce
 // before; group_p2p's arguments for these rows). slots (not null, with b): b is a mixture's experts' outputs (ne0,
-// K, rows), summed over a row's K slots here, ((b0 w0 + b1 w1) + b2 w2) + ... (slot_w null: ((b0 + b1) + b2) + ...),
+// K, rows), summed over a row's K slots here, ((b0 w0 + b1 w1) + b2 w2) + ... (w null: ((b0 + b1) + b2) + ...),
 // each product and sum rounded on its own: moe_slot_sum_kernel's bits (fused.cu), the sum not written (K <= 8, ne0 <=
-// 4096). One launch; false (nothing launched) unless ne0 % 32 == 0, ne0 <= 16384 and every pointer is 16-byte
+// 4096; false where `sum` lies over b or the slot weights). One launch; false (nothing launched) unless ne0 % 32 == 0, ne0 <= 16384 and every pointer is 16-byte
 // aligned.
 struct norm_slots {
     const float* w = nullptr; // (K, rows): a weight a slot, or null
