@@ -43,6 +43,12 @@ std::optional<uint32_t> llama_ftype_of(type t) {
         return 8;
     case type::q5_1:
         return 9;
+    case type::q4_k:
+        return 14; // MOSTLY_Q4_K_S: llama-quantize's mix whose tensors are all q4_K but a few (a pure file here)
+    case type::q5_k:
+        return 16; // MOSTLY_Q5_K_S
+    case type::q6_k:
+        return 18;
     case type::bf16:
         return 32;
     case type::tq1_0:

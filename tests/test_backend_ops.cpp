@@ -377,14 +377,15 @@ std::vector<op_case> all_cases() {
     // The llama feed-forward block as the model builds it: gate and up mul_mats (one GEMV launch on <= 8 columns),
     // swiglu with the q8_1 of its result, the down mul_mat reading that. vs the CPU: gate and up summed in another
     // float order move a q8 value of swiglu's result at a rounding tie -> as the two chained mul_mats above, 3e-6 (the
-    // GEMV: < 1e-6 measured); the GEMM's f16 activations on top, 2e-5 (6e-6 measured at 40 columns, H100); tq2_0: q8_1
-    // against the CPU's q8_k, twice -> 1e-3 (3e-4 measured). Shapes: 512 -> 1536 on 1, 3 and 8 columns (the GEMV split
+    // GEMV: < 1e-6 measured); the GEMM's f16 activations on top, 2e-5 (6e-6 measured at 40 columns, H100); tq2_0, q4_K,
+    // q6_K: q8_1 against the CPU's q8_k, twice -> 1e-3 (tq2_0: 3e-4 measured). Shapes: 512 -> 1536 on 1, 3 and 8 columns (the GEMV split
     // over k), 2048 -> 8192 and 40 columns (the GEMM).
     {
         struct ffn_shape {
             int64_t k, n, cols;
         };
-        for (type t : {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::tq2_0})
+        for (type t :
+             {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::tq2_0, type::q4_k, type::q6_k})
             for (ffn_shape f : {ffn_shape{512, 1536, 1}, ffn_shape{512, 1536, 3}, ffn_shape{512, 1536, 8},
                                 ffn_shape{2048, 8192, 1}, ffn_shape{512, 1536, 40}}) {
                 if (t != type::q4_0 && (f.k == 2048 || f.cols == 40)) continue;
@@ -395,7 +396,7 @@ std::vector<op_case> all_cases() {
                          [](context& c, const auto& l) {
                              return mul_mat(c, l[3], swiglu(c, mul_mat(c, l[1], l[0]), mul_mat(c, l[2], l[0])));
                          },
-                         t == type::tq2_0 ? 1e-3 : f.cols > 8 ? 2e-5 : 3e-6);
+                         t == type::tq2_0 || t == type::q4_k || t == type::q6_k ? 1e-3 : f.cols > 8 ? 2e-5 : 3e-6);
             }
     }
     // Two mul_mats right after each other on the same activations (q, k, v; gate, up) convert them once; the second
@@ -527,7 +528,7 @@ std::vector<op_case> all_cases() {
     // layout (a matrix that is not a token table): values through the GEMM's f16 dequantization -> relative 2^-11
     // per value, NMSE < 1e-6.
     for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4,
-                   type::awq4_g64, type::tq2_0, type::i2_s})
+                   type::awq4_g64, type::tq2_0, type::i2_s, type::q4_k, type::q5_k, type::q6_k})
         for (auto sh : {std::pair<int64_t, int64_t>{256, 11}, {1024, 50}})
             for (bool table : {true, false}) {
                 std::vector<int32_t> ids = {3, 0, 10, 3, 7};
@@ -603,9 +604,11 @@ std::vector<op_case> all_cases() {
     // nvfp4 (CPU partner q8_0: q8_1's integers and d) and awq4 (q8_1) dot the CPU's integers on both paths -> 1e-6
     // (the GEMM with TESSERA_CUDA_MMQ=0: f16 activations -> 5e-4). tq2_0 / i2_s: the CPU quantizes to q8_k per 256 /
     // i8_s per row, CUDA to q8_1 per 32 (decode) or f16 (GEMM): the CPU's coarser rounding sets the bound, i8_s per row
-    // of 2048 the worst (step ~0.03 sigma -> NMSE ~1e-4) -> 5e-4. One column also over long rows (k 4096, 14336: the
-    // GEMV's k split in parts).
-    for (type t : {type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s})
+    // of 2048 the worst (step ~0.03 sigma -> NMSE ~1e-4) -> 5e-4. The K formats (q4_K, q5_K, q6_K): the CPU's q8_K
+    // per 256 against q8_1 per 32 too, and q4_K / q5_K's sub-block scales as f16 products (2^-12) -> 5e-4. One
+    // column also over long rows (k 4096, 14336: the GEMV's k split in parts).
+    for (type t :
+         {type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s, type::q4_k, type::q5_k, type::q6_k})
         for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{4096, 300, 1}, mm_shape{14336, 40, 1}, mm_shape{512, 70, 3},
                            mm_shape{1024, 129, 8}, mm_shape{1024, 67, 9}, mm_shape{2048, 300, 100},
                            mm_shape{512, 200, 140}, mm_shape{2048, 257, 260}}) {
@@ -1015,7 +1018,9 @@ std::vector<op_case> all_cases() {
     // one row a slot (down); 1 token (decode: pair by pair), 3 (a small batch), 40 (grouped by expert: tiles of 64
     // pairs on the tensor cores, of 8 on the GEMV for formats without them). Bounds: mul_mat's decode and GEMM bounds
     // (the same integers, f32 sums in another order; Hopper: the q8_1 values as f16, as the dense GEMM)
-    for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::mxfp4, type::nvfp4})
+    // (K formats: the CPU's q8_K, as their mul_mat -> 5e-4)
+    for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::mxfp4, type::nvfp4,
+                   type::q4_k, type::q6_k})
         for (int64_t n_tok : {1, 3, 40})
             for (bool shared : {true, false}) {
                 const int64_t k = 256, n = 72, n_expert = 16, n_used = 4;
@@ -1024,7 +1029,10 @@ std::vector<op_case> all_cases() {
                          {typed_leaf(t, {k, n, n_expert}, 80), f32_leaf({k, shared ? 1 : n_used, n_tok}, 81),
                           ids_leaf(n_used, n_tok, n_expert, 3)},
                          [](context& c, const auto& l) { return mul_mat_id(c, l[0], l[1], l[2]); },
-                         t == type::f32 ? 1e-10 : t == type::bf16 ? 1e-4 : 1e-6);
+                         t == type::f32                          ? 1e-10
+                         : t == type::bf16                       ? 1e-4
+                         : t == type::q4_k || t == type::q6_k ? 5e-4
+                                                                 : 1e-6);
             }
     // qwen3moe-small's expert shape (whole 16-row groups, k of 4 staging steps, 64 experts, 8 used)
     for (type t : {type::q4_0, type::q8_0})

@@ -54,6 +54,11 @@ template <> struct bounds<q8_0> { static constexpr double normal = 0.01, heavy =
 template <> struct bounds<q8_1> { static constexpr double normal = 0.01, heavy = 0.02; };
 template <> struct bounds<q4_0> { static constexpr double normal = 0.12, heavy = 0.2; };
 template <> struct bounds<q4_1> { static constexpr double normal = 0.10, heavy = 0.2; };
+// K super-blocks: sub-block scales (6-bit, q6_K's 8-bit) against one f16 scale, searched as llama-quantize does
+// [q4_K 0.071, 0.093; q5_K 0.036, 0.047; q6_K 0.018, 0.025].
+template <> struct bounds<q4_k> { static constexpr double normal = 0.085, heavy = 0.11; };
+template <> struct bounds<q5_k> { static constexpr double normal = 0.045, heavy = 0.06; };
+template <> struct bounds<q6_k> { static constexpr double normal = 0.022, heavy = 0.032; };
 template <> struct bounds<q8_k> { static constexpr double normal = 0.01, heavy = 0.025; };
 template <> struct bounds<i8_s> { static constexpr double normal = 0.015, heavy = 0.08; };
 template <> struct bounds<awq4> { static constexpr double normal = 0.12, heavy = 0.2; };
@@ -106,6 +111,20 @@ template <class F> void representable_block(float* v, int b, std::mt19937& rng) 
         for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 16)) - 3 * d;
         v[0] = -3 * d;
         v[1] = 12 * d;
+    } else if constexpr (F::id == type::q4_k || F::id == type::q5_k) {
+        // D q - D z, q = 0..nmax with both ends in every sub-block of 32; D = 63 2^k so that the super-scale d = D / 63
+        // is a power of two and each sub-block's 6-bit scale is 63 (likewise the min's, z the same in every one)
+        const int nmax = F::id == type::q4_k ? 15 : 31, z = b % 4;
+        const float D = 63.0f * std::ldexp(1.0f, b - 10);
+        for (int j = 0; j < n; j++) v[j] = D * float(int(rng() % unsigned(nmax + 1)) - z);
+        for (int s = 0; s < 8; s++) {
+            v[32 * s + int(rng() % 16)] = D * float(0 - z);
+            v[32 * s + 16 + int(rng() % 16)] = D * float(nmax - z);
+        }
+    } else if constexpr (F::id == type::q6_k) {
+        // D (q - 32), q = 0..63, with q = 0 (the sub-block's largest magnitude, negative) in every sub-block of 16
+        for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 64) - 32);
+        for (int s = 0; s < 16; s++) v[16 * s + int(rng() % 16)] = -32 * d;
     } else if constexpr (F::id == type::tq2_0) {
         for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 3) - 1);
         v[0] = d;
@@ -278,6 +297,74 @@ TEST(quant_known_blocks, q8_k_bytes_and_sums) {
         for (int i = 0; i < 16; i++) sum += b.qs[16 * g + i];
         EXPECT_EQ(b.bsums[g], sum);
     }
+}
+
+TEST(quant_known_blocks, q4_k_scales_and_nibble_order) {
+    // FORMATS.md §2: sub-blocks 0..3 take scales[j] & 63 and scales[j + 4] & 63; 4..7 the nibbles of scales[j + 4]
+    // with the top two bits of scales[j - 4] (scale) and scales[j] (min); qs[32c + l] low = element 64c + l, high =
+    // element 64c + 32 + l
+    block_q4_k b{};
+    b.d = to_f16(0.5f);
+    b.dmin = to_f16(0.25f);
+    const uint8_t sc[8] = {1, 2, 3, 63, 17, 40, 5, 33}, mn[8] = {0, 7, 63, 9, 48, 1, 20, 62};
+    for (int j = 0; j < 4; j++) {
+        b.scales[j] = uint8_t(sc[j] | ((sc[j + 4] >> 4) << 6));
+        b.scales[j + 4] = uint8_t(mn[j] | ((mn[j + 4] >> 4) << 6));
+        b.scales[j + 8] = uint8_t((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+    }
+    for (int i = 0; i < 128; i++) b.qs[i] = uint8_t((i % 16) | ((15 - i % 16) << 4));
+    float y[256];
+    q4_k::dequantize(b, y);
+    for (int e = 0; e < 256; e++) {
+        const int c = e / 64, l = e % 32, s = e / 32;
+        const int q = e % 64 < 32 ? (32 * c + l) % 16 : 15 - (32 * c + l) % 16;
+        EXPECT_EQ(y[e], 0.5f * float(sc[s]) * float(q) - 0.25f * float(mn[s])) << "element " << e;
+    }
+    // the quantizer packs the same way
+    uint8_t packed[12];
+    kq::pack_scale_mins(sc, mn, packed);
+    EXPECT_EQ(0, std::memcmp(packed, b.scales, 12));
+}
+
+TEST(quant_known_blocks, q5_k_high_bits) {
+    // the fifth bit of element 64c + l is bit 2c of qh[l]; of element 64c + 32 + l bit 2c + 1
+    block_q5_k b{};
+    b.d = to_f16(1.0f);
+    for (int j = 0; j < 4; j++) b.scales[j] = 1; // sub-blocks 0..3 scale 1, 4..7 scale 0, mins 0
+    b.qh[3] = 0x05; // elements 3 (bit 0) and 64 + 3 (bit 2) get +16
+    b.qh[7] = 0x02; // element 32 + 7 (bit 1)
+    b.qs[3] = 0x21; // element 3 low nibble 1, element 35 high nibble 2
+    float y[256];
+    q5_k::dequantize(b, y);
+    EXPECT_EQ(y[3], 17.0f);
+    EXPECT_EQ(y[35], 2.0f);
+    EXPECT_EQ(y[39], 16.0f);
+    EXPECT_EQ(y[67], 16.0f);
+    EXPECT_EQ(y[0], 0.0f);
+    EXPECT_EQ(y[128 + 3], 0.0f); // sub-block 4: scale 0
+}
+
+TEST(quant_known_blocks, q6_k_layout) {
+    // FORMATS.md §2: for half h and l = 0..31, element 128h + l: low nibble of ql[64h + l], bits 0-1 of qh[32h + l];
+    // + 32: ql[64h + 32 + l] low, bits 2-3; + 64: ql[64h + l] high, bits 4-5; + 96: ql[64h + 32 + l] high, bits 6-7
+    uint8_t raw[210] = {};
+    block_q6_k b;
+    std::memcpy(&b, raw, sizeof(b));
+    for (int s = 0; s < 16; s++) b.scales[s] = int8_t(s - 8);
+    b.d = to_f16(0.5f);
+    for (int i = 0; i < 128; i++) b.ql[i] = 0x88; // every level 8 + 16 hi
+    for (int i = 0; i < 64; i++) b.qh[i] = 0x55;  // every 2-bit field 1: level 8 + 16 = 24
+    b.ql[64 + 5] = 0x3F;                          // element 128 + 5: low 15; element 128 + 64 + 5: high 3
+    b.qh[32 + 5] = 0xE7;                          // fields 3, 1, 2, 3: elements 133, 165, 197, 229
+    float y[256];
+    q6_k::dequantize(b, y);
+    auto want = [&](int e, int q) { return 0.5f * float(b.scales[e / 16]) * float(q - 32); };
+    EXPECT_EQ(y[0], want(0, 24));
+    EXPECT_EQ(y[128 + 5], want(133, 15 + 48));
+    EXPECT_EQ(y[128 + 32 + 5], want(165, 8 + 16));
+    EXPECT_EQ(y[128 + 64 + 5], want(197, 3 + 32));
+    EXPECT_EQ(y[128 + 96 + 5], want(229, 8 + 48));
+    EXPECT_EQ(y[255], want(255, 24));
 }
 
 TEST(quant_known_blocks, tq2_0_lsb_first) {
@@ -573,6 +660,122 @@ TEST(cpu_gemm4, mxfp4_repacked_order) {
         }
         EXPECT_EQ(ops->vec_dot_rows8(w.data(), a.data(), k), acc) << k;
     }
+}
+
+// q4_K in the order of llama.cpp's repacked q4_K_8x8 kernels (rows in groups of 8 on x86): per super-block one exact
+// integer for the scaled dot and one for the min term, each fma'd into its own accumulator, subtracted at the end.
+TEST(cpu_gemm4, q4_k_repacked_order) {
+    const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(type::q4_k);
+    if (!ops->vec_dot_rows8) GTEST_SKIP() << "no AVX2: llama.cpp does not repack q4_K there either";
+    for (int64_t k : {int64_t(256), int64_t(256 * 11), int64_t(4096)}) {
+        const size_t wrow = row_size(type::q4_k, k), arow = row_size(type::q8_k, k);
+        std::vector<uint8_t> w(wrow), a(arow);
+        auto x = random_heavy(size_t(k), uint32_t(90 + k));
+        auto z = random_normal(size_t(k), uint32_t(91 + k));
+        quantize_row_ref<q4_k>(x.data(), w.data(), k);
+        ops->act_from_float(z.data(), a.data(), k);
+        const auto* wb = reinterpret_cast<const block_q4_k*>(w.data());
+        const auto* ab = reinterpret_cast<const block_q8_k*>(a.data());
+        float acc = 0.0f, acc_min = 0.0f;
+        for (int64_t b = 0; b < k / 256; b++) {
+            int32_t sumi = 0, summ = 0;
+            for (int j = 0; j < 8; j++) {
+                int sc, m;
+                kq::scale_min(wb[b].scales, j, sc, m);
+                int32_t t = 0;
+                for (int l = 0; l < 32; l++) t += q4_k::level(wb[b], 32 * j + l) * int32_t(ab[b].qs[32 * j + l]);
+                sumi += sc * t;
+                summ += m * (ab[b].bsums[2 * j] + ab[b].bsums[2 * j + 1]);
+            }
+            acc = std::fma(float(sumi), to_f32(wb[b].d) * ab[b].d, acc);
+            acc_min = std::fma(float(summ), to_f32(wb[b].dmin) * ab[b].d, acc_min);
+        }
+        EXPECT_EQ(ops->vec_dot_rows8(w.data(), a.data(), k), acc - acc_min) << k;
+    }
+}
+
+// ... and its gemm, which takes 4 activation rows at a time: the integers of each 64 elements (two sub-blocks) in turn
+TEST(cpu_gemm4, q4_k_repacked_gemm_order) {
+    const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(type::q4_k);
+    if (!ops->gemm4_rows8) GTEST_SKIP() << "no AVX2: llama.cpp does not repack q4_K there either";
+    const int64_t k = 256 * 5;
+    const size_t wrow = row_size(type::q4_k, k), arow = row_size(type::q8_k, k);
+    std::vector<uint8_t> w(4 * wrow), a(4 * arow);
+    for (int r = 0; r < 4; r++) {
+        auto x = random_heavy(size_t(k), uint32_t(100 + r));
+        auto z = random_normal(size_t(k), uint32_t(110 + r));
+        quantize_row_ref<q4_k>(x.data(), w.data() + r * wrow, k);
+        ops->act_from_float(z.data(), a.data() + r * arow, k);
+    }
+    float y[16];
+    ops->gemm4_rows8(w.data(), wrow, a.data(), arow, k, y, 4);
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 4; i++) {
+            const auto* wb = reinterpret_cast<const block_q4_k*>(w.data() + i * wrow);
+            const auto* ab = reinterpret_cast<const block_q8_k*>(a.data() + j * arow);
+            float acc = 0.0f, acc_min = 0.0f;
+            for (int64_t b = 0; b < k / 256; b++)
+                for (int g = 0; g < 4; g++) { // 64 elements: sub-blocks 2g, 2g + 1
+                    int32_t sumi = 0, summ = 0;
+                    for (int j2 = 2 * g; j2 < 2 * g + 2; j2++) {
+                        int sc, m;
+                        kq::scale_min(wb[b].scales, j2, sc, m);
+                        int32_t t = 0;
+                        for (int l = 0; l < 32; l++)
+                            t += q4_k::level(wb[b], 32 * j2 + l) * int32_t(ab[b].qs[32 * j2 + l]);
+                        sumi += sc * t;
+                        summ += m * (ab[b].bsums[2 * j2] + ab[b].bsums[2 * j2 + 1]);
+                    }
+                    acc = std::fma(float(sumi), to_f32(wb[b].d) * ab[b].d, acc);
+                    acc_min = std::fma(float(summ), to_f32(wb[b].dmin) * ab[b].d, acc_min);
+                }
+            EXPECT_EQ(y[j * 4 + i], acc - acc_min) << "weight row " << i << ", activation row " << j;
+        }
+}
+
+// The K formats in a batch of >= 8 activation rows, as llama.cpp's tiled kernels sum them: per super-block the exact
+// integers s1 = sum_j sc_j sum q q_a (q6_K: of q - 32) and s2 = sum_j m_j sum q_a, r = fma(-dmin, s2, s1 d), then
+// acc = fma(r, d_a, acc).
+template <class F> void check_tiled_order(const cpu::cpu_type_ops* ops) {
+    for (int64_t k : {int64_t(256), int64_t(256 * 7)}) {
+        std::vector<uint8_t> w(row_size(F::id, k)), a(row_size(type::q8_k, k));
+        auto x = random_heavy(size_t(k), uint32_t(120 + k));
+        auto z = random_normal(size_t(k), uint32_t(121 + k));
+        quantize_row_ref<F>(x.data(), w.data(), k);
+        ops->act_from_float(z.data(), a.data(), k);
+        const auto* wb = reinterpret_cast<const typename F::block*>(w.data());
+        const auto* ab = reinterpret_cast<const block_q8_k*>(a.data());
+        float acc = 0.0f;
+        for (int64_t b = 0; b < k / 256; b++) {
+            int32_t s1 = 0, s2 = 0;
+            float dmin = 0.0f;
+            if constexpr (F::id == type::q6_k) {
+                for (int s = 0; s < 16; s++) {
+                    int32_t t = 0;
+                    for (int i = 0; i < 16; i++) t += (q6_k::level(wb[b], 16 * s + i) - 32) * ab[b].qs[16 * s + i];
+                    s1 += wb[b].scales[s] * t;
+                }
+            } else {
+                dmin = to_f32(wb[b].dmin);
+                for (int j = 0; j < 8; j++) {
+                    int sc, m;
+                    kq::scale_min(wb[b].scales, j, sc, m);
+                    int32_t t = 0;
+                    for (int l = 0; l < 32; l++) t += F::level(wb[b], 32 * j + l) * int32_t(ab[b].qs[32 * j + l]);
+                    s1 += sc * t;
+                    s2 += m * (ab[b].bsums[2 * j] + ab[b].bsums[2 * j + 1]);
+                }
+            }
+            acc = std::fma(std::fma(-dmin, float(s2), float(s1) * to_f32(wb[b].d)), ab[b].d, acc);
+        }
+        EXPECT_EQ(ops->vec_dot_batch8(w.data(), a.data(), k), acc) << F::name << " k=" << k;
+    }
+}
+TEST(cpu_gemm4, k_formats_tiled_order) {
+    if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2: llama.cpp's tiled kernels need it";
+    check_tiled_order<q4_k>(cpu::find_cpu_ops(type::q4_k));
+    check_tiled_order<q5_k>(cpu::find_cpu_ops(type::q5_k));
+    check_tiled_order<q6_k>(cpu::find_cpu_ops(type::q6_k));
 }
 
 // Weights repacked in 16-row groups (backends/cpu/quant/repack.h): every kind, both instruction-set builds, any

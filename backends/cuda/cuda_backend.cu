@@ -317,6 +317,11 @@ void cuda_backend::get(const tensor& t, void* dst, size_t offset, size_t size) {
 bool cuda_backend::supports(const tensor& node) const {
     auto f32 = [](const tensor* s) { return s && s->t == type::f32; };
     auto f32_rows = [&](const tensor* s) { return f32(s) && s->nb[0] == 4; };
+    // exact mode computes a matmul only where it has the CPU's numerics (not the K formats: q8_K activations there)
+    if (exact_ && (node.o == op::mul_mat || node.o == op::mul_mat_id)) {
+        const type t = node.src[0]->t;
+        if (t != type::f32 && t != type::f16 && t != type::bf16 && !gemm_exact_available(t)) return false;
+    }
     switch (node.o) {
     case op::none:
         return true;

@@ -2,7 +2,7 @@
 // or in a small shape of one's own, for speed work and for checking a family against llama.cpp on files both read.
 //
 //   random_model [--arch FAMILY] [--vocab VOCAB.gguf] [--seed N] [--yarn FACTOR] [--softcap CAP] [--experts N,K]
-//                [--expert-type TYPE] SHAPE TYPE OUT.gguf
+//                [--expert-type TYPE] [--output-type TYPE] SHAPE TYPE OUT.gguf
 //
 //   SHAPE  a preset (below; it implies its family) or E,L,H,KV,FF,VOCAB[,HEAD_DIM] for --arch (default llama)
 //   TYPE   the matrices' type: f32, f16, q8_0, q4_0, q4_1, nvfp4, awq4, tq2_0, i2_s, ... (any type `tessera quantize`
@@ -15,6 +15,8 @@
 //   --experts  mixture-of-experts families: N experts, K used per token (own shapes: default 8,2; the shape's FF is
 //          each expert's width); the router (ffn_gate_inp) is always f32, as llama.cpp's quantize leaves it
 //   --expert-type  the experts' matrices' type (default TYPE)
+//   --output-type  output.weight's type (token_embd.weight's where the two are tied), as llama-quantize's
+//          --output-tensor-type: e.g. TYPE q4_K with q6_K here is the shape of a downloaded "Q4_K" file
 //
 // Presets (llama.cpp's names for the files these models ship as):
 //   llama   1b (Llama-3.2-1B), 7b (Llama-2-7B), 8b (Llama-3.1-8B), 70b (Llama-3.1-70B), smol (SmolLM2-135M)
@@ -260,6 +262,7 @@ int64_t copy_tokenizer(gguf_writer& w, const std::string& path) {
 struct options {
     std::string arch, vocab, shape_s, type_s, out;
     std::string expert_type; // the experts' matrices' type (default: TYPE)
+    std::string output_type; // output.weight's (tied: token_embd.weight's) type (default: TYPE)
     int64_t n_expert = 0, n_expert_used = 0; // --experts N,K
     uint32_t seed = 1;
     float yarn = 0.0f, softcap = 0.0f;
@@ -287,6 +290,7 @@ options parse_args(int argc, char** argv) {
         else if (a == "--yarn") o.yarn = float(number(value()));
         else if (a == "--softcap") o.softcap = float(number(value()));
         else if (a == "--expert-type") o.expert_type = value();
+        else if (a == "--output-type") o.output_type = value();
         else if (a == "--experts") {
             const std::string v = value();
             char* end = nullptr;
@@ -322,7 +326,10 @@ void write_model(const options& o) {
         if (!is_moe(a)) throw error(fmt::format("--experts: {} has no experts", a));
         s.n_expert = o.n_expert, s.n_expert_used = o.n_expert_used;
     }
-    const type t_embd = bitnet ? type::f16 : t;
+    type t_out = t;
+    if (!o.output_type.empty() && !type_from_name(o.output_type, t_out))
+        throw error(fmt::format("unknown type '{}'", o.output_type));
+    const type t_embd = bitnet ? type::f16 : s.tied ? t_out : t;
 
     writer_state st;
     st.seed = o.seed;
@@ -382,11 +389,12 @@ void write_model(const options& o) {
         w.set(p + "rope.scaling.attn_factor",
               gguf_value::of_f32(std::sqrt(1.0f + std::log(scale) / std::log(float(s.n_ctx_orig)))));
     }
-    if (!is_ggml_type(t)) w.set(tessera_format_key, gguf_value::of_u32(tessera_format_version));
+    if (!is_ggml_type(t) || !is_ggml_type(t_out) || !is_ggml_type(t_exp))
+        w.set(tessera_format_key, gguf_value::of_u32(tessera_format_version));
 
     add_matrix(st, "token_embd.weight", E, s.n_vocab, t_embd);
     add_norm(st, "output_norm.weight", E);
-    if (!s.tied) add_matrix(st, "output.weight", E, s.n_vocab, t);
+    if (!s.tied) add_matrix(st, "output.weight", E, s.n_vocab, t_out);
     if (s.n_ctx_orig) {
         add_vector(st, "rope_factors_long.weight", n_rot / 2, 4.0f, 1.0f);
         add_vector(st, "rope_factors_short.weight", n_rot / 2, 1.5f, 0.25f);

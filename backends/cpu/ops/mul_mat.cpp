@@ -20,10 +20,19 @@ constexpr int64_t TILE_M = 16; // activation rows per tile
 
 // The row kernels for w: its type's, or, for the matrices llama.cpp would repack (rows a multiple of 8; a token table
 // only as the tied output, which llama.cpp loads as a second, repacked copy), the ones summing in its repacked
-// kernels' order (kept in `storage`). Null if the type has none.
-const cpu_type_ops* row_ops_for(const tensor& w, bool reference, cpu_type_ops& storage) {
+// kernels' order (kept in `storage`); else, for a batch of m >= 8 activation rows, the type's batch kernel where it
+// has one (llama.cpp's tiled K-format kernels). Null if the type has none.
+const cpu_type_ops* row_ops_for(const tensor& w, bool reference, cpu_type_ops& storage, int64_t m) {
     const cpu_type_ops* base = find_cpu_ops(w.t, reference);
-    if (!base || !base->vec_dot_rows8 || !(w.flags & flag_param) || w.lookup_only() || w.ne[1] % 8 != 0) return base;
+    if (!base) return base;
+    const bool rows8 = base->vec_dot_rows8 && (w.flags & flag_param) && !w.lookup_only() && w.ne[1] % 8 == 0;
+    if (!rows8) {
+        if (!base->vec_dot_batch8 || m < 8) return base;
+        storage = *base;
+        storage.vec_dot = base->vec_dot_batch8;
+        storage.gemm4 = storage.gemv4 = nullptr;
+        return &storage;
+    }
     storage = *base;
     storage.vec_dot = base->vec_dot_rows8;
     storage.gemm4 = base->gemm4_rows8;
@@ -131,7 +140,7 @@ void x16_tile(const compute_params& p, const x16_job& j, const x16_grid& gr, con
 
 x16_job make_x16_job(tensor& dst, const repacked_weight& rw) {
     cpu_type_ops storage;
-    const cpu_type_ops* ops = row_ops_for(*dst.src[0], false, storage);
+    const cpu_type_ops* ops = row_ops_for(*dst.src[0], false, storage, dst.src[1]->ne[1]);
     TS_ASSERT(ops != nullptr);
     return {&dst, &rw, *ops};
 }
@@ -273,7 +282,7 @@ void mul_mat(const compute_params& p, tensor& dst) {
     }
     // weights llama.cpp would repack (rows a multiple of 8) are summed in its repacked kernels' order
     cpu_type_ops row_storage;
-    const cpu_type_ops* ops = row_ops_for(w, p.reference, row_storage);
+    const cpu_type_ops* ops = row_ops_for(w, p.reference, row_storage, x.ne[1]);
     TS_ASSERT(ops != nullptr && x.t == type::f32 && x.nb[0] == 4);
     const int64_t k = w.ne[0], n = w.ne[1];
     const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];

@@ -32,6 +32,14 @@ void gemv4_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t
 void quantize_row_q8_1(const float* x, void* y, int64_t n);
 // one file per newer format: <format>_avx2.cpp
 float vec_dot_tq2_0_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_q4_k_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_q4_k_q8_k_rows8(const void* w, const void* a, int64_t n);
+void gemm4_q4_k_q8_k_rows8(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+float vec_dot_q5_k_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_q6_k_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_q4_k_q8_k_tiled(const void* w, const void* a, int64_t n);
+float vec_dot_q5_k_q8_k_tiled(const void* w, const void* a, int64_t n);
+float vec_dot_q6_k_q8_k_tiled(const void* w, const void* a, int64_t n);
 void quantize_row_q8_k(const float* x, void* y, int64_t n);
 float vec_dot_i2_s_i8_s(const void* w, const void* a, int64_t n);
 void quantize_row_i8_s(const float* x, void* y, int64_t n);
@@ -193,6 +201,14 @@ struct tables {
         set_fast(type::q8_0, avx2::vec_dot_q8_0_q8_0, avx2::quantize_row_q8_0);
         set_fast(type::q4_1, avx2::vec_dot_q4_1_q8_1, avx2::quantize_row_q8_1);
         set_fast(type::tq2_0, avx2::vec_dot_tq2_0_q8_k, avx2::quantize_row_q8_k);
+        set_fast(type::q4_k, avx2::vec_dot_q4_k_q8_k, avx2::quantize_row_q8_k);
+        set_fast(type::q5_k, avx2::vec_dot_q5_k_q8_k, avx2::quantize_row_q8_k);
+        set_fast(type::q6_k, avx2::vec_dot_q6_k_q8_k, avx2::quantize_row_q8_k);
+        fast[slot(type::q4_k)].vec_dot_rows8 = avx2::vec_dot_q4_k_q8_k_rows8; // llama.cpp's q4_K_8x8 orders
+        fast[slot(type::q4_k)].gemm4_rows8 = avx2::gemm4_q4_k_q8_k_rows8;
+        fast[slot(type::q4_k)].vec_dot_batch8 = avx2::vec_dot_q4_k_q8_k_tiled; // ggml's tiled kernels' order
+        fast[slot(type::q5_k)].vec_dot_batch8 = avx2::vec_dot_q5_k_q8_k_tiled;
+        fast[slot(type::q6_k)].vec_dot_batch8 = avx2::vec_dot_q6_k_q8_k_tiled;
         set_fast(type::i2_s, avx2::vec_dot_i2_s_i8_s, avx2::quantize_row_i8_s);
         set_fast(type::nvfp4, avx2::vec_dot_nvfp4_q8_0, avx2::quantize_row_q8_0);
         set_fast(type::mxfp4, avx2::vec_dot_mxfp4_q8_0, avx2::quantize_row_q8_0);

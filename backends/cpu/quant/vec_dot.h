@@ -35,6 +35,10 @@ struct cpu_type_ops {
     vec_dot_fn vec_dot_rows8 = nullptr;
     gemm4_fn gemm4_rows8 = nullptr;
     gemm4_fn gemv4_rows8 = nullptr;
+    // llama.cpp's x86 CPU takes a matmul of >= 8 activation rows (dim 1) of the K formats' weights that it does not
+    // repack through its tiled kernels, which scale each super-block's exact integers their own way: mul_mat then
+    // uses this row kernel for every output (same bits); null where the type has no such path.
+    vec_dot_fn vec_dot_batch8 = nullptr;
 };
 
 // Float kernels whose rounding must match ggml's CPU code exactly (attention, silu); scalar, AVX2 and (the prefill

@@ -585,7 +585,8 @@ void gemm_exact_launch(cuda_context& ctx, const split_weight& w, const tensor& w
 
 bool gemm_exact_available(type t) {
     bool ok = false;
-    visit_format(t, [&]<class F>() { ok = has_mmq<F>::value; });
+    // the CPU pairs the K formats with q8_K activations (a scale per 256): no integer kernel here gives its sums
+    visit_format(t, [&]<class F>() { ok = has_mmq<F>::value && F::dot_type != type::q8_k; });
     return ok || t == type::i2_s || t == type::tq2_0;
 }
 
