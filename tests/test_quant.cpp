@@ -692,6 +692,20 @@ TEST(cpu_gemm4, q4_k_repacked_order) {
         }
         EXPECT_EQ(ops->vec_dot_rows8(w.data(), a.data(), k), acc - acc_min) << k;
     }
+    // 4 rows at once (decode): row i's bits
+    const int64_t k = 256 * 6;
+    const size_t wrow = row_size(type::q4_k, k), arow = row_size(type::q8_k, k);
+    std::vector<uint8_t> w(4 * wrow), a(arow);
+    for (int r = 0; r < 4; r++) {
+        auto x = random_heavy(size_t(k), uint32_t(130 + r));
+        quantize_row_ref<q4_k>(x.data(), w.data() + r * wrow, k);
+    }
+    auto z = random_normal(size_t(k), 135);
+    ops->act_from_float(z.data(), a.data(), k);
+    ASSERT_NE(ops->gemv4_rows8, nullptr);
+    float y[4];
+    ops->gemv4_rows8(w.data(), wrow, a.data(), arow, k, y, 1);
+    for (int i = 0; i < 4; i++) EXPECT_EQ(y[i], ops->vec_dot_rows8(w.data() + i * wrow, a.data(), k)) << i;
 }
 
 // ... and its gemm, which takes 4 activation rows at a time: the integers of each 64 elements (two sub-blocks) in turn

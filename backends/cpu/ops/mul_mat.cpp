@@ -308,15 +308,18 @@ void mul_mat(const compute_params& p, tensor& dst) {
     if (p.ith == 0) counter->store(0, std::memory_order_relaxed);
     p.barrier();
 
-    // 2) tiles of (TILE_N weight rows) x (TILE_M activation rows), spread over threads
-    const int64_t tiles_n = (n + TILE_N - 1) / TILE_N, tiles_m = (m + TILE_M - 1) / TILE_M;
+    // 2) tiles of (TILE_N weight rows) x (TILE_M activation rows), spread over threads. One activation row (decode)
+    // reads each weight once: tiles of ~1/4 of a thread's share of rows, so that a thread streams long runs of them
+    // (the prefetchers' pace; 16-row tiles taken in turn left 30% of a 0.6B q6_K file's tg64 on the table, 2 threads)
+    const int64_t tile_n = n_x_rows == 1 ? std::max(TILE_N, (n / (4 * p.nth) + TILE_N - 1) / TILE_N * TILE_N) : TILE_N;
+    const int64_t tiles_n = (n + tile_n - 1) / tile_n, tiles_m = (m + TILE_M - 1) / TILE_M;
     const int64_t n_tiles = tiles_n * tiles_m * ne2 * ne3;
     for (int64_t t = counter->fetch_add(1, std::memory_order_relaxed); t < n_tiles;
          t = counter->fetch_add(1, std::memory_order_relaxed)) {
         const int64_t tn = t % tiles_n, tm = (t / tiles_n) % tiles_m;
         const int64_t i23 = t / (tiles_n * tiles_m);
         const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
-        const int64_t n0 = tn * TILE_N, n1 = std::min(n, n0 + TILE_N);
+        const int64_t n0 = tn * tile_n, n1 = std::min(n, n0 + tile_n);
         const int64_t m0 = tm * TILE_M, m1 = std::min(m, m0 + TILE_M);
         const uint8_t* a0 = act + size_t((i3 * ne2 + i2) * m) * act_row;
         int64_t im = m0;

@@ -127,6 +127,52 @@ float vec_dot_q4_k_q8_k_rows8(const void* w, const void* a, int64_t n) {
     return acc - acc_min;
 }
 
+// The same for 4 weight rows and one activation row (decode): each activation load serves the four rows, and their
+// integers are reduced together; lane i's fmas are row i's above (same bits)
+void gemv4_q4_k_q8_k_rows8(const void* w, size_t ws, const void* a, size_t, int64_t n, float* y, size_t) {
+    const auto* yb = static_cast<const block_q8_k*>(a);
+    const block_q4_k* x[4];
+    for (int r = 0; r < 4; r++) x[r] = reinterpret_cast<const block_q4_k*>(static_cast<const uint8_t*>(w) + r * ws);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m128 acc = _mm_setzero_ps(), acc_min = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / 256; i++) {
+        __m256i scales[4], sumi[4];
+        __m128i mins[4];
+        const __m128i s32 = sums32(yb[i].bsums);
+        alignas(16) float d[4], dmin[4];
+        for (int r = 0; r < 4; r++) {
+            uint32_t u[4];
+            unpack_scale_mins(x[r][i].scales, u);
+            const __m256i sm = _mm256_cvtepu8_epi16(_mm_set_epi32(int(u[3]), int(u[2]), int(u[1]), int(u[0])));
+            const __m128i sc = _mm256_castsi256_si128(sm);
+            scales[r] = _mm256_set_m128i(sc, sc);
+            mins[r] = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), s32);
+            sumi[r] = _mm256_setzero_si256();
+            d[r] = h2f(x[r][i].d);
+            dmin[r] = h2f(x[r][i].dmin);
+        }
+        for (int j = 0; j < 4; j++) {
+            const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb[i].qs + 64 * j));
+            const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb[i].qs + 64 * j + 32));
+            for (int r = 0; r < 4; r++) {
+                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][i].qs + 32 * j));
+                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                const __m256i p0 = _mm256_madd_epi16(splat_scale(scales[r], 2 * j), _mm256_maddubs_epi16(lo, a0));
+                const __m256i p1 = _mm256_madd_epi16(splat_scale(scales[r], 2 * j + 1), _mm256_maddubs_epi16(hi, a1));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p0, p1));
+            }
+        }
+        // row r's total in lane r (exact integers in any order)
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(sumi[0], sumi[1]), _mm256_hadd_epi32(sumi[2], sumi[3]));
+        const __m128i tot = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        const __m128i tot_min = _mm_hadd_epi32(_mm_hadd_epi32(mins[0], mins[1]), _mm_hadd_epi32(mins[2], mins[3]));
+        const __m128 da = _mm_set1_ps(yb[i].d);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(tot), _mm_mul_ps(_mm_load_ps(d), da), acc);
+        acc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(tot_min), _mm_mul_ps(_mm_load_ps(dmin), da), acc_min);
+    }
+    _mm_storeu_ps(y, _mm_sub_ps(acc, acc_min));
+}
+
 // ... and its gemm (4 activation rows at a time): the integers of each 64 elements (two sub-blocks) in turn
 float vec_dot_q4_k_q8_k_rows8_per64(const void* w, const void* a, int64_t n) {
     auto* x = static_cast<const block_q4_k*>(w);

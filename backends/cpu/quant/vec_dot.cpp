@@ -35,6 +35,7 @@ float vec_dot_tq2_0_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_q4_k_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_q4_k_q8_k_rows8(const void* w, const void* a, int64_t n);
 void gemm4_q4_k_q8_k_rows8(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemv4_q4_k_q8_k_rows8(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
 float vec_dot_q5_k_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_q6_k_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_q4_k_q8_k_tiled(const void* w, const void* a, int64_t n);
@@ -206,6 +207,7 @@ struct tables {
         set_fast(type::q6_k, avx2::vec_dot_q6_k_q8_k, avx2::quantize_row_q8_k);
         fast[slot(type::q4_k)].vec_dot_rows8 = avx2::vec_dot_q4_k_q8_k_rows8; // llama.cpp's q4_K_8x8 orders
         fast[slot(type::q4_k)].gemm4_rows8 = avx2::gemm4_q4_k_q8_k_rows8;
+        fast[slot(type::q4_k)].gemv4_rows8 = avx2::gemv4_q4_k_q8_k_rows8;
         fast[slot(type::q4_k)].vec_dot_batch8 = avx2::vec_dot_q4_k_q8_k_tiled; // ggml's tiled kernels' order
         fast[slot(type::q5_k)].vec_dot_batch8 = avx2::vec_dot_q5_k_q8_k_tiled;
         fast[slot(type::q6_k)].vec_dot_batch8 = avx2::vec_dot_q6_k_q8_k_tiled;
