@@ -605,8 +605,8 @@ std::vector<op_case> all_cases() {
     // (the GEMM with TESSERA_CUDA_MMQ=0: f16 activations -> 5e-4). tq2_0 / i2_s: the CPU quantizes to q8_k per 256 /
     // i8_s per row, CUDA to q8_1 per 32 (decode) or f16 (GEMM): the CPU's coarser rounding sets the bound, i8_s per row
     // of 2048 the worst (step ~0.03 sigma -> NMSE ~1e-4) -> 5e-4. The K formats (q4_K, q5_K, q6_K): the CPU's q8_K
-    // per 256 against q8_1 per 32 too, and q4_K / q5_K's sub-block scales as f16 products (2^-12) -> 5e-4. One
-    // column also over long rows (k 4096, 14336: the GEMV's k split in parts).
+    // per 256 against q8_1 per 32 too -> 5e-4. One column also over long rows (k 4096, 14336: the GEMV's k split in
+    // parts).
     for (type t :
          {type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s, type::q4_k, type::q5_k, type::q6_k})
         for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{4096, 300, 1}, mm_shape{14336, 40, 1}, mm_shape{512, 70, 3},

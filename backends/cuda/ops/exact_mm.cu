@@ -118,7 +118,7 @@ static __global__ void __launch_bounds__(EX_THREADS) gemm_exact_kernel(ex_args a
         for (int st = 0; st < EX_STEP && c0 + st < nc; st++) {
             const int64_t c = c0 + st;
             const chunk_t q = ldg_chunk<chunk_t>(q_row + c * int64_t(sizeof(chunk_t)));
-            const uint32_t scw = load_scale_word<D::scale_bytes>(s_row + (c / CPS) * D::scale_bytes);
+            const scale_word_t<D> scw = load_scale_word<D::scale_bytes>(s_row + (c / CPS) * D::scale_bytes);
             uint32_t v[8];
             float d[2], m;
             D::mmq_unpack(q, scw, int(c % CPS), v, d, m);

@@ -252,7 +252,7 @@ static __global__ void __launch_bounds__(THREADS, 2) gemm_q8_kernel(mmq_args a, 
     };
     struct pending {
         chunk_t q;
-        uint32_t scw;
+        scale_word_t<D> scw;
         bool valid;
     };
     auto load_a = [&](int64_t step, pending& p) {

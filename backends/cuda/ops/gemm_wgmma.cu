@@ -262,7 +262,7 @@ __device__ __forceinline__ void store_tile(const wgmma_args& a, const float (&d)
 // 128-byte swizzled row `row` at `dst` (row * 128 bytes in); ib >= nb (k % 64 == 32: the last step's second chunk)
 // writes zeros.
 template <class D>
-__device__ __forceinline__ void dequant_to_smem(const typename D::chunk_t& q, uint32_t s, int64_t ib, int64_t nb,
+__device__ __forceinline__ void dequant_to_smem(const typename D::chunk_t& q, scale_word_t<D> s, int64_t ib, int64_t nb,
                                                 uint8_t* dst, int row, int ci) {
     uint4 v[4];
     if (ib >= nb) {
@@ -318,13 +318,13 @@ static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_ke
     const int64_t w_row = expert * a.n + (row0 + a_row < a.n ? row0 + a_row : a.n - 1);
     const uint8_t* q_row = a.qs + w_row * nb * int64_t(sizeof(chunk_t));
     const uint8_t* s_row = a.sc + w_row * ng * D::scale_bytes;
-    auto load_w = [&](int step, chunk_t& q, uint32_t& s) {
+    auto load_w = [&](int step, chunk_t& q, scale_word_t<D>& s) {
         if (step >= steps) return;
         const int64_t ib = min(2 * int64_t(step) + a_ci, nb - 1);
         q = ldg_chunk<chunk_t>(q_row + ib * int64_t(sizeof(chunk_t)));
         s = load_scale_word<D::scale_bytes>(s_row + (ib / D::chunks_per_scale) * D::scale_bytes);
     };
-    auto store_w = [&](int step, const chunk_t& q, uint32_t s) {
+    auto store_w = [&](int step, const chunk_t& q, scale_word_t<D> s) {
         if (step < steps)
             dequant_to_smem<D>(q, s, 2 * int64_t(step) + a_ci, nb, sm + (step % ST) * TILE_BYTES, a_row, a_ci);
     };
@@ -368,7 +368,7 @@ static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_ke
     // One step: wait for its stage, issue its wgmma and, while they run, start the activations AHEAD steps ahead,
     // dequantize the next step's weights (held in q, s since three steps back) into their stage and refill q, s with
     // the weights three steps ahead. Two register sets take turns, so a chunk's load has two steps to arrive.
-    auto body = [&](int step, chunk_t& q, uint32_t& s) {
+    auto body = [&](int step, chunk_t& q, scale_word_t<D>& s) {
         asm volatile("cp.async.wait_group %0;\n" ::"n"(AHEAD - 1));
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads(); // this step's stage complete for everyone; the wgmma two steps back done in both warpgroups
@@ -382,7 +382,7 @@ static __global__ void __launch_bounds__(THREADS, ST <= 4 ? 2 : 1) gemm_wgmma_ke
 
     for (int i = 0; i < AHEAD; i++) load_x(i);
     chunk_t q0{}, q1{};
-    uint32_t s0 = 0, s1 = 0;
+    scale_word_t<D> s0{}, s1{};
     load_w(0, q0, s0);
     load_w(1, q1, s1);
     store_w(0, q0, s0);
@@ -637,7 +637,7 @@ static __global__ void __launch_bounds__(WQ_THREADS<BM>, 1)
             s_row[j] = a.sc + w_row * ng * D::scale_bytes;
         }
         chunk_t q[WQ_R][WI];
-        uint32_t sw[WQ_R][WI];
+        scale_word_t<D> sw[WQ_R][WI];
         auto load_w = [&](int step, int r) {
             if (step >= steps) return;
 #pragma unroll

@@ -561,7 +561,7 @@ __device__ __forceinline__ void split_lane_sums(const uint8_t* const (&qrow)[R],
         // 825.1 / 823.2 vs 791.2 / 801.4, nvfp4 513.9 / 512.0 vs 497.2 / 497.3, q8_0 382.7 / 382.7 vs 371.5 / 373.7,
         // q4_1 545.7 / 550.5 vs 538.9 / 539.6, q4_0 595.4 / 603.3 vs 596.1 / 599.5; 1B q4_0 2057 / 2063 vs 2042 /
         // 2047. Without the scale word (the branch alone) q4_0 lost 5% (566.8 / 562.1): ptxas's schedule decides.
-        uint32_t sw[R];
+        scale_word_t<D> sw[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
             q[r] = ldg_chunk<chunk_t>(qrow[r] + c * int64_t(sizeof(chunk_t)));
@@ -591,7 +591,8 @@ __device__ __forceinline__ void split_lane_sums(const uint8_t* const (&qrow)[R],
 // formats keep the register loop.
 // The copies, the wait and the slot reads are volatile asm without a memory clobber: kept in order among themselves,
 // while loads the compiler may hoist (e2m1_lows_loaded's) still leave the loop.
-template <class D> inline constexpr int split_stages = std::is_same_v<typename D::chunk_t, uint4> ? 2 : 0;
+template <class D>
+inline constexpr int split_stages = std::is_same_v<typename D::chunk_t, uint4> && D::scale_bytes <= 4 ? 2 : 0;
 template <int B> __device__ __forceinline__ void cp_async_lane(uint32_t dst, const void* src) {
     static_assert(B == 4 || B == 16, "cp.async copies a chunk (16 bytes) or a scale word (4)");
     if constexpr (B == 16)

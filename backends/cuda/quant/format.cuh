@@ -18,7 +18,7 @@
 // 18/20/34/36/66/68-byte blocks allow only narrow ones). The order of values inside a chunk is the format's choice:
 //   split                  true
 //   chunk_t                uint2, uint4 or uint4x2 (chunk_bytes = its size)
-//   scale_bytes, chunks_per_scale
+//   scale_bytes, chunks_per_scale   (a group of 8 bytes loads as a uint2: scale_word_t)
 //   block                                      the file's block
 //   split_block(row, i, qs, sc)                block i of a row of file blocks -> its chunks and scale groups, into
 //                                              the row's qs and sc (split_rows_kernel, on the device)
@@ -120,16 +120,20 @@ __device__ __forceinline__ void nibble_halves_scaled(const uint4& q, int h, __ha
     }
 }
 
-// A scale group of 0, 1, 2 or 4 bytes (format.cuh's scale_bytes) as one little-endian word
-template <int B> __device__ __forceinline__ uint32_t load_scale_word(const uint8_t* p) {
-    if constexpr (B == 0) return 0;
-    else if constexpr (B == 1) return __ldg(p);
-    else if constexpr (B == 2) return __ldg(reinterpret_cast<const uint16_t*>(p));
+// A scale group of 0, 1, 2 or 4 bytes (format.cuh's scale_bytes) as one little-endian word; of 8 bytes (q4_K, q5_K:
+// a pair of sub-blocks' scales and mins with their super-block's d and dmin) as a uint2
+template <int B> __device__ __forceinline__ auto load_scale_word(const uint8_t* p) {
+    if constexpr (B == 0) return uint32_t(0);
+    else if constexpr (B == 1) return uint32_t(__ldg(p));
+    else if constexpr (B == 2) return uint32_t(__ldg(reinterpret_cast<const uint16_t*>(p)));
+    else if constexpr (B == 4) return uint32_t(__ldg(reinterpret_cast<const uint32_t*>(p)));
     else {
-        static_assert(B == 4, "scale groups of 0, 2 or 4 bytes");
-        return __ldg(reinterpret_cast<const uint32_t*>(p));
+        static_assert(B == 8, "scale groups of 0, 1, 2, 4 or 8 bytes");
+        return __ldg(reinterpret_cast<const uint2*>(p));
     }
 }
+// the type a format's scale group loads as (dot_split's and mmq_unpack's scw)
+template <class D> using scale_word_t = decltype(load_scale_word<D::scale_bytes>(nullptr));
 __device__ __forceinline__ float half_bits_to_f32(uint32_t bits) {
     return __half2float(__ushort_as_half(uint16_t(bits)));
 }

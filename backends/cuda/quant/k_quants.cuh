@@ -4,9 +4,10 @@
 //   q6_K: a chunk is its 32 values as int8 (q - 32, element order; 8 bits a value where the file packs 6: the split
 //         layout has no 24-byte chunk), a scale group the word (f16 d, int8 sc of elements 0..15, of 16..31): the
 //         integer sums and scales are the reference's, exactly.
-//   q4_K: a chunk is the sub-block's 16 nibble bytes in q4_1's order (byte j: element j low, j + 16 high), a scale
-//         group the f16 pair (d sc, -dmin m): a q4_1 block whose two f16 are the products rounded once (each within
-//         2^-12 relative of the file's; the reference multiplies them in f32).
+//   q4_K: a chunk is the sub-block's 16 nibble bytes in q4_1's order (byte j: element j low, j + 16 high); a scale
+//         group serves two sub-blocks (8 bytes, as many as a word per chunk would take): the super-block's f16 d and
+//         dmin, then (sc, m) of each, so d sc and dmin m are the reference's f32 products, exactly. (The f16 products
+//         rounded once, a word a chunk, put test_families' q4_K file's CUDA perplexity 2.7e-3 from the CPU's.)
 //   q5_K: likewise, with the 32 levels 0..31 as bytes (8 bits a value where the file packs 5).
 // The CPU's dot partner for these is q8_K; here, as for every format, the activations are q8_1.
 #pragma once
@@ -18,56 +19,64 @@
 
 namespace tessera::cuda {
 
-// Sub-block c of a q4_K / q5_K block as the f16 pair (d sc_c, -dmin m_c), little-endian in 4 bytes
-TS_HD void k_scale_pair(f16 d, f16 dmin, const uint8_t* scales, int c, uint8_t* out) {
-    int sc, m;
-    kq::scale_min(scales, c, sc, m);
-    const f16 a = to_f16(to_f32(d) * float(sc)), b = to_f16(-(to_f32(dmin) * float(m)));
-    memcpy(out, &a, 2);
-    memcpy(out + 2, &b, 2);
+// The scale group of sub-blocks 2p, 2p + 1 of a q4_K / q5_K block: f16 d, f16 dmin, sc_2p, m_2p, sc_2p+1, m_2p+1
+TS_HD void k_scale_group(f16 d, f16 dmin, const uint8_t* scales, int p, uint8_t* out) {
+    memcpy(out, &d, 2);
+    memcpy(out + 2, &dmin, 2);
+    for (int t = 0; t < 2; t++) {
+        int sc, m;
+        kq::scale_min(scales, 2 * p + t, sc, m);
+        out[4 + 2 * t] = uint8_t(sc);
+        out[5 + 2 * t] = uint8_t(m);
+    }
 }
-
-// (d sc) sum q q_a + (-dmin m) s_a, s_a = d_a sum q_a: q4_1's formula
-__device__ __forceinline__ float k_dot_offset(int sumi, uint32_t scw, float2 ds) {
-    const float2 dm = __half22float2(half2_of_word(scw));
-    return dm.x * ds.x * float(sumi) + dm.y * ds.y;
+// sub-block t (0, 1) of a group: (d sc, dmin m) in f32, exactly (f16 times 6 bits)
+__device__ __forceinline__ float2 k_scales(uint2 g, int t) {
+    const float d = half_bits_to_f32(g.x), dmin = half_bits_to_f32(g.x >> 16);
+    const uint32_t b = g.y >> (16 * t);
+    return make_float2(d * float(b & 0xFF), dmin * float((b >> 8) & 0xFF));
 }
 
 template <> struct cuda_format<q4_k> {
     static constexpr bool available = false; // no file-layout kernel: weights must be split (2-D, contiguous)
     static constexpr bool split = true;
     using chunk_t = uint4;
-    static constexpr int scale_bytes = 4, chunks_per_scale = 1;
+    static constexpr int scale_bytes = 8, chunks_per_scale = 2;
     using block = block_q4_k;
     TS_HD static void split_block(const block* b, int64_t i, uint8_t* qs, uint8_t* sc) {
         for (int c = 0; c < 8; c++) {
             uint8_t* out = qs + 16 * (8 * i + c);
             for (int j = 0; j < 16; j++)
                 out[j] = uint8_t(q4_k::level(b[i], 32 * c + j) | (q4_k::level(b[i], 32 * c + 16 + j) << 4));
-            k_scale_pair(b[i].d, b[i].dmin, b[i].scales, c, sc + 4 * (8 * i + c));
         }
+        for (int p = 0; p < 4; p++) k_scale_group(b[i].d, b[i].dmin, b[i].scales, p, sc + 8 * (4 * i + p));
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
-    __device__ static float dot_split(const uint4& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
+    // (d sc) d_a sum q q_a - (dmin m) s_a, s_a = d_a sum q_a
+    __device__ static float dot_split(const uint4& q, uint2 scw, int c, int4 a0, int4 a1, float2 ds) {
         const int sumi16 = dot_nibbles16_x16(q, a0, a1); // 16 sum q q_a, exactly
-        const float2 dm = __half22float2(half2_of_word(scw));
-        return dm.x * ds.x * 0.0625f * float(sumi16) + dm.y * ds.y;
+        const float2 dm = k_scales(scw, c);
+        return dm.x * ds.x * 0.0625f * float(sumi16) - dm.y * ds.y;
     }
     static constexpr int mmq_sub = 1;
     static constexpr bool mmq_offset = true;
-    __device__ static void mmq_unpack(const uint4& q, uint32_t scw, int, uint32_t (&v)[8], float (&d)[2], float& m) {
+    __device__ static void mmq_unpack(const uint4& q, uint2 scw, int c, uint32_t (&v)[8], float (&d)[2], float& m) {
         const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             v[i] = w[i] & 0x0F0F0F0Fu;
             v[4 + i] = (w[i] >> 4) & 0x0F0F0F0Fu;
         }
-        d[0] = d[1] = half_bits_to_f32(scw);
-        m = half_bits_to_f32(scw >> 16);
+        const float2 dm = k_scales(scw, c);
+        d[0] = d[1] = dm.x;
+        m = -dm.y;
     }
-    __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {
-        const __half2 dm = *reinterpret_cast<const __half2*>(sc);
-        const __half2 d = __low2half2(dm), m = __high2half2(dm);
+    // q (d sc) - dmin m, in f16
+    __device__ static void dequant_split(const uint4& q, const uint8_t* sc, int c, int h, __half2 (&out)[8]) {
+        uint2 g;
+        memcpy(&g, sc, 8);
+        const float2 dm = k_scales(g, c);
+        const __half2 d = __float2half2_rn(dm.x), m = __float2half2_rn(-dm.y);
         const __half2 off = __float2half2_rn(1024.0f);
         const uint32_t w[4] = {q.x >> (4 * h), q.y >> (4 * h), q.z >> (4 * h), q.w >> (4 * h)};
 #pragma unroll
@@ -103,31 +112,34 @@ template <> struct cuda_format<q5_k> {
     static constexpr bool available = false;
     static constexpr bool split = true;
     using chunk_t = uint4x2;
-    static constexpr int scale_bytes = 4, chunks_per_scale = 1;
+    static constexpr int scale_bytes = 8, chunks_per_scale = 2;
     using block = block_q5_k;
     TS_HD static void split_block(const block* b, int64_t i, uint8_t* qs, uint8_t* sc) {
-        for (int c = 0; c < 8; c++) {
+        for (int c = 0; c < 8; c++)
             for (int e = 0; e < 32; e++) qs[32 * (8 * i + c) + e] = uint8_t(q5_k::level(b[i], 32 * c + e));
-            k_scale_pair(b[i].d, b[i].dmin, b[i].scales, c, sc + 4 * (8 * i + c));
-        }
+        for (int p = 0; p < 4; p++) k_scale_group(b[i].d, b[i].dmin, b[i].scales, p, sc + 8 * (4 * i + p));
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
-    __device__ static float dot_split(const uint4x2& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
+    __device__ static float dot_split(const uint4x2& q, uint2 scw, int c, int4 a0, int4 a1, float2 ds) {
         int s1;
         const int s0 = dot_bytes32(q, a0, a1, s1);
-        return k_dot_offset(s0 + s1, scw, ds);
+        const float2 dm = k_scales(scw, c);
+        return dm.x * ds.x * float(s0 + s1) - dm.y * ds.y;
     }
     static constexpr int mmq_sub = 1;
     static constexpr bool mmq_offset = true;
-    __device__ static void mmq_unpack(const uint4x2& q, uint32_t scw, int, uint32_t (&v)[8], float (&d)[2], float& m) {
+    __device__ static void mmq_unpack(const uint4x2& q, uint2 scw, int c, uint32_t (&v)[8], float (&d)[2], float& m) {
         v[0] = q.lo.x, v[1] = q.lo.y, v[2] = q.lo.z, v[3] = q.lo.w;
         v[4] = q.hi.x, v[5] = q.hi.y, v[6] = q.hi.z, v[7] = q.hi.w;
-        d[0] = d[1] = half_bits_to_f32(scw);
-        m = half_bits_to_f32(scw >> 16);
+        const float2 dm = k_scales(scw, c);
+        d[0] = d[1] = dm.x;
+        m = -dm.y;
     }
-    __device__ static void dequant_split(const uint4x2& q, const uint8_t* sc, int, int h, __half2 (&out)[8]) {
-        const __half2 dm = *reinterpret_cast<const __half2*>(sc);
-        const __half2 d = __low2half2(dm), m = __high2half2(dm);
+    __device__ static void dequant_split(const uint4x2& q, const uint8_t* sc, int c, int h, __half2 (&out)[8]) {
+        uint2 g;
+        memcpy(&g, sc, 8);
+        const float2 dm = k_scales(g, c);
+        const __half2 d = __float2half2_rn(dm.x), m = __float2half2_rn(-dm.y);
         const __half2 off = __float2half2_rn(1024.0f);
         byte_halves(q, h, 0u, out);
 #pragma unroll
