@@ -311,7 +311,8 @@ void mul_mat(const compute_params& p, tensor& dst) {
     // 2) tiles of (TILE_N weight rows) x (TILE_M activation rows), spread over threads. One activation row (decode)
     // reads each weight once: tiles of ~1/4 of a thread's share of rows, so that a thread streams long runs of them
     // (the prefetchers' pace; 16-row tiles taken in turn left 30% of a 0.6B q6_K file's tg64 on the table, 2 threads)
-    const int64_t tile_n = n_x_rows == 1 ? std::max(TILE_N, (n / (4 * p.nth) + TILE_N - 1) / TILE_N * TILE_N) : TILE_N;
+    const int64_t run = (n / (4 * p.nth) + TILE_N - 1) / TILE_N * TILE_N;
+    const int64_t tile_n = n_x_rows == 1 ? std::max(TILE_N, run) : TILE_N;
     const int64_t tiles_n = (n + tile_n - 1) / tile_n, tiles_m = (m + TILE_M - 1) / TILE_M;
     const int64_t n_tiles = tiles_n * tiles_m * ne2 * ne3;
     for (int64_t t = counter->fetch_add(1, std::memory_order_relaxed); t < n_tiles;

@@ -591,6 +591,7 @@ __device__ __forceinline__ void split_lane_sums(const uint8_t* const (&qrow)[R],
 // formats keep the register loop.
 // The copies, the wait and the slot reads are volatile asm without a memory clobber: kept in order among themselves,
 // while loads the compiler may hoist (e2m1_lows_loaded's) still leave the loop.
+// (q4_K's 8-byte scale groups: the register loop, for now)
 template <class D>
 inline constexpr int split_stages = std::is_same_v<typename D::chunk_t, uint4> && D::scale_bytes <= 4 ? 2 : 0;
 template <int B> __device__ __forceinline__ void cp_async_lane(uint32_t dst, const void* src) {
