@@ -188,4 +188,29 @@ inline void quantize_super_asym(const float* x, int nmax, float rmin, int nstep,
     }
 }
 
+// q4_K / q5_K's shared reference math (block fields d, dmin, scales; F::level(b, e) the element's level):
+// x = d sc_j q - dmin m_j, and the dot with q8_K, d_a (d sum_j sc_j sum q q_a - dmin sum_j m_j sum q_a), whose
+// integer sums are exact
+template <class F> TS_HD void dequantize_asym(const typename F::block& b, float* y) {
+    const float d = to_f32(b.d), dmin = to_f32(b.dmin);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        scale_min(b.scales, j, sc, m);
+        const float d1 = d * float(sc), m1 = dmin * float(m);
+        for (int l = 0; l < 32; l++) y[32 * j + l] = d1 * float(F::level(b, 32 * j + l)) - m1;
+    }
+}
+template <class F> TS_HD float vec_dot_asym(const typename F::block& w, const block_q8_k& a) {
+    int32_t sumi = 0, summ = 0;
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        scale_min(w.scales, j, sc, m);
+        int32_t s = 0;
+        for (int l = 0; l < 32; l++) s += F::level(w, 32 * j + l) * int32_t(a.qs[32 * j + l]);
+        sumi += sc * s;
+        summ += m * (int32_t(a.bsums[2 * j]) + int32_t(a.bsums[2 * j + 1]));
+    }
+    return a.d * to_f32(w.d) * float(sumi) - a.d * to_f32(w.dmin) * float(summ);
+}
+
 } // namespace tessera::kq

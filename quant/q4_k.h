@@ -39,28 +39,8 @@ struct q4_k {
         for (int c = 0; c < 4; c++)
             for (int l = 0; l < 32; l++) y.qs[32 * c + l] = uint8_t(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
     }
-    TS_HD static void dequantize(const block& b, float* y) {
-        const float d = to_f32(b.d), dmin = to_f32(b.dmin);
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            kq::scale_min(b.scales, j, sc, m);
-            const float d1 = d * float(sc), m1 = dmin * float(m);
-            for (int l = 0; l < 32; l++) y[32 * j + l] = d1 * float(level(b, 32 * j + l)) - m1;
-        }
-    }
-    // d_a (d sum_j sc_j sum q q_a - dmin sum_j m_j sum q_a): the integer sums are exact
-    TS_HD static float vec_dot(const block& w, const dot_block& a) {
-        int32_t sumi = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            kq::scale_min(w.scales, j, sc, m);
-            int32_t s = 0;
-            for (int l = 0; l < 32; l++) s += level(w, 32 * j + l) * int32_t(a.qs[32 * j + l]);
-            sumi += sc * s;
-            summ += m * (int32_t(a.bsums[2 * j]) + int32_t(a.bsums[2 * j + 1]));
-        }
-        return a.d * to_f32(w.d) * float(sumi) - a.d * to_f32(w.dmin) * float(summ);
-    }
+    TS_HD static void dequantize(const block& b, float* y) { kq::dequantize_asym<q4_k>(b, y); }
+    TS_HD static float vec_dot(const block& w, const dot_block& a) { return kq::vec_dot_asym<q4_k>(w, a); }
 };
 
 } // namespace tessera

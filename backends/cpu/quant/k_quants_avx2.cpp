@@ -180,16 +180,12 @@ float vec_dot_q4_k_q8_k_rows8_per64(const void* w, const void* a, int64_t n) {
     float acc = 0.0f, acc_min = 0.0f;
     for (int64_t i = 0; i < n / 256; i++) {
         int sb[4];
-        q4k_block<true>(x[i], y[i], &sb);
-        uint32_t u[4];
-        unpack_scale_mins(x[i].scales, u);
-        const auto* mins = reinterpret_cast<const uint8_t*>(&u[2]);
+        alignas(16) int mins[4]; // lane j: the min term of sub-blocks 2j, 2j + 1
+        _mm_store_si128(reinterpret_cast<__m128i*>(mins), q4k_block<true>(x[i], y[i], &sb).mins);
         const float dd = h2f(x[i].d) * y[i].d, dm = h2f(x[i].dmin) * y[i].d;
         for (int j = 0; j < 4; j++) {
-            const int s32a = y[i].bsums[4 * j] + y[i].bsums[4 * j + 1],
-                      s32b = y[i].bsums[4 * j + 2] + y[i].bsums[4 * j + 3];
             acc = std::fma(float(sb[j]), dd, acc);
-            acc_min = std::fma(float(mins[2 * j] * s32a + mins[2 * j + 1] * s32b), dm, acc_min);
+            acc_min = std::fma(float(mins[j]), dm, acc_min);
         }
     }
     return acc - acc_min;
