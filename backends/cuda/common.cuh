@@ -189,6 +189,7 @@ struct cuda_context {
     size_t exact_buf_size = 0;
     const tensor* act_src = nullptr;
     act_form_t act_form = act_none;
+    bool act_q8k = false; // the split q8_1 forms: a scale per 256 values (split_acts' q8k)
     // kernels launched through launch() may start before the one ahead of them ends (pdl_wait above): compute
     // capability 9.0+, not in exact mode; TESSERA_CUDA_PDL=0: off
     bool pdl = false;

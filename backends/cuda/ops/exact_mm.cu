@@ -557,7 +557,7 @@ void gemm_exact_launch(cuda_context& ctx, const split_weight& w, const tensor& w
         TS_CUDA_CHECK(cudaGetLastError());
         return;
     }
-    const split_acts acts = split_activations(ctx, *x);
+    const split_acts acts = split_activations(ctx, *x, w.t);
     const ex_args a{w.qs, w.sc, acts.q, acts.ds, ctx.as<float>(&dst), w.n, w.k, w.out_scale};
     // the CPU's choice (backends/cpu/ops/mul_mat.cpp row_ops_for, moe.cpp; the repacked kinds keep its order): q4_0
     // and mxfp4 matrices of a multiple of 8 rows, a tied output's token table among them (not a plain token table),

@@ -93,11 +93,13 @@ static __global__ void __launch_bounds__(FUSE_THREADS)
 
 // The same four values a thread (float4; eight threads a 32-value q8_1 block): y only when given (null: nothing reads
 // the f32 result), and the q8_1 values d q as f16 into xh when given (the wgmma GEMM's activations: gemm_f16_target).
-// n4 = n / 4, n % 32 == 0, every pointer 16-byte aligned.
+// n4 = n / 4, n % 32 == 0, every pointer 16-byte aligned. q8k: a scale per 256 values (n % 256 == 0; split_acts).
 template <glu_act A>
 static __global__ void __launch_bounds__(FUSE_THREADS) glu_q8x4_kernel(const float4* g, const float4* u, float4* y,
                                                                       int64_t n4, char4* q, __half2* ds, uint2* xh,
-                                                                      const uint16_t* gelu) {
+                                                                      const uint16_t* gelu, bool q8k) {
+    static_assert(FUSE_THREADS % 64 == 0, "whole 256-value blocks a thread block");
+    __shared__ float gmax[FUSE_THREADS / 64];
     pdl_wait();
     pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -109,7 +111,7 @@ static __global__ void __launch_bounds__(FUSE_THREADS) glu_q8x4_kernel(const flo
 #pragma unroll
     for (int j = 0; j < 4; j++) v[j] = glu_apply<A>(gx[j], ux[j], gelu);
     if (y && ok) y[i] = make_float4(v[0], v[1], v[2], v[3]);
-    q8x4_store(v, i, ok, q, ds, xh);
+    q8x4_store(v, i, ok, q, ds, xh, q8k ? block_q8k_amax(v, gmax) : -1.0f);
 }
 
 bool fuse_enabled() {
@@ -133,7 +135,9 @@ split_acts q8_target(cuda_context& ctx, const tensor* out, const tensor* next) {
     if (!next || (next->o != op::mul_mat && next->o != op::mul_mat_id) || next->src[1] != out || out->ne[0] % 32 != 0)
         return {};
     if (!mul_mat_quantizes_split(ctx, *next)) return {};
-    return split_activation_ptrs(ctx, *out);
+    split_acts qa = split_activation_ptrs(ctx, *out);
+    qa.q8k = acts_q8k(next->src[0]->t);
+    return qa;
 }
 
 // Whether out's readers are all mul_mats from nodes[from] on, one after the other, that take out's activations as
@@ -180,10 +184,13 @@ split_acts q8_target_ahead(cuda_context& ctx, const std::vector<tensor*>& nodes,
                 return {};
             continue;
         }
-        case op::mul_mat_id:
+        case op::mul_mat_id: {
             if ((t->src[1] != out && t->src[1] != as_out) || !mul_mat_quantizes_split(ctx, *t)) return {};
             *src = t->src[1];
-            return split_activation_ptrs(ctx, *out);
+            split_acts qa = split_activation_ptrs(ctx, *out);
+            qa.q8k = acts_q8k(t->src[0]->t);
+            return qa;
+        }
         default:
             return {};
         }
@@ -930,8 +937,9 @@ size_t fuse_add_norm(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
             const bool vec = add_rms_norm_mul_rows(
                 ctx, ctx.as<float>(a_in), b_in ? ctx.as<float>(b_in) : nullptr, with_add ? ctx.as<float>(n0) : nullptr,
                 ctx.as<float>(w), w_early, y_read ? ctx.as<float>(mul) : nullptr, ne0, rows, eps, q, ds, nullptr, xh,
-                slots ? &ns : nullptr);
+                slots ? &ns : nullptr, qa.q8k);
             if (!vec && slots) return 0;
+            if (!vec && qa.q8k) q = nullptr, ds = nullptr; // the strided kernel's q8_1 is per 32: the mul_mat's own
             if (!vec && with_add)
                 launch(ctx, add_norm_mul_kernel<true>, unsigned(rows), norm_threads(ne0), 0, ctx.as<float>(n0->src[0]),
                        ctx.as<float>(n0->src[1]), ctx.as<float>(n0), ctx.as<float>(w), ctx.as<float>(mul), ne0, eps, q,
@@ -942,6 +950,7 @@ size_t fuse_add_norm(cuda_context& ctx, const std::vector<tensor*>& nodes, size_
             if (q) {
                 ctx.act_src = act;
                 ctx.act_form = vec && xh ? cuda_context::act_split_q8_f16 : cuda_context::act_split_q8;
+                ctx.act_q8k = qa.q8k;
             }
             return with_add ? 3 : 2;
         }
@@ -999,10 +1008,12 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
                 if (add_rms_norm_mul_rows(ctx, ctx.as<float>(n0->src[0]), res ? ctx.as<float>(other) : nullptr,
                                           res ? ctx.as<float>(add) : nullptr, ctx.as<float>(w), w_early,
                                           ctx.as<float>(mul), ne0, rows, norm->op_params.f[0],
-                                          const_cast<int8_t*>(qa.q), const_cast<__half2*>(qa.ds), pa)) {
+                                          const_cast<int8_t*>(qa.q), const_cast<__half2*>(qa.ds), pa, nullptr,
+                                          nullptr, qa.q8k)) {
                     if (qa.q) {
                         ctx.act_src = mul;
                         ctx.act_form = cuda_context::act_split_q8;
+                        ctx.act_q8k = qa.q8k;
                     }
                     return res ? 4 : 3;
                 }
@@ -1018,10 +1029,12 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
         if (view && view->o == op::view && view->view_src == n0 && view->view_offs == 0 && view->is_contiguous() &&
             view->n_elements() == n0->n_elements() && view->ne[1] * view->ne[2] * view->ne[3] == n0->ne[2] &&
             dense(n0) && used_once(view) && !(view->flags & flag_output)) {
+            // (a head's output is 32-value blocks: not a q8_K block of 256, which the mul_mat then takes itself)
             const split_acts qa = q8_target(ctx, view, mm);
-            if (qa.q && attention_q8(ctx, *n0, const_cast<int8_t*>(qa.q), const_cast<__half2*>(qa.ds))) {
+            if (qa.q && !qa.q8k && attention_q8(ctx, *n0, const_cast<int8_t*>(qa.q), const_cast<__half2*>(qa.ds))) {
                 ctx.act_src = view;
                 ctx.act_form = cuda_context::act_split_q8;
+                ctx.act_q8k = false;
                 return 2;
             }
         }
@@ -1042,24 +1055,31 @@ size_t fuse(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t i,
             // Prefill (the wgmma GEMM next): the f32 result only where something besides the mul_mat (which takes the
             // f16 values) reads it. A decode step keeps the one-value-a-thread kernel below: whether the four-value one
             // slows decode was not measured (the one call that ran it read 961 for the 1B's tg128, others 1005-1044).
+            // q8k (a scale per 256 values): the four-value kernel in decode too (y written), or no fusion
             __half* xh = gemm_f16_target(ctx, *at(i + 1));
-            if (xh && aligned16(g) && aligned16(u) && aligned16(y) && aligned16(qa.q) && aligned16(xh)) {
+            const bool x4 = (xh || qa.q8k) && aligned16(g) && aligned16(u) && aligned16(y) && aligned16(qa.q) &&
+                            aligned16(xh) && (!qa.q8k || n0->ne[0] % 256 == 0);
+            if (x4) {
                 const int64_t n4 = n / 4;
                 launch(ctx, pick(glu_q8x4_kernel<glu_act::silu>, glu_q8x4_kernel<glu_act::gelu>,
                                  glu_q8x4_kernel<glu_act::relu2>),
                        unsigned(ceil_div(n4, FUSE_THREADS)), FUSE_THREADS, 0, reinterpret_cast<const float4*>(g),
-                       reinterpret_cast<const float4*>(u), used_once(n0) ? nullptr : reinterpret_cast<float4*>(y), n4,
+                       reinterpret_cast<const float4*>(u),
+                       xh && used_once(n0) ? nullptr : reinterpret_cast<float4*>(y), n4,
                        reinterpret_cast<char4*>(const_cast<int8_t*>(qa.q)), const_cast<__half2*>(qa.ds),
-                       reinterpret_cast<uint2*>(xh), ctx.gelu_table);
+                       reinterpret_cast<uint2*>(xh), ctx.gelu_table, qa.q8k);
                 ctx.act_src = n0;
-                ctx.act_form = cuda_context::act_split_q8_f16;
+                ctx.act_form = xh ? cuda_context::act_split_q8_f16 : cuda_context::act_split_q8;
+                ctx.act_q8k = qa.q8k;
                 return 1;
             }
+            if (qa.q8k) return 0;
             launch(ctx, pick(glu_q8_kernel<glu_act::silu>, glu_q8_kernel<glu_act::gelu>, glu_q8_kernel<glu_act::relu2>),
                    unsigned(ceil_div(n, FUSE_THREADS)), FUSE_THREADS, 0, g, u, y, n, const_cast<int8_t*>(qa.q),
                    const_cast<__half2*>(qa.ds), ctx.gelu_table);
             ctx.act_src = n0;
             ctx.act_form = cuda_context::act_split_q8;
+            ctx.act_q8k = false;
             return 1;
         }
     }

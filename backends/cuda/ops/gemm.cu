@@ -409,10 +409,10 @@ __half* gemm_f16_target(const cuda_context& ctx, const tensor& node) {
     return reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + split_acts_bytes(x->ne[0], cols));
 }
 
-// The q8_1 activations of x as f16 rows (the wgmma GEMM's input), once for q, k, v (gate, up)
-static const __half* q8_f16_acts(cuda_context& ctx, const tensor& x, int64_t k, int64_t cols) {
+// The q8_1 activations of x (for weights of type w) as f16 rows (the wgmma GEMM's input), once for q, k, v (gate, up)
+static const __half* q8_f16_acts(cuda_context& ctx, const tensor& x, type w, int64_t k, int64_t cols) {
     auto* xh = reinterpret_cast<__half*>(static_cast<uint8_t*>(ctx.scratch) + split_acts_bytes(k, cols));
-    const split_acts acts = split_activations(ctx, x, xh);
+    const split_acts acts = split_activations(ctx, x, w, xh);
     if (ctx.act_form != cuda_context::act_split_q8_f16) {
         const int64_t n8 = cols * k / 8;
         q8_f16_kernel<<<unsigned(ceil_div(n8, 256)), 256, 0, ctx.stream>>>(acts.q, acts.ds, xh, n8);
@@ -430,7 +430,7 @@ size_t gemm_split_group(cuda_context& ctx, const std::vector<tensor*>& nodes, si
     const int64_t k = ws[0]->k, cols = g.x->ne[1] * g.x->ne[2] * g.x->ne[3];
     if (!gemm_split_wanted(cols) || !gemm_uses_q8(ws[0]->t)) return 0;
     TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(k, cols));
-    gemm_wgmma_group(ctx, ws, g.dsts, g.n, q8_f16_acts(ctx, *g.x, k, cols));
+    gemm_wgmma_group(ctx, ws, g.dsts, g.n, q8_f16_acts(ctx, *g.x, ws[0]->t, k, cols));
     return size_t(g.n);
 }
 
@@ -441,13 +441,13 @@ void gemm_split(cuda_context& ctx, const split_weight& w, tensor& dst) {
     if (total == 0 || w.n == 0) return;
     TS_ASSERT(ctx.scratch_size >= gemm_split_work_size(w.k, cols));
     if (ctx.wgmma && gemm_uses_q8(w.t)) { // the q8_1 values as f16: the CPU's activations to within f16 rounding
-        gemm_wgmma(ctx, w, q8_f16_acts(ctx, *x, w.k, cols), dst);
+        gemm_wgmma(ctx, w, q8_f16_acts(ctx, *x, w.t, w.k, cols), dst);
         return;
     }
     const dim3 grid(unsigned(ceil_div(w.n, BM)), unsigned(ceil_div(cols, BN)));
     TS_ASSERT(grid.y <= 65535);
     if (gemm_uses_q8(w.t)) {
-        const split_acts acts = split_activations(ctx, *x);
+        const split_acts acts = split_activations(ctx, *x, w.t);
         const mmq_args a{w.qs, w.sc, acts.q, acts.ds, ctx.as<float>(&dst), sy.nb[1], sy.nb[2], sy.nb[3],
                          w.n,  m,    w.k,    ne2,     ne3,     w.out_scale};
         visit_format(w.t, [&]<class F>() {
@@ -507,10 +507,10 @@ void gemm_id(cuda_context& ctx, const split_weight* const* w, float* const* y, c
     if (max_tiles == 0 || w[0]->n == 0) return;
     TS_ASSERT(max_tiles <= 65535 && x.ne[0] == k);
     if (ctx.wgmma && !ctx.exact) { // the exact mode keeps the integer kernel: each chunk's sum exact as the CPU's
-        gemm_wgmma_id(ctx, w, y, bias, n, q8_f16_acts(ctx, x, k, cols), map, max_tiles);
+        gemm_wgmma_id(ctx, w, y, bias, n, q8_f16_acts(ctx, x, w[0]->t, k, cols), map, max_tiles);
         return;
     }
-    const split_acts acts = split_activations(ctx, x);
+    const split_acts acts = split_activations(ctx, x, w[0]->t);
     for (int i = 0; i < n; i++) {
         const dim3 grid(unsigned(ceil_div(w[i]->n, BM)), unsigned(max_tiles));
         const mmq_args a{w[i]->qs, w[i]->sc, acts.q, acts.ds, y[i], 0, 0, 0, w[i]->n, 0, w[i]->k, 1, 1,

@@ -442,17 +442,46 @@ static __global__ void quantize_split_kernel(const float* x, shape4 sx, int8_t* 
     q8_store_warp(q8_block_value(x, sx, g, lane), lane, qs + g * 32, ds + g);
 }
 
+// The same with a scale per 256 values (split_acts' q8k; q8x4_store's gmax): a warp a 256-value block g (8 of the
+// 32-value blocks, 8 values a lane), d and q as the CPU's q8_K takes them.
+static __global__ void quantize_split_q8k_kernel(const float* x, shape4 sx, int8_t* qs, __half2* ds, int64_t n_blocks) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (g >= n_blocks) return;
+    float v[8], amax = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        v[c] = q8_block_value(x, sx, 8 * g + c, lane);
+        amax = fmaxf(amax, fabsf(v[c]));
+    }
+    amax = warp_max(amax);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float d = amax != 0.0f ? 1.0f / id : 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        const int q = __float2int_rn(v[c] * id);
+        const int sum = warp_sum(q);
+        qs[(8 * g + c) * 32 + lane] = int8_t(q);
+        if (lane == 0) ds[8 * g + c] = __halves2half2(__float2half_rn(d), __float2half_rn(float(sum) * d));
+    }
+}
+
 // The same for contiguous, 16-byte-aligned rows (x[32 g + i]), the usual case: a float4 a thread (q8x4_store), no
 // index arithmetic; with xh also the values as f16 (the wgmma GEMM's activations). One warp a block with its 64-bit
 // row divisions had cost the prefill 20 us a layer on the 8B (the attention output's q8_1, 512 tokens, H100).
-static __global__ void quantize_split4_kernel(const float4* x, char4* qs, __half2* ds, uint2* xh, int64_t n4) {
+// q8k: a scale per 256 values (n4 % 64 == 0).
+static __global__ void quantize_split4_kernel(const float4* x, char4* qs, __half2* ds, uint2* xh, int64_t n4,
+                                              bool q8k) {
+    __shared__ float gmax[1024 / 64];
     pdl_wait();
     pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     const bool in = i < n4; // whole groups of 8 lanes are in or out; the out ones still take part in the shuffles
     const float4 x4 = in ? x[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float v[4] = {x4.x, x4.y, x4.z, x4.w};
-    q8x4_store(v, i, in, qs, ds, xh);
+    q8x4_store(v, i, in, qs, ds, xh, q8k ? block_q8k_amax(v, gmax) : -1.0f);
 }
 
 struct split_args {
@@ -1206,11 +1235,20 @@ bool mul_mat_quantizes_split(const cuda_context& ctx, const tensor& node) {
     return node.o == op::mul_mat && (!gemm_split_wanted(x->ne[1] * x->ne[2] * x->ne[3]) || gemm_uses_q8(w->t));
 }
 
-split_acts split_activations(cuda_context& ctx, const tensor& x, __half* xh) {
+bool acts_q8k(type w) {
+    bool q8k = false;
+    visit_format(w, [&]<class F>() { q8k = F::dot_type == type::q8_k; });
+    return q8k;
+}
+
+split_acts split_activations(cuda_context& ctx, const tensor& x, type w, __half* xh) {
     const shape4 sx = shape_of(x, 4);
     const int64_t k = x.ne[0], cols = x.ne[1] * x.ne[2] * x.ne[3], n_blocks = k / 32 * cols;
-    const split_acts acts = split_activation_ptrs(ctx, x);
-    if (ctx.act_src == &x && (ctx.act_form == cuda_context::act_split_q8 || ctx.act_form == cuda_context::act_split_q8_f16))
+    split_acts acts = split_activation_ptrs(ctx, x);
+    acts.q8k = acts_q8k(w);
+    TS_ASSERT(!acts.q8k || k % 256 == 0);
+    if (ctx.act_src == &x && ctx.act_q8k == acts.q8k &&
+        (ctx.act_form == cuda_context::act_split_q8 || ctx.act_form == cuda_context::act_split_q8_f16))
         return acts; // q, k, v (gate, up) share them
     const float* xp = ctx.as<float>(&x);
     const bool vec = x.is_contiguous() && aligned16(xp) && aligned16(xh);
@@ -1219,13 +1257,17 @@ split_acts split_activations(cuda_context& ctx, const tensor& x, __half* xh) {
         if (vec)
             launch(ctx, quantize_split4_kernel, unsigned(ceil_div(n_blocks * 8, threads)), threads, 0,
                    reinterpret_cast<const float4*>(xp), reinterpret_cast<char4*>(const_cast<int8_t*>(acts.q)),
-                   const_cast<__half2*>(acts.ds), reinterpret_cast<uint2*>(xh), n_blocks * 8);
+                   const_cast<__half2*>(acts.ds), reinterpret_cast<uint2*>(xh), n_blocks * 8, acts.q8k);
+        else if (acts.q8k)
+            launch(ctx, quantize_split_q8k_kernel, unsigned(ceil_div(n_blocks / 8 * WARP_SIZE, threads)), threads, 0,
+                   xp, sx, const_cast<int8_t*>(acts.q), const_cast<__half2*>(acts.ds), n_blocks / 8);
         else
             launch(ctx, quantize_split_kernel, unsigned(ceil_div(n_blocks * WARP_SIZE, threads)), threads, 0, xp, sx,
                    const_cast<int8_t*>(acts.q), const_cast<__half2*>(acts.ds), n_blocks);
     }
     ctx.act_src = &x;
     ctx.act_form = vec && xh ? cuda_context::act_split_q8_f16 : cuda_context::act_split_q8;
+    ctx.act_q8k = acts.q8k;
     return acts;
 }
 
@@ -1248,7 +1290,7 @@ size_t group_launch(cuda_context& ctx, const std::vector<tensor*>& nodes, size_t
     TS_ASSERT(ctx.scratch_size >= mul_mat_work_size(*dsts[0]));
     split_args args[3];
     for (int j = 0; j < n; j++) args[j] = gemv_args(ctx, *ws[j], *dsts[j]);
-    const split_acts acts = split_activations(ctx, *x);
+    const split_acts acts = split_activations(ctx, *x, ws[0]->t);
     bool launched = false;
     visit_format(ws[0]->t, [&]<class F>() {
         if constexpr (has_split<F>::value) {
@@ -1464,7 +1506,7 @@ void mul_mat(cuda_context& ctx, tensor& dst) {
             }
             split_args a = gemv_args(ctx, sw, dst);
             const split_weight* ws[1] = {&sw};
-            const split_acts acts = split_activations(ctx, *x);
+            const split_acts acts = split_activations(ctx, *x, w->t);
             const bool known = visit_format(w->t, [&]<class F>() {
                 if constexpr (has_split<F>::value)
                     mmv_split_launch<F>(ctx, ws, &a, 1, acts);
@@ -1683,7 +1725,7 @@ void mul_mat_id_fused(cuda_context& ctx, tensor* const* d, float* const* y_in, c
             return;
         }
     }
-    const split_acts acts = split_activations(ctx, *x);
+    const split_acts acts = split_activations(ctx, *x, sw[0]->t);
     a.aq = acts.q;
     a.ads = acts.ds;
     a.tiles_per_mat = tiles;

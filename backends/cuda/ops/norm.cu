@@ -46,12 +46,14 @@ int norm_vec_threads(int64_t ne0) {
 // Grid (rows, slices): every block of a row reads the whole row and sums its squares in the same order (one s per row),
 // and writes only its slice of the outputs (float4s [slice * n4 / slices, ..), a multiple of 8: whole q8_1 groups).
 // A decode step's norm is on the critical path between two GEMVs: in slices, each block's output work is a fraction
-// of the single block's (see add_rms_norm_mul_rows for the measurement).
+// of the single block's (see add_rms_norm_mul_rows for the measurement). q8k: a scale per 256 values (T a multiple of
+// 64, slices whole 256-value blocks), each block's maximum through shared memory (q8x4_store's gmax).
 template <bool ADD, bool P2P>
 static __global__ void __launch_bounds__(1024)
     add_norm_vec_kernel(const float* a, const float* b, float* sum, const float* w, float* y, int64_t ne0, float eps,
-                        int8_t* q, __half2* ds, uint2* xh, bool w_early, bool begin_early, p2p_args pa) {
+                        int8_t* q, __half2* ds, uint2* xh, bool w_early, bool begin_early, p2p_args pa, bool q8k) {
     __shared__ float red[32];
+    __shared__ float gmax[NORM_VEC * 1024 / 64];
     __shared__ p2p_call call;
     const int64_t r = blockIdx.x;
     const int n4 = int(ne0 / 4), T = int(blockDim.x);
@@ -157,25 +159,43 @@ static __global__ void __launch_bounds__(1024)
         ss = fmaf(v[j].z, v[j].z, ss);
         ss = fmaf(v[j].w, v[j].w, ss);
     }
+    if (q8k && q)
+        for (int g = int(threadIdx.x); g < n4 / 64; g += T) gmax[g] = 0.0f; // before block_sum's barriers
     ss = block_sum(ss, red);
     const float s = 1.0f / sqrtf(ss / float(ne0) + eps);
     auto* y4 = y ? reinterpret_cast<float4*>(y + r * ne0) : nullptr;
+#pragma unroll
+    for (int j = 0; j < NORM_VEC; j++) { // v becomes the output
+        if (w4) {
+            v[j].x = (v[j].x * s) * wv[j].x, v[j].y = (v[j].y * s) * wv[j].y;
+            v[j].z = (v[j].z * s) * wv[j].z, v[j].w = (v[j].w * s) * wv[j].w;
+        } else {
+            v[j].x = v[j].x * s, v[j].y = v[j].y * s, v[j].z = v[j].z * s, v[j].w = v[j].w * s;
+        }
+    }
+    if (q8k && q) { // a warp's float4s of one j lie in one 256-value block (T and n4 multiples of 64)
+#pragma unroll
+        for (int j = 0; j < NORM_VEC; j++) {
+            const int i = int(threadIdx.x) + j * T;
+            float m = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
+#pragma unroll
+            for (int o = 1; o < WARP_SIZE; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            if (i < n4 && threadIdx.x % WARP_SIZE == 0)
+                atomicMax(reinterpret_cast<int*>(gmax + i / 64), __float_as_int(m));
+        }
+        __syncthreads();
+    }
 #pragma unroll
     for (int j = 0; j < NORM_VEC; j++) {
         const int i = int(threadIdx.x) + j * T;
         if (warp_i0 + j * T >= hi || warp_i0 + j * T + WARP_SIZE <= lo) continue; // the whole warp: none of its i
         const bool mine = i >= lo && i < hi;
-        float4 o;
-        if (w4) {
-            o.x = (v[j].x * s) * wv[j].x, o.y = (v[j].y * s) * wv[j].y;
-            o.z = (v[j].z * s) * wv[j].z, o.w = (v[j].w * s) * wv[j].w;
-        } else {
-            o.x = v[j].x * s, o.y = v[j].y * s, o.z = v[j].z * s, o.w = v[j].w * s;
-        }
+        const float4 o = v[j];
         if (mine && y4) y4[i] = o;
         if (q) { // every lane of the warp takes part in the shuffles; lanes outside the slice store nothing
             const float ov[4] = {o.x, o.y, o.z, o.w};
-            q8x4_store(ov, r * (ne0 / 4) + i, mine, reinterpret_cast<char4*>(q), ds, xh);
+            q8x4_store(ov, r * (ne0 / 4) + i, mine, reinterpret_cast<char4*>(q), ds, xh,
+                       q8k ? (i < n4 ? gmax[i / 64] : 0.0f) : -1.0f);
         }
     }
     if constexpr (P2P) p2p_end(pa, c, gridDim.x * gridDim.y, unsigned(gridDim.x * ne0));
@@ -189,8 +209,9 @@ static __global__ void __launch_bounds__(1024)
 constexpr int SLOTS_MAX = 8;
 static __global__ void __launch_bounds__(1024)
     add_norm_slots_kernel(const float* a, const float* b, norm_slots sl, float* sum, const float* w, float* y,
-                          int64_t ne0, float eps, int8_t* q, __half2* ds, uint2* xh, bool w_early) {
+                          int64_t ne0, float eps, int8_t* q, __half2* ds, uint2* xh, bool w_early, bool q8k) {
     __shared__ float red[32];
+    __shared__ float gmax[1024 / 64];
     const int64_t r = blockIdx.x;
     const int n4 = int(ne0 / 4), i = int(threadIdx.x);
     const int per = n4 / int(gridDim.y), lo = int(blockIdx.y) * per, hi = lo + per; // this block's float4s
@@ -232,8 +253,6 @@ static __global__ void __launch_bounds__(1024)
     ss = fmaf(v.w, v.w, ss);
     ss = block_sum(ss, red);
     const float sc = 1.0f / sqrtf(ss / float(ne0) + eps);
-    const int warp_i0 = i / WARP_SIZE * WARP_SIZE;
-    if (warp_i0 >= hi || warp_i0 + WARP_SIZE <= lo) return; // the whole warp: none of its i
     float4 o;
     if (w4) {
         o.x = (v.x * sc) * wv.x, o.y = (v.y * sc) * wv.y;
@@ -241,11 +260,14 @@ static __global__ void __launch_bounds__(1024)
     } else {
         o.x = v.x * sc, o.y = v.y * sc, o.z = v.z * sc, o.w = v.w * sc;
     }
+    const float ov[4] = {o.x, o.y, o.z, o.w};
+    // q8k: every thread of the block (blockDim and n4 multiples of 64; the zeros past the row are a block of their own)
+    const float gm = q8k && q ? block_q8k_amax(ov, gmax) : -1.0f;
+    const int warp_i0 = i / WARP_SIZE * WARP_SIZE;
+    if (warp_i0 >= hi || warp_i0 + WARP_SIZE <= lo) return; // the whole warp: none of its i
     if (mine && y) reinterpret_cast<float4*>(y + r * ne0)[i] = o;
-    if (q) { // every lane of the warp takes part in the shuffles; lanes outside the slice store nothing
-        const float ov[4] = {o.x, o.y, o.z, o.w};
-        q8x4_store(ov, r * n4 + i, mine, reinterpret_cast<char4*>(q), ds, xh);
-    }
+    // every lane of the warp takes part in the shuffles; lanes outside the slice store nothing
+    if (q) q8x4_store(ov, r * n4 + i, mine, reinterpret_cast<char4*>(q), ds, xh, gm);
 }
 
 // Exact mode: the CPU's arithmetic (backends/cpu/ops/norm.cpp): squares in f32, summed in double (in another order
@@ -298,12 +320,15 @@ void rms_norm_launch(const cuda_context& ctx, const float* x, shape4 sx, float* 
 
 bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float* b, float* sum, const float* w,
                            bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds,
-                           const p2p_args* group, __half* xh, const norm_slots* slots) {
-    if (ne0 % 32 != 0 || ne0 / 4 > int64_t(NORM_VEC) * 1024 || rows <= 0 || rows > 65535 || !aligned16(a) ||
-        !aligned16(y) || (b && (!aligned16(b) || !sum || !aligned16(sum))) || (w && !aligned16(w)))
+                           const p2p_args* group, __half* xh, const norm_slots* slots, bool q8k) {
+    q8k = q8k && q;
+    if (ne0 % (q8k ? 256 : 32) != 0 || ne0 / 4 > int64_t(NORM_VEC) * 1024 || rows <= 0 || rows > 65535 ||
+        !aligned16(a) || !aligned16(y) || (b && (!aligned16(b) || !sum || !aligned16(sum))) || (w && !aligned16(w)))
         return false;
     if (slots && (!b || group || slots->k < 1 || slots->k > SLOTS_MAX || ne0 / 4 > 1024)) return false;
-    const int threads = norm_vec_threads(ne0);
+    // q8k: whole warps pairs (a 256-value block is 64 threads' float4s of one step)
+    const int lanes = q8k ? 64 : WARP_SIZE;
+    const int threads = int(ceil_div(norm_vec_threads(ne0), lanes) * lanes);
     // Slices for decode-sized calls (add_norm_vec_kernel): up to 16 blocks a row, each a whole number of q8_1 groups
     // (with the all-reduce inside, each pushes its slice to the peers); one where an output overlaps an input (a
     // block writes its slice while the others still read the row). Measured (H100, 2026-11-27, tg128, 16 slices vs
@@ -321,7 +346,7 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
     if (rows <= 4 && !overlaps(y, a) && !overlaps(y, b) && !overlaps(sum, a) && !overlaps(sum, b) && !overlaps(y, w) &&
         !overlaps(sum, w))
         for (int s = 16; s > 1; s /= 2)
-            if (n4 % (8 * s) == 0) {
+            if (n4 % ((q8k ? 64 : 8) * s) == 0) {
                 slices = s;
                 break;
             }
@@ -331,8 +356,8 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
         if (overlaps(sum, b) || (slots->w && overlaps(sum, slots->w))) return false;
         if (slots->w && overlaps(y, slots->w)) slices = 1;
         launch(ctx, add_norm_slots_kernel, dim3(unsigned(rows), unsigned(slices)),
-               int(ceil_div(ne0 / 4, WARP_SIZE) * WARP_SIZE), 0, a, b, *slots, sum, w, y, ne0, eps, q, ds,
-               reinterpret_cast<uint2*>(xh), w_early);
+               int(ceil_div(ne0 / 4, lanes) * lanes), 0, a, b, *slots, sum, w, y, ne0, eps, q, ds,
+               reinterpret_cast<uint2*>(xh), w_early, q8k);
         return true;
     }
     const p2p_args none{};
@@ -345,7 +370,7 @@ bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float*
            pick(add_norm_vec_kernel<false, false>, add_norm_vec_kernel<true, false>, add_norm_vec_kernel<false, true>,
                 add_norm_vec_kernel<true, true>),
            dim3(unsigned(rows), unsigned(slices)), threads, 0, a, b, b ? sum : nullptr, w, y, ne0, eps, q, ds,
-           reinterpret_cast<uint2*>(xh), w_early, begin_early, pa);
+           reinterpret_cast<uint2*>(xh), w_early, begin_early, pa, q8k);
     if (group) ctx.p2p_launch = ctx.launches;
     return true;
 }

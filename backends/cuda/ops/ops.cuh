@@ -74,13 +74,19 @@ bool split_eligible(const tensor& w);
 // x (f32 rows of k % 32 == 0 elements) quantized to q8_1 for the split kernels, in ctx.scratch: q [cols][k] int8 and
 // ds [cols][k / 32] (d, s = d sum q) as half2, the CPU's integers (mmv.cu). Consecutive calls with the same x (q, k, v;
 // gate, up) quantize once.
+// q8k: the scale d is taken per 256 values (each 32-value block's d is its 256-value block's), for weights the CPU
+// pairs with q8_K activations (acts_q8k): the CPU's integers again (q8x4_store's gmax).
 struct split_acts {
     const int8_t* q = nullptr;
     const __half2* ds = nullptr;
+    bool q8k = false;
 };
-// xh (not null): also the values d q as f16 rows there (the wgmma GEMM's activations) where the rows allow it
-// (contiguous, 16-byte aligned); ctx.act_form then says act_split_q8_f16.
-split_acts split_activations(cuda_context& ctx, const tensor& x, __half* xh = nullptr);
+// Whether weights of type w take their activations with one scale per 256 values, as the CPU's q8_K (quant/q8_k.h:
+// the K formats, tq2_0); the rows then hold whole 256-value blocks (k % 256 == 0).
+bool acts_q8k(type w);
+// For a mul_mat of weights of type w. xh (not null): also the values d q as f16 rows there (the wgmma GEMM's
+// activations) where the rows allow it (contiguous, 16-byte aligned); ctx.act_form then says act_split_q8_f16.
+split_acts split_activations(cuda_context& ctx, const tensor& x, type w, __half* xh = nullptr);
 // Bytes of those two arrays for k x cols activations, the second aligned to 256 (what follows them starts there).
 size_t split_acts_bytes(int64_t k, int64_t cols);
 // Where split_activations puts them (nothing is computed).
@@ -155,13 +161,20 @@ __device__ __forceinline__ void q8_store_warp(float v, int lane, int8_t* q, __ha
 // come out the same in any order). Every lane of the warp must call it; only those with `store` write: q[i], the
 // block's (d, s) from its first thread, and with xh the values d q as f16 (d rounded to f16 first, as q8_f16_kernel:
 // the wgmma GEMM's activations, gemm_f16_target).
+// gmax >= 0 (q8k): the scale is the 256-value block's, gmax its largest |value| (block_q8k_amax), as the CPU's q8_K
+// takes it: id = 127 / gmax, d = 1 / id (q8_K's iscale = -127 / max, where max is the value of largest magnitude, and
+// d = 1 / iscale: both signs flip with max's, so every q d and every integer dot's d_w d_a sum q_w q_a is the same).
 __device__ __forceinline__ void q8x4_store(const float (&v)[4], int64_t i, bool store, char4* q, __half2* ds,
-                                           uint2* xh) {
+                                           uint2* xh, float gmax = -1.0f) {
     float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
     for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    float d = amax / 127.0f;
+    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    if (gmax >= 0.0f) {
+        id = gmax != 0.0f ? 127.0f / gmax : 0.0f;
+        d = gmax != 0.0f ? 1.0f / id : 0.0f;
+    }
     int qi[4], sum = 0;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -181,6 +194,21 @@ __device__ __forceinline__ void q8x4_store(const float (&v)[4], int64_t i, bool 
         *reinterpret_cast<__half2*>(&o.y) = __floats2half2_rn(float(qi[2]) * df, float(qi[3]) * df);
         xh[i] = o;
     }
+}
+// q8k: the largest |value| of each 256-value block of values held four a thread (float4 i = a block's first + 0..63),
+// for q8x4_store's gmax. Blocks of a multiple of 64 threads, each thread's float4 index i = (a multiple of 64) +
+// threadIdx.x: a warp's values lie in one block. gmax_s: blockDim.x / 64 floats of shared memory. Every thread of
+// the block must call it (two barriers); the zeros of threads past the rows count as values.
+__device__ __forceinline__ float block_q8k_amax(const float (&v)[4], float* gmax_s) {
+    float a = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int o = 1; o < WARP_SIZE; o <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    if (threadIdx.x < blockDim.x / 64) gmax_s[threadIdx.x] = 0.0f;
+    __syncthreads();
+    // non-negative floats order as their bits
+    if (threadIdx.x % WARP_SIZE == 0) atomicMax(reinterpret_cast<int*>(gmax_s + threadIdx.x / 64), __float_as_int(a));
+    __syncthreads();
+    return gmax_s[threadIdx.x / 64];
 }
 
 // Every thread of the block sorts p2 (a power of two) values v with their indices idx in shared memory, bitonically:
@@ -220,7 +248,8 @@ constexpr int norm_threads(int64_t ne0) {
 // before; group_p2p's arguments for these rows). slots (not null, with b): b is a mixture's experts' outputs (ne0,
 // K, rows), summed over a row's K slots here, ((b0 w0 + b1 w1) + b2 w2) + ... (w null: ((b0 + b1) + b2) + ...),
 // each product and sum rounded on its own: moe_slot_sum_kernel's bits (fused.cu), the sum not written (K <= 8, ne0 <=
-// 4096; false where `sum` lies over b or the slot weights). One launch; false (nothing launched) unless ne0 % 32 == 0, ne0 <= 16384 and every pointer is 16-byte
+// 4096; false where `sum` lies over b or the slot weights). q8k: q and ds with a scale per 256 values (split_acts).
+// One launch; false (nothing launched) unless ne0 % 32 == 0 (q8k: 256), ne0 <= 16384 and every pointer is 16-byte
 // aligned.
 struct norm_slots {
     const float* w = nullptr; // (K, rows): a weight a slot, or null
@@ -228,7 +257,8 @@ struct norm_slots {
 };
 bool add_rms_norm_mul_rows(const cuda_context& ctx, const float* a, const float* b, float* sum, const float* w,
                            bool w_early, float* y, int64_t ne0, int64_t rows, float eps, int8_t* q, __half2* ds,
-                           const p2p_args* group, __half* xh = nullptr, const norm_slots* slots = nullptr);
+                           const p2p_args* group, __half* xh = nullptr, const norm_slots* slots = nullptr,
+                           bool q8k = false);
 
 // fused.cu: when nodes[i] starts a chain launch_nodes can run as one kernel (add -> rms_norm -> mul [-> q8_1],
 // rms_norm -> mul, swiglu -> q8_1, attention -> q8_1, rope(Q) + rope(K) + the K/V cache writes), launches it and returns how many nodes it covered; else 0. `uses` counts the
