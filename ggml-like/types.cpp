@@ -19,7 +19,7 @@ struct entry {
 // plain float. Ids >= 1024 are tessera's own (ggml has no such type).
 constexpr entry table[] = {
     {0, {"f32", 1, 4, true}},          {1, {"f16", 1, 2, true}},           {2, {"q4_0", 32, 18, true}},
-    {3, {"q4_1", 32, 20, true}},       {6, {"q5_0", 32, 22, false}},       {7, {"q5_1", 32, 24, false}},
+    {3, {"q4_1", 32, 20, true}},       {6, {"q5_0", 32, 22, true}},        {7, {"q5_1", 32, 24, true}},
     {8, {"q8_0", 32, 34, true}},       {9, {"q8_1", 32, 36, true}},        {10, {"q2_K", 256, 84, false}},
     {11, {"q3_K", 256, 110, false}},   {12, {"q4_K", 256, 144, true}},    {13, {"q5_K", 256, 176, true}},
     {14, {"q6_K", 256, 210, true}},   {15, {"q8_K", 256, 292, true}},    {16, {"iq2_xxs", 256, 66, false}},

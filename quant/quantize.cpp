@@ -101,11 +101,18 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 
 // The type a tensor with rows of ne0 elements gets when `want` does not fit (ne0 not a multiple of its block), the
-// way llama-quantize falls back: first the same format with smaller groups when there is one (a type named
-// "<want>_g<N>", e.g. awq4 -> awq4_g64), then a 32-element format of similar size (q4_0 up to ~5.5 bits per weight,
-// q8_0 above), and f16 for a row that fits no block at all.
+// way llama-quantize falls back: its table for ggml's formats (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, tq2_0 ->
+// q4_0); for tessera's, the same format with smaller groups when there is one (a type named "<want>_g<N>", e.g. awq4
+// -> awq4_g64), then a 32-element format of similar size (q4_0 up to ~5.5 bits per weight, q8_0 above); f16 for a
+// row that fits no block at all.
 type fallback_type(type want, int64_t ne0) {
     if (ne0 % block_size(want) == 0) return want;
+    const type llama_fallback = want == type::q4_k    ? type::q5_0
+                                : want == type::q5_k  ? type::q5_1
+                                : want == type::q6_k  ? type::q8_0
+                                : want == type::tq2_0 ? type::q4_0
+                                                      : want;
+    if (llama_fallback != want) return ne0 % block_size(llama_fallback) == 0 ? llama_fallback : type::f16;
     const std::string prefix = std::string(type_name(want)) + "_g";
     for (type t : quantize_target_types())
         if (std::string(type_name(t)).rfind(prefix, 0) == 0 && ne0 % block_size(t) == 0) return t;

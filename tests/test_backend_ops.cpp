@@ -528,8 +528,8 @@ std::vector<op_case> all_cases() {
     // code (quant/<format>.h); bound: FMA contraction on the GPU. From a weight the upload keeps only in the split
     // layout (a matrix that is not a token table): values through the GEMM's f16 dequantization -> relative 2^-11
     // per value, NMSE < 1e-6.
-    for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4,
-                   type::awq4_g64, type::tq2_0, type::i2_s, type::q4_k, type::q5_k, type::q6_k})
+    for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q5_0, type::q5_1, type::q8_0,
+                   type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s, type::q4_k, type::q5_k, type::q6_k})
         for (auto sh : {std::pair<int64_t, int64_t>{256, 11}, {1024, 50}})
             for (bool table : {true, false}) {
                 std::vector<int32_t> ids = {3, 0, 10, 3, 7};
@@ -603,18 +603,19 @@ std::vector<op_case> all_cases() {
     }
     // The formats CUDA runs only in the split layout (quant/format.cuh): decode GEMV (<= 8 columns) and the GEMM.
     // nvfp4 (CPU partner q8_0: q8_1's integers and d) and awq4 (q8_1) dot the CPU's integers on both paths -> 1e-6
-    // (the GEMM with TESSERA_CUDA_MMQ=0: f16 activations -> 5e-4). The K formats (q4_K, q5_K, q6_K) and tq2_0's
+    // (the GEMM with TESSERA_CUDA_MMQ=0: f16 activations -> 5e-4); so do q5_0 / q5_1 (q8_0 / q8_1). The K formats (q4_K, q5_K, q6_K) and tq2_0's
     // decode: CUDA's activations are the CPU's q8_K integers (a scale per 256 values, split_acts' q8k), its d as f16
     // (f32 on the CPU); the K formats' GEMM takes their values as f16 and the weights rounded to f16 -> 1e-6 (H200:
     // at most 2.2e-7 / 4.5e-7 for tq2_0). tq2_0's GEMM (f16 activations) and i2_s (CPU i8_s per row, CUDA q8_1 per 32
     // or f16): the CPU's coarser rounding sets the bound, i8_s per row of 2048 the worst (step ~0.03 sigma -> NMSE
     // ~1e-4) -> 5e-4. One column also over long rows (k 4096, 14336: the GEMV's k split in parts).
-    for (type t :
-         {type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s, type::q4_k, type::q5_k, type::q6_k})
+    for (type t : {type::nvfp4, type::awq4, type::awq4_g64, type::q5_0, type::q5_1, type::tq2_0, type::i2_s,
+                   type::q4_k, type::q5_k, type::q6_k})
         for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{4096, 300, 1}, mm_shape{14336, 40, 1}, mm_shape{512, 70, 3},
                            mm_shape{1024, 129, 8}, mm_shape{1024, 67, 9}, mm_shape{2048, 300, 100},
                            mm_shape{512, 200, 140}, mm_shape{2048, 257, 260}}) {
-            const bool same_ints = t == type::nvfp4 || t == type::awq4 || t == type::awq4_g64;
+            const bool same_ints =
+                t == type::nvfp4 || t == type::awq4 || t == type::awq4_g64 || t == type::q5_0 || t == type::q5_1;
             const bool k_format = t == type::q4_k || t == type::q5_k || t == type::q6_k;
             add_case(std::string("mul_mat_") + type_name(t) + "_k" + std::to_string(s.k) + "_n" +
                          std::to_string(s.n) + "_m" + std::to_string(s.m),
@@ -1023,8 +1024,8 @@ std::vector<op_case> all_cases() {
     // pairs on the tensor cores, of 8 on the GEMV for formats without them). Bounds: mul_mat's decode and GEMM bounds
     // (the same integers, f32 sums in another order; Hopper: the q8_1 values as f16, as the dense GEMM)
     // (K formats: the CPU's q8_K integers, d as f16 -> 2e-6; H200: at most 5.7e-7)
-    for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::mxfp4, type::nvfp4,
-                   type::q4_k, type::q6_k})
+    for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q5_0, type::q5_1, type::q8_0,
+                   type::mxfp4, type::nvfp4, type::q4_k, type::q6_k})
         for (int64_t n_tok : {1, 3, 40})
             for (bool shared : {true, false}) {
                 const int64_t k = 256, n = 72, n_expert = 16, n_used = 4;

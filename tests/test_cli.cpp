@@ -381,11 +381,11 @@ TEST(cli_quantize, bad_arguments_fail_with_one_line_and_write_nothing) {
 TEST(cli_quantize, failure_leaves_existing_output_untouched) {
     const std::string bad = tmp_file("bad_in.gguf"), out = tmp_file("existing.gguf");
     tessera::test::tiny_model_spec s;
-    s.retype["blk.0.attn_k.weight"] = uint32_t(tessera::type::q5_0); // listed, but tessera cannot read it
+    s.retype["blk.0.attn_k.weight"] = uint32_t(tessera::type::iq4_nl); // listed, but tessera cannot read it
     tessera::test::write_tiny_model(bad, s);
     { std::ofstream(out, std::ios::binary) << "old contents"; }
     auto r = run_tessera("quantize " + shell_quote(bad) + " " + shell_quote(out) + " q8_0");
-    expect_one_line_error(r, "q5_0");
+    expect_one_line_error(r, "iq4_nl");
     EXPECT_EQ(tessera::test::read_file(out), "old contents");
     EXPECT_TRUE(tessera::test::temps_of(out).empty());
     fs::remove(out);

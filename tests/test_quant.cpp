@@ -54,6 +54,9 @@ template <> struct bounds<q8_0> { static constexpr double normal = 0.01, heavy =
 template <> struct bounds<q8_1> { static constexpr double normal = 0.01, heavy = 0.02; };
 template <> struct bounds<q4_0> { static constexpr double normal = 0.12, heavy = 0.2; };
 template <> struct bounds<q4_1> { static constexpr double normal = 0.10, heavy = 0.2; };
+// 5-bit: half q4's step [q5_0 0.043, 0.065; q5_1 0.038, 0.047]
+template <> struct bounds<q5_0> { static constexpr double normal = 0.06, heavy = 0.09; };
+template <> struct bounds<q5_1> { static constexpr double normal = 0.05, heavy = 0.07; };
 // K super-blocks: sub-block scales (6-bit, q6_K's 8-bit) against one f16 scale, searched as llama-quantize does
 // [q4_K 0.071, 0.093; q5_K 0.036, 0.047; q6_K 0.018, 0.025].
 template <> struct bounds<q4_k> { static constexpr double normal = 0.085, heavy = 0.11; };
@@ -111,6 +114,13 @@ template <class F> void representable_block(float* v, int b, std::mt19937& rng) 
         for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 16)) - 3 * d;
         v[0] = -3 * d;
         v[1] = 12 * d;
+    } else if constexpr (F::id == type::q5_0) {
+        for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 32) - 16);
+        v[0] = -16 * d;
+    } else if constexpr (F::id == type::q5_1) {
+        for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 32)) - 5 * d;
+        v[0] = -5 * d;
+        v[1] = 26 * d;
     } else if constexpr (F::id == type::q4_k || F::id == type::q5_k) {
         // D q - D z, q = 0..nmax with both ends in every sub-block of 32; D = 63 2^k so that the super-scale d = D / 63
         // is a power of two and each sub-block's 6-bit scale is 63 (likewise the min's, z the same in every one)
@@ -248,6 +258,29 @@ TEST(quant_known_blocks, q4_1_scale_and_min) {
     for (int j = 0; j < 16; j++) {
         EXPECT_EQ(y[j], j * 0.25f - 1.0f);
         EXPECT_EQ(y[j + 16], 3 * 0.25f - 1.0f);
+    }
+}
+
+// q5_0 / q5_1 as a GGUF file holds them: f16 d (q5_1: then f16 m), the little-endian word of fifth bits (bit j =
+// element j), then the nibbles (byte j: element j low, element j + 16 high)
+TEST(quant_known_blocks, q5_0_and_q5_1_fifth_bits) {
+    uint8_t raw0[22] = {0x00, 0x38}; // d = 0.5
+    uint8_t raw1[24] = {0x00, 0x34, 0x00, 0xbc}; // d = 0.25, m = -1
+    const uint32_t qh = 0xA5C3F00Fu;
+    std::memcpy(raw0 + 2, &qh, 4);
+    std::memcpy(raw1 + 4, &qh, 4);
+    for (int j = 0; j < 16; j++) raw0[6 + j] = raw1[8 + j] = uint8_t(j | (15 - j) << 4);
+    block_q5_0 b0;
+    block_q5_1 b1;
+    std::memcpy(&b0, raw0, sizeof(b0));
+    std::memcpy(&b1, raw1, sizeof(b1));
+    float y0[32], y1[32];
+    q5_0::dequantize(b0, y0);
+    q5_1::dequantize(b1, y1);
+    for (int j = 0; j < 32; j++) {
+        const int q = (j < 16 ? j : 15 - (j - 16)) | int((qh >> j) & 1) << 4;
+        EXPECT_EQ(y0[j], float(q - 16) * 0.5f) << j;
+        EXPECT_EQ(y1[j], float(q) * 0.25f - 1.0f) << j;
     }
 }
 
@@ -576,7 +609,7 @@ TEST(fp16, conversions_exact_and_round_to_nearest_even) {
 
 // The 4 x 4 prompt-processing kernels must give the vec_dot's bits for every output (bound: exact equality).
 TEST(cpu_gemm4, equals_vec_dot_bit_for_bit) {
-    for (type t : {type::q4_0, type::q4_1, type::q8_0}) {
+    for (type t : {type::q4_0, type::q4_1, type::q5_0, type::q5_1, type::q8_0}) {
         const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(t);
         if (!ops->gemm4) GTEST_SKIP() << "no 4x4 kernel on this CPU";
         const int64_t k = 32 * 19;

@@ -168,6 +168,11 @@ TEST(quantize, plan_norms_overrides_and_fallbacks) {
     EXPECT_EQ(plan_of(plan_quantization(in, p), "blk.0.attn_q.weight").to, type::q4_0);
     p.target = type::tq2_0;
     EXPECT_EQ(plan_of(plan_quantization(in, p), "blk.0.attn_q.weight").to, type::q4_0);
+    // the K formats as llama-quantize falls back (its table): q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0
+    for (auto [want, got] : {std::pair{type::q4_k, type::q5_0}, {type::q5_k, type::q5_1}, {type::q6_k, type::q8_0}}) {
+        p.target = want;
+        EXPECT_EQ(plan_of(plan_quantization(in, p), "blk.0.attn_q.weight").to, got) << type_name(want);
+    }
 
     // the fallback file loads and runs
     const std::string out = tmp_path("plan_out.gguf");
@@ -285,7 +290,7 @@ TEST(quantize, loader_refuses_tessera_types_without_the_marker) {
 TEST(quantize, failure_leaves_existing_output_untouched) {
     const std::string bad = tmp_path("bad_in.gguf");
     test::tiny_model_spec s;
-    s.retype["blk.1.ffn_up.weight"] = uint32_t(type::q5_0); // a type tessera cannot read
+    s.retype["blk.1.ffn_up.weight"] = uint32_t(type::iq4_nl); // a type tessera cannot read
     test::write_tiny_model(bad, s);
     const std::string out = tmp_path("existing_out.gguf");
     { std::ofstream(out, std::ios::binary) << "precious"; }

@@ -14,6 +14,12 @@ namespace tessera::cpu {
 
 // Defined in vec_dot_avx2.cpp (compiled with -mavx2 -mfma -mf16c); only called when cpu_has_avx2().
 namespace avx2 {
+float vec_dot_q5_0_q8_0(const void* w, const void* a, int64_t n);
+float vec_dot_q5_1_q8_1(const void* w, const void* a, int64_t n);
+void gemm4_q5_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemv4_q5_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemm4_q5_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemv4_q5_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
 float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n);
 float vec_dot_q4_1_q8_1(const void* w, const void* a, int64_t n);
 float vec_dot_q8_0_q8_0(const void* w, const void* a, int64_t n);
@@ -66,6 +72,12 @@ void pv_tile(float* const* acc, const float* const* p, int nr, const float* v, i
 
 // The integer-dot kernels again, built with AVX-512 VNNI (vec_dot_vnni.cpp)
 namespace avx512vnni {
+float vec_dot_q5_0_q8_0(const void* w, const void* a, int64_t n);
+float vec_dot_q5_1_q8_1(const void* w, const void* a, int64_t n);
+void gemm4_q5_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemv4_q5_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemm4_q5_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+void gemv4_q5_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
 float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n);
 float vec_dot_q4_1_q8_1(const void* w, const void* a, int64_t n);
 float vec_dot_q8_0_q8_0(const void* w, const void* a, int64_t n);
@@ -201,6 +213,14 @@ struct tables {
         set_fast(type::q4_0, avx2::vec_dot_q4_0_q8_0, avx2::quantize_row_q8_0);
         set_fast(type::q8_0, avx2::vec_dot_q8_0_q8_0, avx2::quantize_row_q8_0);
         set_fast(type::q4_1, avx2::vec_dot_q4_1_q8_1, avx2::quantize_row_q8_1);
+        // q5_0 / q5_1: ggml's vec_dot (llama.cpp neither repacks them nor, for q5_1, runs tinyBLAS; q5_0's
+        // tinyBLAS_Q0_AVX keeps vec_dot's lanes and order, as for q8_0); 4 x 4 blocks in that order
+        set_fast(type::q5_0, avx2::vec_dot_q5_0_q8_0, avx2::quantize_row_q8_0);
+        set_fast(type::q5_1, avx2::vec_dot_q5_1_q8_1, avx2::quantize_row_q8_1);
+        fast[slot(type::q5_0)].gemm4 = avx2::gemm4_q5_0_q8_0;
+        fast[slot(type::q5_0)].gemv4 = avx2::gemv4_q5_0_q8_0;
+        fast[slot(type::q5_1)].gemm4 = avx2::gemm4_q5_1_q8_1;
+        fast[slot(type::q5_1)].gemv4 = avx2::gemv4_q5_1_q8_1;
         set_fast(type::tq2_0, avx2::vec_dot_tq2_0_q8_k, avx2::quantize_row_q8_k);
         set_fast(type::q4_k, avx2::vec_dot_q4_k_q8_k, avx2::quantize_row_q8_k);
         set_fast(type::q5_k, avx2::vec_dot_q5_k_q8_k, avx2::quantize_row_q8_k);
@@ -238,6 +258,10 @@ struct tables {
             q40.gemm4_rows8 = v::gemm4_q4_0_q8_0_blockwise, q40.gemv4_rows8 = v::gemv4_q4_0_q8_0_blockwise;
             q41.vec_dot = v::vec_dot_q4_1_q8_1, q41.gemm4 = v::gemm4_q4_1_q8_1, q41.gemv4 = v::gemv4_q4_1_q8_1;
             q80.vec_dot = v::vec_dot_q8_0_q8_0, q80.gemm4 = v::gemm4_q8_0_q8_0;
+            auto& q50 = fast[slot(type::q5_0)];
+            auto& q51 = fast[slot(type::q5_1)];
+            q50.vec_dot = v::vec_dot_q5_0_q8_0, q50.gemm4 = v::gemm4_q5_0_q8_0, q50.gemv4 = v::gemv4_q5_0_q8_0;
+            q51.vec_dot = v::vec_dot_q5_1_q8_1, q51.gemm4 = v::gemm4_q5_1_q8_1, q51.gemv4 = v::gemv4_q5_1_q8_1;
         }
         set_fast(type::f16, avx2::vec_dot_f16_f16, avx2::f32_to_f16_row);
         fast[slot(type::f16)].to_float = avx2::f16_to_f32_row;

@@ -2,6 +2,8 @@
 // after cpu_has_avx2()). Each matches its scalar reference in quant/ up to float summation order; test_quant checks.
 #include "quant/q4_0.h"
 #include "quant/q4_1.h"
+#include "quant/q5_0.h"
+#include "quant/q5_1.h"
 #include "quant/q8_0.h"
 #include "quant/q8_1.h"
 
@@ -11,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 // The same source is compiled a second time as vec_dot_vnni.cpp (namespace avx512vnni, with AVX-512 VNNI + VL): the
@@ -58,6 +61,19 @@ inline float h2f(f16 h) {
     return _cvtsh_ss(h.bits);
 }
 
+// q5_0 / q5_1: the 32 5-bit values (0..31) in element order: the nibbles with the fifth bits of qh (ggml's
+// bytes_from_bits_32: byte j = 0xff where bit j is set) as bit 4
+inline __m256i unpack_q5(const uint8_t* qs, const uint8_t* qh) {
+    uint32_t h;
+    std::memcpy(&h, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(int(h)),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+    const __m256i bits =
+        _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)), _mm256_set1_epi64x(-1));
+    return _mm256_or_si256(unpack_nibbles(qs), _mm256_and_si256(bits, _mm256_set1_epi8(0x10)));
+}
+
 inline int hsum_i32_8(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
@@ -91,6 +107,37 @@ float vec_dot_q4_1_q8_1(const void* w, const void* a, int64_t n) {
         const __m256i q4 = unpack_nibbles(x[i].qs);
         const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
         acc = _mm256_fmadd_ps(d, dot_us(q4, q8), acc);
+    }
+    return hsum(acc) + summs;
+}
+
+// ggml_vec_dot_q5_0_q8_0 (x86): fma(d_w d_a, lanes of the signed byte dot, acc) a block, hsum_float_8; the values
+// q - 16 as signed bytes (its andnot / or of the fifth bits gives the same integers)
+float vec_dot_q5_0_q8_0(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const block_q5_0*>(w);
+    auto* y = static_cast<const block_q8_0*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
+        const __m256i q5 = _mm256_sub_epi8(unpack_q5(x[i].qs, x[i].qh), _mm256_set1_epi8(16));
+        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+        acc = _mm256_fmadd_ps(d, dot_ss(q5, q8), acc);
+    }
+    return hsum(acc);
+}
+
+// ggml_vec_dot_q5_1_q8_1 (x86): as q4_1's (fma(d_w d_a, unsigned x signed lanes, acc), summs += m_w s_a)
+float vec_dot_q5_1_q8_1(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const block_q5_1*>(w);
+    auto* y = static_cast<const block_q8_1*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256 d = _mm256_set1_ps(h2f(x[i].d) * h2f(y[i].d));
+        summs += h2f(x[i].m) * h2f(y[i].s);
+        const __m256i q5 = unpack_q5(x[i].qs, x[i].qh);
+        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+        acc = _mm256_fmadd_ps(d, dot_us(q5, q8), acc);
     }
     return hsum(acc) + summs;
 }
@@ -180,6 +227,54 @@ void gemm_q8_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t 
     });
 }
 
+template <int NA>
+void gemm_q5_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm4_loop<block_q5_1, block_q8_1, NA>(
+        w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto& ex) {
+            __m256i q8[NA];
+            float da[NA], sa[NA];
+            load_acts<NA>(ar, b, q8, da);
+            for (int j = 0; j < NA; j++) sa[j] = h2f(ar[j][b].s);
+            for (int i = 0; i < 4; i++) {
+                const __m256i q5 = unpack_q5(wr[i][b].qs, wr[i][b].qh);
+                const float dw = h2f(wr[i][b].d), mw = h2f(wr[i][b].m);
+                for (int j = 0; j < NA; j++) {
+                    acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(q5, q8[j]), acc[i][j]);
+                    ex[i][j] += mw * sa[j];
+                }
+            }
+        });
+}
+
+template <int NA>
+void gemm_q5_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm4_loop<block_q5_0, block_q8_0, NA>(w, ws, a, as, n, y, ys, [](auto& wr, auto& ar, int64_t b, auto& acc, auto&) {
+        __m256i q8[NA];
+        float da[NA];
+        load_acts<NA>(ar, b, q8, da);
+        for (int i = 0; i < 4; i++) {
+            const __m256i q5 = _mm256_sub_epi8(unpack_q5(wr[i][b].qs, wr[i][b].qh), _mm256_set1_epi8(16));
+            const __m256i ax = _mm256_sign_epi8(q5, q5);
+            const float dw = h2f(wr[i][b].d);
+            for (int j = 0; j < NA; j++)
+                acc[i][j] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), dot_us(ax, _mm256_sign_epi8(q8[j], q5)), acc[i][j]);
+        }
+    });
+}
+
+void gemm4_q5_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q5_0_q8_0<4>(w, ws, a, as, n, y, ys);
+}
+void gemv4_q5_0_q8_0(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q5_0_q8_0<1>(w, ws, a, as, n, y, ys);
+}
+void gemm4_q5_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q5_1_q8_1<4>(w, ws, a, as, n, y, ys);
+}
+void gemv4_q5_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
+    gemm_q5_1_q8_1<1>(w, ws, a, as, n, y, ys);
+}
 void gemm4_q4_1_q8_1(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys) {
     gemm_q4_1_q8_1<4>(w, ws, a, as, n, y, ys);
 }

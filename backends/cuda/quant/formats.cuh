@@ -10,5 +10,6 @@
 #include "backends/cuda/quant/nvfp4.cuh"
 #include "backends/cuda/quant/q4_0.cuh"
 #include "backends/cuda/quant/q4_1.cuh"
+#include "backends/cuda/quant/q5.cuh"
 #include "backends/cuda/quant/q8_0.cuh"
 #include "backends/cuda/quant/ternary.cuh"
