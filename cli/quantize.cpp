@@ -32,20 +32,27 @@ struct quantize_options {
     bool no_calib = false;
 };
 
-std::string valid_type_names() {
+std::string valid_type_names(bool mixes = false) {
     std::string s;
     for (type t : quantize_target_types()) s += (s.empty() ? "" : ", ") + std::string(type_name(t));
+    if (mixes)
+        for (quant_mix m : {quant_mix::q4_k_s, quant_mix::q4_k_m, quant_mix::q5_k_s, quant_mix::q5_k_m})
+            s += std::string(", ") + quant_mix_name(m);
     return s;
 }
 
-type parse_type(const std::string& name, const char* what) {
+type parse_type(const std::string& name, const char* what, bool mixes = false) {
     type t;
     std::string lower = name;
     for (char& c : lower) c = char(std::tolower((unsigned char)c));
     if (type_from_name(lower, t))
         for (type v : quantize_target_types())
             if (v == t) return t;
-    throw error(fmt::format("{}: unknown type '{}' (valid: {})", what, name, valid_type_names()));
+    throw error(fmt::format("{}: unknown type '{}' (valid: {})", what, name, valid_type_names(mixes)));
+}
+
+type type_from_name_or_mix_error(const std::string& name) {
+    return parse_type(name, "TYPE", true);
 }
 
 std::string millions(int64_t done, int64_t total) {
@@ -124,7 +131,12 @@ awq_summary run_awq(const quantize_options& o, quantize_params& qp) {
 
 void run_quantize(const quantize_options& o) {
     quantize_params qp;
-    qp.target = parse_type(o.type, "TYPE");
+    if (const std::optional<quant_mix> m = quant_mix_from_name(o.type)) { // llama-quantize's K mixes
+        qp.mix = *m;
+        qp.target = quant_mix_type(*m);
+    } else {
+        qp.target = type_from_name_or_mix_error(o.type);
+    }
     if (!o.output_type.empty()) qp.output_type = parse_type(o.output_type, "--output-type");
     if (!o.embd_type.empty()) qp.embd_type = parse_type(o.embd_type, "--embd-type");
     qp.n_threads = o.n_threads;
@@ -163,7 +175,7 @@ void run_quantize(const quantize_options& o) {
         nlohmann::ordered_json j;
         j["input"] = o.in;
         j["output"] = o.out;
-        j["type"] = type_name(qp.target);
+        j["type"] = qp.mix != quant_mix::none ? quant_mix_name(qp.mix) : type_name(qp.target);
         j["input_bytes"] = r.in_file_bytes;
         j["output_bytes"] = r.out_file_bytes;
         j["n_elements"] = r.n_elements;
@@ -177,7 +189,8 @@ void run_quantize(const quantize_options& o) {
         fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)); // metadata may be bad UTF-8
         return;
     }
-    fmt::print("{}: {}, {} tensors, {} quantized{}\n", o.out, type_name(qp.target), r.n_tensors, r.n_quantized,
+    fmt::print("{}: {}, {} tensors, {} quantized{}\n", o.out,
+               qp.mix != quant_mix::none ? quant_mix_name(qp.mix) : type_name(qp.target), r.n_tensors, r.n_quantized,
                r.n_fallback ? fmt::format(", {} with a fallback type", r.n_fallback) : "");
     fmt::print("size {} -> {} ({:.2f} -> {:.2f} bits per weight) in {}\n", human_bytes(r.in_file_bytes),
                human_bytes(r.out_file_bytes), r.in_bpw(), r.out_bpw(), human_seconds(r.seconds));
@@ -191,7 +204,11 @@ void add_quantize(CLI::App& app) {
     sub->add_option("IN", o->in, "Input model (GGUF)")->required();
     sub->add_option("OUT", o->out, "Output file (a temporary renamed over OUT when done: a failed run leaves none)")
         ->required();
-    sub->add_option("TYPE", o->type, "Weight type: " + valid_type_names())->required();
+    sub->add_option("TYPE", o->type,
+                    "Weight type: " + valid_type_names(true) +
+                        " (the last four: llama-quantize's mixes, attn_v / ffn_down of some layers and the output "
+                        "with more bits)")
+        ->required();
     sub->add_option("-t,--threads", o->n_threads, "Threads (0: one per hardware thread)")->check(CLI::Range(0, 512));
     sub->add_option("--output-type", o->output_type,
                     "Type of output.weight (and of token_embd.weight when the embeddings are tied)");

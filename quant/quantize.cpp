@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <filesystem>
@@ -130,6 +131,96 @@ void check_target(type t, const char* what) {
 
 } // namespace
 
+std::optional<quant_mix> quant_mix_from_name(std::string_view name) {
+    std::string n(name);
+    for (char& c : n) c = char(std::toupper((unsigned char)c));
+    for (quant_mix m : {quant_mix::q4_k_s, quant_mix::q4_k_m, quant_mix::q5_k_s, quant_mix::q5_k_m})
+        if (n == quant_mix_name(m)) return m;
+    return std::nullopt;
+}
+
+const char* quant_mix_name(quant_mix m) {
+    switch (m) {
+    case quant_mix::q4_k_s: return "Q4_K_S";
+    case quant_mix::q4_k_m: return "Q4_K_M";
+    case quant_mix::q5_k_s: return "Q5_K_S";
+    case quant_mix::q5_k_m: return "Q5_K_M";
+    case quant_mix::none: break;
+    }
+    return "none";
+}
+
+type quant_mix_type(quant_mix m) {
+    return m == quant_mix::q5_k_s || m == quant_mix::q5_k_m ? type::q5_k : type::q4_k;
+}
+
+namespace {
+
+// as llama-quantize: only matrices named *.weight, and never a mixture of experts' router (ffn_gate_inp), whose
+// logits choose the experts
+bool is_quantizable_matrix(const gguf_tensor_info& t) {
+    return t.n_dims >= 2 && t.name.ends_with(".weight") && t.name.find("ffn_gate_inp.weight") == std::string::npos;
+}
+
+// llama_ftype of a mix (llama.h: MOSTLY_Q4_K_S 14, _M 15, Q5_K_S 16, _M 17)
+uint32_t mix_ftype(quant_mix m) {
+    switch (m) {
+    case quant_mix::q4_k_s: return 14;
+    case quant_mix::q4_k_m: return 15;
+    case quant_mix::q5_k_s: return 16;
+    default: return 17;
+    }
+}
+
+// The type llama-quantize's rules give one matrix of a mix (before the fallback for rows a format does not fit),
+// counting attn_v-like tensors and ffn_down as it does (i_wv, i_down: how many came before, in file order).
+struct mix_rules {
+    quant_mix mix;
+    type base;
+    int64_t n_layer = 0, n_expert = 0, n_wv = 0;
+    bool tied = true, is_70b = false;
+    int64_t i_wv = 0, i_down = 0;
+
+    static bool more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+    static bool has(const std::string& name, const char* part) { return name.find(part) != std::string::npos; }
+    static bool attn_v_like(const std::string& n) {
+        return has(n, "attn_qkv.weight") || has(n, "attn_kv_b.weight") || has(n, "attn_v.weight");
+    }
+
+    type pick(const std::string& name, int64_t ne0) {
+        const bool m_mix = mix == quant_mix::q4_k_m || mix == quant_mix::q5_k_m;
+        if (name == "output.weight" || (tied && name == "token_embd.weight"))
+            return ne0 % block_size(base) != 0 ? type::q8_0 : type::q6_k;
+        if (name == "token_embd.weight") return base;
+        type t = base;
+        if (attn_v_like(name)) {
+            if (m_mix && more_bits(i_wv, n_wv)) t = type::q6_k;
+            else if (mix == quant_mix::q4_k_s && i_wv < 4) t = type::q5_k;
+            if (is_70b && t == type::q4_k) t = type::q5_k;
+            if (n_expert == 8) t = type::q8_0;
+            i_wv++;
+        } else if (has(name, "attn_k.weight")) {
+            if (n_expert == 8) t = type::q8_0;
+        } else if (has(name, "attn_output.weight")) {
+            if (n_expert == 8 && (mix == quant_mix::q4_k_s || mix == quant_mix::q4_k_m)) t = type::q5_k;
+        } else if (has(name, "ffn_down")) {
+            int64_t i_layer = i_down;
+            if (n_expert > 1) { // experts' tensors need not come in layer order: the layer from the name
+                int il = -1;
+                if (std::sscanf(name.c_str(), "blk.%d.", &il) != 1 || il < 0 || il >= n_layer)
+                    throw error(fmt::format("tensor {}: no layer in [0, {}) in its name", name, n_layer));
+                i_layer = il;
+            }
+            if (m_mix && more_bits(i_layer, n_layer)) t = type::q6_k;
+            else if (mix == quant_mix::q4_k_s && i_layer < n_layer / 8) t = type::q5_k;
+            i_down++;
+        }
+        return t;
+    }
+};
+
+} // namespace
+
 std::vector<type> quantize_target_types() {
     std::vector<type> out;
     for (uint32_t id = 0; id < 4096; id++) {
@@ -174,6 +265,39 @@ std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_p
                 weight_scale[w] = v;
             }
 
+    std::optional<mix_rules> mix;
+    if (p.mix != quant_mix::none) {
+        if (p.target != quant_mix_type(p.mix))
+            throw error(fmt::format("{} is a mix of {}, not of {}", quant_mix_name(p.mix),
+                                    type_name(quant_mix_type(p.mix)), type_name(p.target)));
+        mix = mix_rules{p.mix, p.target};
+        const std::string arch = in.get_string("general.architecture").value_or("");
+        auto u = [&](const std::string& key) { return in.get_int(arch + "." + key).value_or(0); };
+        mix->n_layer = u("block_count");
+        mix->n_expert = u("expert_count");
+        mix->tied = tied;
+        // llama.cpp's LLM_TYPE_70B (its 70B attn_v gets q5_K for q4_K): 80-layer llama with grouped KV heads, qwen2
+        mix->is_70b = mix->n_layer == 80 &&
+                      ((arch == "llama" && u("attention.head_count") != u("attention.head_count_kv")) || arch == "qwen2");
+        for (const auto& t : infos) mix->n_wv += mix_rules::attn_v_like(t.name);
+    }
+    // a mix's types, counted in llama-quantize's order (its weights map: by layer, blk.N's number, then by name)
+    std::map<const gguf_tensor_info*, type> mix_type;
+    if (mix) {
+        auto layer = [](const std::string& n) {
+            int l = -1;
+            return std::sscanf(n.c_str(), "blk.%d.", &l) == 1 ? l : -1;
+        };
+        std::vector<const gguf_tensor_info*> order;
+        for (const auto& t : infos) order.push_back(&t);
+        std::stable_sort(order.begin(), order.end(), [&](const gguf_tensor_info* a, const gguf_tensor_info* b) {
+            const int la = layer(a->name), lb = layer(b->name);
+            return la != lb ? la < lb : a->name < b->name;
+        });
+        for (const gguf_tensor_info* t : order)
+            if (is_quantizable_matrix(*t)) mix_type[t] = mix->pick(t->name, t->ne[0]);
+    }
+
     std::vector<tensor_plan> plan(infos.size());
     std::map<const gguf_tensor_info*, const tensor_plan*> by_info;
     for (size_t i = 0; i < infos.size(); i++) {
@@ -186,24 +310,20 @@ std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_p
         const type from = t.t();
         const auto sc = p.scaling.find(t.name);
         const bool scaled = sc != p.scaling.end();
-        // as llama-quantize: only matrices named *.weight, and never a mixture of experts' router (ffn_gate_inp),
-        // whose logits choose the experts; norms, other vectors and 2-D biases (gpt-oss's per-expert ones) stay f32
-        const bool matrix =
-            t.n_dims >= 2 && ends_with(t.name, ".weight") && t.name.find("ffn_gate_inp.weight") == std::string::npos;
+        // norms, other vectors and 2-D biases (gpt-oss's per-expert ones) stay f32
+        const bool matrix = is_quantizable_matrix(t);
         if (!matrix) {
             // norms and other vectors: kept in f32 (integer vectors as they are)
             tp.to = is_float_type(from) ? type::f32 : from;
             tp.copy = tp.to == from && !scaled;
         } else {
             type want = p.target;
-            if (t.name == "token_embd.weight") {
-                if (p.embd_type)
-                    want = *p.embd_type;
-                else if (tied && p.output_type)
-                    want = *p.output_type;
-            } else if (t.name == "output.weight" && p.output_type) {
+            if (t.name == "token_embd.weight" && p.embd_type)
+                want = *p.embd_type;
+            else if ((t.name == "output.weight" || (tied && t.name == "token_embd.weight")) && p.output_type)
                 want = *p.output_type;
-            }
+            else if (mix)
+                want = mix_type.at(&t);
             tp.to = fallback_type(want, t.ne[0]);
             if (tp.to != want)
                 tp.fallback = fmt::format("{} columns are not a multiple of {}'s block of {}", t.ne[0], type_name(want),
@@ -364,7 +484,7 @@ gguf_writer build_output(const gguf_file& in, const quantize_params& p, quantize
     // metadata: the input's, in order, with the file type, quantization version and tessera marker brought up to date
     // (a tessera-only target has no llama_ftype: general.file_type is left out, as llama.cpp does for unknown mixes,
     // and tessera.format says what the file needs)
-    const std::optional<uint32_t> ftype = llama_ftype_of(p.target);
+    const std::optional<uint32_t> ftype = p.mix != quant_mix::none ? mix_ftype(p.mix) : llama_ftype_of(p.target);
     for (const gguf_kv& kv : in.kvs()) {
         if (kv.key == tessera_format_key) continue;
         if (kv.key == "general.file_type") {

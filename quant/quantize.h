@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tessera {
@@ -36,8 +37,19 @@ struct tensor_scaling {
     std::vector<float> col; // (ne[0])
 };
 
+// llama-quantize's mixes of the K formats (its llama_tensor_get_type rules for them, without an importance matrix):
+// TYPE's format for most tensors; attn_v (attn_qkv) and ffn_down get more bits in some layers (Q4_K_M / Q5_K_M: q6_K
+// in the first and last eighth and every third layer between; Q4_K_S: q5_K in the first 4 attn_v and the first
+// eighth of ffn_down), the output (a tied embedding) q6_K, and 8-expert models q8_0 attn_k / attn_v, q5_K attn_output.
+enum class quant_mix { none, q4_k_s, q4_k_m, q5_k_s, q5_k_m };
+// "Q4_K_M", "q5_k_s", ...; nullopt for any other name
+std::optional<quant_mix> quant_mix_from_name(std::string_view name);
+const char* quant_mix_name(quant_mix m); // "Q4_K_M"
+type quant_mix_type(quant_mix m);        // its format for most tensors (q4_K, q5_K)
+
 struct quantize_params {
     type target = type::q8_0;
+    quant_mix mix = quant_mix::none; // a llama-quantize mix (target is then its format)
     std::optional<type> output_type; // output.weight; also token_embd.weight when the embeddings are tied
     std::optional<type> embd_type;   // token_embd.weight (wins over output_type when tied, as in llama-quantize)
     int n_threads = 0;               // 0: one per hardware thread

@@ -357,12 +357,26 @@ TEST(cli_quantize, overrides_and_json) {
     fs::remove(out);
 }
 
+// a llama-quantize mix by its name (any case): the summary names it, the file says its llama_ftype
+TEST(cli_quantize, llama_mix_by_name) {
+    const std::string out = tmp_file("mix.gguf");
+    auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " q4_k_m --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["type"], "Q4_K_M");
+    EXPECT_EQ(tessera::gguf_file::open(out).get_int("general.file_type"), 15); // LLAMA_FTYPE_MOSTLY_Q4_K_M
+    fs::remove(out);
+}
+
 TEST(cli_quantize, bad_arguments_fail_with_one_line_and_write_nothing) {
     const std::string out = tmp_file("never.gguf");
     auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " q3_k");
     expect_one_line_error(r, "unknown type 'q3_k'");
     EXPECT_NE(r.err.find("q4_0"), std::string::npos) << r.err; // the valid ones are listed
     EXPECT_NE(r.err.find("awq4"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("Q4_K_M"), std::string::npos) << r.err; // and the mixes
+    expect_one_line_error(run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) +
+                                      " q4_0 --output-type Q4_K_M"), // a mix is no tensor type
+                          "--output-type");
     expect_one_line_error(run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) +
                                       " q4_0 --embd-type q8_1"),
                           "--embd-type");

@@ -242,6 +242,68 @@ TEST(quantize, odd_row_falls_back_to_f16) {
     fs::remove(path);
 }
 
+// llama-quantize's K mixes (checked byte for byte against llama-quantize 0.3.36 on random 8-layer llama, 8-expert
+// qwen3moe and SmolLM2 files, session 56): per layer of 8, "more bits" = layers 0, 3, 6, 7 (the first and last
+// eighth, every third between); the tied output q6_K; rows that fit no 256 block fall back (q6_K -> q8_0).
+TEST(quantize, llama_k_mixes) {
+    const std::string path = tmp_path("mix.gguf");
+    test::tiny_model_spec spec;
+    spec.weight_type = type::f32;
+    spec.n_embd = 256, spec.n_ff = 512, spec.n_layer = 8;
+    test::write_tiny_model(path, spec);
+    gguf_file in = gguf_file::open(path);
+    const auto name = [](int l, const char* t) { return "blk." + std::to_string(l) + "." + t + ".weight"; };
+    quantize_params p;
+    ASSERT_EQ(quant_mix_from_name("q4_k_m"), quant_mix::q4_k_m);
+    EXPECT_FALSE(quant_mix_from_name("q4_K").has_value());
+    p.mix = quant_mix::q4_k_m;
+    p.target = quant_mix_type(p.mix);
+    auto plan = plan_quantization(in, p);
+    for (int l = 0; l < 8; l++) {
+        const type more = l == 0 || l == 3 || l == 6 || l == 7 ? type::q6_k : type::q4_k;
+        EXPECT_EQ(plan_of(plan, name(l, "attn_v")).to, more) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_down")).to, more) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "attn_q")).to, type::q4_k) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_up")).to, type::q4_k) << l;
+    }
+    EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::q6_k); // tied: the output
+    p.mix = quant_mix::q4_k_s;
+    plan = plan_quantization(in, p);
+    for (int l = 0; l < 8; l++) {
+        EXPECT_EQ(plan_of(plan, name(l, "attn_v")).to, l < 4 ? type::q5_k : type::q4_k) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_down")).to, l < 1 ? type::q5_k : type::q4_k) << l;
+    }
+    p.mix = quant_mix::q5_k_m;
+    p.target = type::q5_k;
+    plan = plan_quantization(in, p);
+    EXPECT_EQ(plan_of(plan, name(3, "attn_v")).to, type::q6_k);
+    EXPECT_EQ(plan_of(plan, name(4, "attn_v")).to, type::q5_k);
+    p.output_type = type::q8_0; // an override wins over the mix
+    EXPECT_EQ(plan_of(plan_quantization(in, p), "token_embd.weight").to, type::q8_0);
+    p.output_type.reset();
+    p.target = type::q4_k; // a mix of q5_K asked for with another format
+    EXPECT_THROW(plan_quantization(in, p), error);
+    p.target = type::q5_k;
+    gguf_file out = gguf_file::from_memory(quantize_to_bytes(in, p));
+    EXPECT_EQ(out.get_int("general.file_type"), 17); // LLAMA_FTYPE_MOSTLY_Q5_K_M
+
+    // 64-wide rows (no 256 block): the mix's choices, then llama-quantize's fallbacks
+    const std::string narrow = tmp_path("mix_narrow.gguf");
+    spec = {};
+    spec.weight_type = type::f32;
+    test::write_tiny_model(narrow, spec);
+    p = {};
+    p.mix = quant_mix::q4_k_m;
+    p.target = type::q4_k;
+    gguf_file narrow_in = gguf_file::open(narrow); // the plan points into it
+    plan = plan_quantization(narrow_in, p);
+    EXPECT_EQ(plan_of(plan, name(1, "attn_v")).to, type::q8_0); // q6_K (the last eighth of 2 layers) -> q8_0
+    EXPECT_EQ(plan_of(plan, name(0, "attn_v")).to, type::q5_0); // q4_K -> q5_0
+    EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::q8_0); // the output's rule for rows % 256
+    fs::remove(narrow);
+    fs::remove(path);
+}
+
 TEST(quantize, metadata_marks_tessera_only_files) {
     gguf_file in = gguf_file::open(wide_f32_model());
     quantize_params p;
