@@ -173,7 +173,8 @@ uint32_t mix_ftype(quant_mix m) {
 }
 
 // The type llama-quantize's rules give one matrix of a mix (before the fallback for rows a format does not fit),
-// counting attn_v-like tensors and ffn_down as it does (i_wv, i_down: how many came before, in file order).
+// counting attn_v-like tensors and ffn_down as it does (i_wv, i_down: how many came before in its order; pick is
+// called in that order, plan_quantization's).
 struct mix_rules {
     quant_mix mix;
     type base;

@@ -9,7 +9,8 @@
 //         dmin, then (sc, m) of each, so d sc and dmin m are the reference's f32 products, exactly. (The f16 products
 //         rounded once, a word a chunk, put test_families' q4_K file's CUDA perplexity 2.7e-3 from the CPU's.)
 //   q5_K: likewise, with the 32 levels 0..31 as bytes (8 bits a value where the file packs 5).
-// The CPU's dot partner for these is q8_K; here, as for every format, the activations are q8_1.
+// The CPU's dot partner for these is q8_K: the activations come in q8_1's layout with q8_K's integers and scale (one
+// per 256 values: split_acts' q8k, ops.cuh), so the integer sums are the CPU's.
 #pragma once
 
 #include "backends/cuda/quant/format.cuh"
