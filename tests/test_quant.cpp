@@ -901,6 +901,78 @@ TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
         }
 }
 
+// The K formats repacked (q4_K in llama.cpp's repacked q4_K_8x8 orders; q5_K / q6_K in ggml_vec_dot's and, for
+// batches, ggml's tiled order), both instruction-set builds, 1 to 19 activation rows, against the row kernels: gemm
+// vs q4_K's vec_dot_rows8 (its gemv) / q5_K, q6_K's vec_dot, gemm_batch vs q4_K's gemm4_rows8 (its gemm, 4 x 4) /
+// vec_dot_batch8. Planted: a 16-element run of activations at q8_K's extreme -127 (bsum -2032), q6_K's scale -128
+// and the extreme levels. Bound: exact equality.
+TEST(cpu_repack_x16, k_formats_equal_row_kernels_bit_for_bit) {
+    if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
+    std::vector<std::pair<const char*, cpu::x16_kernels (*)(cpu::x16_kind)>> isas{{"avx2", cpu::avx2::x16_kernels_for}};
+    if (cpu::cpu_has_avx512vnni()) isas.push_back({"avx512vnni", cpu::avx512vnni::x16_kernels_for});
+    using cpu::x16_kind;
+    const std::pair<x16_kind, type> kinds[] = {{x16_kind::q4_k, type::q4_k}, {x16_kind::q5_k, type::q5_k},
+                                               {x16_kind::q6_k, type::q6_k}};
+    for (int64_t blocks : {int64_t(1), int64_t(3)})
+        for (auto [kind, t] : kinds) {
+            const int64_t k = 256 * blocks, n = 32, m = 19;
+            const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(t);
+            const size_t wrow = row_size(t, k), arow = row_size(type::q8_k, k);
+            std::vector<uint8_t> w(size_t(n) * wrow), a(size_t(m) * arow);
+            for (int64_t i = 0; i < n; i++) {
+                auto x = random_heavy(size_t(k), uint32_t(700 + i));
+                if (i == 3) // every level 0 .. top of a sub-block: a ramp
+                    for (int64_t e = 0; e < k; e++) x[size_t(e)] = float(e % 64) - 31.5f;
+                find_row_ops(t)->from_float(x.data(), w.data() + i * wrow, k);
+            }
+            if (t == type::q6_k) reinterpret_cast<block_q6_k*>(w.data() + 5 * wrow)[0].scales[7] = -128;
+            for (int64_t j = 0; j < m; j++) {
+                auto z = random_normal(size_t(k), uint32_t(800 + j));
+                if (j == 2) // sub-block 5 all at the most negative value: q8_K's -127 sixteen times
+                    for (int e = 80; e < 96; e++) z[size_t(e)] = -40.0f;
+                ops->act_from_float(z.data(), a.data() + j * arow, k);
+            }
+            ASSERT_EQ(reinterpret_cast<const block_q8_k*>(a.data() + 2 * arow)[0].bsums[5], -2032);
+            const size_t gb = cpu::x16_group_bytes(kind, k);
+            std::vector<uint8_t> packed(2 * gb);
+            for (int g = 0; g < 2; g++)
+                cpu::repack_x16(kind, w.data() + g * 16 * wrow, wrow, k, packed.data() + g * gb);
+            // the row kernels' answers: plain (gemv / lanes) and batch (per-64 gemm / tiled)
+            std::vector<float> plain(size_t(m * n)), batch(size_t(m * n));
+            for (int64_t j = 0; j < m; j++)
+                for (int64_t i = 0; i < n; i++) {
+                    const uint8_t *wi = w.data() + i * wrow, *aj = a.data() + j * arow;
+                    plain[size_t(j * n + i)] = t == type::q4_k ? ops->vec_dot_rows8(wi, aj, k) : ops->vec_dot(wi, aj, k);
+                    if (t != type::q4_k) batch[size_t(j * n + i)] = ops->vec_dot_batch8(wi, aj, k);
+                }
+            if (t == type::q4_k)
+                for (int64_t j = 0; j + 4 <= m; j += 4)
+                    for (int64_t i = 0; i < n; i += 4)
+                        ops->gemm4_rows8(w.data() + i * wrow, wrow, a.data() + j * arow, arow, k,
+                                         batch.data() + j * n + i, size_t(n));
+            for (const auto& [name, get] : isas) {
+                const cpu::x16_kernels kern = get(kind);
+                ASSERT_TRUE(kern.gemm && kern.gemm_batch);
+                for (int form = 0; form < 2; form++)
+                    for (int64_t na = 1; na <= m; na++) {
+                        if (form == 1 && t == type::q4_k && na > 16) continue; // whole groups of 4 only
+                        const int64_t rows = form == 1 && t == type::q4_k ? na / 4 * 4 : na;
+                        if (rows == 0) continue;
+                        std::vector<float> y(size_t(rows * n), std::nanf(""));
+                        for (int g = 0; g < 2; g++)
+                            (form ? kern.gemm_batch : kern.gemm)(packed.data() + g * gb, k / 32, a.data(), arow, nullptr, 0,
+                                                                  rows, y.data() + 16 * g, size_t(n));
+                        const std::vector<float>& want = form ? batch : plain;
+                        for (int64_t j = 0; j < rows; j++)
+                            for (int64_t i = 0; i < n; i++)
+                                ASSERT_EQ(y[size_t(j * n + i)], want[size_t(j * n + i)])
+                                    << name << " " << type_name(t) << (form ? " batch" : " plain") << " k " << k
+                                    << " rows " << rows << " row " << i << " act " << j;
+                    }
+            }
+        }
+}
+
 // q8_0 repacked, every instruction-set build and every form (VNNI two activation rows at a time, AVX2's prompt kernel
 // four at a time over stretches of 32 blocks, the one-row and decode forms), against a scalar twin of
 // ggml_vec_dot_q8_0_q8_0's order, which is also tinyBLAS_Q0_AVX's (llama.cpp's prompt path for q8_0 on x86): per row

@@ -40,6 +40,45 @@ const cpu_type_ops* row_ops_for(const tensor& w, bool reference, cpu_type_ops& s
     return &storage;
 }
 
+// Weight rows [n0, n1) x activation rows [m0, m1) of one (i2, i3) slice with the row kernels (act: the converted
+// activations of every row, act_row bytes each), times w_scale: 4 x 4 blocks where the tile allows (gemm4), 4 weight
+// rows a pass over one activation row (gemv4), else vec_dot; each gives vec_dot's bits, or the order the kernels of
+// row_ops_for stand for
+void row_tile(const cpu_type_ops& ops, const tensor& w, tensor& dst, const uint8_t* act, size_t act_row, float w_scale,
+              int64_t n0, int64_t n1, int64_t m0, int64_t m1, int64_t i2, int64_t i3) {
+    const tensor& x = *dst.src[1];
+    const int64_t k = w.ne[0], m = x.ne[1], ne2 = x.ne[2];
+    const int64_t r2 = ne2 / w.ne[2], r3 = x.ne[3] / w.ne[3]; // broadcast of w over dims 2, 3
+    const int64_t ys = int64_t(dst.nb[1] / sizeof(float));
+    const uint8_t* a0 = act + size_t((i3 * ne2 + i2) * m) * act_row;
+    auto w_row = [&](int64_t i) { return at<uint8_t>(w, 0, i, i2 / r2, i3 / r3); };
+    const bool packed = w.nb[0] == type_size(w.t);
+    int64_t im = m0;
+    if (ops.gemm4 && packed)
+        for (; im + 4 <= m1; im += 4) {
+            float* y = at<float>(dst, 0, im, i2, i3);
+            int64_t in = n0;
+            for (; in + 4 <= n1; in += 4) ops.gemm4(w_row(in), w.nb[1], a0 + size_t(im) * act_row, act_row, k, y + in, size_t(ys));
+            for (; in < n1; in++)
+                for (int64_t j = 0; j < 4; j++) y[j * ys + in] = ops.vec_dot(w_row(in), a0 + size_t(im + j) * act_row, k);
+            if (w_scale != 1.0f)
+                for (int64_t j = 0; j < 4; j++)
+                    for (int64_t i = n0; i < n1; i++) y[j * ys + i] *= w_scale;
+        }
+    for (; im < m1; im++) {
+        const uint8_t* a = a0 + size_t(im) * act_row;
+        float* y = at<float>(dst, 0, im, i2, i3);
+        int64_t in = n0;
+        if (ops.gemv4 && packed)
+            for (; in + 4 <= n1; in += 4) {
+                ops.gemv4(w_row(in), w.nb[1], a, act_row, k, y + in, 1);
+                if (w_scale != 1.0f)
+                    for (int64_t i = in; i < in + 4; i++) y[i] *= w_scale;
+            }
+        for (; in < n1; in++) y[in] = w_scale * ops.vec_dot(w_row(in), a, k);
+    }
+}
+
 // Weights repacked in groups of 16 rows (repack.h): the same two steps, tiles of one group x 16 activation rows; the
 // rows past the last group (a 2-D weight's n % 16) by the row kernels, whose order the repacked kind keeps (same
 // bits). Several matrices of one kind and k reading the same activations (q, k, v; gate, up: mul_mat_group) share
@@ -114,21 +153,23 @@ void x16_tile(const compute_params& p, const x16_job& j, const x16_grid& gr, con
     const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
     const int64_t m0 = tm * TILE_M, m1 = std::min(m, m0 + TILE_M);
     const int64_t r0 = (i3 * ne2 + i2) * m + m0; // first activation row of the tile
-    if (c == gr.group_runs) {                    // the rows past the groups, as mul_mat's row path computes them
-        for (int64_t r = m0; r < m1; r++) {
-            const uint8_t* x = a.act + size_t((i3 * ne2 + i2) * m + r) * a.act_row;
-            float* y = at<float>(dst, 0, r, i2, i3);
-            for (int64_t i = gr.tail0; i < n; i++) {
-                y[i] = rw.scale * j.ops.vec_dot(at<uint8_t>(w, 0, i, 0, 0), x, k);
-                if (p.out_scale != 1.0f) y[i] *= p.out_scale;
-            }
-        }
+    if (c == gr.group_runs) { // the rows past the groups, as mul_mat's row path computes them
+        row_tile(j.ops, w, dst, a.act, a.act_row, rw.scale, gr.tail0, n, m0, m1, i2, i3);
+        if (p.out_scale != 1.0f)
+            for (int64_t r = m0; r < m1; r++)
+                for (int64_t i = gr.tail0; i < n; i++) at<float>(dst, 0, r, i2, i3)[i] *= p.out_scale;
         return;
     }
+    const int64_t nbat = x16_batch_rows(kern, m, m0, m1 - m0); // the first nbat rows in the batch order
     for (int64_t g = c * gr.run; g < std::min(gr.groups, (c + 1) * gr.run); g++) {
         float* y = at<float>(dst, 16 * g, m0, i2, i3);
-        kern.gemm(rw.group(g), k / 32, a.act + size_t(r0) * a.act_row, a.act_row,
-                  a.sums ? a.sums + size_t(r0) * a.ss : nullptr, a.ss, m1 - m0, y, ys);
+        const auto rows = [&](x16_gemm_fn gemm, int64_t j0, int64_t j1) {
+            const int64_t r = r0 + j0;
+            gemm(rw.group(g), k / 32, a.act + size_t(r) * a.act_row, a.act_row, a.sums ? a.sums + size_t(r) * a.ss : nullptr,
+                 a.ss, j1 - j0, y + j0 * int64_t(ys), ys);
+        };
+        if (nbat > 0) rows(kern.gemm_batch, 0, nbat);
+        if (nbat < m1 - m0) rows(kern.gemm, nbat, m1 - m0);
         if (rw.scale != 1.0f) // i2_s: rows at unit scale, times the tensor's scale as in the row path
             for (int64_t r = 0; r < m1 - m0; r++)
                 for (int64_t i = 0; i < 16; i++) y[r * int64_t(ys) + i] *= rw.scale;
@@ -286,7 +327,6 @@ void mul_mat(const compute_params& p, tensor& dst) {
     TS_ASSERT(ops != nullptr && x.t == type::f32 && x.nb[0] == 4);
     const int64_t k = w.ne[0], n = w.ne[1];
     const int64_t m = x.ne[1], ne2 = x.ne[2], ne3 = x.ne[3];
-    const int64_t r2 = ne2 / w.ne[2], r3 = ne3 / w.ne[3]; // broadcast of w over dims 2, 3
     const size_t act_row = row_size(ops->dot_type, k);
     // scratch: a cache line for the shared tile counter, then the converted activations
     auto* counter = reinterpret_cast<std::atomic<int64_t>*>(p.wdata);
@@ -322,35 +362,7 @@ void mul_mat(const compute_params& p, tensor& dst) {
         const int64_t i2 = i23 % ne2, i3 = i23 / ne2;
         const int64_t n0 = tn * tile_n, n1 = std::min(n, n0 + tile_n);
         const int64_t m0 = tm * TILE_M, m1 = std::min(m, m0 + TILE_M);
-        const uint8_t* a0 = act + size_t((i3 * ne2 + i2) * m) * act_row;
-        int64_t im = m0;
-        if (ops->gemm4 && w.nb[0] == type_size(w.t)) // 4 x 4 blocks where the tile allows, same bits as vec_dot
-            for (; im + 4 <= m1; im += 4) {
-                float* y = at<float>(dst, 0, im, i2, i3);
-                int64_t in = n0;
-                for (; in + 4 <= n1; in += 4)
-                    ops->gemm4(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), w.nb[1], a0 + size_t(im) * act_row, act_row,
-                               k, y + in, dst.nb[1] / sizeof(float));
-                for (; in < n1; in++)
-                    for (int64_t j = 0; j < 4; j++)
-                        y[j * int64_t(dst.nb[1] / sizeof(float)) + in] =
-                            ops->vec_dot(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), a0 + size_t(im + j) * act_row, k);
-                if (w_scale != 1.0f)
-                    for (int64_t j = 0; j < 4; j++)
-                        for (int64_t i = n0; i < n1; i++) y[j * int64_t(dst.nb[1] / sizeof(float)) + i] *= w_scale;
-            }
-        for (; im < m1; im++) {
-            const uint8_t* a = a0 + size_t(im) * act_row;
-            float* y = at<float>(dst, 0, im, i2, i3);
-            int64_t in = n0;
-            if (ops->gemv4 && w.nb[0] == type_size(w.t)) // 4 weight rows per pass over the activations, same bits
-                for (; in + 4 <= n1; in += 4) {
-                    ops->gemv4(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), w.nb[1], a, act_row, k, y + in, 1);
-                    if (w_scale != 1.0f)
-                        for (int64_t i = in; i < in + 4; i++) y[i] *= w_scale;
-                }
-            for (; in < n1; in++) y[in] = w_scale * ops->vec_dot(at<uint8_t>(w, 0, in, i2 / r2, i3 / r3), a, k);
-        }
+        row_tile(*ops, w, dst, act, act_row, w_scale, n0, n1, m0, m1, i2, i3);
         if (p.out_scale != 1.0f) // a fused `mul` by a scalar: the same single rounding as the mul op
             for (int64_t j = m0; j < m1; j++) {
                 float* y = at<float>(dst, 0, j, i2, i3);

@@ -33,8 +33,30 @@ constexpr size_t record_bytes(x16_kind kind) {
     case x16_kind::awq4_g64: return 512 + 64;
     case x16_kind::tq2_0: return 1024 + 64;
     case x16_kind::i2_s: return 512;
+    case x16_kind::q4_k: return 2048 + 128 + 128 + 32 + 32;
+    case x16_kind::q5_k: return 2048 + 512 + 128 + 128 + 32 + 32;
+    case x16_kind::q6_k: return 2048 + 1024 + 256 + 32;
     }
     return 0;
+}
+
+// K formats: slot w = elements 4w..4w+3 of row r; nibble vector i (at 64 i) holds the low 4 bits of slot 2i in its low
+// nibbles and of slot 2i + 1 in its high ones
+template <class B> void put_k_nibbles(uint8_t* q, int r, const B& x, int (*level)(const B&, int)) {
+    for (int i = 0; i < 32; i++)
+        for (int j = 0; j < 4; j++)
+            q[i * 64 + r * 4 + j] = uint8_t((level(x, 8 * i + j) & 0xf) | ((level(x, 8 * i + 4 + j) & 0xf) << 4));
+}
+// q4_K / q5_K's 8 scales then 8 mins (byte 16 c + r), then f16 d and dmin (16 each) at `at`
+template <class B> void put_k_scales(uint8_t* q, int r, const B& x, size_t at) {
+    for (int c = 0; c < 8; c++) {
+        int sc, m;
+        kq::scale_min(x.scales, c, sc, m);
+        q[at + 16 * c + r] = uint8_t(sc);
+        q[at + 128 + 16 * c + r] = uint8_t(m);
+    }
+    reinterpret_cast<uint16_t*>(q + at + 256)[r] = x.d.bits;
+    reinterpret_cast<uint16_t*>(q + at + 256)[16 + r] = x.dmin.bits;
 }
 
 // 4 nibbles of 4 consecutive elements (low) and of the 4 elements 16 later (high) -> lane r of a q4_0-style vector
@@ -50,7 +72,10 @@ int64_t x16_block_elems(x16_kind kind) {
     case x16_kind::awq4_g64: return 64;
     case x16_kind::awq4:
     case x16_kind::i2_s: return 128;
-    case x16_kind::tq2_0: return 256;
+    case x16_kind::tq2_0:
+    case x16_kind::q4_k:
+    case x16_kind::q5_k:
+    case x16_kind::q6_k: return 256;
     default: return 32;
     }
 }
@@ -72,7 +97,10 @@ int64_t x16_act_sums_count(x16_kind kind, int64_t k) {
     case x16_kind::awq4_g64:
     case x16_kind::tq2_0: return k / 32;
     case x16_kind::q4_1:
-    case x16_kind::i2_s: return 0;
+    case x16_kind::i2_s:
+    case x16_kind::q4_k:
+    case x16_kind::q5_k:
+    case x16_kind::q6_k: return 0;
     }
     return 0;
 }
@@ -155,6 +183,38 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
                 for (int l = 0; l < 8; l++) std::memcpy(q + l * 64 + r * 4, x.qs + 4 * l, 4);
                 break;
             }
+            case x16_kind::q4_k: {
+                const auto& x = reinterpret_cast<const block_q4_k*>(row)[b];
+                put_k_nibbles<block_q4_k>(q, r, x, q4_k::level);
+                put_k_scales(q, r, x, 2048);
+                break;
+            }
+            case x16_kind::q5_k: { // then 8 vectors of fifth bits: vector c, lane r, byte j, bit b = slot 8c + b's
+                const auto& x = reinterpret_cast<const block_q5_k*>(row)[b];
+                put_k_nibbles<block_q5_k>(q, r, x, q5_k::level);
+                for (int c = 0; c < 8; c++)
+                    for (int j = 0; j < 4; j++) {
+                        uint8_t v = 0;
+                        for (int bit = 0; bit < 8; bit++) v |= uint8_t(((q5_k::level(x, 32 * c + 4 * bit + j) >> 4) & 1) << bit);
+                        q[2048 + c * 64 + r * 4 + j] = v;
+                    }
+                put_k_scales(q, r, x, 2048 + 512);
+                break;
+            }
+            case x16_kind::q6_k: { // then 16 vectors of high bit pairs: vector s, lane r, byte j, bits 2f..2f+1 =
+                                   // slot 4s + f's; then 16 x 16 int8 scales (byte 16 s + r) and 16 f16 d
+                const auto& x = reinterpret_cast<const block_q6_k*>(row)[b];
+                put_k_nibbles<block_q6_k>(q, r, x, q6_k::level);
+                for (int s = 0; s < 16; s++)
+                    for (int j = 0; j < 4; j++) {
+                        uint8_t v = 0;
+                        for (int f = 0; f < 4; f++) v |= uint8_t((q6_k::level(x, 16 * s + 4 * f + j) >> 4) << (2 * f));
+                        q[2048 + s * 64 + r * 4 + j] = v;
+                    }
+                for (int s = 0; s < 16; s++) q[3072 + 16 * s + r] = uint8_t(x.scales[s]);
+                reinterpret_cast<uint16_t*>(q + 3328)[r] = x.d.bits;
+                break;
+            }
             }
         }
     }
@@ -181,6 +241,15 @@ bool x16_kind_for(const tensor& w, x16_kind& kind) {
     case type::awq4_g64: kind = x16_kind::awq4_g64; break;
     case type::tq2_0: kind = x16_kind::tq2_0; break;
     case type::i2_s: kind = x16_kind::i2_s; break;
+    case type::q4_k: // llama.cpp's repacked orders only (q4_K_8x8); 2-D (mixture-of-experts K weights: the row kernels)
+        if (!rows8 || w.ne[2] != 1) return false;
+        kind = x16_kind::q4_k;
+        break;
+    case type::q5_k:
+    case type::q6_k:
+        if (w.ne[2] != 1) return false;
+        kind = w.t == type::q5_k ? x16_kind::q5_k : x16_kind::q6_k;
+        break;
     case type::mxfp4: // blockwise only (no repacked kind in ggml_vec_dot's order)
         if (!rows8) return false;
         kind = x16_kind::mxfp4_blockwise;

@@ -49,6 +49,7 @@
 
 #include "ggml-like/tensor.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -56,7 +57,9 @@
 
 namespace tessera::cpu {
 
-enum class x16_kind : uint8_t { q4_0_blockwise, q4_0, q4_1, q8_0, nvfp4, awq4, awq4_g64, tq2_0, i2_s, mxfp4_blockwise };
+enum class x16_kind : uint8_t {
+    q4_0_blockwise, q4_0, q4_1, q8_0, nvfp4, awq4, awq4_g64, tq2_0, i2_s, mxfp4_blockwise, q4_k, q5_k, q6_k
+};
 
 // y[j * ys + r] = row r of the group . activation row j (at a + j * as, the weight's dot type), r < 16, j < na;
 // nb = k / 32 (every kind's block is a multiple of 32 elements); s: that row's act_sums (at s + j * ss int32s), unused
@@ -66,10 +69,28 @@ using x16_gemm_fn = void (*)(const uint8_t* w, int64_t nb, const uint8_t* a, siz
 // the corrections for one activation row (dot-type row of k elements) -> s (act_sums_count int32s)
 using x16_sums_fn = void (*)(const void* a, int32_t* s, int64_t k);
 
+// Which activation rows of a matmul a kind's batch kernel takes (llama.cpp picks the order by the batch): none; all of
+// them once the matmul has 8 or more (q5_K, q6_K: ggml's tiled kernels); those in whole groups of 4 (q4_K: its
+// repacked gemm; the last m % 4 rows go to its gemv)
+enum class x16_batch : uint8_t { none, m8, groups4 };
+
 struct x16_kernels {
     x16_gemm_fn gemm = nullptr;
-    x16_sums_fn sums = nullptr; // null: no corrections
+    x16_sums_fn sums = nullptr;       // null: no corrections
+    x16_gemm_fn gemm_batch = nullptr; // the batch order (x16_batch), same arguments
+    x16_batch batch = x16_batch::none;
 };
+
+// How many of a tile's na activation rows, starting at row m0 (a multiple of 4) of a matmul of m, take gemm_batch
+// (the first ones); gemm takes the rest
+inline int64_t x16_batch_rows(const x16_kernels& k, int64_t m, int64_t m0, int64_t na) {
+    switch (k.batch) {
+    case x16_batch::none: return 0;
+    case x16_batch::m8: return m >= 8 ? na : 0;
+    case x16_batch::groups4: return std::max<int64_t>(0, std::min(na, m - m % 4 - m0));
+    }
+    return 0;
+}
 
 // The kernels for a kind on this CPU; gemm is null when the CPU has no AVX2 (then nothing is repacked).
 x16_kernels find_x16_kernels(x16_kind kind);

@@ -51,6 +51,21 @@ struct V {
     static i add32(i a, i b) { return _mm512_add_epi32(a, b); }
     static i sub32(i a, i b) { return _mm512_sub_epi32(a, b); }
     static i madd16(i a, i b) { return _mm512_madd_epi16(a, b); }
+    static i maddubs(i u, i s) { return _mm512_maddubs_epi16(u, s); }
+    static i mullo(i a, i b) { return _mm512_mullo_epi32(a, b); }
+    static i band8(i v, int8_t c) { return _mm512_and_si512(v, _mm512_set1_epi8(c)); }
+    static i bor(i a, i b) { return _mm512_or_si512(a, b); }
+    template <int N> static i shl16(i v) { return _mm512_slli_epi16(v, N); }
+    template <int N> static i shr16(i v) { return _mm512_srli_epi16(v, N); }
+    template <int N> static i shl32(i v) { return _mm512_maskz_slli_epi32(0xffff, v, N); }
+    // int32 lanes (in int16 range) -> both int16 halves of each lane hold the value
+    static i pair16(i v) { return _mm512_or_si512(_mm512_and_si512(v, set1(0xffff)), shl32<16>(v)); }
+    // lanes of a (low int16) and b (high int16), both in int16 range
+    static i pack16(i a, i b) { return _mm512_or_si512(_mm512_and_si512(a, set1(0xffff)), shl32<16>(b)); }
+    // 16 signed bytes -> 16 int32 lanes
+    static i load_s8(const uint8_t* p) {
+        return _mm512_maskz_cvtepi8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
     // 16 bytes -> 16 int32 lanes
     static i load_u8(const uint8_t* p) {
         return _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -67,6 +82,8 @@ struct V {
     static f mul(f a, f b) { return _mm512_mul_ps(a, b); }
     static f add(f a, f b) { return _mm512_add_ps(a, b); }
     static f fma(f a, f b, f c) { return _mm512_fmadd_ps(a, b, c); }
+    static f fnma(f a, f b, f c) { return _mm512_fnmadd_ps(a, b, c); }
+    static f sub(f a, f b) { return _mm512_sub_ps(a, b); }
     static f load_h(const uint16_t* p) {
         return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     }
@@ -127,6 +144,19 @@ struct V {
     static i add32(i a, i b) { return _mm256_add_epi32(a, b); }
     static i sub32(i a, i b) { return _mm256_sub_epi32(a, b); }
     static i madd16(i a, i b) { return _mm256_madd_epi16(a, b); }
+    static i maddubs(i u, i s) { return _mm256_maddubs_epi16(u, s); }
+    static i mullo(i a, i b) { return _mm256_mullo_epi32(a, b); }
+    static i band8(i v, int8_t c) { return _mm256_and_si256(v, _mm256_set1_epi8(c)); }
+    static i bor(i a, i b) { return _mm256_or_si256(a, b); }
+    template <int N> static i shl16(i v) { return _mm256_slli_epi16(v, N); }
+    template <int N> static i shr16(i v) { return _mm256_srli_epi16(v, N); }
+    template <int N> static i shl32(i v) { return _mm256_slli_epi32(v, N); }
+    static i pair16(i v) { return _mm256_or_si256(_mm256_and_si256(v, set1(0xffff)), _mm256_slli_epi32(v, 16)); }
+    static i pack16(i a, i b) { return _mm256_or_si256(_mm256_and_si256(a, set1(0xffff)), _mm256_slli_epi32(b, 16)); }
+    // 8 signed bytes -> 8 int32 lanes
+    static i load_s8(const uint8_t* p) {
+        return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    }
     // 8 bytes -> 8 int32 lanes
     static i load_u8(const uint8_t* p) {
         return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -142,6 +172,8 @@ struct V {
     static f mul(f a, f b) { return _mm256_mul_ps(a, b); }
     static f add(f a, f b) { return _mm256_add_ps(a, b); }
     static f fma(f a, f b, f c) { return _mm256_fmadd_ps(a, b, c); }
+    static f fnma(f a, f b, f c) { return _mm256_fnmadd_ps(a, b, c); }
+    static f sub(f a, f b) { return _mm256_sub_ps(a, b); }
     static f load_h(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
     static void store(float* y, f v) { _mm256_storeu_ps(y, v); }
     // 8 E8M0 bytes -> 2^(e - 128) (e8m0_to_fp32_half: e >= 2 the bits (e - 1) << 23, e = 0, 1 the subnormals)
@@ -554,6 +586,283 @@ void i2_s_k(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const i
     });
 }
 
+// ---- K formats: 256-element super-blocks against q8_K (layouts: repack.h) ----
+// Word slot w of a record = elements 4w..4w+3 of each row; nibble vector i (at 64 i) holds slot 2i in its low nibbles
+// and 2i + 1 in its high ones. The integer sums are exact in any order; each kernel keeps the float steps of the row
+// kernel it stands in for (k_quants_avx2.cpp). maddubs pair sums are added in int16 only while they stay below 2^15.
+struct q4k_rec {
+    static constexpr size_t sc = 2048, mn = 2176, d = 2304, dmin = 2336, bytes = 2368;
+};
+struct q5k_rec {
+    static constexpr size_t qh = 2048, sc = 2560, mn = 2688, d = 2816, dmin = 2848, bytes = 2880;
+};
+struct q6k_rec {
+    static constexpr size_t qh = 2048, sc = 3072, d = 3328, bytes = 3360;
+};
+
+// q8_K activation word: 4 bytes from element e of a super-block
+inline V::i aword(const block_q8_k& a, int e) { return V::set1(word(a.qs + e)); }
+// two int16 bsums (sub-blocks 2c, 2c + 1) as one word
+inline V::i bsum_pair(const block_q8_k& a, int c) {
+    int32_t v;
+    std::memcpy(&v, a.bsums + 2 * c, 4);
+    return V::set1(v);
+}
+
+// bit B of each qh byte moved to bit 4 (q5_K's fifth bit); epi16 shifts bring in a neighbour byte's bits only below
+// bit 4 (left shifts of <= 4) or above it (right shifts of <= 3), which the mask drops
+template <int B> inline V::i bit4(V::i qh) {
+    if constexpr (B <= 4)
+        return V::band8(V::shl16<4 - B>(qh), 0x10);
+    else
+        return V::band8(V::shr16<B - 4>(qh), 0x10);
+}
+
+// The 8 words of 32-element sub-block c (q4_K: nibbles; q5_K: plus the fifth bit), of half h
+template <bool Q5> struct k4_words {
+    V::i x[8];
+    k4_words(const uint8_t* rec, int h, int c) {
+        const uint8_t* q = rec + h * 32;
+        V::i qh = V::zero_i();
+        if constexpr (Q5) qh = V::load(q + q5k_rec::qh + 64 * c);
+        for (int i = 0; i < 4; i++) {
+            const V::i l = V::load(q + 64 * (4 * c + i));
+            x[2 * i] = V::low4(l);
+            x[2 * i + 1] = V::high4(l);
+        }
+        if constexpr (Q5) {
+            x[0] = V::bor(x[0], bit4<0>(qh)), x[1] = V::bor(x[1], bit4<1>(qh));
+            x[2] = V::bor(x[2], bit4<2>(qh)), x[3] = V::bor(x[3], bit4<3>(qh));
+            x[4] = V::bor(x[4], bit4<4>(qh)), x[5] = V::bor(x[5], bit4<5>(qh));
+            x[6] = V::bor(x[6], bit4<6>(qh)), x[7] = V::bor(x[7], bit4<7>(qh));
+        }
+    }
+};
+
+// The 4 words of q6_K's 16-element sub-block s (levels 0..63), of half h
+struct q6_words {
+    V::i x[4];
+    q6_words(const uint8_t* rec, int h, int s) {
+        const uint8_t* q = rec + h * 32;
+        const V::i l0 = V::load(q + 64 * (2 * s)), l1 = V::load(q + 64 * (2 * s + 1));
+        const V::i qh = V::load(q + q6k_rec::qh + 64 * s);
+        x[0] = V::bor(V::low4(l0), V::band8(V::shl16<4>(qh), 0x30));
+        x[1] = V::bor(V::high4(l0), V::band8(V::shl16<2>(qh), 0x30));
+        x[2] = V::bor(V::low4(l1), V::band8(qh, 0x30));
+        x[3] = V::bor(V::high4(l1), V::band8(V::shr16<2>(qh), 0x30));
+    }
+};
+
+// sum over the 8 words of a 32-element sub-block of sc x (words . activations from element e0), exact: 4-bit levels
+// (pair sums <= 2 x 15 x 128) add 8 in int16, 5-bit ones (<= 2 x 31 x 128) 4; VNNI sums the bytes in int32 and
+// multiplies once
+template <bool Q5> inline V::i k4_scaled(const V::i (&x)[8], const block_q8_k& a, int e0, V::i scp, V::i sc32) {
+    if constexpr (V::pairs16) {
+        constexpr int R = Q5 ? 4 : 8; // words a widening
+        V::i acc = V::zero_i();
+        for (int w0 = 0; w0 < 8; w0 += R) {
+            V::i p = V::maddubs(x[w0], aword(a, e0 + 4 * w0));
+            for (int w = w0 + 1; w < w0 + R; w++) p = V::add16(p, V::maddubs(x[w], aword(a, e0 + 4 * w)));
+            acc = V::add32(acc, V::madd16(p, scp));
+        }
+        return acc;
+    } else {
+        (void)scp;
+        V::i u = V::zero_i();
+        for (int w = 0; w < 8; w++) u = V::dp(u, x[w], aword(a, e0 + 4 * w));
+        return V::mullo(u, sc32);
+    }
+}
+
+// q4_K in llama.cpp's repacked (q4_K_8x8) orders. PER64: its gemm's, per 64 elements (sub-block pair p):
+// acc = fma(float(S_p), d_w d_a, acc), acc_min = fma(float(M_p), dmin_w d_a, acc_min); else its gemv's, the same per
+// super-block; the result acc - acc_min. S: sum of sc x dot, M: sum of m x (the sub-block's activation sum).
+template <int NA, bool PER64, bool SWEEP = false>
+void q4k_rows8(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
+               size_t ys) {
+    struct A {
+        V::f acc[NA], acc_min[NA];
+    };
+    using R = q4k_rec;
+    const auto record = [&](int64_t b) {
+        if constexpr (SWEEP) prefetch<R::bytes>(w + size_t(b + 1) * R::bytes);
+    };
+    const auto half = [&](int64_t b, int h, A& t) {
+        const uint8_t* rec = w + size_t(b) * R::bytes;
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + R::d) + h * V::lanes);
+        const V::f dmw = V::load_h(reinterpret_cast<const uint16_t*>(rec + R::dmin) + h * V::lanes);
+        V::f dd[NA], dm[NA];
+        for (int j = 0; j < NA; j++) {
+            const V::f da = V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d);
+            dd[j] = V::mul(dw, da), dm[j] = V::mul(dmw, da);
+        }
+        V::i S[NA], M[NA];
+        for (int j = 0; j < NA; j++) S[j] = M[j] = V::zero_i();
+        for (int c = 0; c < 8; c++) {
+            const V::i sc = V::load_u8(rec + R::sc + 16 * c + h * V::lanes);
+            const V::i scp = V::pair16(sc), mp = V::pair16(V::load_u8(rec + R::mn + 16 * c + h * V::lanes));
+            const k4_words<false> q(rec, h, c);
+            for (int j = 0; j < NA; j++) {
+                const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
+                S[j] = V::add32(S[j], k4_scaled<false>(q.x, ab, 32 * c, scp, sc));
+                M[j] = V::add32(M[j], V::madd16(mp, bsum_pair(ab, c)));
+            }
+            if (PER64 && c % 2 == 1)
+                for (int j = 0; j < NA; j++) {
+                    t.acc[j] = V::fma(V::cvt(S[j]), dd[j], t.acc[j]);
+                    t.acc_min[j] = V::fma(V::cvt(M[j]), dm[j], t.acc_min[j]);
+                    S[j] = M[j] = V::zero_i();
+                }
+        }
+        if constexpr (!PER64)
+            for (int j = 0; j < NA; j++) {
+                t.acc[j] = V::fma(V::cvt(S[j]), dd[j], t.acc[j]);
+                t.acc_min[j] = V::fma(V::cvt(M[j]), dm[j], t.acc_min[j]);
+            }
+    };
+    sweep<SWEEP ? V::passes : 1, A>(nb32 / 8, record, half, [&](int h, const A& t) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, V::sub(t.acc[j], t.acc_min[j]));
+    });
+}
+
+// q5_K / q6_K in ggml_vec_dot's order (fewer than 8 activation rows): per row 8 int32 lanes a super-block, lane t the
+// sum over its 32-element chunks c of sc x (the dot of elements 32c + 4t .. + 3) (q6_K: minus 32 x (sc bsum) of
+// sub-blocks 2t, 2t + 1), acc_t = fma(d_a d_w, float(lane t), acc_t), folded as hsum_float_8; q5_K adds
+// summs = fma(-d_a dmin_w, float(M), summs) after the fold
+template <int NA, bool Q6, bool SWEEP = false>
+void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
+             size_t ys) {
+    constexpr size_t REC = Q6 ? q6k_rec::bytes : q5k_rec::bytes;
+    struct A {
+        V::f acc[NA][8], summs[NA];
+    };
+    const auto record = [&](int64_t b) {
+        if constexpr (SWEEP) prefetch<REC>(w + size_t(b + 1) * REC);
+    };
+    const auto half = [&](int64_t b, int h, A& t) {
+        const uint8_t* rec = w + size_t(b) * REC;
+        V::i I[NA][8];
+        for (int j = 0; j < NA; j++)
+            for (int l = 0; l < 8; l++) I[j][l] = V::zero_i();
+        if constexpr (Q6) {
+            for (int s = 0; s < 16; s += 2) {
+                const V::i s0 = V::load_s8(rec + q6k_rec::sc + 16 * s + h * V::lanes);
+                const V::i s1 = V::load_s8(rec + q6k_rec::sc + 16 * (s + 1) + h * V::lanes);
+                const V::i sc01 = V::pack16(s0, s1);
+                for (int k = 0; k < 2; k++) {
+                    const V::i scp = V::pair16(k ? s1 : s0);
+                    const q6_words q(rec, h, s + k);
+                    for (int j = 0; j < NA; j++) {
+                        const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
+                        for (int f = 0; f < 4; f++) {
+                            V::i& l = I[j][4 * k + f];
+                            l = V::add32(l, V::madd16(V::maddubs(q.x[f], aword(ab, 16 * (s + k) + 4 * f)), scp));
+                        }
+                    }
+                }
+                for (int j = 0; j < NA; j++) { // lane s / 2: the offset of sub-blocks s, s + 1
+                    const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
+                    I[j][s / 2] = V::sub32(I[j][s / 2], V::shl32<5>(V::madd16(sc01, bsum_pair(ab, s / 2))));
+                }
+            }
+        } else {
+            V::i M[NA];
+            for (int j = 0; j < NA; j++) M[j] = V::zero_i();
+            for (int c = 0; c < 8; c++) {
+                const V::i scp = V::pair16(V::load_u8(rec + q5k_rec::sc + 16 * c + h * V::lanes));
+                const V::i mp = V::pair16(V::load_u8(rec + q5k_rec::mn + 16 * c + h * V::lanes));
+                const k4_words<true> q(rec, h, c);
+                for (int j = 0; j < NA; j++) {
+                    const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
+                    for (int l = 0; l < 8; l++)
+                        I[j][l] = V::add32(I[j][l], V::madd16(V::maddubs(q.x[l], aword(ab, 32 * c + 4 * l)), scp));
+                    M[j] = V::add32(M[j], V::madd16(mp, bsum_pair(ab, c)));
+                }
+            }
+            const V::f dmw = V::load_h(reinterpret_cast<const uint16_t*>(rec + q5k_rec::dmin) + h * V::lanes);
+            for (int j = 0; j < NA; j++) {
+                const float da = reinterpret_cast<const block_q8_k*>(a + j * as)[b].d;
+                t.summs[j] = V::fma(V::mul(V::set1f(-da), dmw), V::cvt(M[j]), t.summs[j]);
+            }
+        }
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + (Q6 ? q6k_rec::d : q5k_rec::d)) + h * V::lanes);
+        for (int j = 0; j < NA; j++) {
+            const V::f d = V::mul(V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d), dw);
+            for (int l = 0; l < 8; l++) t.acc[j][l] = V::fma(d, V::cvt(I[j][l]), t.acc[j][l]);
+        }
+    };
+    sweep<SWEEP ? V::passes : 1, A>(nb32 / 8, record, half, [&](int h, const A& t) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, V::add(fold8(t.acc[j]), t.summs[j]));
+    });
+}
+
+// q5_K / q6_K in ggml's tiled order (a matmul of >= 8 activation rows): per super-block S = sum of sc x dot (q6_K: of
+// the levels minus 32) and M = sum of m x (sub-block activation sum) exact, r = fma(-dmin_w, float(M), float(S) d_w),
+// acc = fma(r, d_a, acc) (q6_K: r = float(S) d_w)
+template <int NA, bool Q6>
+void k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
+             size_t ys) {
+    constexpr size_t REC = Q6 ? q6k_rec::bytes : q5k_rec::bytes;
+    using A = V::f[NA];
+    const auto half = [&](int64_t b, int h, A& acc) {
+        const uint8_t* rec = w + size_t(b) * REC;
+        V::i S[NA], M[NA];
+        for (int j = 0; j < NA; j++) S[j] = M[j] = V::zero_i();
+        if constexpr (Q6) {
+            for (int s = 0; s < 16; s += 2) {
+                const V::i s0 = V::load_s8(rec + q6k_rec::sc + 16 * s + h * V::lanes);
+                const V::i s1 = V::load_s8(rec + q6k_rec::sc + 16 * (s + 1) + h * V::lanes);
+                for (int k = 0; k < 2; k++) {
+                    const V::i sc = k ? s1 : s0, scp = V::pair16(sc);
+                    const q6_words q(rec, h, s + k);
+                    for (int j = 0; j < NA; j++) {
+                        const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
+                        const int e0 = 16 * (s + k);
+                        if constexpr (V::pairs16) { // pair sums <= 2 x 63 x 128: two add in int16
+                            const V::i p01 = V::add16(V::maddubs(q.x[0], aword(ab, e0)),
+                                                      V::maddubs(q.x[1], aword(ab, e0 + 4)));
+                            const V::i p23 = V::add16(V::maddubs(q.x[2], aword(ab, e0 + 8)),
+                                                      V::maddubs(q.x[3], aword(ab, e0 + 12)));
+                            S[j] = V::add32(S[j], V::add32(V::madd16(p01, scp), V::madd16(p23, scp)));
+                        } else {
+                            V::i u = V::zero_i();
+                            for (int f = 0; f < 4; f++) u = V::dp(u, q.x[f], aword(ab, e0 + 4 * f));
+                            S[j] = V::add32(S[j], V::mullo(u, sc));
+                        }
+                    }
+                }
+                const V::i sc01 = V::pack16(s0, s1);
+                for (int j = 0; j < NA; j++) // M: sum of sc bsum, taken 32 times off S at the end
+                    M[j] = V::add32(M[j], V::madd16(sc01, bsum_pair(reinterpret_cast<const block_q8_k*>(a + j * as)[b], s / 2)));
+            }
+        } else {
+            for (int c = 0; c < 8; c++) {
+                const V::i sc = V::load_u8(rec + q5k_rec::sc + 16 * c + h * V::lanes);
+                const V::i scp = V::pair16(sc), mp = V::pair16(V::load_u8(rec + q5k_rec::mn + 16 * c + h * V::lanes));
+                const k4_words<true> q(rec, h, c);
+                for (int j = 0; j < NA; j++) {
+                    const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
+                    S[j] = V::add32(S[j], k4_scaled<true>(q.x, ab, 32 * c, scp, sc));
+                    M[j] = V::add32(M[j], V::madd16(mp, bsum_pair(ab, c)));
+                }
+            }
+        }
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + (Q6 ? q6k_rec::d : q5k_rec::d)) + h * V::lanes);
+        for (int j = 0; j < NA; j++) {
+            const V::f da = V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d);
+            if constexpr (Q6) {
+                acc[j] = V::fma(V::mul(V::cvt(V::sub32(S[j], V::shl32<5>(M[j]))), dw), da, acc[j]);
+            } else {
+                const V::f dmw = V::load_h(reinterpret_cast<const uint16_t*>(rec + q5k_rec::dmin) + h * V::lanes);
+                acc[j] = V::fma(V::fnma(dmw, V::cvt(M[j]), V::mul(V::cvt(S[j]), dw)), da, acc[j]);
+            }
+        }
+    };
+    sweep<1, A>(nb32 / 8, [](int64_t) {}, half, [&](int h, const A& acc) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, acc[j]);
+    });
+}
+
 // na activation rows in chunks of NA, then one at a time
 template <int NA, void (*K)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t),
           void (*K1)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t),
@@ -638,6 +947,15 @@ x16_kernels x16_kernels_for(x16_kind kind) {
     case x16_kind::tq2_0:
         return {chunked<plain_na, tq2_0_plain<plain_na>, tq2_0_plain<1>, tq2_0_plain<1, true>>, sums_tq2_0};
     case x16_kind::i2_s: return {chunked<narrow_na, i2_s_k<narrow_na>, i2_s_k<1>, i2_s_k<1, true>>, nullptr};
+    case x16_kind::q4_k:
+        return {chunked<narrow_na, q4k_rows8<narrow_na, false>, q4k_rows8<1, false>, q4k_rows8<1, false, true>>, nullptr,
+                chunked<narrow_na, q4k_rows8<narrow_na, true>, q4k_rows8<1, true>>, x16_batch::groups4};
+    case x16_kind::q5_k:
+        return {chunked<plain_na, k_lanes<plain_na, false>, k_lanes<1, false>, k_lanes<1, false, true>>, nullptr,
+                chunked<narrow_na, k_tiled<narrow_na, false>, k_tiled<1, false>>, x16_batch::m8};
+    case x16_kind::q6_k:
+        return {chunked<plain_na, k_lanes<plain_na, true>, k_lanes<1, true>, k_lanes<1, true, true>>, nullptr,
+                chunked<narrow_na, k_tiled<narrow_na, true>, k_tiled<1, true>>, x16_batch::m8};
     }
     return {};
 }
