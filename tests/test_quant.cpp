@@ -844,7 +844,8 @@ TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
         {x16_kind::q4_1, type::q4_1},           {x16_kind::q8_0, type::q8_0},
         {x16_kind::nvfp4, type::nvfp4},         {x16_kind::awq4, type::awq4},
         {x16_kind::awq4_g64, type::awq4_g64},   {x16_kind::tq2_0, type::tq2_0},
-        {x16_kind::i2_s, type::i2_s},           {x16_kind::mxfp4_blockwise, type::mxfp4}};
+        {x16_kind::i2_s, type::i2_s},           {x16_kind::mxfp4_blockwise, type::mxfp4},
+        {x16_kind::q5_0, type::q5_0},           {x16_kind::q5_1, type::q5_1}};
     for (int64_t blocks : {int64_t(1), int64_t(19)})
         for (auto [kind, t] : kinds) {
             const int64_t k = blocks * cpu::x16_block_elems(kind);

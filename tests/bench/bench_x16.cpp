@@ -76,18 +76,32 @@ void bench(type t, int64_t k, int64_t n, int nth) {
     std::vector<float> y_row(size_t(n * m)), y_x16(size_t(n * m));
 
     auto run_x16 = [&](int64_t na) {
+        const int64_t nbat = cpu::x16_batch_rows(kern, na, 0, na); // K formats: the batch order for these rows
         parallel(nth, [&](int ith, int nt) {
             const int64_t groups = n / 16, g0 = groups * ith / nt, g1 = groups * (ith + 1) / nt;
-            for (int64_t g = g0; g < g1; g++)
-                kern.gemm(rw->group(g), k / 32, act.data(), arow, s, ss, na, y_x16.data() + 16 * g, size_t(n));
+            for (int64_t g = g0; g < g1; g++) {
+                float* y = y_x16.data() + 16 * g;
+                if (nbat) kern.gemm_batch(rw->group(g), k / 32, act.data(), arow, s, ss, nbat, y, size_t(n));
+                if (nbat < na)
+                    kern.gemm(rw->group(g), k / 32, act.data() + size_t(nbat) * arow, arow, s ? s + nbat * ss : s, ss,
+                              na - nbat, y + nbat * n, size_t(n));
+            }
         });
     };
-    // the row kernel the repacked one stands in for (q4_0 matrices: llama.cpp's repacked order)
-    const cpu::vec_dot_fn dot = kind == cpu::x16_kind::q4_0_blockwise ? ops->vec_dot_rows8 : ops->vec_dot;
+    // the row kernels the repacked ones stand in for (mul_mat's row_ops_for: q4_0 / q4_K matrices in llama.cpp's
+    // repacked orders, q4_K's gemm 4 x 4; q5_K / q6_K batches of >= 8 in ggml's tiled order)
+    const bool rows8 = kind == cpu::x16_kind::q4_0_blockwise || kind == cpu::x16_kind::q4_k;
     auto run_row = [&](int64_t na) {
+        const cpu::vec_dot_fn dot = rows8 ? ops->vec_dot_rows8 : na >= 8 && ops->vec_dot_batch8 ? ops->vec_dot_batch8 : ops->vec_dot;
         parallel(nth, [&](int ith, int nt) {
-            const int64_t r0 = n * ith / nt, r1 = n * (ith + 1) / nt;
-            for (int64_t j = 0; j < na; j++)
+            const int64_t r0 = n * ith / nt / 4 * 4, r1 = ith + 1 == nt ? n : n * (ith + 1) / nt / 4 * 4;
+            int64_t j = 0;
+            if (kind == cpu::x16_kind::q4_k)
+                for (; j + 4 <= na; j += 4)
+                    for (int64_t r = r0; r < r1; r += 4)
+                        ops->gemm4_rows8(wd.data() + size_t(r) * w.nb[1], w.nb[1], act.data() + j * arow, arow, k,
+                                         y_row.data() + j * n + r, size_t(n));
+            for (; j < na; j++)
                 for (int64_t r = r0; r < r1; r++)
                     y_row[size_t(j * n + r)] = dot(wd.data() + size_t(r) * w.nb[1], act.data() + j * arow, k);
         });
@@ -124,11 +138,12 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
         for (type t : {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0,
-                       type::i2_s})
+                       type::i2_s, type::q4_k, type::q5_k, type::q6_k})
             if (a == type_name(t)) types.push_back(t);
     }
     if (types.empty())
-        types = {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s};
+        types = {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s,
+                 type::q4_k, type::q5_k, type::q6_k};
     const int nth = std::getenv("THREADS") ? std::atoi(std::getenv("THREADS")) : 2;
     for (type t : types) bench(t, k, n, nth);
 }

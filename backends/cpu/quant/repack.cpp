@@ -27,6 +27,8 @@ constexpr size_t record_bytes(x16_kind kind) {
     case x16_kind::mxfp4_blockwise:
         return 256 + 32;
     case x16_kind::q4_1: return 256 + 64;
+    case x16_kind::q5_0: return 256 + 64 + 32;
+    case x16_kind::q5_1: return 256 + 64 + 64;
     case x16_kind::q8_0: return 512 + 32;
     case x16_kind::nvfp4: return 512 + 64;
     case x16_kind::awq4: return 1024 + 64;
@@ -91,12 +93,14 @@ int64_t x16_act_sums_count(x16_kind kind, int64_t k) {
     case x16_kind::mxfp4_blockwise:
         return k / 32;
     case x16_kind::q4_0:
+    case x16_kind::q5_0:
     case x16_kind::q8_0:
     case x16_kind::nvfp4: return k / 4;
     case x16_kind::awq4:
     case x16_kind::awq4_g64:
     case x16_kind::tq2_0: return k / 32;
     case x16_kind::q4_1:
+    case x16_kind::q5_1:
     case x16_kind::i2_s:
     case x16_kind::q4_k:
     case x16_kind::q5_k:
@@ -135,6 +139,29 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
                     for (int j = 0; j < 4; j++) q[v * 64 + r * 4 + j] = x.qs[4 * v + j];
                 reinterpret_cast<uint16_t*>(q + 256)[r] = x.d.bits;
                 reinterpret_cast<uint16_t*>(q + 256)[16 + r] = x.m.bits;
+                break;
+            }
+            case x16_kind::q5_0:
+            case x16_kind::q5_1: { // q4_0's nibble vectors, then one vector: lane r, byte j, bit g = the fifth bit of
+                                   // element 4g + j; then f16 d (q5_1: and m)
+                const bool q51 = kind == x16_kind::q5_1;
+                const uint8_t* qs = q51 ? reinterpret_cast<const block_q5_1*>(row)[b].qs : reinterpret_cast<const block_q5_0*>(row)[b].qs;
+                uint32_t qh;
+                std::memcpy(&qh, q51 ? reinterpret_cast<const block_q5_1*>(row)[b].qh : reinterpret_cast<const block_q5_0*>(row)[b].qh, 4);
+                for (int v = 0; v < 4; v++)
+                    for (int j = 0; j < 4; j++) q[v * 64 + r * 4 + j] = qs[4 * v + j];
+                for (int j = 0; j < 4; j++) {
+                    uint8_t bits = 0;
+                    for (int g = 0; g < 8; g++) bits |= uint8_t(((qh >> (4 * g + j)) & 1) << g);
+                    q[256 + r * 4 + j] = bits;
+                }
+                auto* sc = reinterpret_cast<uint16_t*>(q + 320);
+                if (q51) {
+                    sc[r] = reinterpret_cast<const block_q5_1*>(row)[b].d.bits;
+                    sc[16 + r] = reinterpret_cast<const block_q5_1*>(row)[b].m.bits;
+                } else {
+                    sc[r] = reinterpret_cast<const block_q5_0*>(row)[b].d.bits;
+                }
                 break;
             }
             case x16_kind::q8_0: {
@@ -235,6 +262,8 @@ bool x16_kind_for(const tensor& w, x16_kind& kind) {
     switch (w.t) {
     case type::q4_0: kind = rows8 ? x16_kind::q4_0_blockwise : x16_kind::q4_0; break;
     case type::q4_1: kind = x16_kind::q4_1; break;
+    case type::q5_0: kind = x16_kind::q5_0; break;
+    case type::q5_1: kind = x16_kind::q5_1; break;
     case type::q8_0: kind = x16_kind::q8_0; break;
     case type::nvfp4: kind = x16_kind::nvfp4; break;
     case type::awq4: kind = x16_kind::awq4; break;

@@ -293,13 +293,24 @@ void blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const 
     });
 }
 
-// q4_0 / q4_1 in ggml_vec_dot's order: 8 float lanes per row (one per word group), folded at the end; SWEEP: the
-// decode form (one sweep, decode_sweep's comment)
-template <int NA, bool Q41, bool SWEEP = false>
+// bit B of each qh byte moved to bit 4 (q5_0, q5_1, q5_K's fifth bit); epi16 shifts bring in a neighbour byte's bits only below
+// bit 4 (left shifts of <= 4) or above it (right shifts of <= 3), which the mask drops
+template <int B> inline V::i bit4(V::i qh) {
+    if constexpr (B <= 4)
+        return V::band8(V::shl16<4 - B>(qh), 0x10);
+    else
+        return V::band8(V::shr16<B - 4>(qh), 0x10);
+}
+
+// q4_0 / q4_1 (Q5: q5_0 / q5_1, their fifth bits in the vector after the nibbles) in ggml_vec_dot's order: 8 float
+// lanes per row (one per word group), folded at the end; SWEEP: the decode form (one sweep, decode_sweep's comment).
+// q4_0 / q5_0 codes are unsigned (nibble, 5-bit level): each group's dot starts from -8 / -16 x its activation sum.
+template <int NA, bool Q41, bool SWEEP = false, bool Q5 = false>
 void q4_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
               size_t ys) {
     using ablock = std::conditional_t<Q41, block_q8_1, block_q8_0>;
-    constexpr size_t REC = Q41 ? 256 + 64 : 256 + 32;
+    constexpr size_t SC = Q5 ? 256 + 64 : 256; // the scales (f16 d, then q4_1 / q5_1's f16 m)
+    constexpr size_t REC = SC + (Q41 ? 64 : 32);
     struct A {
         V::f acc[NA][8], summs[NA];
     };
@@ -309,7 +320,7 @@ void q4_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const i
     const auto half = [&](int64_t b, int h, A& t) {
         const uint8_t* blk = w + size_t(b) * REC;
         const uint8_t* q = blk + h * 32;
-        const uint16_t* bs = reinterpret_cast<const uint16_t*>(blk + 256) + h * 8;
+        const uint16_t* bs = reinterpret_cast<const uint16_t*>(blk + SC) + h * 8;
         const V::f dw = V::load_h(bs);
         V::f d[NA];
         for (int j = 0; j < NA; j++) {
@@ -317,9 +328,23 @@ void q4_plain(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const i
             d[j] = V::mul(dw, V::set1f(h2f(ab.d)));
             if constexpr (Q41) t.summs[j] = V::fma(V::load_h(bs + 16), V::set1f(h2f(ab.s)), t.summs[j]);
         }
-        for (int v = 0; v < 4; v++) {
+        V::i qh = V::zero_i();
+        if constexpr (Q5) qh = V::load(q + 256);
+        const auto word_pair = [&](int v, V::i& lo, V::i& hi) { // groups v and 4 + v
             const V::i x = V::load(q + 64 * v);
-            const V::i lo = V::low4(x), hi = V::high4(x);
+            lo = V::low4(x), hi = V::high4(x);
+            if constexpr (Q5) {
+                switch (v) { // bit g of byte j: the fifth bit of element 4g + j
+                case 0: lo = V::bor(lo, bit4<0>(qh)), hi = V::bor(hi, bit4<4>(qh)); break;
+                case 1: lo = V::bor(lo, bit4<1>(qh)), hi = V::bor(hi, bit4<5>(qh)); break;
+                case 2: lo = V::bor(lo, bit4<2>(qh)), hi = V::bor(hi, bit4<6>(qh)); break;
+                default: lo = V::bor(lo, bit4<3>(qh)), hi = V::bor(hi, bit4<7>(qh)); break;
+                }
+            }
+        };
+        for (int v = 0; v < 4; v++) {
+            V::i lo, hi;
+            word_pair(v, lo, hi);
             for (int j = 0; j < NA; j++) {
                 const auto& ab = reinterpret_cast<const ablock*>(a + j * as)[b];
                 const int32_t c_lo = Q41 ? 0 : s[j * ss + b * 8 + v];
@@ -607,15 +632,6 @@ inline V::i bsum_pair(const block_q8_k& a, int c) {
     int32_t v;
     std::memcpy(&v, a.bsums + 2 * c, 4);
     return V::set1(v);
-}
-
-// bit B of each qh byte moved to bit 4 (q5_K's fifth bit); epi16 shifts bring in a neighbour byte's bits only below
-// bit 4 (left shifts of <= 4) or above it (right shifts of <= 3), which the mask drops
-template <int B> inline V::i bit4(V::i qh) {
-    if constexpr (B <= 4)
-        return V::band8(V::shl16<4 - B>(qh), 0x10);
-    else
-        return V::band8(V::shr16<B - 4>(qh), 0x10);
 }
 
 // The 8 words of 32-element sub-block c (q4_K: nibbles; q5_K: plus the fifth bit), of half h
@@ -931,6 +947,14 @@ x16_kernels x16_kernels_for(x16_kind kind) {
                 sums_groups<-8>};
     case x16_kind::q4_1:
         return {chunked<plain_na, q4_plain<plain_na, true>, q4_plain<1, true>, q4_plain<1, true, true>>, nullptr};
+    case x16_kind::q5_0:
+        return {chunked<plain_na, q4_plain<plain_na, false, false, true>, q4_plain<1, false, false, true>,
+                        q4_plain<1, false, true, true>>,
+                sums_groups<-16>};
+    case x16_kind::q5_1:
+        return {chunked<plain_na, q4_plain<plain_na, true, false, true>, q4_plain<1, true, false, true>,
+                        q4_plain<1, true, true, true>>,
+                nullptr};
     case x16_kind::q8_0:
 #if defined(__AVX512VNNI__)
         return {chunked<plain_na, q8_0_plain<plain_na>, q8_0_plain<1>, q8_0_plain<1, true>>,
@@ -949,13 +973,13 @@ x16_kernels x16_kernels_for(x16_kind kind) {
     case x16_kind::i2_s: return {chunked<narrow_na, i2_s_k<narrow_na>, i2_s_k<1>, i2_s_k<1, true>>, nullptr};
     case x16_kind::q4_k:
         return {chunked<narrow_na, q4k_rows8<narrow_na, false>, q4k_rows8<1, false>, q4k_rows8<1, false, true>>, nullptr,
-                chunked<narrow_na, q4k_rows8<narrow_na, true>, q4k_rows8<1, true>>, x16_batch::groups4};
+                chunked<4, q4k_rows8<4, true>, q4k_rows8<1, true>>, x16_batch::groups4};
     case x16_kind::q5_k:
         return {chunked<plain_na, k_lanes<plain_na, false>, k_lanes<1, false>, k_lanes<1, false, true>>, nullptr,
-                chunked<narrow_na, k_tiled<narrow_na, false>, k_tiled<1, false>>, x16_batch::m8};
+                chunked<4, k_tiled<4, false>, k_tiled<1, false>>, x16_batch::m8};
     case x16_kind::q6_k:
         return {chunked<plain_na, k_lanes<plain_na, true>, k_lanes<1, true>, k_lanes<1, true, true>>, nullptr,
-                chunked<narrow_na, k_tiled<narrow_na, true>, k_tiled<1, true>>, x16_batch::m8};
+                chunked<4, k_tiled<4, true>, k_tiled<1, true>>, x16_batch::m8};
     }
     return {};
 }
