@@ -352,17 +352,19 @@ TEST(ops, mul_mat_every_type) {
 // output matrix: the bits of the same matrix that is no token table, as llama.cpp repacks its output copy like any
 // matrix), for every repacked type (i2_s: the tensor's scale applied after the repacked kernel as after the row
 // kernel); also weights whose row count is not a multiple of 16 (the rows past the last group on the row kernels: 40
-// rows, blockwise q4_0 / mxfp4 as llama.cpp's; 37 and 25, where mxfp4 stays in the file's layout). A token table that
-// is not the output (get_rows only) is never repacked.
+// rows, blockwise q4_0 / mxfp4 / q4_K as llama.cpp's; 37 and 25, where mxfp4 and q4_K stay in the file's layout); 5
+// and 8 activation rows (the K formats' orders change at 8, q4_K's in groups of 4). A token table that is not the
+// output (get_rows only) is never repacked.
 TEST(ops, mul_mat_repacked_weights_same_bits) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
     struct shape {
         int64_t k, n, m, b;
     };
-    for (type t : {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0,
-                   type::i2_s, type::mxfp4})
+    for (type t : {type::q4_0, type::q4_1, type::q5_0, type::q5_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64,
+                   type::tq2_0, type::i2_s, type::mxfp4, type::q4_k, type::q5_k, type::q6_k})
         for (shape s : {shape{576, 48, 1, 1}, shape{96, 16, 19, 1}, shape{256, 32, 37, 2}, shape{256, 40, 1, 1},
-                        shape{96, 40, 21, 1}, shape{128, 37, 1, 1}, shape{64, 25, 19, 2}}) {
+                        shape{96, 40, 21, 1}, shape{128, 37, 1, 1}, shape{64, 25, 19, 2}, shape{96, 48, 5, 1},
+                        shape{96, 32, 8, 1}}) {
             s.k = (s.k + block_size(t) - 1) / block_size(t) * block_size(t); // whole blocks: 96 -> 256 for tq2_0
             // [tied][repack]: a plain matrix, then the same values as a tied token table
             std::vector<float> out[2][2];
@@ -377,8 +379,8 @@ TEST(ops, mul_mat_repacked_weights_same_bits) {
                     if (repack) {
                         tensor* ws[] = {w};
                         h.be.load_weights(ws);
-                        // mxfp4 whose rows are not a multiple of 8 stays in the file's layout (as llama.cpp's)
-                        if (t == type::mxfp4 && s.n % 8 != 0)
+                        // mxfp4 / q4_K whose rows are not a multiple of 8 stay in the file's layout (as llama.cpp's)
+                        if ((t == type::mxfp4 || t == type::q4_k) && s.n % 8 != 0)
                             ASSERT_EQ(h.be.repacked_bytes(), 0u);
                         else
                             ASSERT_GT(h.be.repacked_bytes(), 0u) << type_name(t);

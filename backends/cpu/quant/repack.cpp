@@ -42,12 +42,37 @@ constexpr size_t record_bytes(x16_kind kind) {
     return 0;
 }
 
+// A K super-block's 256 levels (q4_K 0..15, q5_K 0..31, q6_K 0..63), in element order
+void k_levels(const block_q4_k& x, uint8_t (&L)[256]) {
+    for (int j = 0; j < 4; j++)
+        for (int l = 0; l < 32; l++) {
+            L[64 * j + l] = x.qs[32 * j + l] & 0xf;
+            L[64 * j + 32 + l] = x.qs[32 * j + l] >> 4;
+        }
+}
+void k_levels(const block_q5_k& x, uint8_t (&L)[256]) {
+    for (int j = 0; j < 4; j++)
+        for (int l = 0; l < 32; l++) {
+            L[64 * j + l] = uint8_t((x.qs[32 * j + l] & 0xf) | (((x.qh[l] >> (2 * j)) & 1) << 4));
+            L[64 * j + 32 + l] = uint8_t((x.qs[32 * j + l] >> 4) | (((x.qh[l] >> (2 * j + 1)) & 1) << 4));
+        }
+}
+void k_levels(const block_q6_k& x, uint8_t (&L)[256]) {
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t lo0 = x.ql[64 * h + l], lo1 = x.ql[64 * h + 32 + l], hi = x.qh[32 * h + l];
+            L[128 * h + l] = uint8_t((lo0 & 0xf) | ((hi & 3) << 4));
+            L[128 * h + 32 + l] = uint8_t((lo1 & 0xf) | (((hi >> 2) & 3) << 4));
+            L[128 * h + 64 + l] = uint8_t((lo0 >> 4) | (((hi >> 4) & 3) << 4));
+            L[128 * h + 96 + l] = uint8_t((lo1 >> 4) | (((hi >> 6) & 3) << 4));
+        }
+}
+
 // K formats: slot w = elements 4w..4w+3 of row r; nibble vector i (at 64 i) holds the low 4 bits of slot 2i in its low
 // nibbles and of slot 2i + 1 in its high ones
-template <class B> void put_k_nibbles(uint8_t* q, int r, const B& x, int (*level)(const B&, int)) {
+void put_k_nibbles(uint8_t* q, int r, const uint8_t (&L)[256]) {
     for (int i = 0; i < 32; i++)
-        for (int j = 0; j < 4; j++)
-            q[i * 64 + r * 4 + j] = uint8_t((level(x, 8 * i + j) & 0xf) | ((level(x, 8 * i + 4 + j) & 0xf) << 4));
+        for (int j = 0; j < 4; j++) q[i * 64 + r * 4 + j] = uint8_t((L[8 * i + j] & 0xf) | ((L[8 * i + 4 + j] & 0xf) << 4));
 }
 // q4_K / q5_K's 8 scales then 8 mins (byte 16 c + r), then f16 d and dmin (16 each) at `at`
 template <class B> void put_k_scales(uint8_t* q, int r, const B& x, size_t at) {
@@ -212,17 +237,21 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
             }
             case x16_kind::q4_k: {
                 const auto& x = reinterpret_cast<const block_q4_k*>(row)[b];
-                put_k_nibbles<block_q4_k>(q, r, x, q4_k::level);
+                uint8_t L[256];
+                k_levels(x, L);
+                put_k_nibbles(q, r, L);
                 put_k_scales(q, r, x, 2048);
                 break;
             }
             case x16_kind::q5_k: { // then 8 vectors of fifth bits: vector c, lane r, byte j, bit b = slot 8c + b's
                 const auto& x = reinterpret_cast<const block_q5_k*>(row)[b];
-                put_k_nibbles<block_q5_k>(q, r, x, q5_k::level);
+                uint8_t L[256];
+                k_levels(x, L);
+                put_k_nibbles(q, r, L);
                 for (int c = 0; c < 8; c++)
                     for (int j = 0; j < 4; j++) {
                         uint8_t v = 0;
-                        for (int bit = 0; bit < 8; bit++) v |= uint8_t(((q5_k::level(x, 32 * c + 4 * bit + j) >> 4) & 1) << bit);
+                        for (int bit = 0; bit < 8; bit++) v |= uint8_t((L[32 * c + 4 * bit + j] >> 4) << bit);
                         q[2048 + c * 64 + r * 4 + j] = v;
                     }
                 put_k_scales(q, r, x, 2048 + 512);
@@ -231,11 +260,13 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
             case x16_kind::q6_k: { // then 16 vectors of high bit pairs: vector s, lane r, byte j, bits 2f..2f+1 =
                                    // slot 4s + f's; then 16 x 16 int8 scales (byte 16 s + r) and 16 f16 d
                 const auto& x = reinterpret_cast<const block_q6_k*>(row)[b];
-                put_k_nibbles<block_q6_k>(q, r, x, q6_k::level);
+                uint8_t L[256];
+                k_levels(x, L);
+                put_k_nibbles(q, r, L);
                 for (int s = 0; s < 16; s++)
                     for (int j = 0; j < 4; j++) {
                         uint8_t v = 0;
-                        for (int f = 0; f < 4; f++) v |= uint8_t((q6_k::level(x, 16 * s + 4 * f + j) >> 4) << (2 * f));
+                        for (int f = 0; f < 4; f++) v |= uint8_t((L[16 * s + 4 * f + j] >> 4) << (2 * f));
                         q[2048 + s * 64 + r * 4 + j] = v;
                     }
                 for (int s = 0; s < 16; s++) q[3072 + 16 * s + r] = uint8_t(x.scales[s]);

@@ -23,6 +23,15 @@
 //     acc = fma(float(integer block dot of doubled E2M1 values), 2^(e - 128) * d_a, acc).
 //   - `i2_s` (BitNet's order): the exact integer sum over the whole row of (code - 1) q, times the row's d_a; mul_mat
 //     then multiplies by the tensor's scale (read_tensor_scale), as it does for the row kernel.
+//   - `q5_0`, `q5_1`: q4_0's and q4_1's lanes (ggml_vec_dot's; for q5_0 tinyBLAS's too).
+//   - K formats against q8_K, two orders each, picked by the matmul's batch as llama.cpp picks them (x16_batch):
+//     `q4_k` (llama.cpp's repacked q4_K_8x8, matrices of rows % 8 == 0): S = sum sc x dot, M = sum m x (sub-block
+//     activation sum), exact; its gemv per super-block acc = fma(float(S), d_w d_a, acc), acc_min = fma(float(M),
+//     dmin_w d_a, acc_min), result acc - acc_min; its gemm (whole groups of 4 activation rows) the same per 64
+//     elements. `q5_k`, `q6_k`: under 8 activation rows ggml_vec_dot's 8 int32 lanes a super-block (lane t: chunks
+//     of 32, elements 4t..4t+3 of each, times their scales; q6_K minus 32 sc bsum of sub-blocks 2t, 2t + 1),
+//     acc_t = fma(d_a d_w, float(lane), acc_t), hsum_float_8, q5_K + summs = fma(-d_a dmin_w, float(M), summs);
+//     from 8 rows ggml's tiled order: r = fma(-dmin_w, float(M), float(S) d_w), acc = fma(r, d_a, acc).
 //
 // Group layout (16 rows, padded to 64 bytes): one record per block, values then scales (one sequential stream; a
 // separate scale array measured 40% slower from DRAM). "Vector" = 64 bytes, lane r = its bytes 4r..4r+3 = row r.
@@ -39,12 +48,20 @@
 //               qs[32h + 4l .. + 3] of row r's block (bits 2n..2n+1 of byte j: element 128h + 32n + 4l + j)
 //   i2_s:       128-element blocks; 8 vectors, no scale; vector l, lane r = bytes qs[4l .. 4l + 3] of row r's block
 //               (bits 7-2n..6-2n of byte j: element 32n + 4l + j)
+//   q5_0, q5_1: q4_0's 4 vectors, then one of fifth bits (lane r, byte j, bit g: element 4g + j's), then 16 f16 d
+//               [q5_1: 16 f16 m]
+//   q4_K, q5_K, q6_K: 256-element super-blocks; word slot w = elements 4w..4w+3; 32 vectors of nibbles (vector i,
+//               lane r, byte j: low nibble = element 8i + j's low 4 bits, high nibble = element 8i + 4 + j's), then
+//               q5_K: 8 vectors of fifth bits (vector c, byte j, bit b: element 32c + 4b + j's), q6_K: 16 vectors of
+//               high bit pairs (vector s, byte j, bits 2f..2f+1: element 16s + 4f + j's); then the sub-block scales
+//               as bytes (byte 16s + r = row r's; q4_K / q5_K: 8 scales, 8 mins, both unpacked to 0..63; q6_K: 16
+//               int8), 16 f16 d [q4_K / q5_K: 16 f16 dmin]
 // vpdpbusd multiplies unsigned by signed bytes, so weights are stored or decoded unsigned (nibble, q8 + 128, E2M1
 // value + 12, 2-bit code) and each integer dot starts from a correction taken from the activations (exact in int32):
-// -8 x (sum of the 4 or 32 activation bytes) for q4_0, -128 x (sum of 4) for q8_0, -12 x (sum of 4) for nvfp4 and
-// (of 32) for mxfp4,
-// -(sum of 32) per lane for tq2_0, -(sum of 32) per q8_1 block for awq4 (times z, per row). mul_mat computes those
-// sums once per activation row (act_sums).
+// -8 x (sum of the 4 or 32 activation bytes) for q4_0, -16 x (sum of 4) for q5_0, -128 x (sum of 4) for q8_0, -12 x
+// (sum of 4) for nvfp4 and (of 32) for mxfp4, -(sum of 32) per lane for tq2_0, -(sum of 32) per q8_1 block for awq4
+// (times z, per row). mul_mat computes those sums once per activation row (act_sums). The K formats take theirs from
+// q8_K's own bsums (q6_K: levels 0..63, 32 sc x bsum taken off).
 #pragma once
 
 #include "ggml-like/tensor.h"
@@ -122,9 +139,9 @@ struct repacked_weight {
     const uint8_t* group(int64_t g) const { return data.get() + size_t(g) * group_bytes; }
 };
 
-// Which repacking (if any) the CPU backend uses for a weight: q4_0 / q4_1 / q8_0 / nvfp4 / awq4 / awq4_g64 / tq2_0 /
-// i2_s / mxfp4, 2-D with 16 rows or more (or a 3-D stack of experts of whole groups, for mul_mat_id), contiguous, on
-// a CPU with AVX2. q4_0 and mxfp4 matrices llama.cpp would repack (rows a multiple of 8, the tied output's token table
+// Which repacking (if any) the CPU backend uses for a weight: q4_0 / q4_1 / q5_0 / q5_1 / q8_0 / nvfp4 / awq4 /
+// awq4_g64 / tq2_0 / i2_s / mxfp4 / q5_K / q6_K / q4_K (rows % 8 == 0), 2-D with 16 rows or more (or, all but the K
+// formats, a 3-D stack of experts of whole groups, for mul_mat_id), contiguous, on a CPU with AVX2. q4_0 and mxfp4 matrices llama.cpp would repack (rows a multiple of 8, the tied output's token table
 // too) are summed blockwise, the rest in ggml_vec_dot's order (mxfp4 then is not repacked). A token table is repacked
 // only as the tied output (flag_tied), for mul_mat; get_rows reads the file.
 bool x16_kind_for(const tensor& w, x16_kind& kind);
