@@ -37,7 +37,7 @@ constexpr size_t record_bytes(x16_kind kind) {
     case x16_kind::i2_s: return 512;
     case x16_kind::q4_k: return 2048 + 128 + 128 + 32 + 32;
     case x16_kind::q5_k: return 2048 + 512 + 128 + 128 + 32 + 32;
-    case x16_kind::q6_k: return 2048 + 1024 + 256 + 32;
+    case x16_kind::q6_k: return 2048 + 1024 + 256 + 64; // d padded: every record starts a cache line
     }
     return 0;
 }
@@ -271,6 +271,7 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
                     }
                 for (int s = 0; s < 16; s++) q[3072 + 16 * s + r] = uint8_t(x.scales[s]);
                 reinterpret_cast<uint16_t*>(q + 3328)[r] = x.d.bits;
+                reinterpret_cast<uint16_t*>(q + 3360)[r] = 0; // the padding
                 break;
             }
             }

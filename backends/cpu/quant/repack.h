@@ -55,7 +55,7 @@
 //               q5_K: 8 vectors of fifth bits (vector c, byte j, bit b: element 32c + 4b + j's), q6_K: 16 vectors of
 //               high bit pairs (vector s, byte j, bits 2f..2f+1: element 16s + 4f + j's); then the sub-block scales
 //               as bytes (byte 16s + r = row r's; q4_K / q5_K: 8 scales, 8 mins, both unpacked to 0..63; q6_K: 16
-//               int8), 16 f16 d [q4_K / q5_K: 16 f16 dmin]
+//               int8), 16 f16 d [q4_K / q5_K: 16 f16 dmin; q6_K: 32 zero bytes]
 // vpdpbusd multiplies unsigned by signed bytes, so weights are stored or decoded unsigned (nibble, q8 + 128, E2M1
 // value + 12, 2-bit code) and each integer dot starts from a correction taken from the activations (exact in int32):
 // -8 x (sum of the 4 or 32 activation bytes) for q4_0, -16 x (sum of 4) for q5_0, -128 x (sum of 4) for q8_0, -12 x

@@ -196,6 +196,15 @@ template <size_t N> inline void prefetch(const uint8_t* p) {
     for (size_t c = 0; c < N; c += 64) _mm_prefetch(reinterpret_cast<const char*>(p + c), _MM_HINT_T0);
 }
 
+// Part p of P of the REC-byte record at `next` towards L1: the K formats' decode kernels spread the next record's
+// prefetch over their loop (Qwen3-0.6B-shaped q6_K tg64, 2 threads, AVX2: the whole record at once 27.9 t/s, spread
+// 32.3, none ~-35% in the GEMV)
+template <size_t REC, int P> inline void prefetch_part(const uint8_t* next, int p) {
+    constexpr int lines = int((REC + 63) / 64), per = (lines + P - 1) / P;
+    for (int l = p * per; l < std::min(lines, (p + 1) * per); l++)
+        _mm_prefetch(reinterpret_cast<const char*>(next + 64 * l), _MM_HINT_T0);
+}
+
 // hsum_float_8 over 8 per-lane accumulators: ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3))
 inline V::f fold8(const V::f* a) {
     const V::f r0 = V::add(a[4], a[0]), r1 = V::add(a[5], a[1]), r2 = V::add(a[6], a[2]), r3 = V::add(a[7], a[3]);
@@ -622,7 +631,7 @@ struct q5k_rec {
     static constexpr size_t qh = 2048, sc = 2560, mn = 2688, d = 2816, dmin = 2848, bytes = 2880;
 };
 struct q6k_rec {
-    static constexpr size_t qh = 2048, sc = 3072, d = 3328, bytes = 3360;
+    static constexpr size_t qh = 2048, sc = 3072, d = 3328, bytes = 3392; // d padded to 64 bytes: records on cache lines
 };
 
 // q8_K activation word: 4 bytes from element e of a super-block
@@ -700,9 +709,6 @@ void q4k_rows8(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, cons
         V::f acc[NA], acc_min[NA];
     };
     using R = q4k_rec;
-    const auto record = [&](int64_t b) {
-        if constexpr (SWEEP) prefetch<R::bytes>(w + size_t(b + 1) * R::bytes);
-    };
     const auto half = [&](int64_t b, int h, A& t) {
         const uint8_t* rec = w + size_t(b) * R::bytes;
         const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + R::d) + h * V::lanes);
@@ -715,6 +721,7 @@ void q4k_rows8(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, cons
         V::i S[NA], M[NA];
         for (int j = 0; j < NA; j++) S[j] = M[j] = V::zero_i();
         for (int c = 0; c < 8; c++) {
+            if (SWEEP && h == 0) prefetch_part<R::bytes, 8>(rec + R::bytes, c);
             const V::i sc = V::load_u8(rec + R::sc + 16 * c + h * V::lanes);
             const V::i scp = V::pair16(sc), mp = V::pair16(V::load_u8(rec + R::mn + 16 * c + h * V::lanes));
             const k4_words<false> q(rec, h, c);
@@ -736,7 +743,7 @@ void q4k_rows8(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, cons
                 t.acc_min[j] = V::fma(V::cvt(M[j]), dm[j], t.acc_min[j]);
             }
     };
-    sweep<SWEEP ? V::passes : 1, A>(nb32 / 8, record, half, [&](int h, const A& t) {
+    sweep<SWEEP ? V::passes : 1, A>(nb32 / 8, [](int64_t) {}, half, [&](int h, const A& t) {
         for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, V::sub(t.acc[j], t.acc_min[j]));
     });
 }
@@ -752,48 +759,66 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
     struct A {
         V::f acc[NA][8], summs[NA];
     };
-    const auto record = [&](int64_t b) {
-        if constexpr (SWEEP) prefetch<REC>(w + size_t(b + 1) * REC);
-    };
+    // lanes 0-3, then 4-7 (4 int32 accumulators a row live at a time: 8 spilled)
     const auto half = [&](int64_t b, int h, A& t) {
         const uint8_t* rec = w + size_t(b) * REC;
         V::i I[NA][8];
-        for (int j = 0; j < NA; j++)
-            for (int l = 0; l < 8; l++) I[j][l] = V::zero_i();
-        if constexpr (Q6) {
-            for (int s = 0; s < 16; s += 2) {
-                const V::i s0 = V::load_s8(rec + q6k_rec::sc + 16 * s + h * V::lanes);
-                const V::i s1 = V::load_s8(rec + q6k_rec::sc + 16 * (s + 1) + h * V::lanes);
-                const V::i sc01 = V::pack16(s0, s1);
-                for (int k = 0; k < 2; k++) {
-                    const V::i scp = V::pair16(k ? s1 : s0);
-                    const q6_words q(rec, h, s + k);
+        const auto lanes4 = [&]<int l0>() {
+            V::i J[NA][4];
+            for (int j = 0; j < NA; j++)
+                for (int l = 0; l < 4; l++) J[j][l] = V::zero_i();
+            if constexpr (Q6) { // lane l0 + f: word f of the even (l0 = 0) or odd sub-blocks
+                for (int s = l0 / 4; s < 16; s += 2) {
+                    if (SWEEP && h == 0) prefetch_part<REC, 16>(rec + REC, l0 / 4 * 8 + s / 2);
+                    const V::i scp = V::pair16(V::load_s8(rec + q6k_rec::sc + 16 * s + h * V::lanes));
+                    const q6_words q(rec, h, s);
                     for (int j = 0; j < NA; j++) {
                         const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
-                        for (int f = 0; f < 4; f++) {
-                            V::i& l = I[j][4 * k + f];
-                            l = V::add32(l, V::madd16(V::maddubs(q.x[f], aword(ab, 16 * (s + k) + 4 * f)), scp));
-                        }
+                        for (int f = 0; f < 4; f++)
+                            J[j][f] = V::add32(J[j][f], V::madd16(V::maddubs(q.x[f], aword(ab, 16 * s + 4 * f)), scp));
                     }
                 }
-                for (int j = 0; j < NA; j++) { // lane s / 2: the offset of sub-blocks s, s + 1
-                    const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
-                    I[j][s / 2] = V::sub32(I[j][s / 2], V::shl32<5>(V::madd16(sc01, bsum_pair(ab, s / 2))));
+            } else { // lane l0 + f: word l0 + f of every sub-block
+                for (int c = 0; c < 8; c++) {
+                    if (SWEEP && h == 0) prefetch_part<REC, 16>(rec + REC, l0 / 4 * 8 + c);
+                    const V::i scp = V::pair16(V::load_u8(rec + q5k_rec::sc + 16 * c + h * V::lanes));
+                    const uint8_t* q = rec + h * 32;
+                    const V::i qh = V::load(q + q5k_rec::qh + 64 * c);
+                    const V::i l0v = V::load(q + 64 * (4 * c + l0 / 2)), l1v = V::load(q + 64 * (4 * c + l0 / 2 + 1));
+                    V::i x[4];
+                    if constexpr (l0 == 0) {
+                        x[0] = V::bor(V::low4(l0v), bit4<0>(qh)), x[1] = V::bor(V::high4(l0v), bit4<1>(qh));
+                        x[2] = V::bor(V::low4(l1v), bit4<2>(qh)), x[3] = V::bor(V::high4(l1v), bit4<3>(qh));
+                    } else {
+                        x[0] = V::bor(V::low4(l0v), bit4<4>(qh)), x[1] = V::bor(V::high4(l0v), bit4<5>(qh));
+                        x[2] = V::bor(V::low4(l1v), bit4<6>(qh)), x[3] = V::bor(V::high4(l1v), bit4<7>(qh));
+                    }
+                    for (int j = 0; j < NA; j++) {
+                        const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
+                        for (int f = 0; f < 4; f++)
+                            J[j][f] = V::add32(J[j][f], V::madd16(V::maddubs(x[f], aword(ab, 32 * c + 4 * (l0 + f))), scp));
+                    }
                 }
+            }
+            for (int j = 0; j < NA; j++)
+                for (int l = 0; l < 4; l++) I[j][l0 + l] = J[j][l];
+        };
+        lanes4.template operator()<0>();
+        lanes4.template operator()<4>();
+        if constexpr (Q6) { // lane t: minus 32 x (sc bsum) of sub-blocks 2t, 2t + 1
+            for (int l = 0; l < 8; l++) {
+                const V::i sc01 = V::pack16(V::load_s8(rec + q6k_rec::sc + 32 * l + h * V::lanes),
+                                            V::load_s8(rec + q6k_rec::sc + 32 * l + 16 + h * V::lanes));
+                for (int j = 0; j < NA; j++)
+                    I[j][l] = V::sub32(I[j][l], V::shl32<5>(V::madd16(sc01, bsum_pair(reinterpret_cast<const block_q8_k*>(a + j * as)[b], l))));
             }
         } else {
             V::i M[NA];
             for (int j = 0; j < NA; j++) M[j] = V::zero_i();
             for (int c = 0; c < 8; c++) {
-                const V::i scp = V::pair16(V::load_u8(rec + q5k_rec::sc + 16 * c + h * V::lanes));
                 const V::i mp = V::pair16(V::load_u8(rec + q5k_rec::mn + 16 * c + h * V::lanes));
-                const k4_words<true> q(rec, h, c);
-                for (int j = 0; j < NA; j++) {
-                    const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
-                    for (int l = 0; l < 8; l++)
-                        I[j][l] = V::add32(I[j][l], V::madd16(V::maddubs(q.x[l], aword(ab, 32 * c + 4 * l)), scp));
-                    M[j] = V::add32(M[j], V::madd16(mp, bsum_pair(ab, c)));
-                }
+                for (int j = 0; j < NA; j++)
+                    M[j] = V::add32(M[j], V::madd16(mp, bsum_pair(reinterpret_cast<const block_q8_k*>(a + j * as)[b], c)));
             }
             const V::f dmw = V::load_h(reinterpret_cast<const uint16_t*>(rec + q5k_rec::dmin) + h * V::lanes);
             for (int j = 0; j < NA; j++) {
@@ -807,7 +832,7 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
             for (int l = 0; l < 8; l++) t.acc[j][l] = V::fma(d, V::cvt(I[j][l]), t.acc[j][l]);
         }
     };
-    sweep<SWEEP ? V::passes : 1, A>(nb32 / 8, record, half, [&](int h, const A& t) {
+    sweep<SWEEP ? V::passes : 1, A>(nb32 / 8, [](int64_t) {}, half, [&](int h, const A& t) {
         for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, V::add(fold8(t.acc[j]), t.summs[j]));
     });
 }
