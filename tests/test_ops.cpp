@@ -933,13 +933,15 @@ TEST(ops, mul_mat_id_every_type) {
 
 // mul_mat_id on experts repacked in 16-row groups (load_weights) gives the row kernels' bits: decode (one token) and
 // prompt shapes (many pairs an expert, more than a kernel call's 16), shared and per-slot activations, an expert
-// nobody chose, i2_s's tensor scale.
+// nobody chose, i2_s's tensor scale. The K formats keep llama.cpp's mul_mat_id orders at any batch: ggml_vec_dot's
+// lanes (q5_K, q6_K), the repacked gemv (q4_K).
 TEST(ops, mul_mat_id_repacked_experts_same_bits) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
-    for (type t : {type::q4_0, type::q8_0, type::q4_1, type::nvfp4, type::i2_s})
+    for (type t : {type::q4_0, type::q8_0, type::q4_1, type::q5_0, type::q5_1, type::nvfp4, type::i2_s, type::q4_k,
+                   type::q5_k, type::q6_k})
         for (int64_t n_tok : {int64_t(1), int64_t(45)})
             for (int64_t n_b : {int64_t(1), int64_t(3)}) {
-                const int64_t k = t == type::i2_s ? 256 : 128, n = 32, n_expert = 5, n_used = 3;
+                const int64_t k = std::max<int64_t>(128, block_size(t)), n = 32, n_expert = 5, n_used = 3;
                 std::vector<int32_t> idv;
                 for (int64_t tok = 0; tok < n_tok; tok++) // expert 4 never chosen; tokens share experts
                     for (int64_t i = 0; i < n_used; i++) idv.push_back(int32_t((tok * 7 + i * 3 + tok / 5) % 4));

@@ -302,15 +302,12 @@ bool x16_kind_for(const tensor& w, x16_kind& kind) {
     case type::awq4_g64: kind = x16_kind::awq4_g64; break;
     case type::tq2_0: kind = x16_kind::tq2_0; break;
     case type::i2_s: kind = x16_kind::i2_s; break;
-    case type::q4_k: // llama.cpp's repacked orders only (q4_K_8x8); 2-D (mixture-of-experts K weights: the row kernels)
-        if (!rows8 || w.ne[2] != 1) return false;
+    case type::q4_k: // llama.cpp's repacked orders only (q4_K_8x8)
+        if (!rows8) return false;
         kind = x16_kind::q4_k;
         break;
-    case type::q5_k:
-    case type::q6_k:
-        if (w.ne[2] != 1) return false;
-        kind = w.t == type::q5_k ? x16_kind::q5_k : x16_kind::q6_k;
-        break;
+    case type::q5_k: kind = x16_kind::q5_k; break;
+    case type::q6_k: kind = x16_kind::q6_k; break;
     case type::mxfp4: // blockwise only (no repacked kind in ggml_vec_dot's order)
         if (!rows8) return false;
         kind = x16_kind::mxfp4_blockwise;
