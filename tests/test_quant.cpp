@@ -912,8 +912,8 @@ TEST(cpu_repack_x16, k_formats_equal_row_kernels_bit_for_bit) {
     std::vector<std::pair<const char*, cpu::x16_kernels (*)(cpu::x16_kind)>> isas{{"avx2", cpu::avx2::x16_kernels_for}};
     if (cpu::cpu_has_avx512vnni()) isas.push_back({"avx512vnni", cpu::avx512vnni::x16_kernels_for});
     using cpu::x16_kind;
-    const std::pair<x16_kind, type> kinds[] = {{x16_kind::q4_k, type::q4_k}, {x16_kind::q5_k, type::q5_k},
-                                               {x16_kind::q6_k, type::q6_k}};
+    const std::pair<x16_kind, type> kinds[] = {
+        {x16_kind::q4_k, type::q4_k}, {x16_kind::q5_k, type::q5_k}, {x16_kind::q6_k, type::q6_k}};
     for (int64_t blocks : {int64_t(1), int64_t(3)})
         for (auto [kind, t] : kinds) {
             const int64_t k = 256 * blocks, n = 32, m = 19;
@@ -943,7 +943,8 @@ TEST(cpu_repack_x16, k_formats_equal_row_kernels_bit_for_bit) {
             for (int64_t j = 0; j < m; j++)
                 for (int64_t i = 0; i < n; i++) {
                     const uint8_t *wi = w.data() + i * wrow, *aj = a.data() + j * arow;
-                    plain[size_t(j * n + i)] = t == type::q4_k ? ops->vec_dot_rows8(wi, aj, k) : ops->vec_dot(wi, aj, k);
+                    plain[size_t(j * n + i)] =
+                        t == type::q4_k ? ops->vec_dot_rows8(wi, aj, k) : ops->vec_dot(wi, aj, k);
                     if (t != type::q4_k) batch[size_t(j * n + i)] = ops->vec_dot_batch8(wi, aj, k);
                 }
             if (t == type::q4_k)
@@ -961,8 +962,8 @@ TEST(cpu_repack_x16, k_formats_equal_row_kernels_bit_for_bit) {
                         if (rows == 0) continue;
                         std::vector<float> y(size_t(rows * n), std::nanf(""));
                         for (int g = 0; g < 2; g++)
-                            (form ? kern.gemm_batch : kern.gemm)(packed.data() + g * gb, k / 32, a.data(), arow, nullptr, 0,
-                                                                  rows, y.data() + 16 * g, size_t(n));
+                            (form ? kern.gemm_batch : kern.gemm)(packed.data() + g * gb, k / 32, a.data(), arow,
+                                                                 nullptr, 0, rows, y.data() + 16 * g, size_t(n));
                         const std::vector<float>& want = form ? batch : plain;
                         for (int64_t j = 0; j < rows; j++)
                             for (int64_t i = 0; i < n; i++)

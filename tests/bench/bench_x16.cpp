@@ -92,7 +92,9 @@ void bench(type t, int64_t k, int64_t n, int nth) {
     // repacked orders, q4_K's gemm 4 x 4; q5_K / q6_K batches of >= 8 in ggml's tiled order)
     const bool rows8 = kind == cpu::x16_kind::q4_0_blockwise || kind == cpu::x16_kind::q4_k;
     auto run_row = [&](int64_t na) {
-        const cpu::vec_dot_fn dot = rows8 ? ops->vec_dot_rows8 : na >= 8 && ops->vec_dot_batch8 ? ops->vec_dot_batch8 : ops->vec_dot;
+        const cpu::vec_dot_fn dot = rows8                            ? ops->vec_dot_rows8
+                                    : na >= 8 && ops->vec_dot_batch8 ? ops->vec_dot_batch8
+                                                                     : ops->vec_dot;
         parallel(nth, [&](int ith, int nt) {
             const int64_t r0 = n * ith / nt / 4 * 4, r1 = ith + 1 == nt ? n : n * (ith + 1) / nt / 4 * 4;
             int64_t j = 0;
@@ -142,8 +144,8 @@ int main(int argc, char** argv) {
             if (a == type_name(t)) types.push_back(t);
     }
     if (types.empty())
-        types = {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s,
-                 type::q4_k, type::q5_k, type::q6_k};
+        types = {type::q4_0,  type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64,
+                 type::tq2_0, type::i2_s, type::q4_k, type::q5_k,  type::q6_k};
     const int nth = std::getenv("THREADS") ? std::atoi(std::getenv("THREADS")) : 2;
     for (type t : types) bench(t, k, n, nth);
 }

@@ -58,9 +58,11 @@ void row_tile(const cpu_type_ops& ops, const tensor& w, tensor& dst, const uint8
         for (; im + 4 <= m1; im += 4) {
             float* y = at<float>(dst, 0, im, i2, i3);
             int64_t in = n0;
-            for (; in + 4 <= n1; in += 4) ops.gemm4(w_row(in), w.nb[1], a0 + size_t(im) * act_row, act_row, k, y + in, size_t(ys));
+            for (; in + 4 <= n1; in += 4)
+                ops.gemm4(w_row(in), w.nb[1], a0 + size_t(im) * act_row, act_row, k, y + in, size_t(ys));
             for (; in < n1; in++)
-                for (int64_t j = 0; j < 4; j++) y[j * ys + in] = ops.vec_dot(w_row(in), a0 + size_t(im + j) * act_row, k);
+                for (int64_t j = 0; j < 4; j++)
+                    y[j * ys + in] = ops.vec_dot(w_row(in), a0 + size_t(im + j) * act_row, k);
             if (w_scale != 1.0f)
                 for (int64_t j = 0; j < 4; j++)
                     for (int64_t i = n0; i < n1; i++) y[j * ys + i] *= w_scale;
@@ -165,8 +167,8 @@ void x16_tile(const compute_params& p, const x16_job& j, const x16_grid& gr, con
         float* y = at<float>(dst, 16 * g, m0, i2, i3);
         const auto rows = [&](x16_gemm_fn gemm, int64_t j0, int64_t j1) {
             const int64_t r = r0 + j0;
-            gemm(rw.group(g), k / 32, a.act + size_t(r) * a.act_row, a.act_row, a.sums ? a.sums + size_t(r) * a.ss : nullptr,
-                 a.ss, j1 - j0, y + j0 * int64_t(ys), ys);
+            gemm(rw.group(g), k / 32, a.act + size_t(r) * a.act_row, a.act_row,
+                 a.sums ? a.sums + size_t(r) * a.ss : nullptr, a.ss, j1 - j0, y + j0 * int64_t(ys), ys);
         };
         if (nbat > 0) rows(kern.gemm_batch, 0, nbat);
         if (nbat < m1 - m0) rows(kern.gemm, nbat, m1 - m0);

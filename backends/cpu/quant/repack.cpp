@@ -72,7 +72,8 @@ void k_levels(const block_q6_k& x, uint8_t (&L)[256]) {
 // nibbles and of slot 2i + 1 in its high ones
 void put_k_nibbles(uint8_t* q, int r, const uint8_t (&L)[256]) {
     for (int i = 0; i < 32; i++)
-        for (int j = 0; j < 4; j++) q[i * 64 + r * 4 + j] = uint8_t((L[8 * i + j] & 0xf) | ((L[8 * i + 4 + j] & 0xf) << 4));
+        for (int j = 0; j < 4; j++)
+            q[i * 64 + r * 4 + j] = uint8_t((L[8 * i + j] & 0xf) | ((L[8 * i + 4 + j] & 0xf) << 4));
 }
 // q4_K / q5_K's 8 scales then 8 mins (byte 16 c + r), then f16 d and dmin (16 each) at `at`
 template <class B> void put_k_scales(uint8_t* q, int r, const B& x, size_t at) {
@@ -170,9 +171,11 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
             case x16_kind::q5_1: { // q4_0's nibble vectors, then one vector: lane r, byte j, bit g = the fifth bit of
                                    // element 4g + j; then f16 d (q5_1: and m)
                 const bool q51 = kind == x16_kind::q5_1;
-                const uint8_t* qs = q51 ? reinterpret_cast<const block_q5_1*>(row)[b].qs : reinterpret_cast<const block_q5_0*>(row)[b].qs;
+                const auto* x0 = reinterpret_cast<const block_q5_0*>(row) + b;
+                const auto* x1 = reinterpret_cast<const block_q5_1*>(row) + b;
+                const uint8_t* qs = q51 ? x1->qs : x0->qs;
                 uint32_t qh;
-                std::memcpy(&qh, q51 ? reinterpret_cast<const block_q5_1*>(row)[b].qh : reinterpret_cast<const block_q5_0*>(row)[b].qh, 4);
+                std::memcpy(&qh, q51 ? x1->qh : x0->qh, 4);
                 for (int v = 0; v < 4; v++)
                     for (int j = 0; j < 4; j++) q[v * 64 + r * 4 + j] = qs[4 * v + j];
                 for (int j = 0; j < 4; j++) {
@@ -181,12 +184,8 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
                     q[256 + r * 4 + j] = bits;
                 }
                 auto* sc = reinterpret_cast<uint16_t*>(q + 320);
-                if (q51) {
-                    sc[r] = reinterpret_cast<const block_q5_1*>(row)[b].d.bits;
-                    sc[16 + r] = reinterpret_cast<const block_q5_1*>(row)[b].m.bits;
-                } else {
-                    sc[r] = reinterpret_cast<const block_q5_0*>(row)[b].d.bits;
-                }
+                sc[r] = q51 ? x1->d.bits : x0->d.bits;
+                if (q51) sc[16 + r] = x1->m.bits;
                 break;
             }
             case x16_kind::q8_0: {

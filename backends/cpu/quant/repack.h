@@ -141,9 +141,10 @@ struct repacked_weight {
 
 // Which repacking (if any) the CPU backend uses for a weight: q4_0 / q4_1 / q5_0 / q5_1 / q8_0 / nvfp4 / awq4 /
 // awq4_g64 / tq2_0 / i2_s / mxfp4 / q5_K / q6_K / q4_K (rows % 8 == 0), 2-D with 16 rows or more (or a 3-D stack of
-// experts of whole groups, for mul_mat_id: gemm only, never gemm_batch), contiguous, on a CPU with AVX2. q4_0 and mxfp4 matrices llama.cpp would repack (rows a multiple of 8, the tied output's token table
-// too) are summed blockwise, the rest in ggml_vec_dot's order (mxfp4 then is not repacked). A token table is repacked
-// only as the tied output (flag_tied), for mul_mat; get_rows reads the file.
+// experts of whole groups, for mul_mat_id: gemm only, never gemm_batch), contiguous, on a CPU with AVX2. q4_0 and mxfp4
+// matrices llama.cpp would repack (rows a multiple of 8, the tied output's token table too) are summed blockwise, the
+// rest in ggml_vec_dot's order (mxfp4 then is not repacked). A token table is repacked only as the tied output
+// (flag_tied), for mul_mat; get_rows reads the file.
 bool x16_kind_for(const tensor& w, x16_kind& kind);
 
 // The repacked weights of one backend, by weight tensor.

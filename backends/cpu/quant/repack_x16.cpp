@@ -302,8 +302,8 @@ void blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const 
     });
 }
 
-// bit B of each qh byte moved to bit 4 (q5_0, q5_1, q5_K's fifth bit); epi16 shifts bring in a neighbour byte's bits only below
-// bit 4 (left shifts of <= 4) or above it (right shifts of <= 3), which the mask drops
+// bit B of each qh byte moved to bit 4 (q5_0, q5_1, q5_K's fifth bit); epi16 shifts bring in a neighbour byte's bits
+// only below bit 4 (left shifts of <= 4) or above it (right shifts of <= 3), which the mask drops
 template <int B> inline V::i bit4(V::i qh) {
     if constexpr (B <= 4)
         return V::band8(V::shl16<4 - B>(qh), 0x10);
@@ -631,9 +631,13 @@ struct q5k_rec {
     static constexpr size_t qh = 2048, sc = 2560, mn = 2688, d = 2816, dmin = 2848, bytes = 2880;
 };
 struct q6k_rec {
-    static constexpr size_t qh = 2048, sc = 3072, d = 3328, bytes = 3392; // d padded to 64 bytes: records on cache lines
+    static constexpr size_t qh = 2048, sc = 3072, d = 3328, bytes = 3392; // d padded: records on cache lines
 };
 
+// activation row j's q8_K super-block b
+inline const block_q8_k& act_k(const uint8_t* a, size_t as, int j, int64_t b) {
+    return reinterpret_cast<const block_q8_k*>(a + size_t(j) * as)[b];
+}
 // q8_K activation word: 4 bytes from element e of a super-block
 inline V::i aword(const block_q8_k& a, int e) { return V::set1(word(a.qs + e)); }
 // two int16 bsums (sub-blocks 2c, 2c + 1) as one word
@@ -796,7 +800,8 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
                     for (int j = 0; j < NA; j++) {
                         const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
                         for (int f = 0; f < 4; f++)
-                            J[j][f] = V::add32(J[j][f], V::madd16(V::maddubs(x[f], aword(ab, 32 * c + 4 * (l0 + f))), scp));
+                            J[j][f] = V::add32(
+                                J[j][f], V::madd16(V::maddubs(x[f], aword(ab, 32 * c + 4 * (l0 + f))), scp));
                     }
                 }
             }
@@ -810,7 +815,7 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
                 const V::i sc01 = V::pack16(V::load_s8(rec + q6k_rec::sc + 32 * l + h * V::lanes),
                                             V::load_s8(rec + q6k_rec::sc + 32 * l + 16 + h * V::lanes));
                 for (int j = 0; j < NA; j++)
-                    I[j][l] = V::sub32(I[j][l], V::shl32<5>(V::madd16(sc01, bsum_pair(reinterpret_cast<const block_q8_k*>(a + j * as)[b], l))));
+                    I[j][l] = V::sub32(I[j][l], V::shl32<5>(V::madd16(sc01, bsum_pair(act_k(a, as, j, b), l))));
             }
         } else {
             V::i M[NA];
@@ -818,7 +823,7 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
             for (int c = 0; c < 8; c++) {
                 const V::i mp = V::pair16(V::load_u8(rec + q5k_rec::mn + 16 * c + h * V::lanes));
                 for (int j = 0; j < NA; j++)
-                    M[j] = V::add32(M[j], V::madd16(mp, bsum_pair(reinterpret_cast<const block_q8_k*>(a + j * as)[b], c)));
+                    M[j] = V::add32(M[j], V::madd16(mp, bsum_pair(act_k(a, as, j, b), c)));
             }
             const V::f dmw = V::load_h(reinterpret_cast<const uint16_t*>(rec + q5k_rec::dmin) + h * V::lanes);
             for (int j = 0; j < NA; j++) {
@@ -826,7 +831,8 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
                 t.summs[j] = V::fma(V::mul(V::set1f(-da), dmw), V::cvt(M[j]), t.summs[j]);
             }
         }
-        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + (Q6 ? q6k_rec::d : q5k_rec::d)) + h * V::lanes);
+        constexpr size_t D = Q6 ? q6k_rec::d : q5k_rec::d;
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + D) + h * V::lanes);
         for (int j = 0; j < NA; j++) {
             const V::f d = V::mul(V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d), dw);
             for (int l = 0; l < 8; l++) t.acc[j][l] = V::fma(d, V::cvt(I[j][l]), t.acc[j][l]);
@@ -874,7 +880,7 @@ void k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
                 }
                 const V::i sc01 = V::pack16(s0, s1);
                 for (int j = 0; j < NA; j++) // M: sum of sc bsum, taken 32 times off S at the end
-                    M[j] = V::add32(M[j], V::madd16(sc01, bsum_pair(reinterpret_cast<const block_q8_k*>(a + j * as)[b], s / 2)));
+                    M[j] = V::add32(M[j], V::madd16(sc01, bsum_pair(act_k(a, as, j, b), s / 2)));
             }
         } else {
             for (int c = 0; c < 8; c++) {
@@ -888,7 +894,8 @@ void k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
                 }
             }
         }
-        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + (Q6 ? q6k_rec::d : q5k_rec::d)) + h * V::lanes);
+        constexpr size_t D = Q6 ? q6k_rec::d : q5k_rec::d;
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + D) + h * V::lanes);
         for (int j = 0; j < NA; j++) {
             const V::f da = V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d);
             if constexpr (Q6) {
@@ -997,8 +1004,8 @@ x16_kernels x16_kernels_for(x16_kind kind) {
         return {chunked<plain_na, tq2_0_plain<plain_na>, tq2_0_plain<1>, tq2_0_plain<1, true>>, sums_tq2_0};
     case x16_kind::i2_s: return {chunked<narrow_na, i2_s_k<narrow_na>, i2_s_k<1>, i2_s_k<1, true>>, nullptr};
     case x16_kind::q4_k:
-        return {chunked<narrow_na, q4k_rows8<narrow_na, false>, q4k_rows8<1, false>, q4k_rows8<1, false, true>>, nullptr,
-                chunked<4, q4k_rows8<4, true>, q4k_rows8<1, true>>, x16_batch::groups4};
+        return {chunked<narrow_na, q4k_rows8<narrow_na, false>, q4k_rows8<1, false>, q4k_rows8<1, false, true>>,
+                nullptr, chunked<4, q4k_rows8<4, true>, q4k_rows8<1, true>>, x16_batch::groups4};
     case x16_kind::q5_k:
         return {chunked<plain_na, k_lanes<plain_na, false>, k_lanes<1, false>, k_lanes<1, false, true>>, nullptr,
                 chunked<4, k_tiled<4, false>, k_tiled<1, false>>, x16_batch::m8};
