@@ -969,18 +969,6 @@ constexpr int narrow_na = V::passes == 1 ? 4 : 2;
 } // namespace
 
 x16_kernels x16_kernels_for(x16_kind kind) {
-#if defined(__AVX512VNNI__)
-    // The K formats' and q5_0 / q5_1's 16-lane kernels (their `!V::pairs16` / dpbusd paths) have not yet run on an
-    // AVX-512 VNNI host: until they have (test_quant's cpu_repack_x16 there), the AVX2 build serves, with the same bits
-    switch (kind) {
-    case x16_kind::q4_k:
-    case x16_kind::q5_k:
-    case x16_kind::q6_k:
-    case x16_kind::q5_0:
-    case x16_kind::q5_1: return avx2::x16_kernels_for(kind);
-    default: break;
-    }
-#endif
     switch (kind) {
     case x16_kind::q4_0_blockwise:
         return {chunked<4, blockwise<q4_0_codes, 4>, blockwise<q4_0_codes, 1>>, sums_blocks<8>};
