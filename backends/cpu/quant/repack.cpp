@@ -75,6 +75,18 @@ void put_k_nibbles(uint8_t* q, int r, const uint8_t (&L)[256]) {
         for (int j = 0; j < 4; j++)
             q[i * 64 + r * 4 + j] = uint8_t((L[8 * i + j] & 0xf) | ((L[8 * i + 4 + j] & 0xf) << 4));
 }
+// ... and the levels' bits above the nibble (BITS of them: q5_K 1, q6_K 2) from 2048 on: vector u, lane r, byte j, bits
+// BITS w .. holds slot W u + w's (W = 8 / BITS slots a vector)
+template <int BITS> void put_k_high(uint8_t* q, int r, const uint8_t (&L)[256]) {
+    constexpr int W = 8 / BITS;
+    for (int u = 0; u < 64 / W; u++)
+        for (int j = 0; j < 4; j++) {
+            uint8_t v = 0;
+            for (int w = 0; w < W; w++) v |= uint8_t((L[4 * (W * u + w) + j] >> 4) << (BITS * w));
+            q[2048 + u * 64 + r * 4 + j] = v;
+        }
+}
+
 // q4_K / q5_K's 8 scales then 8 mins (byte 16 c + r), then f16 d and dmin (16 each) at `at`
 template <class B> void put_k_scales(uint8_t* q, int r, const B& x, size_t at) {
     for (int c = 0; c < 8; c++) {
@@ -247,12 +259,7 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
                 uint8_t L[256];
                 k_levels(x, L);
                 put_k_nibbles(q, r, L);
-                for (int c = 0; c < 8; c++)
-                    for (int j = 0; j < 4; j++) {
-                        uint8_t v = 0;
-                        for (int bit = 0; bit < 8; bit++) v |= uint8_t((L[32 * c + 4 * bit + j] >> 4) << bit);
-                        q[2048 + c * 64 + r * 4 + j] = v;
-                    }
+                put_k_high<1>(q, r, L);
                 put_k_scales(q, r, x, 2048 + 512);
                 break;
             }
@@ -262,12 +269,7 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
                 uint8_t L[256];
                 k_levels(x, L);
                 put_k_nibbles(q, r, L);
-                for (int s = 0; s < 16; s++)
-                    for (int j = 0; j < 4; j++) {
-                        uint8_t v = 0;
-                        for (int f = 0; f < 4; f++) v |= uint8_t((L[16 * s + 4 * f + j] >> 4) << (2 * f));
-                        q[2048 + s * 64 + r * 4 + j] = v;
-                    }
+                put_k_high<2>(q, r, L);
                 for (int s = 0; s < 16; s++) q[3072 + 16 * s + r] = uint8_t(x.scales[s]);
                 reinterpret_cast<uint16_t*>(q + 3328)[r] = x.d.bits;
                 reinterpret_cast<uint16_t*>(q + 3360)[r] = 0; // the padding
