@@ -26,7 +26,7 @@ struct quantize_options {
     std::string in, out, type;
     int n_threads = 0;
     std::string output_type, embd_type;
-    bool json = false;
+    bool json = false, pure = false;
     std::string calib;
     int64_t calib_tokens = 4096;
     bool no_calib = false;
@@ -36,7 +36,8 @@ std::string valid_type_names(bool mixes = false) {
     std::string s;
     for (type t : quantize_target_types()) s += (s.empty() ? "" : ", ") + std::string(type_name(t));
     if (mixes)
-        for (quant_mix m : {quant_mix::q4_k_s, quant_mix::q4_k_m, quant_mix::q5_k_s, quant_mix::q5_k_m})
+        for (quant_mix m : {quant_mix::q2_k, quant_mix::q3_k_s, quant_mix::q3_k_m, quant_mix::q3_k_l,
+                            quant_mix::q4_k_s, quant_mix::q4_k_m, quant_mix::q5_k_s, quant_mix::q5_k_m})
             s += std::string(", ") + quant_mix_name(m);
     return s;
 }
@@ -132,7 +133,7 @@ awq_summary run_awq(const quantize_options& o, quantize_params& qp) {
 void run_quantize(const quantize_options& o) {
     quantize_params qp;
     if (const std::optional<quant_mix> m = quant_mix_from_name(o.type)) { // llama-quantize's K mixes
-        qp.mix = *m;
+        qp.mix = o.pure ? quant_mix::none : *m;
         qp.target = quant_mix_type(*m);
     } else {
         qp.target = type_from_name_or_mix_error(o.type);
@@ -206,14 +207,16 @@ void add_quantize(CLI::App& app) {
         ->required();
     sub->add_option("TYPE", o->type,
                     "Weight type: " + valid_type_names(true) +
-                        " (the last four: llama-quantize's mixes, attn_v / ffn_down of some layers and the output "
-                        "with more bits)")
+                        " (the last eight: llama-quantize's mixes, attn_v / ffn_down of some layers and the output "
+                        "with more bits; Q2_K is the mix, q2_K with --pure every matrix)")
         ->required();
     sub->add_option("-t,--threads", o->n_threads, "Threads (0: one per hardware thread)")->check(CLI::Range(0, 512));
     sub->add_option("--output-type", o->output_type,
                     "Type of output.weight (and of token_embd.weight when the embeddings are tied)");
     sub->add_option("--embd-type", o->embd_type, "Type of token_embd.weight (default: TYPE)");
     sub->add_flag("--json", o->json, "Print the summary as one JSON object");
+    sub->add_flag("--pure", o->pure,
+                  "A mix's format for every matrix, the output too (llama-quantize's --pure; unless --output-type)");
     sub->add_option("--calib", o->calib,
                     "Activation-aware scales (AWQ): calibrate on this text file (default: plain round-to-nearest)");
     sub->add_option("--calib-tokens", o->calib_tokens, "Calibration tokens read from --calib")

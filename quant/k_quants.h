@@ -1,4 +1,4 @@
-// k_quants.h: what ggml's "K" super-block formats (q4_K, q5_K, q6_K: 256 elements a block, sub-block scales quantized
+// k_quants.h: what ggml's "K" super-block formats (q2_K .. q6_K: 256 elements a block, sub-block scales quantized
 // against one f16 super-scale) share: the packing of q4_K / q5_K's eight 6-bit (scale, min) pairs into 12 bytes and
 // the scale searches of ggml's reference quantizers, which llama-quantize runs when it has no importance matrix. The
 // searches are written here from the algorithm (FORMATS.md §2; ggml-quants.c names in brackets): they make the same
@@ -43,10 +43,11 @@ inline void pack_scale_mins(const uint8_t (&ls)[8], const uint8_t (&lm)[8], uint
 
 // An asymmetric scale for n values on 0..nmax with weights w: starts from (max - min) / nmax, then tries nstep + 1
 // other steps (rmin + rdelta i + nmax levels over the range), each fitted by weighted least squares for scale and
-// offset, and keeps the one of least weighted squared error. Returns the scale; *neg_min = -offset (>= 0, the offset
-// is clamped to <= 0); L the levels. [make_qkx2_quants with use_mad = false]
+// offset, and keeps the one of least weighted error (squared; absolute with use_mad, q2_K's choice). Returns the
+// scale; *neg_min = -offset (>= 0, the offset is clamped to <= 0); L the levels. [make_qkx2_quants]
 inline float search_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min, float rmin,
-                              float rdelta, int nstep) {
+                              float rdelta, int nstep, bool use_mad = false) {
+    auto cost = [use_mad](float diff) { return use_mad ? std::fabs(diff) : diff * diff; };
     float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
     for (int i = 1; i < n; i++) {
         if (x[i] < min) min = x[i];
@@ -67,7 +68,7 @@ inline float search_scale_min(int n, int nmax, const float* x, const float* w, u
         const int l = std::clamp(nearest_int_ggml(iscale * (x[i] - min)), 0, nmax);
         L[i] = uint8_t(l);
         const float diff = scale * float(l) + min - x[i];
-        best += w[i] * (diff * diff);
+        best += w[i] * cost(diff);
     }
     uint8_t aux[32];
     for (int is = 0; is <= nstep; is++) {
@@ -91,7 +92,7 @@ inline float search_scale_min(int n, int nmax, const float* x, const float* w, u
             float err = 0;
             for (int i = 0; i < n; i++) {
                 const float diff = this_scale * float(aux[i]) + this_min - x[i];
-                err += w[i] * (diff * diff);
+                err += w[i] * cost(diff);
             }
             if (err < best) {
                 for (int i = 0; i < n; i++) L[i] = aux[i];
@@ -148,6 +149,53 @@ inline float search_scale_sym(int n, int nmax, const float* x, int8_t* L) {
         }
     }
     return scale;
+}
+
+// A symmetric scale for n values on -nmax..nmax-1 (stored + nmax in L), weights x^2: from -nmax / max, then up to 5
+// passes that move single levels to their least-squares value while that raises sum(w x l)^2 / sum(w l^2) (q3_K's
+// search). Returns sum(w x l) / sum(w l^2). [make_q3_quants with do_rmse = true]
+inline float search_scale_q3(int n, int nmax, const float* x, int8_t* L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++)
+        if (std::fabs(x[i]) > amax) {
+            amax = std::fabs(x[i]);
+            max = x[i];
+        }
+    if (amax < group_max_eps) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        return 0.0f;
+    }
+    const float iscale = -float(nmax) / max;
+    float sum_lx = 0, sum_l2 = 0;
+    for (int i = 0; i < n; i++) {
+        const int l = std::clamp(nearest_int_ggml(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = int8_t(l);
+        const float w = x[i] * x[i];
+        sum_lx += w * x[i] * float(l);
+        sum_l2 += w * float(l) * float(l);
+    }
+    for (int pass = 0; pass < 5; pass++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            const float w = x[i] * x[i];
+            float slx = sum_lx - w * x[i] * float(L[i]);
+            if (!(slx > 0)) continue;
+            float sl2 = sum_l2 - w * float(L[i]) * float(L[i]);
+            const int l = std::clamp(nearest_int_ggml(x[i] * sl2 / slx), -nmax, nmax - 1);
+            if (l == L[i]) continue;
+            slx += w * x[i] * float(l);
+            sl2 += w * float(l) * float(l);
+            if (sl2 > 0 && slx * slx * sum_l2 > sum_lx * sum_lx * sl2) {
+                L[i] = int8_t(l);
+                sum_lx = slx;
+                sum_l2 = sl2;
+                changed++;
+            }
+        }
+        if (!changed) break;
+    }
+    for (int i = 0; i < n; i++) L[i] = int8_t(L[i] + nmax);
+    return sum_l2 > 0.0f ? sum_lx / sum_l2 : 0.0f;
 }
 
 // q4_K / q5_K's quantizer for one super-block of 256 values, levels 0..nmax: each sub-block of 32 gets a scale and

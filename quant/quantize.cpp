@@ -44,6 +44,10 @@ std::optional<uint32_t> llama_ftype_of(type t) {
         return 8;
     case type::q5_1:
         return 9;
+    case type::q2_k:
+        return 10; // MOSTLY_Q2_K
+    case type::q3_k:
+        return 11; // MOSTLY_Q3_K_S: llama-quantize's all-q3_K mix but for the output
     case type::q4_k:
         return 14; // MOSTLY_Q4_K_S: llama-quantize's mix whose tensors are all q4_K but a few (a pure file here)
     case type::q5_k:
@@ -102,8 +106,8 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 
 // The type a tensor with rows of ne0 elements gets when `want` does not fit (ne0 not a multiple of its block), the
-// way llama-quantize falls back: its table for ggml's formats (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, tq2_0 ->
-// q4_0); for tessera's, the same format with smaller groups when there is one (a type named "<want>_g<N>", e.g. awq4
+// way llama-quantize falls back: its table for ggml's formats (q2_K, q3_K -> q4_0, q4_K -> q5_0, q5_K -> q5_1,
+// q6_K -> q8_0, tq2_0 -> q4_0); for tessera's, the same format with smaller groups when there is one (a type named "<want>_g<N>", e.g. awq4
 // -> awq4_g64), then a 32-element format of similar size (q4_0 up to ~5.5 bits per weight, q8_0 above); f16 for a
 // row that fits no block at all.
 type fallback_type(type want, int64_t ne0) {
@@ -111,7 +115,7 @@ type fallback_type(type want, int64_t ne0) {
     const type llama_fallback = want == type::q4_k    ? type::q5_0
                                 : want == type::q5_k  ? type::q5_1
                                 : want == type::q6_k  ? type::q8_0
-                                : want == type::tq2_0 ? type::q4_0
+                                : want == type::tq2_0 || want == type::q2_k || want == type::q3_k ? type::q4_0
                                                       : want;
     if (llama_fallback != want) return ne0 % block_size(llama_fallback) == 0 ? llama_fallback : type::f16;
     const std::string prefix = std::string(type_name(want)) + "_g";
@@ -134,13 +138,18 @@ void check_target(type t, const char* what) {
 std::optional<quant_mix> quant_mix_from_name(std::string_view name) {
     std::string n(name);
     for (char& c : n) c = char(std::toupper((unsigned char)c));
-    for (quant_mix m : {quant_mix::q4_k_s, quant_mix::q4_k_m, quant_mix::q5_k_s, quant_mix::q5_k_m})
+    for (quant_mix m : {quant_mix::q2_k, quant_mix::q3_k_s, quant_mix::q3_k_m, quant_mix::q3_k_l, quant_mix::q4_k_s,
+                        quant_mix::q4_k_m, quant_mix::q5_k_s, quant_mix::q5_k_m})
         if (n == quant_mix_name(m)) return m;
     return std::nullopt;
 }
 
 const char* quant_mix_name(quant_mix m) {
     switch (m) {
+    case quant_mix::q2_k: return "Q2_K";
+    case quant_mix::q3_k_s: return "Q3_K_S";
+    case quant_mix::q3_k_m: return "Q3_K_M";
+    case quant_mix::q3_k_l: return "Q3_K_L";
     case quant_mix::q4_k_s: return "Q4_K_S";
     case quant_mix::q4_k_m: return "Q4_K_M";
     case quant_mix::q5_k_s: return "Q5_K_S";
@@ -151,7 +160,15 @@ const char* quant_mix_name(quant_mix m) {
 }
 
 type quant_mix_type(quant_mix m) {
-    return m == quant_mix::q5_k_s || m == quant_mix::q5_k_m ? type::q5_k : type::q4_k;
+    switch (m) {
+    case quant_mix::q2_k: return type::q2_k;
+    case quant_mix::q3_k_s:
+    case quant_mix::q3_k_m:
+    case quant_mix::q3_k_l: return type::q3_k;
+    case quant_mix::q5_k_s:
+    case quant_mix::q5_k_m: return type::q5_k;
+    default: return type::q4_k;
+    }
 }
 
 namespace {
@@ -162,9 +179,13 @@ bool is_quantizable_matrix(const gguf_tensor_info& t) {
     return t.n_dims >= 2 && t.name.ends_with(".weight") && t.name.find("ffn_gate_inp.weight") == std::string::npos;
 }
 
-// llama_ftype of a mix (llama.h: MOSTLY_Q4_K_S 14, _M 15, Q5_K_S 16, _M 17)
+// llama_ftype of a mix (llama.h: MOSTLY_Q2_K 10, Q3_K_S 11, _M 12, _L 13, Q4_K_S 14, _M 15, Q5_K_S 16, _M 17)
 uint32_t mix_ftype(quant_mix m) {
     switch (m) {
+    case quant_mix::q2_k: return 10;
+    case quant_mix::q3_k_s: return 11;
+    case quant_mix::q3_k_m: return 12;
+    case quant_mix::q3_k_l: return 13;
     case quant_mix::q4_k_s: return 14;
     case quant_mix::q4_k_m: return 15;
     case quant_mix::q5_k_s: return 16;
@@ -178,7 +199,7 @@ uint32_t mix_ftype(quant_mix m) {
 struct mix_rules {
     quant_mix mix;
     type base;
-    int64_t n_layer = 0, n_expert = 0, n_wv = 0;
+    int64_t n_layer = 0, n_expert = 0, n_wv = 0, n_gqa = 1;
     bool tied = true, is_70b = false;
     int64_t i_wv = 0, i_down = 0;
 
@@ -195,15 +216,26 @@ struct mix_rules {
         if (name == "token_embd.weight") return base;
         type t = base;
         if (attn_v_like(name)) {
-            if (m_mix && more_bits(i_wv, n_wv)) t = type::q6_k;
+            if (mix == quant_mix::q2_k) t = n_gqa >= 4 ? type::q4_k : type::q3_k;
+            else if (mix == quant_mix::q3_k_m) t = i_wv < 2 ? type::q5_k : type::q4_k;
+            else if (mix == quant_mix::q3_k_l) t = type::q5_k;
+            else if (m_mix && more_bits(i_wv, n_wv)) t = type::q6_k;
             else if (mix == quant_mix::q4_k_s && i_wv < 4) t = type::q5_k;
-            if (is_70b && t == type::q4_k) t = type::q5_k;
+            if (is_70b && (t == type::q3_k || t == type::q4_k)) t = type::q5_k;
             if (n_expert == 8) t = type::q8_0;
             i_wv++;
         } else if (has(name, "attn_k.weight")) {
             if (n_expert == 8) t = type::q8_0;
         } else if (has(name, "attn_output.weight")) {
-            if (n_expert == 8 && (mix == quant_mix::q4_k_s || mix == quant_mix::q4_k_m)) t = type::q5_k;
+            if (n_expert == 8) {
+                if (mix != quant_mix::q3_k_l && mix != quant_mix::q5_k_s && mix != quant_mix::q5_k_m) t = type::q5_k;
+            } else if (mix == quant_mix::q2_k) {
+                t = type::q3_k;
+            } else if (mix == quant_mix::q3_k_m) {
+                t = type::q4_k;
+            } else if (mix == quant_mix::q3_k_l) {
+                t = type::q5_k;
+            }
         } else if (has(name, "ffn_down")) {
             int64_t i_layer = i_down;
             if (n_expert > 1) { // experts' tensors need not come in layer order: the layer from the name
@@ -212,7 +244,10 @@ struct mix_rules {
                     throw error(fmt::format("tensor {}: no layer in [0, {}) in its name", name, n_layer));
                 i_layer = il;
             }
-            if (m_mix && more_bits(i_layer, n_layer)) t = type::q6_k;
+            if (mix == quant_mix::q2_k) t = type::q3_k;
+            else if (mix == quant_mix::q3_k_m) t = i_layer < n_layer / 16 ? type::q5_k : type::q4_k;
+            else if (mix == quant_mix::q3_k_l) t = type::q5_k;
+            else if (m_mix && more_bits(i_layer, n_layer)) t = type::q6_k;
             else if (mix == quant_mix::q4_k_s && i_layer < n_layer / 8) t = type::q5_k;
             i_down++;
         }
@@ -276,6 +311,9 @@ std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_p
         auto u = [&](const std::string& key) { return in.get_int(arch + "." + key).value_or(0); };
         mix->n_layer = u("block_count");
         mix->n_expert = u("expert_count");
+        // llama.cpp's n_gqa(): query heads per KV head (layer 0's; 0 KV heads counts as 1)
+        const int64_t n_head = u("attention.head_count"), n_head_kv = u("attention.head_count_kv");
+        mix->n_gqa = n_head_kv > 0 ? n_head / n_head_kv : 1;
         mix->tied = tied;
         // llama.cpp's LLM_TYPE_70B (its 70B attn_v gets q5_K for q4_K): 80-layer llama with grouped KV heads, qwen2
         mix->is_70b = mix->n_layer == 80 &&

@@ -40,12 +40,14 @@ struct tensor_scaling {
 // llama-quantize's mixes of the K formats (its llama_tensor_get_type rules for them, without an importance matrix):
 // TYPE's format for most tensors; attn_v (attn_qkv) and ffn_down get more bits in some layers (Q4_K_M / Q5_K_M: q6_K
 // in the first and last eighth and every third layer between; Q4_K_S: q5_K in the first 4 attn_v and the first
-// eighth of ffn_down), the output (a tied embedding) q6_K, and 8-expert models q8_0 attn_k / attn_v, q5_K attn_output.
-enum class quant_mix { none, q4_k_s, q4_k_m, q5_k_s, q5_k_m };
+// eighth of ffn_down; Q3_K_M: q5_K in the first 2 attn_v and sixteenth of ffn_down, q4_K in the rest and attn_output;
+// Q3_K_L: q5_K for all three; Q2_K: q3_K ffn_down and attn_output, attn_v q3_K or with 4+ query heads a KV head
+// q4_K), the output (a tied embedding) q6_K, and 8-expert models q8_0 attn_k / attn_v, q5_K attn_output.
+enum class quant_mix { none, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m };
 // "Q4_K_M", "q5_k_s", ...; nullopt for any other name
 std::optional<quant_mix> quant_mix_from_name(std::string_view name);
 const char* quant_mix_name(quant_mix m); // "Q4_K_M"
-type quant_mix_type(quant_mix m);        // its format for most tensors (q4_K, q5_K)
+type quant_mix_type(quant_mix m);        // its format for most tensors (q2_K .. q5_K)
 
 struct quantize_params {
     type target = type::q8_0;

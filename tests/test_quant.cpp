@@ -59,6 +59,10 @@ template <> struct bounds<q5_0> { static constexpr double normal = 0.06, heavy =
 template <> struct bounds<q5_1> { static constexpr double normal = 0.05, heavy = 0.07; };
 // K super-blocks: sub-block scales (6-bit, q6_K's 8-bit) against one f16 scale, searched as llama-quantize does
 // [q4_K 0.071, 0.093; q5_K 0.036, 0.047; q6_K 0.018, 0.025].
+// q2_K / q3_K: 4 / 8 levels a sub-block of 16 (4-bit scale and min / 6-bit scale) [q2_K 0.296, 0.353; q3_K 0.151,
+// 0.191].
+template <> struct bounds<q2_k> { static constexpr double normal = 0.33, heavy = 0.39; };
+template <> struct bounds<q3_k> { static constexpr double normal = 0.18, heavy = 0.23; };
 template <> struct bounds<q4_k> { static constexpr double normal = 0.085, heavy = 0.11; };
 template <> struct bounds<q5_k> { static constexpr double normal = 0.045, heavy = 0.06; };
 template <> struct bounds<q6_k> { static constexpr double normal = 0.022, heavy = 0.032; };
@@ -131,6 +135,19 @@ template <class F> void representable_block(float* v, int b, std::mt19937& rng) 
             v[32 * s + int(rng() % 16)] = D * float(0 - z);
             v[32 * s + 16 + int(rng() % 16)] = D * float(nmax - z);
         }
+    } else if constexpr (F::id == type::q2_k) {
+        // D q - D z, q = 0..3 with every level in every sub-block of 16 (with fewer, another scale can fit them
+        // exactly too); D = 15 2^k so that d = D / 15 is a power of two and each 4-bit scale is 15 (the min's too: z
+        // the same in every sub-block, dmin = z 2^k)
+        const int z = b % 4;
+        const float D = 15.0f * std::ldexp(1.0f, b - 8);
+        for (int j = 0; j < n; j++) v[j] = D * float(int(rng() % 4) - z);
+        for (int s = 0; s < 16; s++)
+            for (int q = 0; q < 4; q++) v[16 * s + 4 * q + int(rng() % 4)] = D * float(q - z);
+    } else if constexpr (F::id == type::q3_k) {
+        // d (q - 4), q = 0..7, with q = 0 (the sub-block's largest magnitude, negative) in every sub-block of 16
+        for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 8) - 4);
+        for (int s = 0; s < 16; s++) v[16 * s + int(rng() % 16)] = -4 * d;
     } else if constexpr (F::id == type::q6_k) {
         // D (q - 32), q = 0..63, with q = 0 (the sub-block's largest magnitude, negative) in every sub-block of 16
         for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 64) - 32);
@@ -398,6 +415,58 @@ TEST(quant_known_blocks, q6_k_layout) {
     EXPECT_EQ(y[128 + 64 + 5], want(197, 3 + 32));
     EXPECT_EQ(y[128 + 96 + 5], want(229, 8 + 48));
     EXPECT_EQ(y[255], want(255, 24));
+}
+
+TEST(quant_known_blocks, q2_k_layout) {
+    // FORMATS.md §2: qs[32h + l] bits 2n..2n+1 = element 128h + 32n + l; scales[s]: scale low nibble, min high nibble
+    uint8_t raw[84] = {};
+    block_q2_k b;
+    std::memcpy(&b, raw, sizeof(b));
+    for (int s = 0; s < 16; s++) b.scales[s] = uint8_t((s % 16) | ((15 - s) << 4));
+    for (int i = 0; i < 64; i++) b.qs[i] = 0xE4; // fields 0, 1, 2, 3: elements +0 -> 0, +32 -> 1, +64 -> 2, +96 -> 3
+    b.qs[32 + 7] = 0x1B;                         // fields 3, 2, 1, 0: elements 135, 167, 199, 231
+    b.d = to_f16(0.5f);
+    b.dmin = to_f16(0.25f);
+    float y[256];
+    q2_k::dequantize(b, y);
+    auto want = [&](int e, int q) { return 0.5f * float(e / 16) * float(q) - 0.25f * float(15 - e / 16); };
+    EXPECT_EQ(y[0], want(0, 0));
+    EXPECT_EQ(y[33], want(33, 1));
+    EXPECT_EQ(y[70], want(70, 2));
+    EXPECT_EQ(y[127], want(127, 3));
+    EXPECT_EQ(y[135], want(135, 3));
+    EXPECT_EQ(y[167], want(167, 2));
+    EXPECT_EQ(y[199], want(199, 1));
+    EXPECT_EQ(y[231], want(231, 0));
+    EXPECT_EQ(y[230], want(230, 3));
+}
+
+TEST(quant_known_blocks, q3_k_high_bits_and_scales) {
+    // FORMATS.md §2: low 2 bits as q2_K; the high bit of element 128h + 32n + l in bit 4h + n of hmask[l] (value
+    // q - 4 with q = low | high << 2); 6-bit scale codes: low nibble of scales[s] (s < 8) or high nibble of
+    // scales[s - 8], high 2 bits at 2 (s / 4) of scales[8 + s % 4], the scale code - 32
+    uint8_t raw[110] = {};
+    block_q3_k b;
+    std::memcpy(&b, raw, sizeof(b));
+    const int code[16] = {0, 1, 17, 31, 32, 33, 40, 63, 5, 48, 20, 62, 16, 47, 32, 9};
+    for (int s = 0; s < 16; s++) {
+        if (s < 8) b.scales[s] = uint8_t(b.scales[s] | (code[s] & 0xF));
+        else b.scales[s - 8] = uint8_t(b.scales[s - 8] | ((code[s] & 0xF) << 4));
+        b.scales[8 + s % 4] = uint8_t(b.scales[8 + s % 4] | ((code[s] >> 4) << (2 * (s / 4))));
+    }
+    for (int i = 0; i < 64; i++) b.qs[i] = 0xE4; // low bits 0, 1, 2, 3 by n
+    b.hmask[3] = 0x21;                           // elements 3 (h 0, n 0) and 128 + 32 + 3 (h 1, n 1) get + 4
+    b.d = to_f16(0.5f);
+    float y[256];
+    q3_k::dequantize(b, y);
+    auto want = [&](int e, int q) { return 0.5f * float(code[e / 16] - 32) * float(q - 4); };
+    EXPECT_EQ(y[3], want(3, 4));
+    EXPECT_EQ(y[4], want(4, 0));
+    EXPECT_EQ(y[35], want(35, 1));
+    EXPECT_EQ(y[128 + 32 + 3], want(163, 5));
+    EXPECT_EQ(y[128 + 32 + 4], want(164, 1));
+    EXPECT_EQ(y[255], want(255, 3));
+    for (int s = 0; s < 16; s++) EXPECT_EQ(q3_k::scale(b, s), code[s] - 32) << s;
 }
 
 TEST(quant_known_blocks, tq2_0_lsb_first) {
@@ -781,7 +850,7 @@ TEST(cpu_gemm4, q4_k_repacked_gemm_order) {
 }
 
 // The K formats in a batch of >= 8 activation rows, as llama.cpp's tiled kernels sum them: per super-block the exact
-// integers s1 = sum_j sc_j sum q q_a (q6_K: of q - 32) and s2 = sum_j m_j sum q_a, r = fma(-dmin, s2, s1 d), then
+// integers s1 = sum_j sc_j sum q q_a (q6_K: of q - 32, q3_K: of q - 4) and s2 = sum_j m_j sum q_a, r = fma(-dmin, s2, s1 d), then
 // acc = fma(r, d_a, acc).
 template <class F> void check_tiled_order(const cpu::cpu_type_ops* ops) {
     for (int64_t k : {int64_t(256), int64_t(256 * 7)}) {
@@ -801,6 +870,20 @@ template <class F> void check_tiled_order(const cpu::cpu_type_ops* ops) {
                     int32_t t = 0;
                     for (int i = 0; i < 16; i++) t += (q6_k::level(wb[b], 16 * s + i) - 32) * ab[b].qs[16 * s + i];
                     s1 += wb[b].scales[s] * t;
+                }
+            } else if constexpr (F::id == type::q3_k) {
+                for (int s = 0; s < 16; s++) {
+                    int32_t t = 0;
+                    for (int i = 0; i < 16; i++) t += (q3_k::level(wb[b], 16 * s + i) - 4) * ab[b].qs[16 * s + i];
+                    s1 += q3_k::scale(wb[b], s) * t;
+                }
+            } else if constexpr (F::id == type::q2_k) {
+                dmin = to_f32(wb[b].dmin);
+                for (int s = 0; s < 16; s++) {
+                    int32_t t = 0;
+                    for (int i = 0; i < 16; i++) t += q2_k::level(wb[b], 16 * s + i) * ab[b].qs[16 * s + i];
+                    s1 += (wb[b].scales[s] & 0xF) * t;
+                    s2 += (wb[b].scales[s] >> 4) * ab[b].bsums[s];
                 }
             } else {
                 dmin = to_f32(wb[b].dmin);
@@ -823,6 +906,55 @@ TEST(cpu_gemm4, k_formats_tiled_order) {
     check_tiled_order<q4_k>(cpu::find_cpu_ops(type::q4_k));
     check_tiled_order<q5_k>(cpu::find_cpu_ops(type::q5_k));
     check_tiled_order<q6_k>(cpu::find_cpu_ops(type::q6_k));
+    check_tiled_order<q2_k>(cpu::find_cpu_ops(type::q2_k));
+    check_tiled_order<q3_k>(cpu::find_cpu_ops(type::q3_k));
+}
+
+// q2_K / q3_K's row dot (decode) as ggml's AVX2 vec_dot sums it: per super-block 8 int32 lanes, lane t the exact sum
+// of sc (q - z) q_a over bytes 4t..4t+3 of each 32-byte step (z = 4 for q3_K, 0 for q2_K); q2_K first adds its min
+// lanes m_2t bsum_2t + m_2t+1 bsum_2t+1 times -d_a dmin; acc_t = fma(d_a d, float(lane t), acc_t); the lanes folded
+// as hsum_float_8. Planted: a run of activations at q8_K's extreme -127 and, in q3_K, its scale code 0 (-32).
+template <class F> void check_low_bit_lanes(const cpu::cpu_type_ops* ops) {
+    for (int64_t k : {int64_t(256), int64_t(256 * 9)}) {
+        std::vector<uint8_t> w(row_size(F::id, k)), a(row_size(type::q8_k, k));
+        auto x = random_heavy(size_t(k), uint32_t(140 + k));
+        auto z = random_normal(size_t(k), uint32_t(141 + k));
+        for (int i = 0; i < 16; i++) z[size_t(32 + i)] = -40.0f; // sub-block 2 of block 0 at -127
+        quantize_row_ref<F>(x.data(), w.data(), k);
+        ops->act_from_float(z.data(), a.data(), k);
+        auto* wb = reinterpret_cast<typename F::block*>(w.data());
+        const auto* ab = reinterpret_cast<const block_q8_k*>(a.data());
+        if constexpr (F::id == type::q3_k) wb[0].scales[1] = uint8_t(wb[0].scales[1] & 0xF0), wb[0].scales[9] &= 0xFC;
+        float acc[8] = {};
+        for (int64_t b = 0; b < k / 256; b++) {
+            int32_t lane[8] = {}, mins[8] = {};
+            for (int e = 0; e < 256; e++) {
+                const int t = (e % 32) / 4;
+                if constexpr (F::id == type::q3_k)
+                    lane[t] += q3_k::scale(wb[b], e / 16) * (q3_k::level(wb[b], e) - 4) * ab[b].qs[e];
+                else
+                    lane[t] += (wb[b].scales[e / 16] & 0xF) * q2_k::level(wb[b], e) * ab[b].qs[e];
+            }
+            const float d = ab[b].d * to_f32(wb[b].d);
+            for (int t = 0; t < 8; t++) {
+                if constexpr (F::id == type::q2_k) {
+                    mins[t] = (wb[b].scales[2 * t] >> 4) * ab[b].bsums[2 * t] +
+                              (wb[b].scales[2 * t + 1] >> 4) * ab[b].bsums[2 * t + 1];
+                    acc[t] = std::fma(-ab[b].d * to_f32(wb[b].dmin), float(mins[t]), acc[t]);
+                }
+                acc[t] = std::fma(d, float(lane[t]), acc[t]);
+            }
+        }
+        float r[4];
+        for (int i = 0; i < 4; i++) r[i] = acc[i + 4] + acc[i];
+        const float want = (r[0] + r[2]) + (r[1] + r[3]);
+        EXPECT_EQ(ops->vec_dot(w.data(), a.data(), k), want) << F::name << " k=" << k;
+    }
+}
+TEST(cpu_gemm4, q2_k_q3_k_vec_dot_lanes) {
+    if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2: the reference kernels are in use";
+    check_low_bit_lanes<q2_k>(cpu::find_cpu_ops(type::q2_k));
+    check_low_bit_lanes<q3_k>(cpu::find_cpu_ops(type::q3_k));
 }
 
 // Weights repacked in 16-row groups (backends/cpu/quant/repack.h): every kind, both instruction-set builds, any

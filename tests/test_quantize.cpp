@@ -287,6 +287,35 @@ TEST(quantize, llama_k_mixes) {
     gguf_file out = gguf_file::from_memory(quantize_to_bytes(in, p));
     EXPECT_EQ(out.get_int("general.file_type"), 17); // LLAMA_FTYPE_MOSTLY_Q5_K_M
 
+    // the low-bit mixes (byte for byte against llama-quantize 0.3.36 on a 16-layer llama, session 58): Q3_K_M's first
+    // two attn_v q5_K, the rest q4_K, attn_output and ffn_down q4_K (q5_K in the first sixteenth: none of 8 layers);
+    // Q3_K_L q5_K for all three; Q2_K q3_K ffn_down / attn_output, attn_v q3_K below 4 query heads a KV head
+    p.target = type::q3_k;
+    p.mix = quant_mix::q3_k_m;
+    plan = plan_quantization(in, p);
+    for (int l = 0; l < 8; l++) {
+        EXPECT_EQ(plan_of(plan, name(l, "attn_v")).to, l < 2 ? type::q5_k : type::q4_k) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_down")).to, type::q4_k) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "attn_output")).to, type::q4_k) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_gate")).to, type::q3_k) << l;
+    }
+    p.mix = quant_mix::q3_k_l;
+    plan = plan_quantization(in, p);
+    EXPECT_EQ(plan_of(plan, name(5, "attn_v")).to, type::q5_k);
+    EXPECT_EQ(plan_of(plan, name(5, "ffn_down")).to, type::q5_k);
+    EXPECT_EQ(plan_of(plan, name(5, "attn_output")).to, type::q5_k);
+    EXPECT_EQ(plan_of(plan, name(5, "attn_q")).to, type::q3_k);
+    ASSERT_EQ(quant_mix_from_name("Q2_K"), quant_mix::q2_k);
+    p.mix = quant_mix::q2_k;
+    p.target = type::q2_k;
+    plan = plan_quantization(in, p);
+    EXPECT_EQ(plan_of(plan, name(2, "attn_v")).to, type::q3_k); // 4 heads, 2 KV heads
+    EXPECT_EQ(plan_of(plan, name(2, "ffn_down")).to, type::q3_k);
+    EXPECT_EQ(plan_of(plan, name(2, "attn_output")).to, type::q3_k);
+    EXPECT_EQ(plan_of(plan, name(2, "ffn_up")).to, type::q2_k);
+    EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::q6_k);
+    EXPECT_EQ(gguf_file::from_memory(quantize_to_bytes(in, p)).get_int("general.file_type"), 10); // MOSTLY_Q2_K
+
     // 64-wide rows (no 256 block): the mix's choices, then llama-quantize's fallbacks
     const std::string narrow = tmp_path("mix_narrow.gguf");
     spec = {};

@@ -1,7 +1,7 @@
-// k_quants_avx2.cpp: AVX2 row kernels for the K super-block formats (q4_K, q5_K, q6_K) against q8_K activations
+// k_quants_avx2.cpp: AVX2 row kernels for the K super-block formats (q2_K .. q6_K) against q8_K activations
 // (quantize_row_q8_k, tq2_0_avx2.cpp). Each gives the bits llama.cpp's x86 CPU backend gives for the same rows: the
 // integer sums are exact, so what has to match is where they are converted and in which order the f32 steps run.
-//   - q5_K, q6_K (ggml's vec_dot on x86): per super-block the integer dot in 8 int32 lanes (lane t holds bytes
+//   - q2_K, q3_K, q5_K, q6_K (ggml's vec_dot on x86): per super-block the integer dot in 8 int32 lanes (lane t holds bytes
 //     4t..4t+3 of every 32-byte step), one fma(d_a d, float(lane), acc) a lane, lanes summed as hsum_float_8; q4_K /
 //     q5_K's min term in 4 int32 lanes (pairs of sub-blocks), fma'd and summed apart, added last (q4_K) or summed per
 //     block in f32 (q5_K).
@@ -12,6 +12,8 @@
 //   - a matmul of >= 8 activation rows on the other K weights (ggml's tiled kernels): per super-block s1 (and s2,
 //     the min term) exact, r = fma(-dmin, float(s2), float(s1) d), acc = fma(r, d_a, acc) (vec_dot_*_tiled).
 #include "backends/cpu/quant/avx2.h"
+#include "quant/q2_k.h"
+#include "quant/q3_k.h"
 #include "quant/q4_k.h"
 #include "quant/q5_k.h"
 #include "quant/q6_k.h"
@@ -315,6 +317,125 @@ float vec_dot_q6_k_q8_k_tiled(const void* w, const void* a, int64_t n) {
     float acc = 0.0f;
     for (int64_t i = 0; i < n / 256; i++)
         acc = tiled_step(acc, hsum8_i32(q6k_block(x[i], y[i])), h2f(x[i].d), 0, 0.0f, y[i].d);
+    return acc;
+}
+
+
+namespace {
+
+// int16 lanes of the lower 128 bits set to 16-bit lane 2p of the 8 scales, of the upper to lane 2p + 1 (the two
+// sub-blocks of 16 in a 32-byte step)
+inline __m256i splat_scale_pair(__m256i scales16, int p) {
+    const __m128i lo = _mm_set1_epi16(int16_t((4 * p) | ((4 * p + 1) << 8)));
+    const __m128i hi = _mm_set1_epi16(int16_t((4 * p + 2) | ((4 * p + 3) << 8)));
+    return _mm256_shuffle_epi8(scales16, _mm256_set_m128i(hi, lo));
+}
+// 8 int16 scales of one half (128 elements) in both 128-bit lanes
+inline __m256i both_halves(__m128i s) {
+    return _mm256_set_m128i(s, s);
+}
+
+// One q2_K super-block against q8_K: ggml's vec_dot lanes (lane t: sum sc q q_a over bytes 4t..4t+3 of each 32-byte
+// step, exact) and its min lanes (lane t: m_2t bsum_2t + m_2t+1 bsum_2t+1)
+struct q2k_ints {
+    __m256i lanes, mins;
+};
+inline q2k_ints q2k_block(const block_q2_k& x, const block_q8_k& y) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
+    const __m128i sc8 = _mm_and_si128(packed, _mm_set1_epi8(0xF));
+    const __m128i mn8 = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF));
+    const __m256i mins = _mm256_madd_epi16(_mm256_cvtepi8_epi16(mn8),
+                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)));
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const __m256i scales = both_halves(h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16));
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * h));
+        for (int p = 0; p < 4; p++) {
+            const __m256i qp = _mm256_and_si256(_mm256_srli_epi16(q, 2 * p), m3);
+            const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 128 * h + 32 * p));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(splat_scale_pair(scales, p), _mm256_maddubs_epi16(qp, a)));
+        }
+    }
+    return {sumi, mins};
+}
+
+// One q3_K super-block against q8_K: ggml's vec_dot lanes of sum sc (q - 4) q_a (lane t: bytes 4t..4t+3 of each
+// 32-byte step, exact): maddubs of the low 2 bits minus maddubs of 4 where the high bit is clear, as ggml does
+inline __m256i q3k_block(const block_q3_k& x, const block_q8_k& y) {
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    uint32_t u[3];
+    std::memcpy(u, x.scales, 12);
+    const uint32_t k2 = 0x0f0f0f0f, k1 = 0x03030303;
+    const __m128i codes = _mm_set_epi32(int(((u[1] >> 4) & k2) | (((u[2] >> 6) & k1) << 4)),
+                                        int(((u[0] >> 4) & k2) | (((u[2] >> 4) & k1) << 4)),
+                                        int((u[1] & k2) | (((u[2] >> 2) & k1) << 4)),
+                                        int((u[0] & k2) | ((u[2] & k1) << 4)));
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(codes, _mm_set1_epi8(32)));
+    const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.hmask));
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const __m256i scales = both_halves(h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16));
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * h));
+        for (int p = 0; p < 4; p++) {
+            const int bit = 4 * h + p;
+            const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * p), m3);
+            // 4 where the high bit is clear, else 0
+            const __m256i four = _mm256_slli_epi16(_mm256_andnot_si256(_mm256_srli_epi16(hbits, bit), one), 2);
+            const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 128 * h + 32 * p));
+            const __m256i d16 = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, a), _mm256_maddubs_epi16(four, a));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(splat_scale_pair(scales, p), d16));
+        }
+    }
+    return sumi;
+}
+
+} // namespace
+
+// ggml's vec_dot: per super-block the min lanes fma'd first (by -d_a dmin), then the lanes (by d_a d), one 8-lane
+// accumulator, hsum_float_8
+float vec_dot_q2_k_q8_k(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const block_q2_k*>(w);
+    auto* y = static_cast<const block_q8_k*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 256; i++) {
+        const float d = y[i].d * h2f(x[i].d), dmin = -y[i].d * h2f(x[i].dmin);
+        const q2k_ints b = q2k_block(x[i], y[i]);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(b.mins), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(b.lanes), acc);
+    }
+    return hsum8(acc);
+}
+
+float vec_dot_q2_k_q8_k_tiled(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const block_q2_k*>(w);
+    auto* y = static_cast<const block_q8_k*>(a);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / 256; i++) {
+        const q2k_ints b = q2k_block(x[i], y[i]);
+        acc = tiled_step(acc, hsum8_i32(b.lanes), h2f(x[i].d), hsum8_i32(b.mins), h2f(x[i].dmin), y[i].d);
+    }
+    return acc;
+}
+
+float vec_dot_q3_k_q8_k(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const block_q3_k*>(w);
+    auto* y = static_cast<const block_q8_k*>(a);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 256; i++) {
+        const float d = y[i].d * h2f(x[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q3k_block(x[i], y[i])), acc);
+    }
+    return hsum8(acc);
+}
+
+float vec_dot_q3_k_q8_k_tiled(const void* w, const void* a, int64_t n) {
+    auto* x = static_cast<const block_q3_k*>(w);
+    auto* y = static_cast<const block_q8_k*>(a);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / 256; i++)
+        acc = tiled_step(acc, hsum8_i32(q3k_block(x[i], y[i])), h2f(x[i].d), 0, 0.0f, y[i].d);
     return acc;
 }
 

@@ -42,6 +42,10 @@ float vec_dot_q4_k_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_q4_k_q8_k_rows8(const void* w, const void* a, int64_t n);
 void gemm4_q4_k_q8_k_rows8(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
 void gemv4_q4_k_q8_k_rows8(const void* w, size_t ws, const void* a, size_t as, int64_t n, float* y, size_t ys);
+float vec_dot_q2_k_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_q3_k_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_q2_k_q8_k_tiled(const void* w, const void* a, int64_t n);
+float vec_dot_q3_k_q8_k_tiled(const void* w, const void* a, int64_t n);
 float vec_dot_q5_k_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_q6_k_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_q4_k_q8_k_tiled(const void* w, const void* a, int64_t n);
@@ -222,6 +226,8 @@ struct tables {
         fast[slot(type::q5_1)].gemm4 = avx2::gemm4_q5_1_q8_1;
         fast[slot(type::q5_1)].gemv4 = avx2::gemv4_q5_1_q8_1;
         set_fast(type::tq2_0, avx2::vec_dot_tq2_0_q8_k, avx2::quantize_row_q8_k);
+        set_fast(type::q2_k, avx2::vec_dot_q2_k_q8_k, avx2::quantize_row_q8_k);
+        set_fast(type::q3_k, avx2::vec_dot_q3_k_q8_k, avx2::quantize_row_q8_k);
         set_fast(type::q4_k, avx2::vec_dot_q4_k_q8_k, avx2::quantize_row_q8_k);
         set_fast(type::q5_k, avx2::vec_dot_q5_k_q8_k, avx2::quantize_row_q8_k);
         set_fast(type::q6_k, avx2::vec_dot_q6_k_q8_k, avx2::quantize_row_q8_k);
@@ -229,6 +235,8 @@ struct tables {
         fast[slot(type::q4_k)].gemm4_rows8 = avx2::gemm4_q4_k_q8_k_rows8;
         fast[slot(type::q4_k)].gemv4_rows8 = avx2::gemv4_q4_k_q8_k_rows8;
         fast[slot(type::q4_k)].vec_dot_batch8 = avx2::vec_dot_q4_k_q8_k_tiled; // ggml's tiled kernels' order
+        fast[slot(type::q2_k)].vec_dot_batch8 = avx2::vec_dot_q2_k_q8_k_tiled;
+        fast[slot(type::q3_k)].vec_dot_batch8 = avx2::vec_dot_q3_k_q8_k_tiled;
         fast[slot(type::q5_k)].vec_dot_batch8 = avx2::vec_dot_q5_k_q8_k_tiled;
         fast[slot(type::q6_k)].vec_dot_batch8 = avx2::vec_dot_q6_k_q8_k_tiled;
         set_fast(type::i2_s, avx2::vec_dot_i2_s_i8_s, avx2::quantize_row_i8_s);
