@@ -303,7 +303,7 @@ TEST(ops, soft_max_with_mask) {
 // i2_s is left out: get_rows does not apply its per-tensor scale yet (BitNet files keep token_embd in f16).
 TEST(ops, get_rows_every_type) {
     for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::tq2_0, type::nvfp4,
-                   type::awq4, type::awq4_g64}) {
+                   type::awq4, type::awq4_g64, type::q2_k, type::q3_k}) {
         harness h;
         std::vector<float> deq;
         const int64_t k = (96 + block_size(t) - 1) / block_size(t) * block_size(t);
@@ -323,7 +323,7 @@ TEST(ops, mul_mat_every_type) {
     };
     for (bool reference : {false, true})
         for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::tq2_0, type::i2_s,
-                       type::nvfp4, type::awq4, type::awq4_g64})
+                       type::nvfp4, type::awq4, type::awq4_g64, type::q2_k, type::q3_k})
             for (shape s : {shape{64, 1, 1}, shape{96, 17, 3}, shape{256, 33, 37}, shape{576, 5, 1}}) {
                 s.k = (s.k + block_size(t) - 1) / block_size(t) * block_size(t); // whole blocks: 64 -> 128 for awq4
                 harness h(3, reference);
@@ -361,7 +361,7 @@ TEST(ops, mul_mat_repacked_weights_same_bits) {
         int64_t k, n, m, b;
     };
     for (type t : {type::q4_0, type::q4_1, type::q5_0, type::q5_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64,
-                   type::tq2_0, type::i2_s, type::mxfp4, type::q4_k, type::q5_k, type::q6_k})
+                   type::tq2_0, type::i2_s, type::mxfp4, type::q4_k, type::q5_k, type::q6_k, type::q3_k})
         for (shape s : {shape{576, 48, 1, 1}, shape{96, 16, 19, 1}, shape{256, 32, 37, 2}, shape{256, 40, 1, 1},
                         shape{96, 40, 21, 1}, shape{128, 37, 1, 1}, shape{64, 25, 19, 2}, shape{96, 48, 5, 1},
                         shape{96, 32, 8, 1}}) {
@@ -888,9 +888,9 @@ TEST(ops, top_k_largest_in_ggml_order) {
 // row dot; f16 to rounding, mul_mat having its own f16 kernels), and to plain double arithmetic on the dequantized weights within the format's bound; tokens sharing and not
 // sharing experts, an expert nobody chose, activations per slot and shared (n_b = 1), odd sizes, 3 threads.
 TEST(ops, mul_mat_id_every_type) {
-    for (type t : {type::f32, type::f16, type::q8_0, type::q4_0, type::mxfp4})
+    for (type t : {type::f32, type::f16, type::q8_0, type::q4_0, type::mxfp4, type::q2_k, type::q3_k})
         for (int64_t n_b : {int64_t(3), int64_t(1)}) {
-            const int64_t k = 96, n = 24, n_expert = 6, n_used = 3, n_tok = 5;
+            const int64_t k = std::max<int64_t>(96, block_size(t)), n = 24, n_expert = 6, n_used = 3, n_tok = 5;
             harness h;
             std::vector<float> deq;
             tensor* w2 = h.leaf_typed(t, k, n * n_expert, 70, deq);
@@ -938,7 +938,7 @@ TEST(ops, mul_mat_id_every_type) {
 TEST(ops, mul_mat_id_repacked_experts_same_bits) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
     for (type t : {type::q4_0, type::q8_0, type::q4_1, type::q5_0, type::q5_1, type::nvfp4, type::i2_s, type::q4_k,
-                   type::q5_k, type::q6_k})
+                   type::q5_k, type::q6_k, type::q3_k})
         for (int64_t n_tok : {int64_t(1), int64_t(45)})
             for (int64_t n_b : {int64_t(1), int64_t(3)}) {
                 const int64_t k = std::max<int64_t>(128, block_size(t)), n = 32, n_expert = 5, n_used = 3;

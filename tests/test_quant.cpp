@@ -1034,18 +1034,19 @@ TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
         }
 }
 
-// The K formats repacked (q4_K in llama.cpp's repacked q4_K_8x8 orders; q5_K / q6_K in ggml_vec_dot's and, for
+// The K formats repacked (q4_K in llama.cpp's repacked q4_K_8x8 orders; q3_K / q5_K / q6_K in ggml_vec_dot's and, for
 // batches, ggml's tiled order), both instruction-set builds, 1 to 19 activation rows, against the row kernels: gemm
-// vs q4_K's vec_dot_rows8 (its gemv) / q5_K, q6_K's vec_dot, gemm_batch vs q4_K's gemm4_rows8 (its gemm, 4 x 4) /
-// vec_dot_batch8. Planted: a 16-element run of activations at q8_K's extreme -127 (bsum -2032), q6_K's scale -128
-// and the extreme levels. Bound: exact equality.
+// vs q4_K's vec_dot_rows8 (its gemv) / the others' vec_dot, gemm_batch vs q4_K's gemm4_rows8 (its gemm, 4 x 4) /
+// vec_dot_batch8. Planted: a 16-element run of activations at q8_K's extreme -127 (bsum -2032), q6_K's scale -128,
+// q3_K's -32 and 31, and the extreme levels. Bound: exact equality.
 TEST(cpu_repack_x16, k_formats_equal_row_kernels_bit_for_bit) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
     std::vector<std::pair<const char*, cpu::x16_kernels (*)(cpu::x16_kind)>> isas{{"avx2", cpu::avx2::x16_kernels_for}};
     if (cpu::cpu_has_avx512vnni()) isas.push_back({"avx512vnni", cpu::avx512vnni::x16_kernels_for});
     using cpu::x16_kind;
     const std::pair<x16_kind, type> kinds[] = {
-        {x16_kind::q4_k, type::q4_k}, {x16_kind::q5_k, type::q5_k}, {x16_kind::q6_k, type::q6_k}};
+        {x16_kind::q4_k, type::q4_k}, {x16_kind::q5_k, type::q5_k}, {x16_kind::q6_k, type::q6_k},
+        {x16_kind::q3_k, type::q3_k}};
     for (int64_t blocks : {int64_t(1), int64_t(3)})
         for (auto [kind, t] : kinds) {
             const int64_t k = 256 * blocks, n = 32, m = 19;
@@ -1059,6 +1060,11 @@ TEST(cpu_repack_x16, k_formats_equal_row_kernels_bit_for_bit) {
                 find_row_ops(t)->from_float(x.data(), w.data() + i * wrow, k);
             }
             if (t == type::q6_k) reinterpret_cast<block_q6_k*>(w.data() + 5 * wrow)[0].scales[7] = -128;
+            if (t == type::q3_k) { // scale codes 0 and 63 (-32, 31)
+                auto& b = reinterpret_cast<block_q3_k*>(w.data() + 5 * wrow)[0];
+                b.scales[1] &= 0xF0, b.scales[9] &= 0xFC;  // sub-block 1: 0
+                b.scales[2] |= 0x0F, b.scales[10] |= 0x03; // sub-block 2: 63
+            }
             for (int64_t j = 0; j < m; j++) {
                 auto z = random_normal(size_t(k), uint32_t(800 + j));
                 if (j == 2) // sub-block 5 all at the most negative value: q8_K's -127 sixteen times

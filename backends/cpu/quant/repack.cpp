@@ -38,11 +38,12 @@ constexpr size_t record_bytes(x16_kind kind) {
     case x16_kind::q4_k: return 2048 + 128 + 128 + 32 + 32;
     case x16_kind::q5_k: return 2048 + 512 + 128 + 128 + 32 + 32;
     case x16_kind::q6_k: return 2048 + 1024 + 256 + 64; // d padded: every record starts a cache line
+    case x16_kind::q3_k: return 2048 + 256 + 64;        // likewise
     }
     return 0;
 }
 
-// A K super-block's 256 levels (q4_K 0..15, q5_K 0..31, q6_K 0..63), in element order
+// A K super-block's 256 levels (q3_K 0..7, q4_K 0..15, q5_K 0..31, q6_K 0..63), in element order
 void k_levels(const block_q4_k& x, uint8_t (&L)[256]) {
     for (int j = 0; j < 4; j++)
         for (int l = 0; l < 32; l++) {
@@ -56,6 +57,9 @@ void k_levels(const block_q5_k& x, uint8_t (&L)[256]) {
             L[64 * j + l] = uint8_t((x.qs[32 * j + l] & 0xf) | (((x.qh[l] >> (2 * j)) & 1) << 4));
             L[64 * j + 32 + l] = uint8_t((x.qs[32 * j + l] >> 4) | (((x.qh[l] >> (2 * j + 1)) & 1) << 4));
         }
+}
+void k_levels(const block_q3_k& x, uint8_t (&L)[256]) {
+    for (int e = 0; e < 256; e++) L[e] = uint8_t(q3_k::level(x, e));
 }
 void k_levels(const block_q6_k& x, uint8_t (&L)[256]) {
     for (int h = 0; h < 2; h++)
@@ -115,7 +119,8 @@ int64_t x16_block_elems(x16_kind kind) {
     case x16_kind::tq2_0:
     case x16_kind::q4_k:
     case x16_kind::q5_k:
-    case x16_kind::q6_k: return 256;
+    case x16_kind::q6_k:
+    case x16_kind::q3_k: return 256;
     default: return 32;
     }
 }
@@ -142,7 +147,8 @@ int64_t x16_act_sums_count(x16_kind kind, int64_t k) {
     case x16_kind::i2_s:
     case x16_kind::q4_k:
     case x16_kind::q5_k:
-    case x16_kind::q6_k: return 0;
+    case x16_kind::q6_k:
+    case x16_kind::q3_k: return 0;
     }
     return 0;
 }
@@ -275,6 +281,16 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
                 reinterpret_cast<uint16_t*>(q + 3360)[r] = 0; // the padding
                 break;
             }
+            case x16_kind::q3_k: { // the levels 0..7 as nibbles, then 16 x 16 int8 scales (byte 16 s + r), 16 f16 d
+                const auto& x = reinterpret_cast<const block_q3_k*>(row)[b];
+                uint8_t L[256];
+                k_levels(x, L);
+                put_k_nibbles(q, r, L);
+                for (int s = 0; s < 16; s++) q[2048 + 16 * s + r] = uint8_t(int8_t(q3_k::scale(x, s)));
+                reinterpret_cast<uint16_t*>(q + 2304)[r] = x.d.bits;
+                reinterpret_cast<uint16_t*>(q + 2336)[r] = 0; // the padding
+                break;
+            }
             }
         }
     }
@@ -309,6 +325,7 @@ bool x16_kind_for(const tensor& w, x16_kind& kind) {
         break;
     case type::q5_k: kind = x16_kind::q5_k; break;
     case type::q6_k: kind = x16_kind::q6_k; break;
+    case type::q3_k: kind = x16_kind::q3_k; break;
     case type::mxfp4: // blockwise only (no repacked kind in ggml_vec_dot's order)
         if (!rows8) return false;
         kind = x16_kind::mxfp4_blockwise;

@@ -28,8 +28,8 @@
 //     `q4_k` (llama.cpp's repacked q4_K_8x8, matrices of rows % 8 == 0): S = sum sc x dot, M = sum m x (sub-block
 //     activation sum), exact; its gemv per super-block acc = fma(float(S), d_w d_a, acc), acc_min = fma(float(M),
 //     dmin_w d_a, acc_min), result acc - acc_min; its gemm (whole groups of 4 activation rows) the same per 64
-//     elements. `q5_k`, `q6_k`: under 8 activation rows ggml_vec_dot's 8 int32 lanes a super-block (lane t: chunks
-//     of 32, elements 4t..4t+3 of each, times their scales; q6_K minus 32 sc bsum of sub-blocks 2t, 2t + 1),
+//     elements. `q5_k`, `q6_k`, `q3_k`: under 8 activation rows ggml_vec_dot's 8 int32 lanes a super-block (lane t: chunks
+//     of 32, elements 4t..4t+3 of each, times their scales; q6_K / q3_K minus 32 / 4 sc bsum of sub-blocks 2t, 2t + 1),
 //     acc_t = fma(d_a d_w, float(lane), acc_t), hsum_float_8, q5_K + summs = fma(-d_a dmin_w, float(M), summs);
 //     from 8 rows ggml's tiled order: r = fma(-dmin_w, float(M), float(S) d_w), acc = fma(r, d_a, acc).
 //
@@ -56,6 +56,8 @@
 //               high bit pairs (vector s, byte j, bits 2f..2f+1: element 16s + 4f + j's); then the sub-block scales
 //               as bytes (byte 16s + r = row r's; q4_K / q5_K: 8 scales, 8 mins, both unpacked to 0..63; q6_K: 16
 //               int8), 16 f16 d [q4_K / q5_K: 16 f16 dmin; q6_K: 32 zero bytes]
+//   q3_K:       q6_K's nibble vectors holding the levels 0..7, no high bits; 16 x 16 int8 scales, 16 f16 d, 32 zero
+//               bytes
 // vpdpbusd multiplies unsigned by signed bytes, so weights are stored or decoded unsigned (nibble, q8 + 128, E2M1
 // value + 12, 2-bit code) and each integer dot starts from a correction taken from the activations (exact in int32):
 // -8 x (sum of the 4 or 32 activation bytes) for q4_0, -16 x (sum of 4) for q5_0, -128 x (sum of 4) for q8_0, -12 x
@@ -75,7 +77,8 @@
 namespace tessera::cpu {
 
 enum class x16_kind : uint8_t {
-    q4_0_blockwise, q4_0, q4_1, q8_0, nvfp4, awq4, awq4_g64, tq2_0, i2_s, mxfp4_blockwise, q4_k, q5_k, q6_k, q5_0, q5_1
+    q4_0_blockwise, q4_0, q4_1, q8_0, nvfp4, awq4, awq4_g64, tq2_0, i2_s, mxfp4_blockwise, q4_k, q5_k, q6_k, q5_0, q5_1,
+    q3_k
 };
 
 // y[j * ys + r] = row r of the group . activation row j (at a + j * as, the weight's dot type), r < 16, j < na;

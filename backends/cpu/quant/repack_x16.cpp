@@ -51,6 +51,7 @@ struct V {
     static i add32(i a, i b) { return _mm512_add_epi32(a, b); }
     static i sub32(i a, i b) { return _mm512_sub_epi32(a, b); }
     static i madd16(i a, i b) { return _mm512_madd_epi16(a, b); }
+    static i sub16(i a, i b) { return _mm512_sub_epi16(a, b); }
     static i maddubs(i u, i s) { return _mm512_maddubs_epi16(u, s); }
     static i mullo(i a, i b) { return _mm512_mullo_epi32(a, b); }
     static i band8(i v, int8_t c) { return _mm512_and_si512(v, _mm512_set1_epi8(c)); }
@@ -138,6 +139,7 @@ struct V {
     static i sign(i v, i s) { return _mm256_sign_epi8(v, s); }
 #endif
     static i zero_i() { return _mm256_setzero_si256(); }
+    static i sub16(i a, i b) { return _mm256_sub_epi16(a, b); }
     template <int N> static i bits2(i v) { return _mm256_and_si256(_mm256_srli_epi16(v, N), _mm256_set1_epi8(3)); }
     static i table16(__m128i t) { return _mm256_broadcastsi128_si256(t); }
     static i lut(i t, i idx) { return _mm256_shuffle_epi8(t, idx); }
@@ -633,6 +635,9 @@ struct q5k_rec {
 struct q6k_rec {
     static constexpr size_t qh = 2048, sc = 3072, d = 3328, bytes = 3392; // d padded: records on cache lines
 };
+struct q3k_rec {
+    static constexpr size_t sc = 2048, d = 2304, bytes = 2368; // d padded likewise
+};
 
 // activation row j's q8_K super-block b
 inline const block_q8_k& act_k(const uint8_t* a, size_t as, int j, int64_t b) {
@@ -680,6 +685,39 @@ struct q6_words {
         x[2] = V::bor(V::low4(l1), V::band8(qh, 0x30));
         x[3] = V::bor(V::high4(l1), V::band8(V::shr16<2>(qh), 0x30));
     }
+};
+
+// The 4 words of q3_K's 16-element sub-block s (levels 0..7: the nibbles alone), of half h
+struct q3_words {
+    V::i x[4];
+    q3_words(const uint8_t* rec, int h, int s) {
+        const uint8_t* q = rec + h * 32;
+        const V::i l0 = V::load(q + 64 * (2 * s)), l1 = V::load(q + 64 * (2 * s + 1));
+        x[0] = V::low4(l0), x[1] = V::high4(l0), x[2] = V::low4(l1), x[3] = V::high4(l1);
+    }
+};
+
+// The kinds k_lanes and k_tiled serve: q5_K (32-element sub-blocks with a scale and a min), and the symmetric ones
+// with 16-element sub-blocks of int8 scales and one d, whose levels are stored unsigned (q6_K 0..63, q3_K 0..7) and
+// whose offset (32, 4 = 2^shift) comes off as 2^shift x (sc bsum); ggml's q3_K vec_dot takes it off each pair sum
+// (word_bias: its lanes hold other integers than q6_K's way would give them)
+struct q5k_kind {
+    static constexpr bool sym = false, word_bias = false;
+    static constexpr size_t bytes = q5k_rec::bytes, d = q5k_rec::d;
+};
+struct q6k_kind {
+    static constexpr bool sym = true;
+    static constexpr size_t bytes = q6k_rec::bytes, sc = q6k_rec::sc, d = q6k_rec::d;
+    static constexpr int shift = 5;
+    static constexpr bool word_bias = false;
+    using words = q6_words;
+};
+struct q3k_kind {
+    static constexpr bool sym = true;
+    static constexpr size_t bytes = q3k_rec::bytes, sc = q3k_rec::sc, d = q3k_rec::d;
+    static constexpr int shift = 2;
+    static constexpr bool word_bias = true;
+    using words = q3_words;
 };
 
 // sum over the 8 words of a 32-element sub-block of sc x (words . activations from element e0), exact: 4-bit levels
@@ -752,14 +790,15 @@ void q4k_rows8(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, cons
     });
 }
 
-// q5_K / q6_K in ggml_vec_dot's order (fewer than 8 activation rows): per row 8 int32 lanes a super-block, lane t the
-// sum over its 32-element chunks c of sc x (the dot of elements 32c + 4t .. + 3) (q6_K: minus 32 x (sc bsum) of
-// sub-blocks 2t, 2t + 1), acc_t = fma(d_a d_w, float(lane t), acc_t), folded as hsum_float_8; q5_K adds
-// summs = fma(-d_a dmin_w, float(M), summs) after the fold
-template <int NA, bool Q6, bool SWEEP = false>
+// q5_K / q6_K / q3_K in ggml_vec_dot's order (fewer than 8 activation rows): per row 8 int32 lanes a super-block,
+// lane t the sum over its 32-element chunks c of sc x (the dot of elements 32c + 4t .. + 3) (q6_K / q3_K: minus 32 /
+// 4 x (sc bsum) of sub-blocks 2t, 2t + 1), acc_t = fma(d_a d_w, float(lane t), acc_t), folded as hsum_float_8; q5_K
+// adds summs = fma(-d_a dmin_w, float(M), summs) after the fold
+template <int NA, class KK, bool SWEEP = false>
 void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
              size_t ys) {
-    constexpr size_t REC = Q6 ? q6k_rec::bytes : q5k_rec::bytes;
+    constexpr bool Q6 = KK::sym;
+    constexpr size_t REC = KK::bytes;
     struct A {
         V::f acc[NA][8], summs[NA];
     };
@@ -774,12 +813,16 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
             if constexpr (Q6) { // lane l0 + f: word f of the even (l0 = 0) or odd sub-blocks
                 for (int s = l0 / 4; s < 16; s += 2) {
                     if (SWEEP && h == 0) prefetch_part<REC, 16>(rec + REC, l0 / 4 * 8 + s / 2);
-                    const V::i scp = V::pair16(V::load_s8(rec + q6k_rec::sc + 16 * s + h * V::lanes));
-                    const q6_words q(rec, h, s);
+                    const V::i scp = V::pair16(V::load_s8(rec + KK::sc + 16 * s + h * V::lanes));
+                    const typename KK::words q(rec, h, s);
                     for (int j = 0; j < NA; j++) {
                         const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
-                        for (int f = 0; f < 4; f++)
-                            J[j][f] = V::add32(J[j][f], V::madd16(V::maddubs(q.x[f], aword(ab, 16 * s + 4 * f)), scp));
+                        for (int f = 0; f < 4; f++) {
+                            const V::i aw = aword(ab, 16 * s + 4 * f);
+                            V::i p = V::maddubs(q.x[f], aw);
+                            if constexpr (KK::word_bias) p = V::sub16(p, V::maddubs(V::set1(0x04040404), aw));
+                            J[j][f] = V::add32(J[j][f], V::madd16(p, scp));
+                        }
                     }
                 }
             } else { // lane l0 + f: word l0 + f of every sub-block
@@ -810,13 +853,15 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
         };
         lanes4.template operator()<0>();
         lanes4.template operator()<4>();
-        if constexpr (Q6) { // lane t: minus 32 x (sc bsum) of sub-blocks 2t, 2t + 1
-            for (int l = 0; l < 8; l++) {
-                const V::i sc01 = V::pack16(V::load_s8(rec + q6k_rec::sc + 32 * l + h * V::lanes),
-                                            V::load_s8(rec + q6k_rec::sc + 32 * l + 16 + h * V::lanes));
-                for (int j = 0; j < NA; j++)
-                    I[j][l] = V::sub32(I[j][l], V::shl32<5>(V::madd16(sc01, bsum_pair(act_k(a, as, j, b), l))));
-            }
+        if constexpr (Q6) { // lane t: minus 2^shift x (sc bsum) of sub-blocks 2t, 2t + 1 (q3_K: taken off already)
+            if constexpr (!KK::word_bias)
+                for (int l = 0; l < 8; l++) {
+                    const V::i sc01 = V::pack16(V::load_s8(rec + KK::sc + 32 * l + h * V::lanes),
+                                                V::load_s8(rec + KK::sc + 32 * l + 16 + h * V::lanes));
+                    for (int j = 0; j < NA; j++)
+                        I[j][l] = V::sub32(I[j][l],
+                                           V::shl32<KK::shift>(V::madd16(sc01, bsum_pair(act_k(a, as, j, b), l))));
+                }
         } else {
             V::i M[NA];
             for (int j = 0; j < NA; j++) M[j] = V::zero_i();
@@ -831,8 +876,7 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
                 t.summs[j] = V::fma(V::mul(V::set1f(-da), dmw), V::cvt(M[j]), t.summs[j]);
             }
         }
-        constexpr size_t D = Q6 ? q6k_rec::d : q5k_rec::d;
-        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + D) + h * V::lanes);
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + KK::d) + h * V::lanes);
         for (int j = 0; j < NA; j++) {
             const V::f d = V::mul(V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d), dw);
             for (int l = 0; l < 8; l++) t.acc[j][l] = V::fma(d, V::cvt(I[j][l]), t.acc[j][l]);
@@ -843,13 +887,14 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
     });
 }
 
-// q5_K / q6_K in ggml's tiled order (a matmul of >= 8 activation rows): per super-block S = sum of sc x dot (q6_K: of
-// the levels minus 32) and M = sum of m x (sub-block activation sum) exact, r = fma(-dmin_w, float(M), float(S) d_w),
-// acc = fma(r, d_a, acc) (q6_K: r = float(S) d_w)
-template <int NA, bool Q6>
+// q5_K / q6_K / q3_K in ggml's tiled order (a matmul of >= 8 activation rows): per super-block S = sum of sc x dot
+// (q6_K / q3_K: of the levels minus 32 / 4) and M = sum of m x (sub-block activation sum) exact, r = fma(-dmin_w,
+// float(M), float(S) d_w), acc = fma(r, d_a, acc) (q6_K / q3_K: r = float(S) d_w)
+template <int NA, class KK>
 void k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
              size_t ys) {
-    constexpr size_t REC = Q6 ? q6k_rec::bytes : q5k_rec::bytes;
+    constexpr bool Q6 = KK::sym;
+    constexpr size_t REC = KK::bytes;
     using A = V::f[NA];
     const auto half = [&](int64_t b, int h, A& acc) {
         const uint8_t* rec = w + size_t(b) * REC;
@@ -857,11 +902,11 @@ void k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
         for (int j = 0; j < NA; j++) S[j] = M[j] = V::zero_i();
         if constexpr (Q6) {
             for (int s = 0; s < 16; s += 2) {
-                const V::i s0 = V::load_s8(rec + q6k_rec::sc + 16 * s + h * V::lanes);
-                const V::i s1 = V::load_s8(rec + q6k_rec::sc + 16 * (s + 1) + h * V::lanes);
+                const V::i s0 = V::load_s8(rec + KK::sc + 16 * s + h * V::lanes);
+                const V::i s1 = V::load_s8(rec + KK::sc + 16 * (s + 1) + h * V::lanes);
                 for (int k = 0; k < 2; k++) {
                     const V::i sc = k ? s1 : s0, scp = V::pair16(sc);
-                    const q6_words q(rec, h, s + k);
+                    const typename KK::words q(rec, h, s + k);
                     for (int j = 0; j < NA; j++) {
                         const auto& ab = reinterpret_cast<const block_q8_k*>(a + j * as)[b];
                         const int e0 = 16 * (s + k);
@@ -879,7 +924,7 @@ void k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
                     }
                 }
                 const V::i sc01 = V::pack16(s0, s1);
-                for (int j = 0; j < NA; j++) // M: sum of sc bsum, taken 32 times off S at the end
+                for (int j = 0; j < NA; j++) // M: sum of sc bsum, taken 2^shift times off S at the end
                     M[j] = V::add32(M[j], V::madd16(sc01, bsum_pair(act_k(a, as, j, b), s / 2)));
             }
         } else {
@@ -894,12 +939,11 @@ void k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
                 }
             }
         }
-        constexpr size_t D = Q6 ? q6k_rec::d : q5k_rec::d;
-        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + D) + h * V::lanes);
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + KK::d) + h * V::lanes);
         for (int j = 0; j < NA; j++) {
             const V::f da = V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d);
             if constexpr (Q6) {
-                acc[j] = V::fma(V::mul(V::cvt(V::sub32(S[j], V::shl32<5>(M[j]))), dw), da, acc[j]);
+                acc[j] = V::fma(V::mul(V::cvt(V::sub32(S[j], V::shl32<KK::shift>(M[j]))), dw), da, acc[j]);
             } else {
                 const V::f dmw = V::load_h(reinterpret_cast<const uint16_t*>(rec + q5k_rec::dmin) + h * V::lanes);
                 acc[j] = V::fma(V::fnma(dmw, V::cvt(M[j]), V::mul(V::cvt(S[j]), dw)), da, acc[j]);
@@ -1007,11 +1051,14 @@ x16_kernels x16_kernels_for(x16_kind kind) {
         return {chunked<narrow_na, q4k_rows8<narrow_na, false>, q4k_rows8<1, false>, q4k_rows8<1, false, true>>,
                 nullptr, chunked<4, q4k_rows8<4, true>, q4k_rows8<1, true>>, x16_batch::groups4};
     case x16_kind::q5_k:
-        return {chunked<plain_na, k_lanes<plain_na, false>, k_lanes<1, false>, k_lanes<1, false, true>>, nullptr,
-                chunked<4, k_tiled<4, false>, k_tiled<1, false>>, x16_batch::m8};
+        return {chunked<plain_na, k_lanes<plain_na, q5k_kind>, k_lanes<1, q5k_kind>, k_lanes<1, q5k_kind, true>>,
+                nullptr, chunked<4, k_tiled<4, q5k_kind>, k_tiled<1, q5k_kind>>, x16_batch::m8};
     case x16_kind::q6_k:
-        return {chunked<plain_na, k_lanes<plain_na, true>, k_lanes<1, true>, k_lanes<1, true, true>>, nullptr,
-                chunked<4, k_tiled<4, true>, k_tiled<1, true>>, x16_batch::m8};
+        return {chunked<plain_na, k_lanes<plain_na, q6k_kind>, k_lanes<1, q6k_kind>, k_lanes<1, q6k_kind, true>>,
+                nullptr, chunked<4, k_tiled<4, q6k_kind>, k_tiled<1, q6k_kind>>, x16_batch::m8};
+    case x16_kind::q3_k:
+        return {chunked<plain_na, k_lanes<plain_na, q3k_kind>, k_lanes<1, q3k_kind>, k_lanes<1, q3k_kind, true>>,
+                nullptr, chunked<4, k_tiled<4, q3k_kind>, k_tiled<1, q3k_kind>>, x16_batch::m8};
     }
     return {};
 }
