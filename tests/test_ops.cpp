@@ -361,7 +361,7 @@ TEST(ops, mul_mat_repacked_weights_same_bits) {
         int64_t k, n, m, b;
     };
     for (type t : {type::q4_0, type::q4_1, type::q5_0, type::q5_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64,
-                   type::tq2_0, type::i2_s, type::mxfp4, type::q4_k, type::q5_k, type::q6_k, type::q3_k})
+                   type::tq2_0, type::i2_s, type::mxfp4, type::q4_k, type::q5_k, type::q6_k, type::q3_k, type::q2_k})
         for (shape s : {shape{576, 48, 1, 1}, shape{96, 16, 19, 1}, shape{256, 32, 37, 2}, shape{256, 40, 1, 1},
                         shape{96, 40, 21, 1}, shape{128, 37, 1, 1}, shape{64, 25, 19, 2}, shape{96, 48, 5, 1},
                         shape{96, 32, 8, 1}}) {
@@ -938,7 +938,7 @@ TEST(ops, mul_mat_id_every_type) {
 TEST(ops, mul_mat_id_repacked_experts_same_bits) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
     for (type t : {type::q4_0, type::q8_0, type::q4_1, type::q5_0, type::q5_1, type::nvfp4, type::i2_s, type::q4_k,
-                   type::q5_k, type::q6_k, type::q3_k})
+                   type::q5_k, type::q6_k, type::q3_k, type::q2_k})
         for (int64_t n_tok : {int64_t(1), int64_t(45)})
             for (int64_t n_b : {int64_t(1), int64_t(3)}) {
                 const int64_t k = std::max<int64_t>(128, block_size(t)), n = 32, n_expert = 5, n_used = 3;

@@ -1046,7 +1046,7 @@ TEST(cpu_repack_x16, k_formats_equal_row_kernels_bit_for_bit) {
     using cpu::x16_kind;
     const std::pair<x16_kind, type> kinds[] = {
         {x16_kind::q4_k, type::q4_k}, {x16_kind::q5_k, type::q5_k}, {x16_kind::q6_k, type::q6_k},
-        {x16_kind::q3_k, type::q3_k}};
+        {x16_kind::q3_k, type::q3_k}, {x16_kind::q2_k, type::q2_k}};
     for (int64_t blocks : {int64_t(1), int64_t(3)})
         for (auto [kind, t] : kinds) {
             const int64_t k = 256 * blocks, n = 32, m = 19;

@@ -39,6 +39,7 @@ constexpr size_t record_bytes(x16_kind kind) {
     case x16_kind::q5_k: return 2048 + 512 + 128 + 128 + 32 + 32;
     case x16_kind::q6_k: return 2048 + 1024 + 256 + 64; // d padded: every record starts a cache line
     case x16_kind::q3_k: return 2048 + 256 + 64;        // likewise
+    case x16_kind::q2_k: return 1024 + 256 + 256 + 32 + 32;
     }
     return 0;
 }
@@ -120,7 +121,8 @@ int64_t x16_block_elems(x16_kind kind) {
     case x16_kind::q4_k:
     case x16_kind::q5_k:
     case x16_kind::q6_k:
-    case x16_kind::q3_k: return 256;
+    case x16_kind::q3_k:
+    case x16_kind::q2_k: return 256;
     default: return 32;
     }
 }
@@ -148,7 +150,8 @@ int64_t x16_act_sums_count(x16_kind kind, int64_t k) {
     case x16_kind::q4_k:
     case x16_kind::q5_k:
     case x16_kind::q6_k:
-    case x16_kind::q3_k: return 0;
+    case x16_kind::q3_k:
+    case x16_kind::q2_k: return 0;
     }
     return 0;
 }
@@ -281,6 +284,22 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
                 reinterpret_cast<uint16_t*>(q + 3360)[r] = 0; // the padding
                 break;
             }
+            case x16_kind::q2_k: { // 16 vectors of 2-bit levels (vector s, lane r, byte j, bits 2f..2f+1 = element
+                                   // 16s + 4f + j's), then 16 x 16 scales, 16 x 16 mins (byte 16 s + r), 16 f16 d, dmin
+                const auto& x = reinterpret_cast<const block_q2_k*>(row)[b];
+                for (int s = 0; s < 16; s++) {
+                    for (int j = 0; j < 4; j++) {
+                        uint8_t v = 0;
+                        for (int f = 0; f < 4; f++) v = uint8_t(v | (q2_k::level(x, 16 * s + 4 * f + j) << (2 * f)));
+                        q[64 * s + 4 * r + j] = v;
+                    }
+                    q[1024 + 16 * s + r] = uint8_t(x.scales[s] & 0xF);
+                    q[1280 + 16 * s + r] = uint8_t(x.scales[s] >> 4);
+                }
+                reinterpret_cast<uint16_t*>(q + 1536)[r] = x.d.bits;
+                reinterpret_cast<uint16_t*>(q + 1568)[r] = x.dmin.bits;
+                break;
+            }
             case x16_kind::q3_k: { // the levels 0..7 as nibbles, then 16 x 16 int8 scales (byte 16 s + r), 16 f16 d
                 const auto& x = reinterpret_cast<const block_q3_k*>(row)[b];
                 uint8_t L[256];
@@ -326,6 +345,7 @@ bool x16_kind_for(const tensor& w, x16_kind& kind) {
     case type::q5_k: kind = x16_kind::q5_k; break;
     case type::q6_k: kind = x16_kind::q6_k; break;
     case type::q3_k: kind = x16_kind::q3_k; break;
+    case type::q2_k: kind = x16_kind::q2_k; break;
     case type::mxfp4: // blockwise only (no repacked kind in ggml_vec_dot's order)
         if (!rows8) return false;
         kind = x16_kind::mxfp4_blockwise;

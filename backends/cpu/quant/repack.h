@@ -31,7 +31,9 @@
 //     elements. `q5_k`, `q6_k`, `q3_k`: under 8 activation rows ggml_vec_dot's 8 int32 lanes a super-block (lane t: chunks
 //     of 32, elements 4t..4t+3 of each, times their scales; q6_K / q3_K minus 32 / 4 sc bsum of sub-blocks 2t, 2t + 1),
 //     acc_t = fma(d_a d_w, float(lane), acc_t), hsum_float_8, q5_K + summs = fma(-d_a dmin_w, float(M), summs);
-//     from 8 rows ggml's tiled order: r = fma(-dmin_w, float(M), float(S) d_w), acc = fma(r, d_a, acc).
+//     from 8 rows ggml's tiled order: r = fma(-dmin_w, float(M), float(S) d_w), acc = fma(r, d_a, acc). `q2_k`: its
+//     vec_dot's lanes as q3_K's (scales unsigned, no offset), each lane first fma'd its min lane m_2t bsum_2t +
+//     m_2t+1 bsum_2t+1 times -d_a dmin_w; from 8 rows the tiled order as q5_K's.
 //
 // Group layout (16 rows, padded to 64 bytes): one record per block, values then scales (one sequential stream; a
 // separate scale array measured 40% slower from DRAM). "Vector" = 64 bytes, lane r = its bytes 4r..4r+3 = row r.
@@ -58,6 +60,8 @@
 //               int8), 16 f16 d [q4_K / q5_K: 16 f16 dmin; q6_K: 32 zero bytes]
 //   q3_K:       q6_K's nibble vectors holding the levels 0..7, no high bits; 16 x 16 int8 scales, 16 f16 d, 32 zero
 //               bytes
+//   q2_K:       16 vectors of 2-bit levels (vector s, byte j, bits 2f..2f+1: element 16s + 4f + j's), 16 x 16 scales,
+//               16 x 16 mins (bytes 0..15), 16 f16 d, 16 f16 dmin
 // vpdpbusd multiplies unsigned by signed bytes, so weights are stored or decoded unsigned (nibble, q8 + 128, E2M1
 // value + 12, 2-bit code) and each integer dot starts from a correction taken from the activations (exact in int32):
 // -8 x (sum of the 4 or 32 activation bytes) for q4_0, -16 x (sum of 4) for q5_0, -128 x (sum of 4) for q8_0, -12 x
@@ -78,7 +82,7 @@ namespace tessera::cpu {
 
 enum class x16_kind : uint8_t {
     q4_0_blockwise, q4_0, q4_1, q8_0, nvfp4, awq4, awq4_g64, tq2_0, i2_s, mxfp4_blockwise, q4_k, q5_k, q6_k, q5_0, q5_1,
-    q3_k
+    q3_k, q2_k
 };
 
 // y[j * ys + r] = row r of the group . activation row j (at a + j * as, the weight's dot type), r < 16, j < na;

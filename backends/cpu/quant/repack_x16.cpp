@@ -638,6 +638,9 @@ struct q6k_rec {
 struct q3k_rec {
     static constexpr size_t sc = 2048, d = 2304, bytes = 2368; // d padded likewise
 };
+struct q2k_rec {
+    static constexpr size_t sc = 1024, mn = 1280, d = 1536, dmin = 1568, bytes = 1600;
+};
 
 // activation row j's q8_K super-block b
 inline const block_q8_k& act_k(const uint8_t* a, size_t as, int j, int64_t b) {
@@ -955,6 +958,111 @@ void k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
     });
 }
 
+
+// q2_K: the 4 words of 16-element sub-block s (levels 0..3: vector s, byte j, bits 2f..2f+1 = word f's element j)
+struct q2_words {
+    V::i x[4];
+    q2_words(const uint8_t* rec, int h, int s) {
+        const V::i v = V::load(rec + h * 32 + 64 * s);
+        x[0] = V::bits2<0>(v), x[1] = V::bits2<2>(v), x[2] = V::bits2<4>(v), x[3] = V::bits2<6>(v);
+    }
+};
+// lane t's min term of a q2_K super-block: m_2t bsum_2t + m_2t+1 bsum_2t+1 (exact)
+inline V::i q2k_min_lane(const uint8_t* rec, int h, const block_q8_k& a, int t) {
+    const V::i m01 = V::pack16(V::load_u8(rec + q2k_rec::mn + 32 * t + h * V::lanes),
+                               V::load_u8(rec + q2k_rec::mn + 32 * t + 16 + h * V::lanes));
+    return V::madd16(m01, bsum_pair(a, t));
+}
+
+// q2_K in ggml_vec_dot's order (fewer than 8 activation rows): per row 8 int32 lanes a super-block, lane t the sum over
+// its 32-element chunks of sc x (the dot of elements 4t .. + 3), and its min lane; acc_t = fma(-d_a dmin_w,
+// float(min lane t), acc_t), then acc_t = fma(d_a d_w, float(lane t), acc_t); folded as hsum_float_8
+template <int NA, bool SWEEP = false>
+void q2k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
+               size_t ys) {
+    using R = q2k_rec;
+    struct A {
+        V::f acc[NA][8];
+    };
+    const auto half = [&](int64_t b, int h, A& t) {
+        const uint8_t* rec = w + size_t(b) * R::bytes;
+        V::i I[NA][8];
+        const auto lanes4 = [&]<int l0>() { // lane l0 + f: word f of the even (l0 = 0) or odd sub-blocks
+            V::i J[NA][4];
+            for (int j = 0; j < NA; j++)
+                for (int l = 0; l < 4; l++) J[j][l] = V::zero_i();
+            for (int s = l0 / 4; s < 16; s += 2) {
+                if (SWEEP && h == 0) prefetch_part<R::bytes, 16>(rec + R::bytes, l0 / 4 * 8 + s / 2);
+                const V::i scp = V::pair16(V::load_u8(rec + R::sc + 16 * s + h * V::lanes));
+                const q2_words q(rec, h, s);
+                for (int j = 0; j < NA; j++) {
+                    const auto& ab = act_k(a, as, j, b);
+                    for (int f = 0; f < 4; f++)
+                        J[j][f] = V::add32(J[j][f], V::madd16(V::maddubs(q.x[f], aword(ab, 16 * s + 4 * f)), scp));
+                }
+            }
+            for (int j = 0; j < NA; j++)
+                for (int l = 0; l < 4; l++) I[j][l0 + l] = J[j][l];
+        };
+        lanes4.template operator()<0>();
+        lanes4.template operator()<4>();
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + R::d) + h * V::lanes);
+        const V::f dmw = V::load_h(reinterpret_cast<const uint16_t*>(rec + R::dmin) + h * V::lanes);
+        for (int j = 0; j < NA; j++) {
+            const auto& ab = act_k(a, as, j, b);
+            const V::f d = V::mul(V::set1f(ab.d), dw), dm = V::mul(V::set1f(-ab.d), dmw);
+            for (int l = 0; l < 8; l++) {
+                t.acc[j][l] = V::fma(dm, V::cvt(q2k_min_lane(rec, h, ab, l)), t.acc[j][l]);
+                t.acc[j][l] = V::fma(d, V::cvt(I[j][l]), t.acc[j][l]);
+            }
+        }
+    };
+    sweep<SWEEP ? V::passes : 1, A>(nb32 / 8, [](int64_t) {}, half, [&](int h, const A& t) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(t.acc[j]));
+    });
+}
+
+// q2_K in ggml's tiled order (>= 8 activation rows): per super-block S = sum of sc x dot and M = sum of m x bsum
+// exact, r = fma(-dmin_w, float(M), float(S) d_w), acc = fma(r, d_a, acc)
+template <int NA>
+void q2k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
+               size_t ys) {
+    using R = q2k_rec;
+    using A = V::f[NA];
+    const auto half = [&](int64_t b, int h, A& acc) {
+        const uint8_t* rec = w + size_t(b) * R::bytes;
+        V::i S[NA], M[NA];
+        for (int j = 0; j < NA; j++) S[j] = M[j] = V::zero_i();
+        for (int s = 0; s < 16; s++) {
+            const V::i sc = V::load_u8(rec + R::sc + 16 * s + h * V::lanes), scp = V::pair16(sc);
+            const q2_words q(rec, h, s);
+            for (int j = 0; j < NA; j++) {
+                const auto& ab = act_k(a, as, j, b);
+                if constexpr (V::pairs16) { // pair sums <= 2 x 3 x 128: the four add in int16
+                    V::i p = V::maddubs(q.x[0], aword(ab, 16 * s));
+                    for (int f = 1; f < 4; f++) p = V::add16(p, V::maddubs(q.x[f], aword(ab, 16 * s + 4 * f)));
+                    S[j] = V::add32(S[j], V::madd16(p, scp));
+                } else {
+                    V::i u = V::zero_i();
+                    for (int f = 0; f < 4; f++) u = V::dp(u, q.x[f], aword(ab, 16 * s + 4 * f));
+                    S[j] = V::add32(S[j], V::mullo(u, sc));
+                }
+            }
+        }
+        for (int l = 0; l < 8; l++)
+            for (int j = 0; j < NA; j++) M[j] = V::add32(M[j], q2k_min_lane(rec, h, act_k(a, as, j, b), l));
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + R::d) + h * V::lanes);
+        const V::f dmw = V::load_h(reinterpret_cast<const uint16_t*>(rec + R::dmin) + h * V::lanes);
+        for (int j = 0; j < NA; j++) {
+            const V::f da = V::set1f(act_k(a, as, j, b).d);
+            acc[j] = V::fma(V::fnma(dmw, V::cvt(M[j]), V::mul(V::cvt(S[j]), dw)), da, acc[j]);
+        }
+    };
+    sweep<1, A>(nb32 / 8, [](int64_t) {}, half, [&](int h, const A& acc) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, acc[j]);
+    });
+}
+
 // na activation rows in chunks of NA, then one at a time
 template <int NA, void (*K)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t),
           void (*K1)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t),
@@ -1056,6 +1164,9 @@ x16_kernels x16_kernels_for(x16_kind kind) {
     case x16_kind::q6_k:
         return {chunked<plain_na, k_lanes<plain_na, q6k_kind>, k_lanes<1, q6k_kind>, k_lanes<1, q6k_kind, true>>,
                 nullptr, chunked<4, k_tiled<4, q6k_kind>, k_tiled<1, q6k_kind>>, x16_batch::m8};
+    case x16_kind::q2_k:
+        return {chunked<plain_na, q2k_lanes<plain_na>, q2k_lanes<1>, q2k_lanes<1, true>>, nullptr,
+                chunked<4, q2k_tiled<4>, q2k_tiled<1>>, x16_batch::m8};
     case x16_kind::q3_k:
         return {chunked<plain_na, k_lanes<plain_na, q3k_kind>, k_lanes<1, q3k_kind>, k_lanes<1, q3k_kind, true>>,
                 nullptr, chunked<4, k_tiled<4, q3k_kind>, k_tiled<1, q3k_kind>>, x16_batch::m8};
