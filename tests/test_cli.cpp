@@ -367,10 +367,35 @@ TEST(cli_quantize, llama_mix_by_name) {
     fs::remove(out);
 }
 
+// Q2_K is llama-quantize's mix (q3_K ffn_down / attn_output, q6_K output); with --pure every matrix is q2_K
+TEST(cli_quantize, q2_k_mix_and_pure) {
+    const std::string out = tmp_file("q2k.gguf");
+    tessera::test::tiny_model_spec spec;
+    spec.weight_type = tessera::type::f32;
+    spec.n_embd = 256, spec.n_ff = 512;
+    const std::string in = tmp_file("q2k_in.gguf");
+    tessera::test::write_tiny_model(in, spec);
+    for (bool pure : {false, true}) {
+        auto r = run_tessera("quantize " + shell_quote(in) + " " + shell_quote(out) + " Q2_K --json" +
+                             (pure ? " --pure" : ""));
+        ASSERT_EQ(r.rc, 0) << r.err;
+        tessera::gguf_file f = tessera::gguf_file::open(out);
+        EXPECT_EQ(f.get_int("general.file_type"), 10); // LLAMA_FTYPE_MOSTLY_Q2_K
+        auto type_of = [&](const char* name) { return tessera::type(f.find_tensor(name)->type_id); };
+        EXPECT_EQ(type_of("blk.0.ffn_up.weight"), tessera::type::q2_k);
+        EXPECT_EQ(type_of("blk.0.ffn_down.weight"), pure ? tessera::type::q2_k : tessera::type::q3_k);
+        EXPECT_EQ(type_of("token_embd.weight"), pure ? tessera::type::q2_k : tessera::type::q6_k);
+        auto run = run_tessera("run -m " + shell_quote(out) + " -p hello -n 4 --temp 0 -t 2");
+        EXPECT_EQ(run.rc, 0) << run.err;
+    }
+    fs::remove(out);
+    fs::remove(in);
+}
+
 TEST(cli_quantize, bad_arguments_fail_with_one_line_and_write_nothing) {
     const std::string out = tmp_file("never.gguf");
-    auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " q3_k");
-    expect_one_line_error(r, "unknown type 'q3_k'");
+    auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " iq4_xs");
+    expect_one_line_error(r, "unknown type 'iq4_xs'");
     EXPECT_NE(r.err.find("q4_0"), std::string::npos) << r.err; // the valid ones are listed
     EXPECT_NE(r.err.find("awq4"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("Q4_K_M"), std::string::npos) << r.err; // and the mixes
