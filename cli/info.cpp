@@ -9,6 +9,7 @@
 #include "ggml-like/types.h"
 #include "ggml-like/ops.h"
 #include "llm/model.h"
+#include "quant/quantize.h"
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -213,8 +214,12 @@ void print_text(const gguf_file& f, const info_options& o) {
         type_w = std::max(type_w, type_text(kv.value).size());
     }
     fmt::print("\n{:<{}}  {:<{}}  {}\n", "key", key_w, "type", type_w, "value");
-    for (const auto& kv : f.kvs())
-        fmt::print("{:<{}}  {:<{}}  {}\n", kv.key, key_w, type_text(kv.value), type_w, value_text(kv.value));
+    for (const auto& kv : f.kvs()) {
+        std::string v = value_text(kv.value);
+        if (kv.key == "general.file_type" && !kv.value.is_array())
+            if (const char* n = llama_ftype_name(uint32_t(kv.value.int_at(0)))) v += fmt::format(" ({})", n);
+        fmt::print("{:<{}}  {:<{}}  {}\n", kv.key, key_w, type_text(kv.value), type_w, v);
+    }
 
     const totals tot(f);
     if (!o.no_tensors && !f.tensors().empty()) {
@@ -281,6 +286,8 @@ void print_json(const gguf_file& f, const info_options& o,
     ojson md = ojson::object();
     for (const auto& kv : f.kvs()) md[kv.key] = value_json(kv.value);
     j["metadata"] = std::move(md);
+    if (const auto ft = f.get_int("general.file_type"))
+        if (const char* n = llama_ftype_name(uint32_t(*ft))) j["file_type_name"] = n;
     if (!o.no_tensors) {
         ojson ts = ojson::array();
         for (const auto& t : f.tensors())

@@ -69,6 +69,16 @@ std::optional<uint32_t> llama_ftype_of(type t) {
     }
 }
 
+const char* llama_ftype_name(uint32_t ftype) {
+    // llama.h's llama_ftype, by value (4-6 and 33-35 are retired)
+    static constexpr const char* names[] = {
+        "F32",    "F16",    "Q4_0",   "Q4_1",    nullptr,   nullptr, nullptr, "Q8_0",   "Q5_0",  "Q5_1",  "Q2_K",
+        "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",  "Q4_K_M",  "Q5_K_S", "Q5_K_M", "Q6_K", "IQ2_XXS", "IQ2_XS", "Q2_K_S",
+        "IQ3_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL",  "IQ3_S",   "IQ3_M", "IQ2_S",  "IQ2_M",  "IQ4_XS", "IQ1_M", "BF16",
+        nullptr,  nullptr,  nullptr,  "TQ1_0",   "TQ2_0",   "MXFP4_MOE", "NVFP4", "Q1_0", "Q2_0"};
+    return ftype < std::size(names) ? names[ftype] : nullptr;
+}
+
 namespace {
 
 // Formats that only exist as the activation side of a dot product: never weights.

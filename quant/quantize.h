@@ -27,6 +27,8 @@ inline constexpr uint32_t tessera_format_version = 1;
 bool is_ggml_type(type t);
 // llama_ftype written as general.file_type for a file quantized "mostly" to t; nullopt when llama.cpp has none.
 std::optional<uint32_t> llama_ftype_of(type t);
+// llama-quantize's name of a general.file_type value ("Q4_K_M", "F16", ...; llama.h's llama_ftype); nullptr if none
+const char* llama_ftype_name(uint32_t ftype);
 // Types `tessera quantize` can produce: those with a from_float (find_row_ops), activation-only formats excluded.
 std::vector<type> quantize_target_types();
 

@@ -333,6 +333,25 @@ TEST(quantize, llama_k_mixes) {
     fs::remove(path);
 }
 
+// general.file_type's names as llama.h spells them (tessera info prints them beside the number)
+TEST(quantize, llama_ftype_names) {
+    EXPECT_STREQ(llama_ftype_name(0), "F32");
+    EXPECT_STREQ(llama_ftype_name(7), "Q8_0");
+    EXPECT_STREQ(llama_ftype_name(10), "Q2_K");
+    EXPECT_STREQ(llama_ftype_name(12), "Q3_K_M");
+    EXPECT_STREQ(llama_ftype_name(15), "Q4_K_M");
+    EXPECT_STREQ(llama_ftype_name(30), "IQ4_XS");
+    EXPECT_STREQ(llama_ftype_name(32), "BF16");
+    EXPECT_STREQ(llama_ftype_name(37), "TQ2_0");
+    EXPECT_STREQ(llama_ftype_name(39), "NVFP4");
+    EXPECT_EQ(llama_ftype_name(4), nullptr); // retired
+    EXPECT_EQ(llama_ftype_name(34), nullptr);
+    EXPECT_EQ(llama_ftype_name(1024), nullptr);
+    for (quant_mix m : {quant_mix::q2_k, quant_mix::q3_k_s, quant_mix::q3_k_m, quant_mix::q3_k_l, quant_mix::q4_k_s,
+                        quant_mix::q4_k_m, quant_mix::q5_k_s, quant_mix::q5_k_m})
+        EXPECT_EQ(quant_mix_from_name(quant_mix_name(m)), m);
+}
+
 TEST(quantize, metadata_marks_tessera_only_files) {
     gguf_file in = gguf_file::open(wide_f32_model());
     quantize_params p;
