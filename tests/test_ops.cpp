@@ -933,8 +933,7 @@ TEST(ops, mul_mat_id_every_type) {
 
 // mul_mat_id on experts repacked in 16-row groups (load_weights) gives the row kernels' bits: decode (one token) and
 // prompt shapes (many pairs an expert, more than a kernel call's 16), shared and per-slot activations, an expert
-// nobody chose, i2_s's tensor scale. The K formats keep llama.cpp's mul_mat_id orders at any batch: ggml_vec_dot's
-// lanes (q5_K, q6_K), the repacked gemv (q4_K).
+// nobody chose, i2_s's tensor scale. The K formats keep llama.cpp's mul_mat_id orders (next test).
 TEST(ops, mul_mat_id_repacked_experts_same_bits) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
     for (type t : {type::q4_0, type::q8_0, type::q4_1, type::q5_0, type::q5_1, type::nvfp4, type::i2_s, type::q4_k,
@@ -975,6 +974,48 @@ TEST(ops, mul_mat_id_repacked_experts_same_bits) {
                     ASSERT_EQ(out[0][i], out[1][i])
                         << type_name(t) << " n_tok " << n_tok << " n_b " << n_b << " at " << i;
             }
+}
+
+// llama.cpp's mul_mat_id per expert: chosen by 8 pairs or more, the K formats it does not repack sum in ggml's tiled
+// order (vec_dot_batch8), else in vec_dot's (checked against libggml-cpu's mul_mat_id, session 58); q4_K with rows % 8
+// (repacked there) keeps its gemv's order at any batch. Both paths (row kernels, 16-row groups). Bound: same bits.
+TEST(ops, mul_mat_id_k_formats_tiled_from_8_pairs) {
+    if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2: the reference kernels are in use";
+    for (type t : {type::q2_k, type::q3_k, type::q4_k, type::q5_k, type::q6_k})
+        for (int repack = 0; repack < 2; repack++) {
+            const int64_t k = 512, n = 32, n_expert = 3, n_used = 2, n_tok = 12;
+            std::vector<int32_t> idv; // expert 0: 12 pairs, 1: 3, 2: 9
+            for (int64_t tok = 0; tok < n_tok; tok++) idv.push_back(0), idv.push_back(tok < 3 ? 1 : 2);
+            harness h(3);
+            std::vector<float> deq;
+            tensor* w2 = h.leaf_typed(t, k, n * n_expert, 75, deq);
+            tensor* w = h.ctx.new_tensor(t, {k, n, n_expert});
+            w->data = w2->data;
+            w->flags |= flag_param;
+            tensor* b = h.leaf_f32({k, 1, n_tok}, 76);
+            tensor* y = mul_mat_id(h.ctx, w, b, reshape_2d(h.ctx, h.leaf_i32(idv), n_used, n_tok));
+            if (repack) {
+                tensor* ws[] = {w};
+                h.be.load_weights(ws);
+            }
+            const auto out = h.run(y);
+            const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(t);
+            std::vector<uint8_t> a(row_size(ops->dot_type, k));
+            const size_t wrow = row_size(t, k);
+            for (int64_t tok = 0; tok < n_tok; tok++) {
+                ops->act_from_float(f32(b) + tok * k, a.data(), k);
+                for (int64_t i = 0; i < n_used; i++) {
+                    const int32_t e = idv[size_t(tok * n_used + i)];
+                    const bool tiled = e != 1 && t != type::q4_k;
+                    const auto dot = t == type::q4_k ? ops->vec_dot_rows8 : tiled ? ops->vec_dot_batch8 : ops->vec_dot;
+                    for (int64_t r = 0; r < n; r++) {
+                        const auto* wr = static_cast<const uint8_t*>(w->data) + (size_t(e) * n + size_t(r)) * wrow;
+                        ASSERT_EQ(out[size_t((tok * n_used + i) * n + r)], dot(wr, a.data(), k))
+                            << type_name(t) << " repack " << repack << " token " << tok << " expert " << e;
+                    }
+                }
+            }
+        }
 }
 
 // top_k in ggml_argsort_top_k's order (build_moe_ffn's): the k largest, descending.

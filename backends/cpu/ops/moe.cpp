@@ -55,6 +55,11 @@ struct routing {
 
 constexpr int64_t ROWS = 16; // weight rows per job block (one repacked group)
 
+// llama.cpp's mul_mat_id sums an expert chosen by 8 pairs or more in ggml's tiled order, as mul_mat a batch of 8 rows
+// (the K formats it does not repack: the kinds whose batch order is x16_batch::m8; q4_K, which it repacks, keeps its
+// gemv at any batch), and the other experts in vec_dot's
+constexpr int64_t tiled_pairs = 8;
+
 // Weights repacked in 16-row groups (repack.h), experts one after another: the chosen experts' groups only, each
 // against the activation rows of every pair that chose the expert, gathered into one contiguous run so the group's
 // kernel takes them 4 at a time (a group is read from memory once a batch). Same bits as the row kernels.
@@ -116,6 +121,7 @@ void mul_mat_id_x16(const compute_params& p, tensor& dst, const repacked_weight&
          job = counter->fetch_add(1, std::memory_order_relaxed)) {
         const int64_t e = rt.chosen[size_t(job / runs)], g0 = (job % runs) * run, g1 = std::min(groups, g0 + run);
         const int64_t q0 = rt.first[size_t(e)], q1 = rt.first[size_t(e + 1)];
+        const x16_gemm_fn gemm = kern.batch == x16_batch::m8 && q1 - q0 >= tiled_pairs ? kern.gemm_batch : kern.gemm;
         for (int64_t g = g0; g < g1; g++)
             for (int64_t qa = q0; qa < q1; qa += NA) {
                 const int64_t na = std::min(NA, q1 - qa);
@@ -123,7 +129,7 @@ void mul_mat_id_x16(const compute_params& p, tensor& dst, const repacked_weight&
                 const int32_t* as = !ss      ? nullptr
                                     : gather ? packed_sums + size_t(qa) * ss
                                              : sums + size_t(src_row(qa)) * ss;
-                kern.gemm(rw.group(e * groups + g), k / 32, a, act_row, as, ss, na, y, ROWS);
+                gemm(rw.group(e * groups + g), k / 32, a, act_row, as, ss, na, y, ROWS);
                 for (int64_t j = 0; j < na; j++) {
                     const int64_t t = rt.pairs[size_t(qa + j)] / n_used, i = rt.pairs[size_t(qa + j)] % n_used;
                     float* out = at<float>(dst, g * ROWS, i, t);
@@ -195,12 +201,16 @@ void mul_mat_id(const compute_params& p, tensor& dst) {
          job = counter->fetch_add(1, std::memory_order_relaxed)) {
         const int64_t e = rt.chosen[size_t(job / blocks)], r0 = (job % blocks) * ROWS, r1 = std::min(n, r0 + ROWS);
         const uint8_t* we = static_cast<const uint8_t*>(w.data) + e * w.nb[2];
+        const vec_dot_fn dot = ops == base_ops && base_ops->vec_dot_batch8 &&
+                                       rt.first[size_t(e + 1)] - rt.first[size_t(e)] >= tiled_pairs
+                                   ? base_ops->vec_dot_batch8
+                                   : ops->vec_dot;
         for (int64_t q = rt.first[size_t(e)]; q < rt.first[size_t(e + 1)]; q++) {
             const int64_t t = rt.pairs[size_t(q)] / n_used, i = rt.pairs[size_t(q)] % n_used;
             const uint8_t* a = act + size_t(t * n_b + i % n_b) * act_row;
             float* y = at<float>(dst, 0, i, t);
             for (int64_t r = r0; r < r1; r++) {
-                const float v = ops->vec_dot(we + r * w.nb[1], a, k);
+                const float v = dot(we + r * w.nb[1], a, k);
                 y[r] = w_scale == 1.0f ? v : v * w_scale;
             }
         }
