@@ -800,7 +800,7 @@ void q4k_rows8(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, cons
 template <int NA, class KK, bool SWEEP = false>
 void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
              size_t ys) {
-    constexpr bool Q6 = KK::sym;
+    constexpr bool SYM = KK::sym; // q6_K, q3_K
     constexpr size_t REC = KK::bytes;
     struct A {
         V::f acc[NA][8], summs[NA];
@@ -813,7 +813,7 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
             V::i J[NA][4];
             for (int j = 0; j < NA; j++)
                 for (int l = 0; l < 4; l++) J[j][l] = V::zero_i();
-            if constexpr (Q6) { // lane l0 + f: word f of the even (l0 = 0) or odd sub-blocks
+            if constexpr (SYM) { // lane l0 + f: word f of the even (l0 = 0) or odd sub-blocks
                 for (int s = l0 / 4; s < 16; s += 2) {
                     if (SWEEP && h == 0) prefetch_part<REC, 16>(rec + REC, l0 / 4 * 8 + s / 2);
                     const V::i scp = V::pair16(V::load_s8(rec + KK::sc + 16 * s + h * V::lanes));
@@ -856,7 +856,7 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
         };
         lanes4.template operator()<0>();
         lanes4.template operator()<4>();
-        if constexpr (Q6) { // lane t: minus 2^shift x (sc bsum) of sub-blocks 2t, 2t + 1 (q3_K: taken off already)
+        if constexpr (SYM) { // lane t: minus 2^shift x (sc bsum) of sub-blocks 2t, 2t + 1 (q3_K: taken off already)
             if constexpr (!KK::word_bias)
                 for (int l = 0; l < 8; l++) {
                     const V::i sc01 = V::pack16(V::load_s8(rec + KK::sc + 32 * l + h * V::lanes),
@@ -896,14 +896,14 @@ void k_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
 template <int NA, class KK>
 void k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
              size_t ys) {
-    constexpr bool Q6 = KK::sym;
+    constexpr bool SYM = KK::sym;
     constexpr size_t REC = KK::bytes;
     using A = V::f[NA];
     const auto half = [&](int64_t b, int h, A& acc) {
         const uint8_t* rec = w + size_t(b) * REC;
         V::i S[NA], M[NA];
         for (int j = 0; j < NA; j++) S[j] = M[j] = V::zero_i();
-        if constexpr (Q6) {
+        if constexpr (SYM) {
             for (int s = 0; s < 16; s += 2) {
                 const V::i s0 = V::load_s8(rec + KK::sc + 16 * s + h * V::lanes);
                 const V::i s1 = V::load_s8(rec + KK::sc + 16 * (s + 1) + h * V::lanes);
@@ -945,7 +945,7 @@ void k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const 
         const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + KK::d) + h * V::lanes);
         for (int j = 0; j < NA; j++) {
             const V::f da = V::set1f(reinterpret_cast<const block_q8_k*>(a + j * as)[b].d);
-            if constexpr (Q6) {
+            if constexpr (SYM) {
                 acc[j] = V::fma(V::mul(V::cvt(V::sub32(S[j], V::shl32<KK::shift>(M[j]))), dw), da, acc[j]);
             } else {
                 const V::f dmw = V::load_h(reinterpret_cast<const uint16_t*>(rec + q5k_rec::dmin) + h * V::lanes);
