@@ -106,16 +106,24 @@ inline float search_scale_min(int n, int nmax, const float* x, const float* w, u
     return scale;
 }
 
-// A symmetric scale for n values on -nmax..nmax-1 (stored + nmax in L), weights x^2: from -nmax / max (max = the value
-// of largest magnitude, first one wins), its least-squares refit, then 18 nearby steps, keeping the best fit.
-// [make_qx_quants with rmse_type = 1 and no importance weights]
-inline float search_scale_sym(int n, int nmax, const float* x, int8_t* L) {
-    float max = 0, amax = 0;
+// The value of largest magnitude among n (the first one wins); amax its magnitude
+inline float largest_magnitude(int n, const float* x, float& amax) {
+    float max = 0;
+    amax = 0;
     for (int i = 0; i < n; i++)
         if (std::fabs(x[i]) > amax) {
             amax = std::fabs(x[i]);
             max = x[i];
         }
+    return max;
+}
+
+// A symmetric scale for n values on -nmax..nmax-1 (stored + nmax in L), weights x^2: from -nmax / max (max = the value
+// of largest magnitude, first one wins), its least-squares refit, then 18 nearby steps, keeping the best fit.
+// [make_qx_quants with rmse_type = 1 and no importance weights]
+inline float search_scale_sym(int n, int nmax, const float* x, int8_t* L) {
+    float amax;
+    const float max = largest_magnitude(n, x, amax);
     if (amax < group_max_eps) {
         for (int i = 0; i < n; i++) L[i] = 0;
         return 0.0f;
@@ -155,12 +163,8 @@ inline float search_scale_sym(int n, int nmax, const float* x, int8_t* L) {
 // passes that move single levels to their least-squares value while that raises sum(w x l)^2 / sum(w l^2) (q3_K's
 // search). Returns sum(w x l) / sum(w l^2). [make_q3_quants with do_rmse = true]
 inline float search_scale_q3(int n, int nmax, const float* x, int8_t* L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++)
-        if (std::fabs(x[i]) > amax) {
-            amax = std::fabs(x[i]);
-            max = x[i];
-        }
+    float amax;
+    const float max = largest_magnitude(n, x, amax);
     if (amax < group_max_eps) {
         for (int i = 0; i < n; i++) L[i] = 0;
         return 0.0f;

@@ -178,7 +178,8 @@ __device__ __forceinline__ int dp4a_u8s8(uint32_t a, int b, int c) {
 // 16 nibble bytes in q4_0 / q4_1 order (byte j: element j low, element 16 + j high) dotted with elements 0..15 (a0)
 // and 16..31 (a1) of an activation chunk, times 16, exactly: the low nibbles masked (one op a word), the high ones
 // masked in place (value 16 q, dotted as unsigned bytes) rather than shifted down. |result| <= 16 * 32 * 15 * 128.
-__device__ __forceinline__ int dot_nibbles16_x16(const uint4& q, int4 a0, int4 a1) {
+// dot_nibble_halves keeps the two halves apart: (sum over elements 0..15, 16 x sum over 16..31)
+__device__ __forceinline__ int2 dot_nibble_halves(const uint4& q, int4 a0, int4 a1) {
     int lo = __dp4a(int(q.x & 0x0F0F0F0Fu), a0.x, 0);
     lo = __dp4a(int(q.y & 0x0F0F0F0Fu), a0.y, lo);
     lo = __dp4a(int(q.z & 0x0F0F0F0Fu), a0.z, lo);
@@ -187,7 +188,11 @@ __device__ __forceinline__ int dot_nibbles16_x16(const uint4& q, int4 a0, int4 a
     hi = dp4a_u8s8(q.y & 0xF0F0F0F0u, a1.y, hi);
     hi = dp4a_u8s8(q.z & 0xF0F0F0F0u, a1.z, hi);
     hi = dp4a_u8s8(q.w & 0xF0F0F0F0u, a1.w, hi);
-    return lo * 16 + hi;
+    return make_int2(lo, hi);
+}
+__device__ __forceinline__ int dot_nibbles16_x16(const uint4& q, int4 a0, int4 a1) {
+    const int2 s = dot_nibble_halves(q, a0, a1);
+    return s.x * 16 + s.y;
 }
 // The sum of an activation chunk's 32 values (the same in every row a lane dots it with: the compiler keeps one)
 __device__ __forceinline__ int act_sum32(int4 a0, int4 a1) {
@@ -215,7 +220,9 @@ TS_HD void pack_2bit_chunk(const int* codes, uint8_t* out) {
 // taken / 64 (a power of two) gives the product the unshifted sum would (same bits). Against shifting each field
 // down: 52 instead of 57 instructions a lane step of two rows, yet the same speed (H200, 2026-11-29, 8B i2_s tg128
 // 801.8 / 797.2 vs 798.2 / 785.5 t/s; gate + up 12.7 us in ncu either way: a warp's fixed costs dominate).
-__device__ __forceinline__ int dot_2bit_chunk_x64(uint2 q, int4 a0, int4 a1) {
+// dot_2bit_fields: the four fields' sums apart, field n = 4^n x the dot of elements 8n .. 8n + 7 (q2_K's scales
+// differ between elements 0..15 and 16..31)
+__device__ __forceinline__ int4 dot_2bit_fields(uint2 q, int4 a0, int4 a1) {
     int s0 = __dp4a(int(q.x & 0x03030303u), a0.x, 0);
     s0 = __dp4a(int(q.y & 0x03030303u), a0.y, s0);
     int s1 = __dp4a(int(q.x & 0x0C0C0C0Cu), a0.z, 0);
@@ -224,7 +231,11 @@ __device__ __forceinline__ int dot_2bit_chunk_x64(uint2 q, int4 a0, int4 a1) {
     s2 = __dp4a(int(q.y & 0x30303030u), a1.y, s2);
     int s3 = dp4a_u8s8(q.x & 0xC0C0C0C0u, a1.z, 0);
     s3 = dp4a_u8s8(q.y & 0xC0C0C0C0u, a1.w, s3);
-    return ((s0 * 4 + s1) * 4 + s2) * 4 + s3;
+    return make_int4(s0, s1, s2, s3);
+}
+__device__ __forceinline__ int dot_2bit_chunk_x64(uint2 q, int4 a0, int4 a1) {
+    const int4 s = dot_2bit_fields(q, a0, a1);
+    return ((s.x * 4 + s.y) * 4 + s.z) * 4 + s.w;
 }
 // codes of elements 16h .. 16h+15 as 8 half2 of (1024 + code)
 __device__ __forceinline__ void halves_2bit_chunk(uint2 q, int h, __half2 (&out)[8]) {

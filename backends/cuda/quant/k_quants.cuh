@@ -202,19 +202,6 @@ __device__ __forceinline__ int act_sum16(int4 a) {
     s = __dp4a(0x01010101, a.z, s);
     return __dp4a(0x01010101, a.w, s);
 }
-// 16 nibble bytes in q4_1's order (byte j: element j low, j + 16 high) dotted with elements 0..15 (a0) and, times 16,
-// 16..31 (a1): the two sub-blocks of 16 apart, exactly
-__device__ __forceinline__ int2 dot_nibble_halves(const uint4& q, int4 a0, int4 a1) {
-    int lo = __dp4a(int(q.x & 0x0F0F0F0Fu), a0.x, 0);
-    lo = __dp4a(int(q.y & 0x0F0F0F0Fu), a0.y, lo);
-    lo = __dp4a(int(q.z & 0x0F0F0F0Fu), a0.z, lo);
-    lo = __dp4a(int(q.w & 0x0F0F0F0Fu), a0.w, lo);
-    int hi = dp4a_u8s8(q.x & 0xF0F0F0F0u, a1.x, 0);
-    hi = dp4a_u8s8(q.y & 0xF0F0F0F0u, a1.y, hi);
-    hi = dp4a_u8s8(q.z & 0xF0F0F0F0u, a1.z, hi);
-    hi = dp4a_u8s8(q.w & 0xF0F0F0F0u, a1.w, hi);
-    return make_int2(lo, hi);
-}
 
 // q3_K: a chunk is the 32 levels 0..7 (value + 4) as nibbles in q4_1's order (16 bytes: 4 bits a value where the file
 // packs 3.4375), a scale group the word (f16 d, int8 sc of elements 0..15, of 16..31) as q6_K's: the integer sums
@@ -292,15 +279,8 @@ template <> struct cuda_format<q2_k> {
     }
     // d_a (d (sc0 S0 + sc1 S1) - dmin (m0 A0 + m1 A1)), S / A the halves' sums of q q_a / q_a: integers exact
     __device__ static float dot_split(const uint2& q, uint2 scw, int c, int4 a0, int4 a1, float2 ds) {
-        int s0 = __dp4a(int(q.x & 0x03030303u), a0.x, 0);
-        s0 = __dp4a(int(q.y & 0x03030303u), a0.y, s0);
-        int s1 = __dp4a(int(q.x & 0x0C0C0C0Cu), a0.z, 0);
-        s1 = __dp4a(int(q.y & 0x0C0C0C0Cu), a0.w, s1);
-        int s2 = __dp4a(int(q.x & 0x30303030u), a1.x, 0);
-        s2 = __dp4a(int(q.y & 0x30303030u), a1.y, s2);
-        int s3 = dp4a_u8s8(q.x & 0xC0C0C0C0u, a1.z, 0);
-        s3 = dp4a_u8s8(q.y & 0xC0C0C0C0u, a1.w, s3);
-        const int lo = s0 * 4 + s1, hi = s2 * 4 + s3; // 4 S0, 64 S1
+        const int4 s = dot_2bit_fields(q, a0, a1);
+        const int lo = s.x * 4 + s.y, hi = s.z * 4 + s.w; // 4 S0, 64 S1
         const int2 k0 = codes(scw, c, 0), k1 = codes(scw, c, 1);
         const int sumi = k0.x * lo * 16 + k1.x * hi;   // 64 (sc0 S0 + sc1 S1)
         const int summ = k0.y * act_sum16(a0) + k1.y * act_sum16(a1);
