@@ -36,9 +36,7 @@ std::string valid_type_names(bool mixes = false) {
     std::string s;
     for (type t : quantize_target_types()) s += (s.empty() ? "" : ", ") + std::string(type_name(t));
     if (mixes)
-        for (quant_mix m : {quant_mix::q2_k, quant_mix::q3_k_s, quant_mix::q3_k_m, quant_mix::q3_k_l,
-                            quant_mix::q4_k_s, quant_mix::q4_k_m, quant_mix::q5_k_s, quant_mix::q5_k_m})
-            s += std::string(", ") + quant_mix_name(m);
+        for (quant_mix m : all_quant_mixes) s += std::string(", ") + quant_mix_name(m);
     return s;
 }
 
@@ -207,8 +205,9 @@ void add_quantize(CLI::App& app) {
         ->required();
     sub->add_option("TYPE", o->type,
                     "Weight type: " + valid_type_names(true) +
-                        " (the last eight: llama-quantize's mixes, attn_v / ffn_down of some layers and the output "
-                        "with more bits; Q2_K is the mix, q2_K with --pure every matrix)")
+                        " (the upper-case names from Q2_K on: llama-quantize's mixes, attn_v / ffn_down of some layers "
+                        "and the output with more bits; Q2_K / IQ4_XS are the mixes, q2_K / iq4_xs with --pure every "
+                        "matrix)")
         ->required();
     sub->add_option("-t,--threads", o->n_threads, "Threads (0: one per hardware thread)")->check(CLI::Range(0, 512));
     sub->add_option("--output-type", o->output_type,

@@ -54,6 +54,10 @@ std::optional<uint32_t> llama_ftype_of(type t) {
         return 16; // MOSTLY_Q5_K_S
     case type::q6_k:
         return 18;
+    case type::iq4_nl:
+        return 25;
+    case type::iq4_xs:
+        return 30;
     case type::bf16:
         return 32;
     case type::tq1_0:
@@ -117,7 +121,7 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 
 // The type a tensor with rows of ne0 elements gets when `want` does not fit (ne0 not a multiple of its block), the
 // way llama-quantize falls back: its table for ggml's formats (q2_K, q3_K -> q4_0, q4_K -> q5_0, q5_K -> q5_1,
-// q6_K -> q8_0, tq2_0 -> q4_0); for tessera's, the same format with smaller groups when there is one (a type named "<want>_g<N>", e.g. awq4
+// q6_K -> q8_0, tq2_0 -> q4_0, iq4_xs -> iq4_nl); for tessera's, the same format with smaller groups when there is one (a type named "<want>_g<N>", e.g. awq4
 // -> awq4_g64), then a 32-element format of similar size (q4_0 up to ~5.5 bits per weight, q8_0 above); f16 for a
 // row that fits no block at all.
 type fallback_type(type want, int64_t ne0) {
@@ -126,6 +130,7 @@ type fallback_type(type want, int64_t ne0) {
                                 : want == type::q5_k  ? type::q5_1
                                 : want == type::q6_k  ? type::q8_0
                                 : want == type::tq2_0 || want == type::q2_k || want == type::q3_k ? type::q4_0
+                                : want == type::iq4_xs ? type::iq4_nl
                                                       : want;
     if (llama_fallback != want) return ne0 % block_size(llama_fallback) == 0 ? llama_fallback : type::f16;
     const std::string prefix = std::string(type_name(want)) + "_g";
@@ -148,8 +153,7 @@ void check_target(type t, const char* what) {
 std::optional<quant_mix> quant_mix_from_name(std::string_view name) {
     std::string n(name);
     for (char& c : n) c = char(std::toupper((unsigned char)c));
-    for (quant_mix m : {quant_mix::q2_k, quant_mix::q3_k_s, quant_mix::q3_k_m, quant_mix::q3_k_l, quant_mix::q4_k_s,
-                        quant_mix::q4_k_m, quant_mix::q5_k_s, quant_mix::q5_k_m})
+    for (quant_mix m : all_quant_mixes)
         if (n == quant_mix_name(m)) return m;
     return std::nullopt;
 }
@@ -164,6 +168,8 @@ const char* quant_mix_name(quant_mix m) {
     case quant_mix::q4_k_m: return "Q4_K_M";
     case quant_mix::q5_k_s: return "Q5_K_S";
     case quant_mix::q5_k_m: return "Q5_K_M";
+    case quant_mix::iq4_nl: return "IQ4_NL";
+    case quant_mix::iq4_xs: return "IQ4_XS";
     case quant_mix::none: break;
     }
     return "none";
@@ -177,6 +183,8 @@ type quant_mix_type(quant_mix m) {
     case quant_mix::q3_k_l: return type::q3_k;
     case quant_mix::q5_k_s:
     case quant_mix::q5_k_m: return type::q5_k;
+    case quant_mix::iq4_nl: return type::iq4_nl;
+    case quant_mix::iq4_xs: return type::iq4_xs;
     default: return type::q4_k;
     }
 }
@@ -189,7 +197,8 @@ bool is_quantizable_matrix(const gguf_tensor_info& t) {
     return t.n_dims >= 2 && t.name.ends_with(".weight") && t.name.find("ffn_gate_inp.weight") == std::string::npos;
 }
 
-// llama_ftype of a mix (llama.h: MOSTLY_Q2_K 10, Q3_K_S 11, _M 12, _L 13, Q4_K_S 14, _M 15, Q5_K_S 16, _M 17)
+// llama_ftype of a mix (llama.h: MOSTLY_Q2_K 10, Q3_K_S 11, _M 12, _L 13, Q4_K_S 14, _M 15, Q5_K_S 16, _M 17,
+// IQ4_NL 25, IQ4_XS 30)
 uint32_t mix_ftype(quant_mix m) {
     switch (m) {
     case quant_mix::q2_k: return 10;
@@ -199,6 +208,8 @@ uint32_t mix_ftype(quant_mix m) {
     case quant_mix::q4_k_s: return 14;
     case quant_mix::q4_k_m: return 15;
     case quant_mix::q5_k_s: return 16;
+    case quant_mix::iq4_nl: return 25;
+    case quant_mix::iq4_xs: return 30;
     default: return 17;
     }
 }
@@ -221,6 +232,7 @@ struct mix_rules {
 
     type pick(const std::string& name, int64_t ne0) {
         const bool m_mix = mix == quant_mix::q4_k_m || mix == quant_mix::q5_k_m;
+        const bool iq4 = mix == quant_mix::iq4_nl || mix == quant_mix::iq4_xs;
         if (name == "output.weight" || (tied && name == "token_embd.weight"))
             return ne0 % block_size(base) != 0 ? type::q8_0 : type::q6_k;
         if (name == "token_embd.weight") return base;
@@ -229,6 +241,7 @@ struct mix_rules {
             if (mix == quant_mix::q2_k) t = n_gqa >= 4 ? type::q4_k : type::q3_k;
             else if (mix == quant_mix::q3_k_m) t = i_wv < 2 ? type::q5_k : type::q4_k;
             else if (mix == quant_mix::q3_k_l) t = type::q5_k;
+            else if (iq4 && n_gqa >= 4) t = type::q5_k;
             else if (m_mix && more_bits(i_wv, n_wv)) t = type::q6_k;
             else if (mix == quant_mix::q4_k_s && i_wv < 4) t = type::q5_k;
             if (is_70b && (t == type::q3_k || t == type::q4_k)) t = type::q5_k;
@@ -258,6 +271,7 @@ struct mix_rules {
             else if (mix == quant_mix::q3_k_m) t = i_layer < n_layer / 16 ? type::q5_k : type::q4_k;
             else if (mix == quant_mix::q3_k_l) t = type::q5_k;
             else if (m_mix && more_bits(i_layer, n_layer)) t = type::q6_k;
+            else if (iq4 && i_layer < n_layer / 8) t = type::q5_k;
             else if (mix == quant_mix::q4_k_s && i_layer < n_layer / 8) t = type::q5_k;
             i_down++;
         }

@@ -66,6 +66,10 @@ template <> struct bounds<q3_k> { static constexpr double normal = 0.18, heavy =
 template <> struct bounds<q4_k> { static constexpr double normal = 0.085, heavy = 0.11; };
 template <> struct bounds<q5_k> { static constexpr double normal = 0.045, heavy = 0.06; };
 template <> struct bounds<q6_k> { static constexpr double normal = 0.022, heavy = 0.032; };
+// iq4_nl / iq4_xs: 16 non-uniform levels (denser near 0) a block of 32 / sub-block of 32 with a 6-bit scale
+// [iq4_nl 0.077, 0.101; iq4_xs 0.077, 0.103].
+template <> struct bounds<iq4_nl> { static constexpr double normal = 0.09, heavy = 0.12; };
+template <> struct bounds<iq4_xs> { static constexpr double normal = 0.09, heavy = 0.12; };
 template <> struct bounds<q8_k> { static constexpr double normal = 0.01, heavy = 0.025; };
 template <> struct bounds<i8_s> { static constexpr double normal = 0.015, heavy = 0.08; };
 template <> struct bounds<awq4> { static constexpr double normal = 0.12, heavy = 0.2; };
@@ -152,6 +156,19 @@ template <class F> void representable_block(float* v, int b, std::mt19937& rng) 
         // D (q - 32), q = 0..63, with q = 0 (the sub-block's largest magnitude, negative) in every sub-block of 16
         for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 64) - 32);
         for (int s = 0; s < 16; s++) v[16 * s + int(rng() % 16)] = -32 * d;
+    } else if constexpr (F::id == type::iq4_nl) { // d level[q], the lowest level (-127 d, the largest magnitude) pinned
+        for (int j = 0; j < n; j++) v[j] = d * float(iq4::levels[rng() % 16]);
+        v[int(rng() % 32)] = -127 * d;
+    } else if constexpr (F::id == type::iq4_xs) {
+        // m_s D level[q] with m_s = 1..32 (32 in one sub-block) and D = 2^k: d = -D, every scale code exact; each
+        // sub-block has its lowest level pinned
+        const float D = std::ldexp(1.0f, b - 10);
+        const int top = int(rng() % 8);
+        for (int s = 0; s < 8; s++) {
+            const float m = s == top ? 32.0f : float(1 + rng() % 32);
+            for (int j = 0; j < 32; j++) v[32 * s + j] = m * D * float(iq4::levels[rng() % 16]);
+            v[32 * s + int(rng() % 32)] = -127 * m * D;
+        }
     } else if constexpr (F::id == type::tq2_0) {
         for (int j = 0; j < n; j++) v[j] = d * float(int(rng() % 3) - 1);
         v[0] = d;
@@ -764,6 +781,91 @@ TEST(cpu_gemm4, mxfp4_repacked_order) {
     }
 }
 
+// The IQ4 formats in the orders llama.cpp's x86 CPU sums them in (checked against libggml-cpu's mul_mat, plain and
+// repacked buffers): iq4_nl's vec_dot (blocks in pairs into two 8-lane accumulators, lane g = elements 4g..4g+3, fma of
+// d_a d_w; added, folded as hsum_float_8; an odd last block's product rounded, then added), its tinyBLAS lanes (one
+// accumulator) and its repacked blockwise order (acc = fma(float(block dot), d_w d_a, acc)); iq4_xs's vec_dot (lane t =
+// sum of ls_s x the dot of elements 32s + 4t..+3, fma of d_w d_a, hsum_float_8) and tiled order (acc = fma(float(S)
+// d_w, d_a, acc)). Scalar twins; bound: exact equality. Sizes: one block, an odd count of blocks, many.
+TEST(cpu_gemm4, iq4_orders) {
+    const cpu::cpu_type_ops* nl = cpu::find_cpu_ops(type::iq4_nl);
+    const cpu::cpu_type_ops* xs = cpu::find_cpu_ops(type::iq4_xs);
+    if (!nl->vec_dot_rows8) GTEST_SKIP() << "no AVX2: the scalar reference kernels only";
+    auto hsum8 = [](const float (&v)[8]) {
+        float h[4];
+        for (int l = 0; l < 4; l++) h[l] = v[l + 4] + v[l];
+        return (h[0] + h[2]) + (h[1] + h[3]);
+    };
+    for (int64_t k : {int64_t(32), int64_t(32 * 17), int64_t(2304)}) {
+        const size_t wrow = row_size(type::iq4_nl, k), arow = row_size(type::q8_0, k);
+        std::vector<uint8_t> w(wrow), a(arow);
+        auto x = random_heavy(size_t(k), uint32_t(90 + k));
+        auto z = random_normal(size_t(k), uint32_t(91 + k));
+        quantize_row_ref<iq4_nl>(x.data(), w.data(), k);
+        nl->act_from_float(z.data(), a.data(), k);
+        const auto* wb = reinterpret_cast<const block_iq4_nl*>(w.data());
+        const auto* ab = reinterpret_cast<const block_q8_0*>(a.data());
+        const int64_t nb = k / 32;
+        auto lane = [&](int64_t b, int g) { // elements 4g..4g+3 of block b
+            int32_t s = 0;
+            for (int e = 4 * g; e < 4 * g + 4; e++)
+                s += iq4::level(e < 16 ? wb[b].qs[e] & 0xf : wb[b].qs[e - 16] >> 4) * ab[b].qs[e];
+            return s;
+        };
+        float acc[2][8] = {}, one[8] = {}, blockwise = 0.0f;
+        int64_t b = 0;
+        for (; b + 1 < nb; b += 2)
+            for (int h = 0; h < 2; h++)
+                for (int g = 0; g < 8; g++)
+                    acc[h][g] = std::fma(to_f32(ab[b + h].d) * to_f32(wb[b + h].d), float(lane(b + h, g)), acc[h][g]);
+        float sum8[8];
+        for (int g = 0; g < 8; g++) sum8[g] = acc[0][g] + acc[1][g];
+        float vd = hsum8(sum8);
+        for (; b < nb; b++) {
+            int32_t s = 0;
+            for (int g = 0; g < 8; g++) s += lane(b, g);
+            const volatile float p = to_f32(ab[b].d) * to_f32(wb[b].d) * float(s);
+            vd += p;
+        }
+        for (b = 0; b < nb; b++) {
+            int32_t s = 0;
+            for (int g = 0; g < 8; g++) {
+                one[g] = std::fma(to_f32(wb[b].d) * to_f32(ab[b].d), float(lane(b, g)), one[g]);
+                s += lane(b, g);
+            }
+            blockwise = std::fma(float(s), to_f32(wb[b].d) * to_f32(ab[b].d), blockwise);
+        }
+        EXPECT_EQ(nl->vec_dot(w.data(), a.data(), k), vd) << k;
+        EXPECT_EQ(nl->vec_dot_sgemm(w.data(), a.data(), k), hsum8(one)) << k;
+        EXPECT_EQ(nl->vec_dot_rows8(w.data(), a.data(), k), blockwise) << k;
+    }
+    for (int64_t k : {int64_t(256), int64_t(256 * 9)}) {
+        const size_t wrow = row_size(type::iq4_xs, k), arow = row_size(type::q8_k, k);
+        std::vector<uint8_t> w(wrow), a(arow);
+        auto x = random_heavy(size_t(k), uint32_t(92 + k));
+        auto z = random_normal(size_t(k), uint32_t(93 + k));
+        quantize_row_ref<iq4_xs>(x.data(), w.data(), k);
+        xs->act_from_float(z.data(), a.data(), k);
+        const auto* wb = reinterpret_cast<const block_iq4_xs*>(w.data());
+        const auto* ab = reinterpret_cast<const block_q8_k*>(a.data());
+        float acc[8] = {}, tiled = 0.0f;
+        for (int64_t b = 0; b < k / 256; b++) {
+            int32_t lanes[8] = {}, S = 0;
+            for (int s = 0; s < 8; s++)
+                for (int e = 0; e < 32; e++) {
+                    const uint8_t q = wb[b].qs[16 * s + e % 16];
+                    const int32_t p = iq4_xs::scale(wb[b], s) * iq4::level(e < 16 ? q & 0xf : q >> 4) *
+                                      ab[b].qs[32 * s + e];
+                    lanes[e / 4] += p, S += p;
+                }
+            for (int t = 0; t < 8; t++) acc[t] = std::fma(to_f32(wb[b].d) * ab[b].d, float(lanes[t]), acc[t]);
+            tiled = std::fma(float(S) * to_f32(wb[b].d), ab[b].d, tiled);
+        }
+        EXPECT_EQ(xs->vec_dot(w.data(), a.data(), k), hsum8(acc)) << k;
+        EXPECT_EQ(xs->vec_dot_batch8(w.data(), a.data(), k), tiled) << k;
+    }
+}
+
 // q4_K in the order of llama.cpp's repacked q4_K_8x8 kernels (rows in groups of 8 on x86): per super-block one exact
 // integer for the scaled dot and one for the min term, each fma'd into its own accumulator, subtracted at the end.
 TEST(cpu_gemm4, q4_k_repacked_order) {
@@ -977,13 +1079,15 @@ TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
         {x16_kind::nvfp4, type::nvfp4},         {x16_kind::awq4, type::awq4},
         {x16_kind::awq4_g64, type::awq4_g64},   {x16_kind::tq2_0, type::tq2_0},
         {x16_kind::i2_s, type::i2_s},           {x16_kind::mxfp4_blockwise, type::mxfp4},
-        {x16_kind::q5_0, type::q5_0},           {x16_kind::q5_1, type::q5_1}};
+        {x16_kind::q5_0, type::q5_0},           {x16_kind::q5_1, type::q5_1},
+        {x16_kind::iq4_nl_blockwise, type::iq4_nl}};
     for (int64_t blocks : {int64_t(1), int64_t(19)})
         for (auto [kind, t] : kinds) {
             const int64_t k = blocks * cpu::x16_block_elems(kind);
             const int64_t n = 32, m = 19; // two groups; 19 activation rows: chunks of 4 / 2 and a remainder
             const cpu::cpu_type_ops* ops = cpu::find_cpu_ops(t);
-            const bool blockwise = kind == x16_kind::q4_0_blockwise || kind == x16_kind::mxfp4_blockwise;
+            const bool blockwise = kind == x16_kind::q4_0_blockwise || kind == x16_kind::mxfp4_blockwise ||
+                                   kind == x16_kind::iq4_nl_blockwise;
             const size_t wrow = row_size(t, k), arow = row_size(ops->dot_type, k);
             std::vector<uint8_t> w(size_t(n) * wrow), a(size_t(m) * arow);
             for (int64_t i = 0; i < n; i++) {
@@ -999,6 +1103,10 @@ TEST(cpu_repack_x16, equals_row_kernels_bit_for_bit) {
             }
             if (t == type::tq2_0) reinterpret_cast<block_tq2_0*>(w.data() + 7 * wrow)[0].qs[9] |= 0xc3; // code 3 (+2)
             if (t == type::i2_s) reinterpret_cast<block_i2_s*>(w.data() + 7 * wrow)[0].qs[9] |= 0xc3;
+            if (t == type::iq4_nl) { // every index, both extreme levels among them, in one block
+                auto& b = reinterpret_cast<block_iq4_nl*>(w.data() + 11 * wrow)[0];
+                for (int j = 0; j < 16; j++) b.qs[j] = uint8_t(j | ((15 - j) << 4));
+            }
             if (t == type::mxfp4) { // the subnormal scales 2^-128, 2^-127 and the largest, 2^127
                 auto* b = reinterpret_cast<block_mxfp4*>(w.data() + 9 * wrow);
                 b[0].e = 0;
@@ -1046,7 +1154,7 @@ TEST(cpu_repack_x16, k_formats_equal_row_kernels_bit_for_bit) {
     using cpu::x16_kind;
     const std::pair<x16_kind, type> kinds[] = {
         {x16_kind::q4_k, type::q4_k}, {x16_kind::q5_k, type::q5_k}, {x16_kind::q6_k, type::q6_k},
-        {x16_kind::q3_k, type::q3_k}, {x16_kind::q2_k, type::q2_k}};
+        {x16_kind::q3_k, type::q3_k}, {x16_kind::q2_k, type::q2_k}, {x16_kind::iq4_xs, type::iq4_xs}};
     for (int64_t blocks : {int64_t(1), int64_t(3)})
         for (auto [kind, t] : kinds) {
             const int64_t k = 256 * blocks, n = 32, m = 19;
@@ -1064,6 +1172,12 @@ TEST(cpu_repack_x16, k_formats_equal_row_kernels_bit_for_bit) {
                 auto& b = reinterpret_cast<block_q3_k*>(w.data() + 5 * wrow)[0];
                 b.scales[1] &= 0xF0, b.scales[9] &= 0xFC;  // sub-block 1: 0
                 b.scales[2] |= 0x0F, b.scales[10] |= 0x03; // sub-block 2: 63
+            }
+            if (t == type::iq4_xs) { // scale codes 0 and 63 (-32, 31), every index in one sub-block
+                auto& b = reinterpret_cast<block_iq4_xs*>(w.data() + 5 * wrow)[0];
+                b.scales_l[0] &= 0xF0, b.scales_h = uint16_t(b.scales_h & ~0x3u);             // sub-block 0: 0
+                b.scales_l[1] |= 0xF0, b.scales_h = uint16_t(b.scales_h | (0x3u << 6));       // sub-block 3: 63
+                for (int j = 0; j < 16; j++) b.qs[16 * 3 + j] = uint8_t(j | ((15 - j) << 4)); // all of them
             }
             for (int64_t j = 0; j < m; j++) {
                 auto z = random_normal(size_t(k), uint32_t(800 + j));

@@ -315,6 +315,21 @@ TEST(quantize, llama_k_mixes) {
     EXPECT_EQ(plan_of(plan, name(2, "ffn_up")).to, type::q2_k);
     EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::q6_k);
     EXPECT_EQ(gguf_file::from_memory(quantize_to_bytes(in, p)).get_int("general.file_type"), 10); // MOSTLY_Q2_K
+    // IQ4_XS / IQ4_NL: q5_K in the first eighth of ffn_down; attn_v too only with 4+ query heads a KV head (2 here)
+    for (quant_mix m : {quant_mix::iq4_xs, quant_mix::iq4_nl}) {
+        ASSERT_EQ(quant_mix_from_name(quant_mix_name(m)), m);
+        p.mix = m;
+        p.target = quant_mix_type(m);
+        plan = plan_quantization(in, p);
+        for (int l = 0; l < 8; l++) {
+            EXPECT_EQ(plan_of(plan, name(l, "attn_v")).to, p.target) << l;
+            EXPECT_EQ(plan_of(plan, name(l, "ffn_down")).to, l < 1 ? type::q5_k : p.target) << l;
+            EXPECT_EQ(plan_of(plan, name(l, "attn_output")).to, p.target) << l;
+        }
+        EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::q6_k);
+        EXPECT_EQ(gguf_file::from_memory(quantize_to_bytes(in, p)).get_int("general.file_type"),
+                  m == quant_mix::iq4_xs ? 30 : 25);
+    }
 
     // 64-wide rows (no 256 block): the mix's choices, then llama-quantize's fallbacks
     const std::string narrow = tmp_path("mix_narrow.gguf");
@@ -329,6 +344,11 @@ TEST(quantize, llama_k_mixes) {
     EXPECT_EQ(plan_of(plan, name(1, "attn_v")).to, type::q8_0); // q6_K (the last eighth of 2 layers) -> q8_0
     EXPECT_EQ(plan_of(plan, name(0, "attn_v")).to, type::q5_0); // q4_K -> q5_0
     EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::q8_0); // the output's rule for rows % 256
+    p.mix = quant_mix::iq4_xs;
+    p.target = type::iq4_xs;
+    plan = plan_quantization(narrow_in, p);
+    EXPECT_EQ(plan_of(plan, name(1, "attn_q")).to, type::iq4_nl); // iq4_xs -> iq4_nl, as llama-quantize
+    EXPECT_EQ(plan_of(plan, name(0, "ffn_down")).to, type::iq4_nl); // 2 layers: no first eighth
     fs::remove(narrow);
     fs::remove(path);
 }
@@ -340,6 +360,7 @@ TEST(quantize, llama_ftype_names) {
     EXPECT_STREQ(llama_ftype_name(10), "Q2_K");
     EXPECT_STREQ(llama_ftype_name(12), "Q3_K_M");
     EXPECT_STREQ(llama_ftype_name(15), "Q4_K_M");
+    EXPECT_STREQ(llama_ftype_name(25), "IQ4_NL");
     EXPECT_STREQ(llama_ftype_name(30), "IQ4_XS");
     EXPECT_STREQ(llama_ftype_name(32), "BF16");
     EXPECT_STREQ(llama_ftype_name(37), "TQ2_0");
@@ -347,9 +368,7 @@ TEST(quantize, llama_ftype_names) {
     EXPECT_EQ(llama_ftype_name(4), nullptr); // retired
     EXPECT_EQ(llama_ftype_name(34), nullptr);
     EXPECT_EQ(llama_ftype_name(1024), nullptr);
-    for (quant_mix m : {quant_mix::q2_k, quant_mix::q3_k_s, quant_mix::q3_k_m, quant_mix::q3_k_l, quant_mix::q4_k_s,
-                        quant_mix::q4_k_m, quant_mix::q5_k_s, quant_mix::q5_k_m})
-        EXPECT_EQ(quant_mix_from_name(quant_mix_name(m)), m);
+    for (quant_mix m : all_quant_mixes) EXPECT_EQ(quant_mix_from_name(quant_mix_name(m)), m);
 }
 
 TEST(quantize, metadata_marks_tessera_only_files) {
@@ -400,7 +419,8 @@ TEST(quantize, loader_refuses_tessera_types_without_the_marker) {
 TEST(quantize, failure_leaves_existing_output_untouched) {
     const std::string bad = tmp_path("bad_in.gguf");
     test::tiny_model_spec s;
-    s.retype["blk.1.ffn_up.weight"] = uint32_t(type::iq4_nl); // a type tessera cannot read
+    s.n_embd = 256, s.n_ff = 512; // whole iq3_s blocks
+    s.retype["blk.1.ffn_up.weight"] = uint32_t(type::iq3_s); // a type tessera cannot read
     test::write_tiny_model(bad, s);
     const std::string out = tmp_path("existing_out.gguf");
     { std::ofstream(out, std::ios::binary) << "precious"; }

@@ -20,16 +20,19 @@ constexpr int64_t TILE_M = 16; // activation rows per tile
 
 // The row kernels for w: its type's, or, for the matrices llama.cpp would repack (rows a multiple of 8; a token table
 // only as the tied output, which llama.cpp loads as a second, repacked copy), the ones summing in its repacked
-// kernels' order (kept in `storage`); else, for a batch of m >= 8 activation rows, the type's batch kernel where it
-// has one (llama.cpp's tiled K-format kernels). Null if the type has none.
+// kernels' order (kept in `storage`); else, for a batch of m >= 2 activation rows, the type's tinyBLAS order where it
+// has one (iq4_nl), for m >= 8 its batch kernel (llama.cpp's tiled K-format kernels). Null if the type has none.
 const cpu_type_ops* row_ops_for(const tensor& w, bool reference, cpu_type_ops& storage, int64_t m) {
     const cpu_type_ops* base = find_cpu_ops(w.t, reference);
     if (!base) return base;
     const bool rows8 = base->vec_dot_rows8 && (w.flags & flag_param) && !w.lookup_only() && w.ne[1] % 8 == 0;
     if (!rows8) {
-        if (!base->vec_dot_batch8 || m < 8) return base;
+        const vec_dot_fn batch = base->vec_dot_sgemm && m >= 2   ? base->vec_dot_sgemm
+                                 : base->vec_dot_batch8 && m >= 8 ? base->vec_dot_batch8
+                                                                  : nullptr;
+        if (!batch) return base;
         storage = *base;
-        storage.vec_dot = base->vec_dot_batch8;
+        storage.vec_dot = batch;
         storage.gemm4 = storage.gemv4 = nullptr;
         return &storage;
     }

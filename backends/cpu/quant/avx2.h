@@ -45,4 +45,11 @@ inline __m256i madd1(__m256i v) { return _mm256_madd_epi16(v, _mm256_set1_epi16(
 
 inline float h2f(f16 h) { return _cvtsh_ss(h.bits); }
 
+// x as it is, rounded: the compiler cannot fuse the product that made it into a following add (GCC contracts a * b + c
+// into an fma in C++ by default; ggml's C code, built without contraction, rounds the product first)
+inline float rounded(float x) {
+    asm("" : "+x"(x));
+    return x;
+}
+
 } // namespace tessera::cpu::avx2

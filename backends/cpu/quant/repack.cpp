@@ -25,6 +25,7 @@ constexpr size_t record_bytes(x16_kind kind) {
     case x16_kind::q4_0_blockwise:
     case x16_kind::q4_0:
     case x16_kind::mxfp4_blockwise:
+    case x16_kind::iq4_nl_blockwise:
         return 256 + 32;
     case x16_kind::q4_1: return 256 + 64;
     case x16_kind::q5_0: return 256 + 64 + 32;
@@ -40,6 +41,7 @@ constexpr size_t record_bytes(x16_kind kind) {
     case x16_kind::q6_k: return 2048 + 1024 + 256 + 64; // d padded: every record starts a cache line
     case x16_kind::q3_k: return 2048 + 256 + 64;        // likewise
     case x16_kind::q2_k: return 1024 + 256 + 256 + 32 + 32;
+    case x16_kind::iq4_xs: return 2048 + 128 + 64; // d padded
     }
     return 0;
 }
@@ -122,7 +124,8 @@ int64_t x16_block_elems(x16_kind kind) {
     case x16_kind::q5_k:
     case x16_kind::q6_k:
     case x16_kind::q3_k:
-    case x16_kind::q2_k: return 256;
+    case x16_kind::q2_k:
+    case x16_kind::iq4_xs: return 256;
     default: return 32;
     }
 }
@@ -151,7 +154,9 @@ int64_t x16_act_sums_count(x16_kind kind, int64_t k) {
     case x16_kind::q5_k:
     case x16_kind::q6_k:
     case x16_kind::q3_k:
-    case x16_kind::q2_k: return 0;
+    case x16_kind::q2_k:
+    case x16_kind::iq4_nl_blockwise:
+    case x16_kind::iq4_xs: return 0;
     }
     return 0;
 }
@@ -165,7 +170,9 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
             uint8_t* q = dst + size_t(b) * rb;
             switch (kind) {
             case x16_kind::q4_0_blockwise:
-            case x16_kind::q4_0: {
+            case x16_kind::q4_0:
+            case x16_kind::iq4_nl_blockwise: { // iq4_nl's block is q4_0's bytes: f16 d, then nibbles in its order
+                static_assert(sizeof(block_iq4_nl) == sizeof(block_q4_0));
                 const auto& x = reinterpret_cast<const block_q4_0*>(row)[b];
                 for (int v = 0; v < 4; v++)
                     for (int j = 0; j < 4; j++) q[v * 64 + r * 4 + j] = x.qs[4 * v + j];
@@ -300,6 +307,22 @@ void repack_x16(x16_kind kind, const uint8_t* src, size_t src_stride, int64_t k,
                 reinterpret_cast<uint16_t*>(q + 1568)[r] = x.dmin.bits;
                 break;
             }
+            case x16_kind::iq4_xs: { // the level indices as q4_K's nibbles, then 8 x 16 int8 scales ls - 32 (byte
+                                     // 16 c + r), 16 f16 d
+                const auto& x = reinterpret_cast<const block_iq4_xs*>(row)[b];
+                uint8_t L[256];
+                for (int c = 0; c < 8; c++) {
+                    for (int j = 0; j < 16; j++) {
+                        L[32 * c + j] = x.qs[16 * c + j] & 0xf;
+                        L[32 * c + 16 + j] = x.qs[16 * c + j] >> 4;
+                    }
+                    q[2048 + 16 * c + r] = uint8_t(int8_t(iq4_xs::scale(x, c)));
+                }
+                put_k_nibbles(q, r, L);
+                reinterpret_cast<uint16_t*>(q + 2176)[r] = x.d.bits;
+                reinterpret_cast<uint16_t*>(q + 2208)[r] = 0; // the padding
+                break;
+            }
             case x16_kind::q3_k: { // the levels 0..7 as nibbles, then 16 x 16 int8 scales (byte 16 s + r), 16 f16 d
                 const auto& x = reinterpret_cast<const block_q3_k*>(row)[b];
                 uint8_t L[256];
@@ -350,6 +373,11 @@ bool x16_kind_for(const tensor& w, x16_kind& kind) {
         if (!rows8) return false;
         kind = x16_kind::mxfp4_blockwise;
         break;
+    case type::iq4_nl: // likewise (llama.cpp's iq4_nl_8x8)
+        if (!rows8) return false;
+        kind = x16_kind::iq4_nl_blockwise;
+        break;
+    case type::iq4_xs: kind = x16_kind::iq4_xs; break;
     default: return false;
     }
     if (w.ne[0] % x16_block_elems(kind) != 0) return false;

@@ -82,7 +82,7 @@ namespace tessera::cpu {
 
 enum class x16_kind : uint8_t {
     q4_0_blockwise, q4_0, q4_1, q8_0, nvfp4, awq4, awq4_g64, tq2_0, i2_s, mxfp4_blockwise, q4_k, q5_k, q6_k, q5_0, q5_1,
-    q3_k, q2_k
+    q3_k, q2_k, iq4_nl_blockwise, iq4_xs
 };
 
 // y[j * ys + r] = row r of the group . activation row j (at a + j * as, the weight's dot type), r < 16, j < na;

@@ -52,6 +52,7 @@ struct V {
     static i sub32(i a, i b) { return _mm512_sub_epi32(a, b); }
     static i madd16(i a, i b) { return _mm512_madd_epi16(a, b); }
     static i sub16(i a, i b) { return _mm512_sub_epi16(a, b); }
+    static i neg8(i v) { return _mm512_sub_epi8(_mm512_setzero_si512(), v); }
     static i maddubs(i u, i s) { return _mm512_maddubs_epi16(u, s); }
     static i mullo(i a, i b) { return _mm512_mullo_epi32(a, b); }
     static i band8(i v, int8_t c) { return _mm512_and_si512(v, _mm512_set1_epi8(c)); }
@@ -140,6 +141,7 @@ struct V {
 #endif
     static i zero_i() { return _mm256_setzero_si256(); }
     static i sub16(i a, i b) { return _mm256_sub_epi16(a, b); }
+    static i neg8(i v) { return _mm256_sub_epi8(_mm256_setzero_si256(), v); }
     template <int N> static i bits2(i v) { return _mm256_and_si256(_mm256_srli_epi16(v, N), _mm256_set1_epi8(3)); }
     static i table16(__m128i t) { return _mm256_broadcastsi128_si256(t); }
     static i lut(i t, i idx) { return _mm256_shuffle_epi8(t, idx); }
@@ -242,7 +244,7 @@ inline void sweep(int64_t n, Rec&& record, Half&& half, Done&& done) {
 // (the bound: 8 pair sums of <= 2 x 15 x 128 = 3840 for q4_0, 4 of <= 2 x 24 x 128 = 6144 for mxfp4, each < 2^15).
 // q4_0: the nibbles as they are (the block's dot starts from -8 x its activation sum); scales f16.
 struct q4_0_codes {
-    static constexpr bool one_widening = true;
+    static constexpr bool one_widening = true, iq4 = false;
     V::i codes(V::i nibbles) const { return nibbles; }
     static V::f scales(const uint8_t* rec, int h) {
         return V::load_h(reinterpret_cast<const uint16_t*>(rec + 256) + h * 8);
@@ -251,14 +253,52 @@ struct q4_0_codes {
 // mxfp4 (llama.cpp's mxfp4_8x8 order): a code decodes to its doubled E2M1 value + 12 (0..24, unsigned; the block's dot
 // starts from -12 x its activation sum); scales E8M0, read at half value (2^(e - 128)).
 struct mxfp4_codes {
-    static constexpr bool one_widening = false;
+    static constexpr bool one_widening = false, iq4 = false;
     V::i tab = V::table16(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     V::i codes(V::i nibbles) const { return V::lut(tab, nibbles); }
     static V::f scales(const uint8_t* rec, int h) { return V::e8m0_half(rec + 256 + h * V::lanes); }
 };
 
-// q4_0 / mxfp4 summed blockwise (records of 256 code bytes + 32 scale bytes): acc = fma(float(block dot), d_w * d_a,
-// acc); s holds each block's offset (-8 or -12 x its activation sum); NA == 1 in one sweep (decode_sweep)
+// IQ4 levels (iq4_nl.h's table, -127..113) against int8 activations: each 4-bit index looked up twice, into (a, b) =
+// (|level|, level) without VNNI (maddubs of |level| x the activation with the level's sign: pair sums <= 2 x 127 x
+// 127, exact) or (the level's positive part, its negative part) with VNNI (dpbusd of each, the second against the
+// negated activation word). Either way the integers are exact, so every order's sums are the row kernels'.
+struct iq4_levels {
+#if defined(__AVX512VNNI__)
+    V::i ta = V::table16(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 13, 25, 38, 53, 69, 89, 113));
+    V::i tb = V::table16(_mm_setr_epi8(127, 104, 83, 65, 49, 35, 22, 10, 0, 0, 0, 0, 0, 0, 0, 0));
+#else
+    V::i ta = V::table16(_mm_setr_epi8(127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113));
+    V::i tb = V::table16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4::levels)));
+#endif
+    void decode(V::i idx, V::i& a, V::i& b) const { a = V::lut(ta, idx), b = V::lut(tb, idx); }
+    // the word's products as int16 pair sums
+    static V::i pairs(V::i a, V::i b, V::i aw) {
+#if defined(__AVX512VNNI__)
+        return V::sub16(V::maddubs(a, aw), V::maddubs(b, aw));
+#else
+        return V::maddubs(a, V::sign(aw, b));
+#endif
+    }
+    // acc + the word's products summed in each int32 lane
+    static V::i dot(V::i acc, V::i a, V::i b, V::i aw) {
+#if defined(__AVX512VNNI__)
+        return V::dp(V::dp(acc, a, aw), b, V::neg8(aw));
+#else
+        return V::widen(acc, pairs(a, b, aw));
+#endif
+    }
+};
+
+// iq4_nl (llama.cpp's iq4_nl_8x8 order): levels through iq4_levels, no offset; scales f16 as q4_0's
+struct iq4_nl_codes : iq4_levels {
+    static constexpr bool one_widening = false, iq4 = true;
+    static V::f scales(const uint8_t* rec, int h) { return q4_0_codes::scales(rec, h); }
+};
+
+// q4_0 / mxfp4 / iq4_nl summed blockwise (records of 256 code bytes + 32 scale bytes): acc = fma(float(block dot),
+// d_w * d_a, acc); s holds each block's offset (-8 or -12 x its activation sum; iq4_nl: none); NA == 1 in one sweep
+// (decode_sweep)
 template <class C, int NA>
 void blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
                size_t ys) {
@@ -269,17 +309,27 @@ void blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const 
     };
     const auto half = [&](int64_t b, int h, A& acc) {
         const uint8_t* rec = w + size_t(b) * (256 + 32);
-        V::i lo[4], hi[4];
+        V::i lo[4], hi[4], lo2[4], hi2[4];
         for (int v = 0; v < 4; v++) {
             const V::i x = V::load(rec + h * 32 + 64 * v);
-            lo[v] = c.codes(V::low4(x));
-            hi[v] = c.codes(V::high4(x));
+            if constexpr (C::iq4) {
+                c.decode(V::low4(x), lo[v], lo2[v]);
+                c.decode(V::high4(x), hi[v], hi2[v]);
+            } else {
+                lo[v] = c.codes(V::low4(x));
+                hi[v] = c.codes(V::high4(x));
+            }
         }
         const V::f dw = C::scales(rec, h);
         for (int j = 0; j < NA; j++) {
             const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
-            V::i isum = V::set1(s[j * ss + b]);
-            if constexpr (V::pairs16) {
+            V::i isum = C::iq4 ? V::zero_i() : V::set1(s[j * ss + b]);
+            if constexpr (C::iq4) {
+                for (int v = 0; v < 4; v++) {
+                    isum = C::dot(isum, lo[v], lo2[v], V::set1(word(ab.qs + 4 * v)));
+                    isum = C::dot(isum, hi[v], hi2[v], V::set1(word(ab.qs + 16 + 4 * v)));
+                }
+            } else if constexpr (V::pairs16) {
                 V::i pl = V::mul_pairs(lo[0], V::set1(word(ab.qs)));
                 V::i ph = V::mul_pairs(hi[0], V::set1(word(ab.qs + 16)));
                 for (int v = 1; v < 4; v++) {
@@ -1063,6 +1113,101 @@ void q2k_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, cons
     });
 }
 
+// iq4_xs: q4_K's nibble vectors holding the level indices, 8 x 16 int8 scales (ls - 32), 16 f16 d, 32 zero bytes
+struct iq4xs_rec {
+    static constexpr size_t sc = 2048, d = 2176, bytes = 2240;
+};
+
+// iq4_xs in ggml_vec_dot's order (fewer than 8 activation rows): per row 8 int32 lanes a super-block, lane t the sum
+// over sub-blocks c of ls_c x (the dot of elements 32c + 4t .. + 3), acc_t = fma(d_w d_a, float(lane t), acc_t),
+// folded as hsum_float_8
+template <int NA, bool SWEEP = false>
+void iq4xs_lanes(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
+                 size_t ys) {
+    using R = iq4xs_rec;
+    const iq4_levels lv;
+    struct A {
+        V::f acc[NA][8];
+    };
+    const auto half = [&](int64_t b, int h, A& t) {
+        const uint8_t* rec = w + size_t(b) * R::bytes;
+        V::i I[NA][8];
+        const auto lanes4 = [&]<int l0>() { // lane l0 + f: word l0 + f of every sub-block
+            V::i J[NA][4];
+            for (int j = 0; j < NA; j++)
+                for (int l = 0; l < 4; l++) J[j][l] = V::zero_i();
+            for (int c = 0; c < 8; c++) {
+                if (SWEEP && h == 0) prefetch_part<R::bytes, 16>(rec + R::bytes, l0 / 4 * 8 + c);
+                const V::i scp = V::pair16(V::load_s8(rec + R::sc + 16 * c + h * V::lanes));
+                const uint8_t* q = rec + h * 32;
+                const V::i v0 = V::load(q + 64 * (4 * c + l0 / 2)), v1 = V::load(q + 64 * (4 * c + l0 / 2 + 1));
+                V::i xa[4], xb[4];
+                lv.decode(V::low4(v0), xa[0], xb[0]), lv.decode(V::high4(v0), xa[1], xb[1]);
+                lv.decode(V::low4(v1), xa[2], xb[2]), lv.decode(V::high4(v1), xa[3], xb[3]);
+                for (int j = 0; j < NA; j++) {
+                    const auto& ab = act_k(a, as, j, b);
+                    for (int f = 0; f < 4; f++)
+                        J[j][f] = V::add32(
+                            J[j][f], V::madd16(iq4_levels::pairs(xa[f], xb[f], aword(ab, 32 * c + 4 * (l0 + f))), scp));
+                }
+            }
+            for (int j = 0; j < NA; j++)
+                for (int l = 0; l < 4; l++) I[j][l0 + l] = J[j][l];
+        };
+        lanes4.template operator()<0>();
+        lanes4.template operator()<4>();
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + R::d) + h * V::lanes);
+        for (int j = 0; j < NA; j++) {
+            const V::f d = V::mul(dw, V::set1f(act_k(a, as, j, b).d));
+            for (int l = 0; l < 8; l++) t.acc[j][l] = V::fma(d, V::cvt(I[j][l]), t.acc[j][l]);
+        }
+    };
+    sweep<SWEEP ? V::passes : 1, A>(nb32 / 8, [](int64_t) {}, half, [&](int h, const A& t) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, fold8(t.acc[j]));
+    });
+}
+
+// iq4_xs in ggml's tiled order (>= 8 activation rows): per super-block S = sum of ls_c x dot exact, acc = fma(float(S)
+// d_w, d_a, acc)
+template <int NA>
+void iq4xs_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
+                 size_t ys) {
+    using R = iq4xs_rec;
+    const iq4_levels lv;
+    using A = V::f[NA];
+    const auto half = [&](int64_t b, int h, A& acc) {
+        const uint8_t* rec = w + size_t(b) * R::bytes;
+        V::i S[NA];
+        for (int j = 0; j < NA; j++) S[j] = V::zero_i();
+        for (int c = 0; c < 8; c++) {
+            const V::i sc = V::load_s8(rec + R::sc + 16 * c + h * V::lanes), scp = V::pair16(sc);
+            V::i xa[8], xb[8];
+            for (int i = 0; i < 4; i++) {
+                const V::i v = V::load(rec + h * 32 + 64 * (4 * c + i));
+                lv.decode(V::low4(v), xa[2 * i], xb[2 * i]), lv.decode(V::high4(v), xa[2 * i + 1], xb[2 * i + 1]);
+            }
+            for (int j = 0; j < NA; j++) {
+                const auto& ab = act_k(a, as, j, b);
+#if defined(__AVX512VNNI__)
+                (void)scp;
+                V::i u = V::zero_i();
+                for (int f = 0; f < 8; f++) u = iq4_levels::dot(u, xa[f], xb[f], aword(ab, 32 * c + 4 * f));
+                S[j] = V::add32(S[j], V::mullo(u, sc));
+#else
+                for (int f = 0; f < 8; f++)
+                    S[j] = V::add32(S[j], V::madd16(iq4_levels::pairs(xa[f], xb[f], aword(ab, 32 * c + 4 * f)), scp));
+#endif
+            }
+        }
+        const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + R::d) + h * V::lanes);
+        for (int j = 0; j < NA; j++)
+            acc[j] = V::fma(V::mul(V::cvt(S[j]), dw), V::set1f(act_k(a, as, j, b).d), acc[j]);
+    };
+    sweep<1, A>(nb32 / 8, [](int64_t) {}, half, [&](int h, const A& acc) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, acc[j]);
+    });
+}
+
 // na activation rows in chunks of NA, then one at a time
 template <int NA, void (*K)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t),
           void (*K1)(const uint8_t*, int64_t, const uint8_t*, size_t, const int32_t*, size_t, float*, size_t),
@@ -1126,6 +1271,11 @@ x16_kernels x16_kernels_for(x16_kind kind) {
         return {chunked<4, blockwise<q4_0_codes, 4>, blockwise<q4_0_codes, 1>>, sums_blocks<8>};
     case x16_kind::mxfp4_blockwise:
         return {chunked<4, blockwise<mxfp4_codes, 4>, blockwise<mxfp4_codes, 1>>, sums_blocks<12>};
+    case x16_kind::iq4_nl_blockwise:
+        return {chunked<4, blockwise<iq4_nl_codes, 4>, blockwise<iq4_nl_codes, 1>>, nullptr};
+    case x16_kind::iq4_xs:
+        return {chunked<plain_na, iq4xs_lanes<plain_na>, iq4xs_lanes<1>, iq4xs_lanes<1, true>>, nullptr,
+                chunked<4, iq4xs_tiled<4>, iq4xs_tiled<1>>, x16_batch::m8};
     case x16_kind::q4_0:
         return {chunked<plain_na, q4_plain<plain_na, false>, q4_plain<1, false>, q4_plain<1, false, true>>,
                 sums_groups<-8>};

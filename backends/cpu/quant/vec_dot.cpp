@@ -57,6 +57,11 @@ void quantize_row_i8_s(const float* x, void* y, int64_t n);
 float vec_dot_nvfp4_q8_0(const void* w, const void* a, int64_t n);
 float vec_dot_mxfp4_q8_0(const void* w, const void* a, int64_t n);
 float vec_dot_mxfp4_q8_0_blockwise(const void* w, const void* a, int64_t n);
+float vec_dot_iq4_nl_q8_0(const void* w, const void* a, int64_t n);
+float vec_dot_iq4_nl_q8_0_lanes(const void* w, const void* a, int64_t n);
+float vec_dot_iq4_nl_q8_0_blockwise(const void* w, const void* a, int64_t n);
+float vec_dot_iq4_xs_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_iq4_xs_q8_k_tiled(const void* w, const void* a, int64_t n);
 template <int G> float vec_dot_awq4_q8_1(const void* w, const void* a, int64_t n);
 void f32_to_f16_row(const float* x, void* y, int64_t n);
 void f16_to_f32_row(const void* x, float* y, int64_t n);
@@ -252,6 +257,13 @@ struct tables {
         fast[slot(type::q4_0)].gemm4_rows8 = avx2::gemm4_q4_0_q8_0_blockwise;
         fast[slot(type::q4_0)].gemv4_rows8 = avx2::gemv4_q4_0_q8_0_blockwise;
         fast[slot(type::mxfp4)].vec_dot_rows8 = avx2::vec_dot_mxfp4_q8_0_blockwise; // llama.cpp's mxfp4_8x8 order
+        // iq4_nl: ggml_vec_dot's order, tinyBLAS's for batches, iq4_nl_8x8's for the matrices it repacks; iq4_xs:
+        // ggml_vec_dot's and the tiled kernels'
+        set_fast(type::iq4_nl, avx2::vec_dot_iq4_nl_q8_0, avx2::quantize_row_q8_0);
+        fast[slot(type::iq4_nl)].vec_dot_sgemm = avx2::vec_dot_iq4_nl_q8_0_lanes;
+        fast[slot(type::iq4_nl)].vec_dot_rows8 = avx2::vec_dot_iq4_nl_q8_0_blockwise;
+        set_fast(type::iq4_xs, avx2::vec_dot_iq4_xs_q8_k, avx2::quantize_row_q8_k);
+        fast[slot(type::iq4_xs)].vec_dot_batch8 = avx2::vec_dot_iq4_xs_q8_k_tiled;
         fast[slot(type::q4_1)].gemv4 = avx2::gemv4_q4_1_q8_1;
         // no gemv4 for q8_0: measured 3x slower than the row dot on 49152 x 576 (5 vs 16-20 GB/s, this machine,
         // 2026-11-22); not understood yet

@@ -39,6 +39,10 @@ struct cpu_type_ops {
     // repack through its tiled kernels, which scale each super-block's exact integers their own way: mul_mat then
     // uses this row kernel for every output (same bits); null where the type has no such path.
     vec_dot_fn vec_dot_batch8 = nullptr;
+    // llama.cpp's x86 CPU takes a matmul of >= 2 activation rows of the matrices it does not repack through tinyBLAS
+    // (llamafile's sgemm), whose order differs from vec_dot's for some types (iq4_nl): mul_mat then uses this row
+    // kernel for every output (mul_mat_id never does); null where tinyBLAS sums as vec_dot does, or never runs.
+    vec_dot_fn vec_dot_sgemm = nullptr;
 };
 
 // Float kernels whose rounding must match ggml's CPU code exactly (attention, silu); scalar, AVX2 and (the prefill
