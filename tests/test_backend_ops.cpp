@@ -387,7 +387,7 @@ std::vector<op_case> all_cases() {
         };
         for (type t :
              {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::tq2_0, type::q4_k, type::q6_k,
-              type::q2_k, type::q3_k})
+              type::q2_k, type::q3_k, type::iq4_nl, type::iq4_xs})
             for (ffn_shape f : {ffn_shape{512, 1536, 1}, ffn_shape{512, 1536, 3}, ffn_shape{512, 1536, 8},
                                 ffn_shape{2048, 8192, 1}, ffn_shape{512, 1536, 40}}) {
                 if (t != type::q4_0 && (f.k == 2048 || f.cols == 40)) continue;
@@ -398,7 +398,8 @@ std::vector<op_case> all_cases() {
                          [](context& c, const auto& l) {
                              return mul_mat(c, l[3], swiglu(c, mul_mat(c, l[1], l[0]), mul_mat(c, l[2], l[0])));
                          },
-                         t == type::tq2_0 || t == type::q4_k || t == type::q6_k || t == type::q2_k || t == type::q3_k
+                         t == type::tq2_0 || t == type::q4_k || t == type::q6_k || t == type::q2_k ||
+                                 t == type::q3_k || t == type::iq4_xs
                              ? 2e-4
                          : f.cols > 8 ? 2e-5
                                       : 3e-6);
@@ -534,7 +535,7 @@ std::vector<op_case> all_cases() {
     // per value, NMSE < 1e-6.
     for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q5_0, type::q5_1, type::q8_0,
                    type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s, type::q2_k, type::q3_k, type::q4_k,
-                   type::q5_k, type::q6_k})
+                   type::q5_k, type::q6_k, type::iq4_nl, type::iq4_xs})
         for (auto sh : {std::pair<int64_t, int64_t>{256, 11}, {1024, 50}})
             for (bool table : {true, false}) {
                 std::vector<int32_t> ids = {3, 0, 10, 3, 7};
@@ -615,15 +616,15 @@ std::vector<op_case> all_cases() {
     // or f16): the CPU's coarser rounding sets the bound, i8_s per row of 2048 the worst (step ~0.03 sigma -> NMSE
     // ~1e-4) -> 5e-4. One column also over long rows (k 4096, 14336: the GEMV's k split in parts).
     for (type t : {type::nvfp4, type::awq4, type::awq4_g64, type::q5_0, type::q5_1, type::tq2_0, type::i2_s,
-                   type::q2_k, type::q3_k, type::q4_k, type::q5_k, type::q6_k})
+                   type::q2_k, type::q3_k, type::q4_k, type::q5_k, type::q6_k, type::iq4_nl, type::iq4_xs})
         for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{4096, 300, 1}, mm_shape{14336, 40, 1}, mm_shape{512, 70, 3},
                            mm_shape{1024, 129, 8}, mm_shape{1024, 67, 9}, mm_shape{2048, 300, 100},
                            mm_shape{512, 200, 140}, mm_shape{2048, 257, 260}}) {
-            const bool same_ints =
-                t == type::nvfp4 || t == type::awq4 || t == type::awq4_g64 || t == type::q5_0 || t == type::q5_1;
+            const bool same_ints = t == type::nvfp4 || t == type::awq4 || t == type::awq4_g64 || t == type::q5_0 ||
+                                   t == type::q5_1 || t == type::iq4_nl;
             // q2_K: no int8 GEMM (a min a sub-block of 16), the f16 one from 8 columns: tq2_0's bound there
             const bool k_format = t == type::q3_k || t == type::q4_k || t == type::q5_k || t == type::q6_k ||
-                                  (t == type::q2_k && s.m < 8);
+                                  t == type::iq4_xs || (t == type::q2_k && s.m < 8);
             add_case(std::string("mul_mat_") + type_name(t) + "_k" + std::to_string(s.k) + "_n" +
                          std::to_string(s.n) + "_m" + std::to_string(s.m),
                      {typed_leaf(t, {s.k, s.n}, 28), f32_leaf({s.k, s.m}, 29)},
@@ -1032,7 +1033,8 @@ std::vector<op_case> all_cases() {
     // (the same integers, f32 sums in another order; Hopper: the q8_1 values as f16, as the dense GEMM)
     // (K formats: the CPU's q8_K integers, d as f16 -> 2e-6; H200: at most 5.7e-7)
     for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q5_0, type::q5_1, type::q8_0,
-                   type::mxfp4, type::nvfp4, type::q2_k, type::q3_k, type::q4_k, type::q6_k})
+                   type::mxfp4, type::nvfp4, type::q2_k, type::q3_k, type::q4_k, type::q6_k, type::iq4_nl,
+                   type::iq4_xs})
         for (int64_t n_tok : {1, 3, 40})
             for (bool shared : {true, false}) {
                 const int64_t k = 256, n = 72, n_expert = 16, n_used = 4;
@@ -1043,7 +1045,7 @@ std::vector<op_case> all_cases() {
                          [](context& c, const auto& l) { return mul_mat_id(c, l[0], l[1], l[2]); },
                          t == type::f32                          ? 1e-10
                          : t == type::bf16                       ? 1e-4
-                         : t == type::q4_k || t == type::q6_k || t == type::q3_k ? 2e-6
+                         : t == type::q4_k || t == type::q6_k || t == type::q3_k || t == type::iq4_xs ? 2e-6
                          : t == type::q2_k                       ? 5e-4
                                                                  : 1e-6);
             }
@@ -1319,15 +1321,16 @@ INSTANTIATE_TEST_SUITE_P(cuda, backend_ops, ::testing::Range(size_t(0), cases().
 // Exact mode's mul_mat (exact_mm.cu: the CPU's float orders) gives the CPU's bits for q4_0 and mxfp4 (summed
 // blockwise where the CPU does: rows a multiple of 8, a tied output's token table too; 40 rows = 8 mod 16, whose last
 // 8 the CPU computes on its row kernels in the same order), q4_1 and q8_0, for plain matrices and tied token tables,
-// decode and prompt widths; mxfp4's pair order over 9 chunks (37 rows: an odd last chunk); tq2_0 (the CPU's q8_K
+// decode and prompt widths; mxfp4's pair order over 9 chunks (37 rows: an odd last chunk); iq4_nl as mxfp4 over 9
+// chunks (blockwise, pairs) and tinyBLAS's lanes (37 rows, 19 activation rows); tq2_0 (the CPU's q8_K
 // activations, ggml's 8 lanes) and i2_s (the CPU's per-token int8 activations, the row's exact integer sum, the
 // tensor's scale) for matrices; f16 and bf16 in the CPU's float orders (tinyBLAS, ggml_vec_dot_f16 / _bf16; bf16
 // through vdpbf16ps's order where this host has AVX512_BF16); f32 in its AVX2 row dot's lanes. Bound: every output
 // bit.
 TEST(backend_ops_cuda, exact_mul_mat_gives_the_cpus_bits) {
     TS_REQUIRE_CUDA();
-    for (type t : {type::q4_0, type::q4_1, type::q8_0, type::mxfp4, type::tq2_0, type::i2_s, type::f16, type::bf16,
-                   type::f32})
+    for (type t : {type::q4_0, type::q4_1, type::q8_0, type::mxfp4, type::iq4_nl, type::tq2_0, type::i2_s, type::f16,
+                   type::bf16, type::f32})
         for (int64_t n : {int64_t(40), int64_t(48), int64_t(37)})
             for (uint32_t flags : {0u, uint32_t(flag_embedding | flag_tied)})
                 for (int64_t m : {int64_t(1), int64_t(19)}) {
@@ -1339,7 +1342,7 @@ TEST(backend_ops_cuda, exact_mul_mat_gives_the_cpus_bits) {
                     // row dot, 200 = 12 x 16 + a tail of 8
                     const int64_t k = t == type::i2_s || t == type::tq2_0 ? 1024
                                       : half && n == 37               ? 200
-                                      : t == type::mxfp4              ? 288
+                                      : t == type::mxfp4 || t == type::iq4_nl ? 288
                                                                       : 256;
                     leaf w = typed_leaf(t, {k, n}, 71);
                     w.flags = flags;
@@ -1387,8 +1390,9 @@ bool name_starts(const std::string& name, const char* prefix) {
 TEST(backend_ops_cuda, exact_mode_gives_the_cpus_bits_on_moe_ops) {
     TS_REQUIRE_CUDA();
     const size_t n = expect_exact_cases([](const std::string& name) {
-        // (not the K formats: exact mode refuses them, the CPU's q8_K activations)
-        return (name_starts(name, "mul_mat_id_") && name.find("_K_") == std::string::npos) ||
+        // (not the K formats nor iq4_xs: exact mode refuses them, the CPU's q8_K activations)
+        return (name_starts(name, "mul_mat_id_") && name.find("_K_") == std::string::npos &&
+                name.find("iq4_xs") == std::string::npos) ||
                name_starts(name, "moe_ffn_") || name_starts(name, "soft_max") || name_starts(name, "swiglu_oai");
     });
     EXPECT_GE(n, 40u);

@@ -25,7 +25,7 @@ for r in json.load(sys.stdin):
 median() { python3 -c "import statistics,sys; v=[float(x) for x in sys.stdin.read().split()]; print(f'{statistics.median(v):.1f}' if v else '-')"; }
 echo "| type | size (MiB) | bpw | PPL (${chunks} x 512) | pp512 t/s | tg128 t/s | llama-bench pp512 | llama-bench tg128 |"
 echo "|---|---|---|---|---|---|---|---|"
-for t in ${TYPES:-f16 bf16 q8_0 q4_1 q4_0 q5_0 q5_1 Q4_K_M Q5_K_M q6_K Q3_K_M Q2_K nvfp4 awq4 awq4_g64 tq2_0 i2_s}; do
+for t in ${TYPES:-f16 bf16 q8_0 q4_1 q4_0 q5_0 q5_1 Q4_K_M Q5_K_M q6_K Q3_K_M Q2_K IQ4_XS IQ4_NL nvfp4 awq4 awq4_g64 tq2_0 i2_s}; do
     f="$work/$t.gguf"
     [ -f "$f" ] || "$bin" quantize "$work/f32.gguf" "$f" "$t" -t "$threads" >/dev/null 2>&1
     size=$(python3 -c "import os; print(f'{os.path.getsize(\"$f\")/2**20:.1f}')")
@@ -36,7 +36,7 @@ for t in ${TYPES:-f16 bf16 q8_0 q4_1 q4_0 q5_0 q5_1 Q4_K_M Q5_K_M q6_K Q3_K_M Q2
               python3 -c "import json,sys; d=json.load(sys.stdin); print(f\"{d['ppl']:.4f}\")")
     fi
     llama=""
-    if [ -n "${LLAMA_BENCH:-}" ] && [[ "$t" =~ ^(f16|bf16|q8_0|q4_1|q4_0|q5_0|q5_1|Q4_K_M|Q5_K_M|q6_K|Q3_K_M|Q2_K|nvfp4|tq2_0)$ ]]; then llama=1; fi
+    if [ -n "${LLAMA_BENCH:-}" ] && [[ "$t" =~ ^(f16|bf16|q8_0|q4_1|q4_0|q5_0|q5_1|Q4_K_M|Q5_K_M|q6_K|Q3_K_M|Q2_K|IQ4_XS|IQ4_NL|nvfp4|tq2_0)$ ]]; then llama=1; fi
     echo "$t: load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
     : > "$work/$t.tessera" && : > "$work/$t.llama"
     for _ in $(seq "$rounds"); do

@@ -244,7 +244,7 @@ inline void sweep(int64_t n, Rec&& record, Half&& half, Done&& done) {
 // (the bound: 8 pair sums of <= 2 x 15 x 128 = 3840 for q4_0, 4 of <= 2 x 24 x 128 = 6144 for mxfp4, each < 2^15).
 // q4_0: the nibbles as they are (the block's dot starts from -8 x its activation sum); scales f16.
 struct q4_0_codes {
-    static constexpr bool one_widening = true, iq4 = false;
+    static constexpr bool one_widening = true;
     V::i codes(V::i nibbles) const { return nibbles; }
     static V::f scales(const uint8_t* rec, int h) {
         return V::load_h(reinterpret_cast<const uint16_t*>(rec + 256) + h * 8);
@@ -253,7 +253,7 @@ struct q4_0_codes {
 // mxfp4 (llama.cpp's mxfp4_8x8 order): a code decodes to its doubled E2M1 value + 12 (0..24, unsigned; the block's dot
 // starts from -12 x its activation sum); scales E8M0, read at half value (2^(e - 128)).
 struct mxfp4_codes {
-    static constexpr bool one_widening = false, iq4 = false;
+    static constexpr bool one_widening = false;
     V::i tab = V::table16(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     V::i codes(V::i nibbles) const { return V::lut(tab, nibbles); }
     static V::f scales(const uint8_t* rec, int h) { return V::e8m0_half(rec + 256 + h * V::lanes); }
@@ -290,15 +290,8 @@ struct iq4_levels {
     }
 };
 
-// iq4_nl (llama.cpp's iq4_nl_8x8 order): levels through iq4_levels, no offset; scales f16 as q4_0's
-struct iq4_nl_codes : iq4_levels {
-    static constexpr bool one_widening = false, iq4 = true;
-    static V::f scales(const uint8_t* rec, int h) { return q4_0_codes::scales(rec, h); }
-};
-
-// q4_0 / mxfp4 / iq4_nl summed blockwise (records of 256 code bytes + 32 scale bytes): acc = fma(float(block dot),
-// d_w * d_a, acc); s holds each block's offset (-8 or -12 x its activation sum; iq4_nl: none); NA == 1 in one sweep
-// (decode_sweep)
+// q4_0 / mxfp4 summed blockwise (records of 256 code bytes + 32 scale bytes): acc = fma(float(block dot), d_w * d_a,
+// acc); s holds each block's offset (-8 or -12 x its activation sum); NA == 1 in one sweep (decode_sweep)
 template <class C, int NA>
 void blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t* s, size_t ss, float* y,
                size_t ys) {
@@ -309,27 +302,17 @@ void blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const 
     };
     const auto half = [&](int64_t b, int h, A& acc) {
         const uint8_t* rec = w + size_t(b) * (256 + 32);
-        V::i lo[4], hi[4], lo2[4], hi2[4];
+        V::i lo[4], hi[4];
         for (int v = 0; v < 4; v++) {
             const V::i x = V::load(rec + h * 32 + 64 * v);
-            if constexpr (C::iq4) {
-                c.decode(V::low4(x), lo[v], lo2[v]);
-                c.decode(V::high4(x), hi[v], hi2[v]);
-            } else {
-                lo[v] = c.codes(V::low4(x));
-                hi[v] = c.codes(V::high4(x));
-            }
+            lo[v] = c.codes(V::low4(x));
+            hi[v] = c.codes(V::high4(x));
         }
         const V::f dw = C::scales(rec, h);
         for (int j = 0; j < NA; j++) {
             const auto& ab = reinterpret_cast<const block_q8_0*>(a + j * as)[b];
-            V::i isum = C::iq4 ? V::zero_i() : V::set1(s[j * ss + b]);
-            if constexpr (C::iq4) {
-                for (int v = 0; v < 4; v++) {
-                    isum = C::dot(isum, lo[v], lo2[v], V::set1(word(ab.qs + 4 * v)));
-                    isum = C::dot(isum, hi[v], hi2[v], V::set1(word(ab.qs + 16 + 4 * v)));
-                }
-            } else if constexpr (V::pairs16) {
+            V::i isum = V::set1(s[j * ss + b]);
+            if constexpr (V::pairs16) {
                 V::i pl = V::mul_pairs(lo[0], V::set1(word(ab.qs)));
                 V::i ph = V::mul_pairs(hi[0], V::set1(word(ab.qs + 16)));
                 for (int v = 1; v < 4; v++) {
@@ -348,6 +331,41 @@ void blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const 
             }
             acc[j] = V::fma(V::cvt(isum), V::mul(dw, V::set1f(h2f(ab.d))), acc[j]);
         }
+    };
+    sweep<decode_sweep<NA>, A>(nb, record, half, [&](int h, const A& acc) {
+        for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, acc[j]);
+    });
+}
+
+// iq4_nl in llama.cpp's iq4_nl_8x8 order (q4_0's record, levels through iq4_levels): acc = fma(float(block dot),
+// d_w * d_a, acc). A word pair's levels at a time, dotted with every activation row before the next (the integer
+// sums of the NA rows live, not the block's 16 decoded vectors: 8-lane registers are too few for those)
+template <int NA>
+void iq4nl_blockwise(const uint8_t* w, int64_t nb, const uint8_t* a, size_t as, const int32_t*, size_t, float* y,
+                     size_t ys) {
+    const iq4_levels lv;
+    using A = V::f[NA];
+    const auto record = [&](int64_t b) {
+        if constexpr (NA == 1) prefetch<256 + 32>(w + size_t(b + 4) * (256 + 32));
+    };
+    const auto half = [&](int64_t b, int h, A& acc) {
+        const uint8_t* rec = w + size_t(b) * (256 + 32);
+        V::i isum[NA];
+        for (int j = 0; j < NA; j++) isum[j] = V::zero_i();
+        for (int v = 0; v < 4; v++) {
+            const V::i x = V::load(rec + h * 32 + 64 * v);
+            V::i la, lb, ha, hb;
+            lv.decode(V::low4(x), la, lb), lv.decode(V::high4(x), ha, hb);
+            for (int j = 0; j < NA; j++) {
+                const int8_t* q = reinterpret_cast<const block_q8_0*>(a + j * as)[b].qs;
+                isum[j] = iq4_levels::dot(isum[j], la, lb, V::set1(word(q + 4 * v)));
+                isum[j] = iq4_levels::dot(isum[j], ha, hb, V::set1(word(q + 16 + 4 * v)));
+            }
+        }
+        const V::f dw = q4_0_codes::scales(rec, h);
+        for (int j = 0; j < NA; j++)
+            acc[j] = V::fma(V::cvt(isum[j]),
+                            V::mul(dw, V::set1f(h2f(reinterpret_cast<const block_q8_0*>(a + j * as)[b].d))), acc[j]);
     };
     sweep<decode_sweep<NA>, A>(nb, record, half, [&](int h, const A& acc) {
         for (int j = 0; j < NA; j++) V::store(y + j * ys + h * V::lanes, acc[j]);
@@ -1179,25 +1197,31 @@ void iq4xs_tiled(const uint8_t* w, int64_t nb32, const uint8_t* a, size_t as, co
         const uint8_t* rec = w + size_t(b) * R::bytes;
         V::i S[NA];
         for (int j = 0; j < NA; j++) S[j] = V::zero_i();
-        for (int c = 0; c < 8; c++) {
+        for (int c = 0; c < 8; c++) { // a word pair's levels at a time (iq4nl_blockwise's comment)
             const V::i sc = V::load_s8(rec + R::sc + 16 * c + h * V::lanes), scp = V::pair16(sc);
-            V::i xa[8], xb[8];
-            for (int i = 0; i < 4; i++) {
+            V::i u[NA]; // VNNI: the sub-block's dots, scaled once
+            for (int j = 0; j < NA; j++) u[j] = V::zero_i();
+            for (int i = 0; i < 4; i++) { // words 2i, 2i + 1: elements 32c + 8i .. + 7
                 const V::i v = V::load(rec + h * 32 + 64 * (4 * c + i));
-                lv.decode(V::low4(v), xa[2 * i], xb[2 * i]), lv.decode(V::high4(v), xa[2 * i + 1], xb[2 * i + 1]);
-            }
-            for (int j = 0; j < NA; j++) {
-                const auto& ab = act_k(a, as, j, b);
+                V::i la, lb, ha, hb;
+                lv.decode(V::low4(v), la, lb), lv.decode(V::high4(v), ha, hb);
+                for (int j = 0; j < NA; j++) {
+                    const auto& ab = act_k(a, as, j, b);
+                    const V::i w0 = aword(ab, 32 * c + 8 * i), w1 = aword(ab, 32 * c + 8 * i + 4);
 #if defined(__AVX512VNNI__)
-                (void)scp;
-                V::i u = V::zero_i();
-                for (int f = 0; f < 8; f++) u = iq4_levels::dot(u, xa[f], xb[f], aword(ab, 32 * c + 4 * f));
-                S[j] = V::add32(S[j], V::mullo(u, sc));
+                    u[j] = iq4_levels::dot(iq4_levels::dot(u[j], la, lb, w0), ha, hb, w1);
 #else
-                for (int f = 0; f < 8; f++)
-                    S[j] = V::add32(S[j], V::madd16(iq4_levels::pairs(xa[f], xb[f], aword(ab, 32 * c + 4 * f)), scp));
+                    S[j] = V::add32(S[j], V::madd16(iq4_levels::pairs(la, lb, w0), scp));
+                    S[j] = V::add32(S[j], V::madd16(iq4_levels::pairs(ha, hb, w1), scp));
 #endif
+                }
             }
+#if defined(__AVX512VNNI__)
+            (void)scp;
+            for (int j = 0; j < NA; j++) S[j] = V::add32(S[j], V::mullo(u[j], sc));
+#else
+            (void)u;
+#endif
         }
         const V::f dw = V::load_h(reinterpret_cast<const uint16_t*>(rec + R::d) + h * V::lanes);
         for (int j = 0; j < NA; j++)
@@ -1272,7 +1296,7 @@ x16_kernels x16_kernels_for(x16_kind kind) {
     case x16_kind::mxfp4_blockwise:
         return {chunked<4, blockwise<mxfp4_codes, 4>, blockwise<mxfp4_codes, 1>>, sums_blocks<12>};
     case x16_kind::iq4_nl_blockwise:
-        return {chunked<4, blockwise<iq4_nl_codes, 4>, blockwise<iq4_nl_codes, 1>>, nullptr};
+        return {chunked<4, iq4nl_blockwise<4>, iq4nl_blockwise<1>>, nullptr};
     case x16_kind::iq4_xs:
         return {chunked<plain_na, iq4xs_lanes<plain_na>, iq4xs_lanes<1>, iq4xs_lanes<1, true>>, nullptr,
                 chunked<4, iq4xs_tiled<4>, iq4xs_tiled<1>>, x16_batch::m8};

@@ -10,8 +10,10 @@
 //              a3)), plus q4_1's running fma(m_w, s_a, .)   (q4_0 token embedding, q4_1, q8_0, nvfp4: ggml_vec_dot's
 //              order)
 //   pairs:     lanes, with even chunks in one set of 8 accumulators and odd ones in another, the two added lane by
-//              lane and folded, then an odd last chunk's (d_a d_w) float(sum) added    (mxfp4: ggml_vec_dot_mxfp4_q8_0)
-//   blockwise: acc = fma(float(chunk's integer dot), d_w d_a, acc)   (q4_0 / mxfp4 matrices llama.cpp repacks, 8k rows)
+//              lane and folded, then an odd last chunk's (d_a d_w) float(sum) added    (mxfp4: ggml_vec_dot_mxfp4_q8_0;
+//              iq4_nl: ggml_vec_dot_iq4_nl_q8_0, tinyBLAS's lanes for a batch of 2+ activation rows)
+//   blockwise: acc = fma(float(chunk's integer dot), d_w d_a, acc)   (q4_0 / mxfp4 / iq4_nl matrices llama.cpp
+//              repacks, 8k rows)
 //   grouped:   per scale group, g = fma(float(chunk dot), d_a, g) from 0, then acc = fma(s, g, acc)        (awq4)
 // tq2_0 against the CPU's q8_K activations (quant/q8_k.h): per 256-element block 8 int32 lanes, lane g = the codes
 // of elements 4g..4g+3 of every chunk dotted with theirs, minus the activations' sum over chunk g (ggml's AVX2 lanes,
@@ -559,10 +561,13 @@ void gemm_exact_launch(cuda_context& ctx, const split_weight& w, const tensor& w
     }
     const split_acts acts = split_activations(ctx, *x, w.t);
     const ex_args a{w.qs, w.sc, acts.q, acts.ds, ctx.as<float>(&dst), w.n, w.k, w.out_scale};
-    // the CPU's choice (backends/cpu/ops/mul_mat.cpp row_ops_for, moe.cpp; the repacked kinds keep its order): q4_0
-    // and mxfp4 matrices of a multiple of 8 rows, a tied output's token table among them (not a plain token table),
-    // are summed blockwise
-    const bool blockwise = (w.t == type::q4_0 || w.t == type::mxfp4) && !weight.lookup_only() && weight.ne[1] % 8 == 0;
+    // the CPU's choice (backends/cpu/ops/mul_mat.cpp row_ops_for, moe.cpp; the repacked kinds keep its order): q4_0,
+    // mxfp4 and iq4_nl matrices of a multiple of 8 rows, a tied output's token table among them (not a plain token
+    // table), are summed blockwise; other iq4_nl ones in vec_dot's pairs for one activation row (and every expert
+    // pair), in tinyBLAS's lanes for more
+    const bool blockwise = (w.t == type::q4_0 || w.t == type::mxfp4 || w.t == type::iq4_nl) &&
+                           !weight.lookup_only() && weight.ne[1] % 8 == 0;
+    const bool pairs = w.t == type::mxfp4 || (w.t == type::iq4_nl && (cm.ids || x->ne[1] == 1));
     visit_format(w.t, [&]<class F>() {
         using D = cuda_format<F>;
         if constexpr (has_mmq<F>::value) {
@@ -570,7 +575,7 @@ void gemm_exact_launch(cuda_context& ctx, const split_weight& w, const tensor& w
                 gemm_exact_kernel<D, exact_order::grouped, NC><<<grid, EX_THREADS, 0, ctx.stream>>>(a, cm, cols);
             else if (blockwise)
                 gemm_exact_kernel<D, exact_order::blockwise, NC><<<grid, EX_THREADS, 0, ctx.stream>>>(a, cm, cols);
-            else if (w.t == type::mxfp4)
+            else if (pairs)
                 gemm_exact_kernel<D, exact_order::pairs, NC><<<grid, EX_THREADS, 0, ctx.stream>>>(a, cm, cols);
             else
                 gemm_exact_kernel<D, exact_order::lanes, NC><<<grid, EX_THREADS, 0, ctx.stream>>>(a, cm, cols);
