@@ -35,7 +35,9 @@ inline __m256i levels32(const uint8_t* qs) {
 inline __m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // signed x signed bytes -> 16 int16 pair sums, exact (see the top)
-inline __m256i pairs(__m256i x, __m256i y) { return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
+inline __m256i pairs(__m256i x, __m256i y) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
 
 // a block's 8 int32 lanes (lane g: elements 4g..4g+3)
 inline __m256i lanes_nl(const block_iq4_nl& x, const block_q8_0& y) {

@@ -34,6 +34,10 @@
 //     from 8 rows ggml's tiled order: r = fma(-dmin_w, float(M), float(S) d_w), acc = fma(r, d_a, acc). `q2_k`: its
 //     vec_dot's lanes as q3_K's (scales unsigned, no offset), each lane first fma'd its min lane m_2t bsum_2t +
 //     m_2t+1 bsum_2t+1 times -d_a dmin_w; from 8 rows the tiled order as q5_K's.
+//   - `iq4_nl_blockwise` (llama.cpp's iq4_nl_8x8): q4_0_blockwise's order on the table's levels. `iq4_xs`:
+//     ggml_vec_dot's 8 int32 lanes (lane t: sum over sub-blocks of ls x the dot of elements 32c + 4t..+3), fma of d_w d_a,
+//     hsum_float_8; from 8 rows the tiled order (acc = fma(float(S) d_w, d_a, acc)). Levels are signed (-127..113):
+//     AVX2 dots |level| with the activation signed as the level, VNNI the positive and negative parts apart.
 //
 // Group layout (16 rows, padded to 64 bytes): one record per block, values then scales (one sequential stream; a
 // separate scale array measured 40% slower from DRAM). "Vector" = 64 bytes, lane r = its bytes 4r..4r+3 = row r.
@@ -60,6 +64,8 @@
 //               int8), 16 f16 d [q4_K / q5_K: 16 f16 dmin; q6_K: 32 zero bytes]
 //   q3_K:       q6_K's nibble vectors holding the levels 0..7, no high bits; 16 x 16 int8 scales, 16 f16 d, 32 zero
 //               bytes
+//   iq4_nl:     q4_0's record (the file's block has q4_0's bytes), the nibbles indexing the levels
+//   iq4_xs:     q4_K's 32 nibble vectors of level indices, 8 x 16 int8 scales ls - 32, 16 f16 d, 32 zero bytes
 //   q2_K:       16 vectors of 2-bit levels (vector s, byte j, bits 2f..2f+1: element 16s + 4f + j's), 16 x 16 scales,
 //               16 x 16 mins (bytes 0..15), 16 f16 d, 16 f16 dmin
 // vpdpbusd multiplies unsigned by signed bytes, so weights are stored or decoded unsigned (nibble, q8 + 128, E2M1

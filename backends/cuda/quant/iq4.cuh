@@ -113,7 +113,9 @@ template <> struct cuda_format<iq4_xs> {
     }
     static float out_scale(const void*, int64_t) { return 1.0f; }
     // d (ls - 32), exact in f32
-    __device__ static float sub_scale(uint32_t scw) { return half_bits_to_f32(scw) * float(int8_t(uint8_t(scw >> 16))); }
+    __device__ static float sub_scale(uint32_t scw) {
+        return half_bits_to_f32(scw) * float(int8_t(uint8_t(scw >> 16)));
+    }
     __device__ static float dot_split(const uint4& q, uint32_t scw, int, int4 a0, int4 a1, float2 ds) {
         return float(iq4_dot_chunk(q, a0, a1)) * (sub_scale(scw) * ds.x);
     }
