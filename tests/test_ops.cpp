@@ -303,7 +303,7 @@ TEST(ops, soft_max_with_mask) {
 // i2_s is left out: get_rows does not apply its per-tensor scale yet (BitNet files keep token_embd in f16).
 TEST(ops, get_rows_every_type) {
     for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::tq2_0, type::nvfp4,
-                   type::awq4, type::awq4_g64, type::q2_k, type::q3_k}) {
+                   type::awq4, type::awq4_g64, type::q2_k, type::q3_k, type::iq4_nl, type::iq4_xs}) {
         harness h;
         std::vector<float> deq;
         const int64_t k = (96 + block_size(t) - 1) / block_size(t) * block_size(t);
@@ -323,7 +323,7 @@ TEST(ops, mul_mat_every_type) {
     };
     for (bool reference : {false, true})
         for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::tq2_0, type::i2_s,
-                       type::nvfp4, type::awq4, type::awq4_g64, type::q2_k, type::q3_k})
+                       type::nvfp4, type::awq4, type::awq4_g64, type::q2_k, type::q3_k, type::iq4_nl, type::iq4_xs})
             for (shape s : {shape{64, 1, 1}, shape{96, 17, 3}, shape{256, 33, 37}, shape{576, 5, 1}}) {
                 s.k = (s.k + block_size(t) - 1) / block_size(t) * block_size(t); // whole blocks: 64 -> 128 for awq4
                 harness h(3, reference);
@@ -361,7 +361,8 @@ TEST(ops, mul_mat_repacked_weights_same_bits) {
         int64_t k, n, m, b;
     };
     for (type t : {type::q4_0, type::q4_1, type::q5_0, type::q5_1, type::q8_0, type::nvfp4, type::awq4, type::awq4_g64,
-                   type::tq2_0, type::i2_s, type::mxfp4, type::q4_k, type::q5_k, type::q6_k, type::q3_k, type::q2_k})
+                   type::tq2_0, type::i2_s, type::mxfp4, type::q4_k, type::q5_k, type::q6_k, type::q3_k, type::q2_k,
+                   type::iq4_nl, type::iq4_xs})
         for (shape s : {shape{576, 48, 1, 1}, shape{96, 16, 19, 1}, shape{256, 32, 37, 2}, shape{256, 40, 1, 1},
                         shape{96, 40, 21, 1}, shape{128, 37, 1, 1}, shape{64, 25, 19, 2}, shape{96, 48, 5, 1},
                         shape{96, 32, 8, 1}}) {
@@ -379,8 +380,9 @@ TEST(ops, mul_mat_repacked_weights_same_bits) {
                     if (repack) {
                         tensor* ws[] = {w};
                         h.be.load_weights(ws);
-                        // mxfp4 / q4_K whose rows are not a multiple of 8 stay in the file's layout (as llama.cpp's)
-                        if ((t == type::mxfp4 || t == type::q4_k) && s.n % 8 != 0)
+                        // mxfp4 / q4_K / iq4_nl whose rows are not a multiple of 8 stay in the file's layout (as
+                        // llama.cpp's)
+                        if ((t == type::mxfp4 || t == type::q4_k || t == type::iq4_nl) && s.n % 8 != 0)
                             ASSERT_EQ(h.be.repacked_bytes(), 0u);
                         else
                             ASSERT_GT(h.be.repacked_bytes(), 0u) << type_name(t);
@@ -888,7 +890,8 @@ TEST(ops, top_k_largest_in_ggml_order) {
 // row dot; f16 to rounding, mul_mat having its own f16 kernels), and to plain double arithmetic on the dequantized weights within the format's bound; tokens sharing and not
 // sharing experts, an expert nobody chose, activations per slot and shared (n_b = 1), odd sizes, 3 threads.
 TEST(ops, mul_mat_id_every_type) {
-    for (type t : {type::f32, type::f16, type::q8_0, type::q4_0, type::mxfp4, type::q2_k, type::q3_k})
+    for (type t : {type::f32, type::f16, type::q8_0, type::q4_0, type::mxfp4, type::q2_k, type::q3_k, type::iq4_nl,
+                   type::iq4_xs})
         for (int64_t n_b : {int64_t(3), int64_t(1)}) {
             const int64_t k = std::max<int64_t>(96, block_size(t)), n = 24, n_expert = 6, n_used = 3, n_tok = 5;
             harness h;
@@ -937,7 +940,7 @@ TEST(ops, mul_mat_id_every_type) {
 TEST(ops, mul_mat_id_repacked_experts_same_bits) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2 on this CPU: weights are not repacked";
     for (type t : {type::q4_0, type::q8_0, type::q4_1, type::q5_0, type::q5_1, type::nvfp4, type::i2_s, type::q4_k,
-                   type::q5_k, type::q6_k, type::q3_k, type::q2_k})
+                   type::q5_k, type::q6_k, type::q3_k, type::q2_k, type::iq4_nl, type::iq4_xs})
         for (int64_t n_tok : {int64_t(1), int64_t(45)})
             for (int64_t n_b : {int64_t(1), int64_t(3)}) {
                 const int64_t k = std::max<int64_t>(128, block_size(t)), n = 32, n_expert = 5, n_used = 3;
@@ -976,12 +979,13 @@ TEST(ops, mul_mat_id_repacked_experts_same_bits) {
             }
 }
 
-// llama.cpp's mul_mat_id per expert: chosen by 8 pairs or more, the K formats it does not repack sum in ggml's tiled
-// order (vec_dot_batch8), else in vec_dot's (checked against libggml-cpu's mul_mat_id, session 58); q4_K with rows % 8
-// (repacked there) keeps its gemv's order at any batch. Both paths (row kernels, 16-row groups). Bound: same bits.
+// llama.cpp's mul_mat_id per expert: chosen by 8 pairs or more, the K formats it does not repack (and iq4_xs) sum in
+// ggml's tiled order (vec_dot_batch8), else in vec_dot's (checked against libggml-cpu's mul_mat_id, sessions 58, 59);
+// q4_K and iq4_nl with rows % 8 (repacked there) keep their repacked order at any batch. Both paths (row kernels,
+// 16-row groups). Bound: same bits.
 TEST(ops, mul_mat_id_k_formats_tiled_from_8_pairs) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2: the reference kernels are in use";
-    for (type t : {type::q2_k, type::q3_k, type::q4_k, type::q5_k, type::q6_k})
+    for (type t : {type::q2_k, type::q3_k, type::q4_k, type::q5_k, type::q6_k, type::iq4_xs, type::iq4_nl})
         for (int repack = 0; repack < 2; repack++) {
             const int64_t k = 512, n = 32, n_expert = 3, n_used = 2, n_tok = 12;
             std::vector<int32_t> idv; // expert 0: 12 pairs, 1: 3, 2: 9
@@ -1006,8 +1010,8 @@ TEST(ops, mul_mat_id_k_formats_tiled_from_8_pairs) {
                 ops->act_from_float(f32(b) + tok * k, a.data(), k);
                 for (int64_t i = 0; i < n_used; i++) {
                     const int32_t e = idv[size_t(tok * n_used + i)];
-                    const bool tiled = e != 1 && t != type::q4_k;
-                    const auto dot = t == type::q4_k ? ops->vec_dot_rows8 : tiled ? ops->vec_dot_batch8 : ops->vec_dot;
+                    const bool rows8 = t == type::q4_k || t == type::iq4_nl, tiled = e != 1 && !rows8;
+                    const auto dot = rows8 ? ops->vec_dot_rows8 : tiled ? ops->vec_dot_batch8 : ops->vec_dot;
                     for (int64_t r = 0; r < n; r++) {
                         const auto* wr = static_cast<const uint8_t*>(w->data) + (size_t(e) * n + size_t(r)) * wrow;
                         ASSERT_EQ(out[size_t((tok * n_used + i) * n + r)], dot(wr, a.data(), k))
