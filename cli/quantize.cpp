@@ -130,7 +130,7 @@ awq_summary run_awq(const quantize_options& o, quantize_params& qp) {
 
 void run_quantize(const quantize_options& o) {
     quantize_params qp;
-    if (const std::optional<quant_mix> m = quant_mix_from_name(o.type)) { // llama-quantize's K mixes
+    if (const std::optional<quant_mix> m = quant_mix_from_name(o.type)) { // llama-quantize's mixes
         qp.mix = o.pure ? quant_mix::none : *m;
         qp.target = quant_mix_type(*m);
     } else {
@@ -206,8 +206,9 @@ void add_quantize(CLI::App& app) {
     sub->add_option("TYPE", o->type,
                     "Weight type: " + valid_type_names(true) +
                         " (the upper-case names from Q2_K on: llama-quantize's mixes, attn_v / ffn_down of some layers "
-                        "and the output with more bits; Q2_K / IQ4_XS are the mixes, q2_K / iq4_xs with --pure every "
-                        "matrix)")
+                        "and the output with more bits; Q2_K / IQ3_S / IQ4_XS are the mixes, q2_K / iq3_s / iq4_xs "
+                        "with --pure every matrix; IQ3_XXS and IQ3_XS, which llama-quantize makes only with an "
+                        "importance matrix, are made without one)")
         ->required();
     sub->add_option("-t,--threads", o->n_threads, "Threads (0: one per hardware thread)")->check(CLI::Range(0, 512));
     sub->add_option("--output-type", o->output_type,

@@ -11,6 +11,8 @@
 #include "quant/awq4.h"
 #include "quant/i2_s.h"
 #include "quant/i8_s.h"
+#include "quant/iq3_s.h"
+#include "quant/iq3_xxs.h"
 #include "quant/iq4_nl.h"
 #include "quant/iq4_xs.h"
 #include "quant/mxfp4.h"
@@ -49,8 +51,8 @@ concept block_format = requires(const float* x, typename F::block& b, const type
 
 // The one list: X(format) for every block format, in type-id order (ids >= 1024 are tessera's own).
 #define TS_BLOCK_FORMATS(X)                                                                                            \
-    X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(q8_1) X(q2_k) X(q3_k) X(q4_k) X(q5_k) X(q6_k) X(q8_k) X(iq4_nl)        \
-        X(iq4_xs) X(tq2_0) X(i2_s) X(mxfp4) X(nvfp4) X(awq4) X(awq4_g64) X(i8_s)
+    X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(q8_1) X(q2_k) X(q3_k) X(q4_k) X(q5_k) X(q6_k) X(q8_k) X(iq3_xxs)       \
+        X(iq4_nl) X(iq3_s) X(iq4_xs) X(tq2_0) X(i2_s) X(mxfp4) X(nvfp4) X(awq4) X(awq4_g64) X(i8_s)
 
 #define TS_CHECK_FORMAT(F) static_assert(block_format<F>, #F " does not satisfy block_format");
 TS_BLOCK_FORMATS(TS_CHECK_FORMAT)

@@ -54,8 +54,12 @@ std::optional<uint32_t> llama_ftype_of(type t) {
         return 16; // MOSTLY_Q5_K_S
     case type::q6_k:
         return 18;
+    case type::iq3_xxs:
+        return 23; // MOSTLY_IQ3_XXS
     case type::iq4_nl:
         return 25;
+    case type::iq3_s:
+        return 26; // MOSTLY_IQ3_S
     case type::iq4_xs:
         return 30;
     case type::bf16:
@@ -120,18 +124,23 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 
 // The type a tensor with rows of ne0 elements gets when `want` does not fit (ne0 not a multiple of its block), the
-// way llama-quantize falls back: its table for ggml's formats (q2_K, q3_K -> q4_0, q4_K -> q5_0, q5_K -> q5_1,
-// q6_K -> q8_0, tq2_0 -> q4_0, iq4_xs -> iq4_nl); for tessera's, the same format with smaller groups when there is one (a type named "<want>_g<N>", e.g. awq4
-// -> awq4_g64), then a 32-element format of similar size (q4_0 up to ~5.5 bits per weight, q8_0 above); f16 for a
-// row that fits no block at all.
+// way llama-quantize falls back: its table for ggml's formats (q2_K, q3_K, tq1_0, tq2_0 -> q4_0, q4_K -> q5_0, q5_K
+// -> q5_1, q6_K -> q8_0, the 256-element IQ formats -> iq4_nl); for tessera's, the same format with smaller groups
+// when there is one (a type named "<want>_g<N>", e.g. awq4 -> awq4_g64), then a 32-element format of similar size
+// (q4_0 up to ~5.5 bits per weight, q8_0 above); f16 for a row that fits no block at all.
 type fallback_type(type want, int64_t ne0) {
     if (ne0 % block_size(want) == 0) return want;
-    const type llama_fallback = want == type::q4_k    ? type::q5_0
-                                : want == type::q5_k  ? type::q5_1
-                                : want == type::q6_k  ? type::q8_0
-                                : want == type::tq2_0 || want == type::q2_k || want == type::q3_k ? type::q4_0
-                                : want == type::iq4_xs ? type::iq4_nl
-                                                      : want;
+    const auto is_any = [want](std::initializer_list<type> ts) {
+        return std::find(ts.begin(), ts.end(), want) != ts.end();
+    };
+    const type llama_fallback = want == type::q4_k                                           ? type::q5_0
+                                : want == type::q5_k                                         ? type::q5_1
+                                : want == type::q6_k                                         ? type::q8_0
+                                : is_any({type::tq1_0, type::tq2_0, type::q2_k, type::q3_k}) ? type::q4_0
+                                : is_any({type::iq1_s, type::iq1_m, type::iq2_xxs, type::iq2_xs, type::iq2_s,
+                                          type::iq3_xxs, type::iq3_s, type::iq4_xs})
+                                    ? type::iq4_nl
+                                    : want;
     if (llama_fallback != want) return ne0 % block_size(llama_fallback) == 0 ? llama_fallback : type::f16;
     const std::string prefix = std::string(type_name(want)) + "_g";
     for (type t : quantize_target_types())
@@ -168,7 +177,11 @@ const char* quant_mix_name(quant_mix m) {
     case quant_mix::q4_k_m: return "Q4_K_M";
     case quant_mix::q5_k_s: return "Q5_K_S";
     case quant_mix::q5_k_m: return "Q5_K_M";
+    case quant_mix::iq3_xs: return "IQ3_XS";
+    case quant_mix::iq3_xxs: return "IQ3_XXS";
     case quant_mix::iq4_nl: return "IQ4_NL";
+    case quant_mix::iq3_s: return "IQ3_S";
+    case quant_mix::iq3_m: return "IQ3_M";
     case quant_mix::iq4_xs: return "IQ4_XS";
     case quant_mix::none: break;
     }
@@ -183,6 +196,10 @@ type quant_mix_type(quant_mix m) {
     case quant_mix::q3_k_l: return type::q3_k;
     case quant_mix::q5_k_s:
     case quant_mix::q5_k_m: return type::q5_k;
+    case quant_mix::iq3_xxs: return type::iq3_xxs;
+    case quant_mix::iq3_xs: // llama.cpp's IQ3_XS is mostly iq3_s
+    case quant_mix::iq3_s:
+    case quant_mix::iq3_m: return type::iq3_s;
     case quant_mix::iq4_nl: return type::iq4_nl;
     case quant_mix::iq4_xs: return type::iq4_xs;
     default: return type::q4_k;
@@ -198,7 +215,7 @@ bool is_quantizable_matrix(const gguf_tensor_info& t) {
 }
 
 // llama_ftype of a mix (llama.h: MOSTLY_Q2_K 10, Q3_K_S 11, _M 12, _L 13, Q4_K_S 14, _M 15, Q5_K_S 16, _M 17,
-// IQ4_NL 25, IQ4_XS 30)
+// IQ3_XS 22, IQ3_XXS 23, IQ4_NL 25, IQ3_S 26, IQ3_M 27, IQ4_XS 30)
 uint32_t mix_ftype(quant_mix m) {
     switch (m) {
     case quant_mix::q2_k: return 10;
@@ -208,21 +225,27 @@ uint32_t mix_ftype(quant_mix m) {
     case quant_mix::q4_k_s: return 14;
     case quant_mix::q4_k_m: return 15;
     case quant_mix::q5_k_s: return 16;
+    case quant_mix::iq3_xs: return 22;
+    case quant_mix::iq3_xxs: return 23;
     case quant_mix::iq4_nl: return 25;
+    case quant_mix::iq3_s: return 26;
+    case quant_mix::iq3_m: return 27;
     case quant_mix::iq4_xs: return 30;
     default: return 17;
     }
 }
 
 // The type llama-quantize's rules give one matrix of a mix (before the fallback for rows a format does not fit),
-// counting attn_v-like tensors and ffn_down as it does (i_wv, i_down: how many came before in its order; pick is
-// called in that order, plan_quantization's).
+// counting attn_v-like tensors, ffn_down, ffn_gate and ffn_up as it does (i_wv, i_down, i_gate, i_up: how many came
+// before in its order; pick is called in that order, plan_quantization's). The tensor's kind is found as llama.cpp's
+// tensor_get_category does (the first of attn_qkv, attn_kv_b, attn_v, attn_k, attn_q, attn_output, ffn_up, ffn_gate,
+// ffn_down in the name). It may name a type tessera cannot produce (iq2_s): the caller substitutes.
 struct mix_rules {
     quant_mix mix;
     type base;
     int64_t n_layer = 0, n_expert = 0, n_wv = 0, n_gqa = 1;
     bool tied = true, is_70b = false;
-    int64_t i_wv = 0, i_down = 0;
+    int64_t i_wv = 0, i_down = 0, i_gate = 0, i_up = 0;
 
     static bool more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
     static bool has(const std::string& name, const char* part) { return name.find(part) != std::string::npos; }
@@ -230,15 +253,28 @@ struct mix_rules {
         return has(n, "attn_qkv.weight") || has(n, "attn_kv_b.weight") || has(n, "attn_v.weight");
     }
 
+    // the layer of a ffn tensor: its count so far, or with experts (not always in layer order) from its name
+    int64_t ffn_layer(const std::string& name, int64_t count) const {
+        if (n_expert <= 1) return count;
+        int il = -1;
+        if (std::sscanf(name.c_str(), "blk.%d.", &il) != 1 || il < 0 || il >= n_layer)
+            throw error(fmt::format("tensor {}: no layer in [0, {}) in its name", name, n_layer));
+        return il;
+    }
+
     type pick(const std::string& name, int64_t ne0) {
         const bool m_mix = mix == quant_mix::q4_k_m || mix == quant_mix::q5_k_m;
         const bool iq4 = mix == quant_mix::iq4_nl || mix == quant_mix::iq4_xs;
+        const bool xxs = mix == quant_mix::iq3_xxs, xs = mix == quant_mix::iq3_xs, iq3_m = mix == quant_mix::iq3_m;
         if (name == "output.weight" || (tied && name == "token_embd.weight"))
-            return ne0 % block_size(base) != 0 ? type::q8_0 : type::q6_k;
-        if (name == "token_embd.weight") return base;
+            return ne0 % block_size(base) != 0 ? type::q8_0 : xxs ? type::q5_k : type::q6_k;
+        if (name == "token_embd.weight") return xxs ? type::iq3_s : base;
         type t = base;
         if (attn_v_like(name)) {
             if (mix == quant_mix::q2_k) t = n_gqa >= 4 ? type::q4_k : type::q3_k;
+            else if (xxs) t = n_gqa >= 4 ? type::q4_k : type::iq3_s;
+            else if ((xs || mix == quant_mix::iq3_s) && n_gqa >= 4) t = type::q4_k;
+            else if (iq3_m) t = type::q4_k;
             else if (mix == quant_mix::q3_k_m) t = i_wv < 2 ? type::q5_k : type::q4_k;
             else if (mix == quant_mix::q3_k_l) t = type::q5_k;
             else if (iq4 && n_gqa >= 4) t = type::q5_k;
@@ -249,26 +285,36 @@ struct mix_rules {
             i_wv++;
         } else if (has(name, "attn_k.weight")) {
             if (n_expert == 8) t = type::q8_0;
+            else if (xs) t = type::iq3_xxs;
+            else if (xxs) t = type::iq2_s;
+        } else if (has(name, "attn_q.weight")) {
+            if (xs) t = type::iq3_xxs;
+            else if (xxs) t = type::iq2_s;
         } else if (has(name, "attn_output.weight")) {
             if (n_expert == 8) {
                 if (mix != quant_mix::q3_k_l && mix != quant_mix::q5_k_s && mix != quant_mix::q5_k_m) t = type::q5_k;
             } else if (mix == quant_mix::q2_k) {
                 t = type::q3_k;
-            } else if (mix == quant_mix::q3_k_m) {
+            } else if (xxs) {
+                t = type::iq3_s;
+            } else if (mix == quant_mix::q3_k_m || iq3_m) {
                 t = type::q4_k;
             } else if (mix == quant_mix::q3_k_l) {
                 t = type::q5_k;
             }
+        } else if (has(name, "ffn_up") || has(name, "ffn_gate")) {
+            // IQ3_XS: iq3_xxs between the first and the last eighth
+            int64_t& count = has(name, "ffn_up") ? i_up : i_gate;
+            const int64_t i_layer = ffn_layer(name, count);
+            if (xs && i_layer >= n_layer / 8 && i_layer < 7 * n_layer / 8) t = type::iq3_xxs;
+            count++;
         } else if (has(name, "ffn_down")) {
-            int64_t i_layer = i_down;
-            if (n_expert > 1) { // experts' tensors need not come in layer order: the layer from the name
-                int il = -1;
-                if (std::sscanf(name.c_str(), "blk.%d.", &il) != 1 || il < 0 || il >= n_layer)
-                    throw error(fmt::format("tensor {}: no layer in [0, {}) in its name", name, n_layer));
-                i_layer = il;
-            }
+            const int64_t i_layer = ffn_layer(name, i_down);
             if (mix == quant_mix::q2_k) t = type::q3_k;
+            else if (xxs) t = i_layer < n_layer / 8 ? type::q4_k : type::q3_k;
             else if (mix == quant_mix::q3_k_m) t = i_layer < n_layer / 16 ? type::q5_k : type::q4_k;
+            else if (iq3_m && (i_layer < n_layer / 8 || (n_expert == 8 && more_bits(i_layer, n_layer))))
+                t = type::q4_k;
             else if (mix == quant_mix::q3_k_l) t = type::q5_k;
             else if (m_mix && more_bits(i_layer, n_layer)) t = type::q6_k;
             else if (iq4 && i_layer < n_layer / 8) t = type::q5_k;
@@ -385,8 +431,14 @@ std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_p
                 want = *p.embd_type;
             else if ((t.name == "output.weight" || (tied && t.name == "token_embd.weight")) && p.output_type)
                 want = *p.output_type;
-            else if (mix)
+            else if (mix) {
                 want = mix_type.at(&t);
+                if (!find_row_ops(want) && t.ne[0] % block_size(want) == 0) {
+                    // llama-quantize's choice, which tessera cannot make yet (IQ3_XXS's iq2_s): the mix's format
+                    tp.fallback = fmt::format("{} cannot be produced by tessera quantize yet", type_name(want));
+                    want = mix->base;
+                }
+            }
             tp.to = fallback_type(want, t.ne[0]);
             if (tp.to != want)
                 tp.fallback = fmt::format("{} columns are not a multiple of {}'s block of {}", t.ne[0], type_name(want),
@@ -410,6 +462,15 @@ std::vector<tensor_plan> plan_quantization(const gguf_file& in, const quantize_p
     // a weight's scale tensors go away with the scale once the weight is converted (its values now hold it)
     for (tensor_plan& tp : plan)
         if (const gguf_tensor_info* w = scale_owner(tp.in->name)) tp.drop = !by_info[w]->copy;
+    // llama-quantize wants an importance matrix for an iq3_xxs (or iq2_s) tensor other than the embedding and the
+    // output: it refuses such a file without one (IQ3_XXS and IQ3_XS unless every such tensor fell back)
+    const auto needs_imatrix = [](const tensor_plan& tp) {
+        return !tp.copy && tp.to == type::iq3_xxs && tp.in->name != "token_embd.weight" &&
+               tp.in->name != "output.weight";
+    };
+    if (p.note && std::any_of(plan.begin(), plan.end(), needs_imatrix))
+        p.note("llama-quantize makes iq3_xxs tensors only with an importance matrix; these are made without one "
+               "(ggml's search with weights x^2)");
     return plan;
 }
 

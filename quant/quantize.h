@@ -39,24 +39,46 @@ struct tensor_scaling {
     std::vector<float> col; // (ne[0])
 };
 
-// llama-quantize's mixes of the K formats and IQ4 (its llama_tensor_get_type rules for them, without an importance
-// matrix):
+// llama-quantize's mixes of the K formats, IQ3 and IQ4 (its llama_tensor_get_type rules for them, without an
+// importance matrix):
 // TYPE's format for most tensors; attn_v (attn_qkv) and ffn_down get more bits in some layers (Q4_K_M / Q5_K_M: q6_K
 // in the first and last eighth and every third layer between; Q4_K_S: q5_K in the first 4 attn_v and the first
 // eighth of ffn_down; Q3_K_M: q5_K in the first 2 attn_v and sixteenth of ffn_down, q4_K in the rest and attn_output;
 // Q3_K_L: q5_K for all three; Q2_K: q3_K ffn_down and attn_output, attn_v q3_K or with 4+ query heads a KV head
 // q4_K; IQ4_NL / IQ4_XS: q5_K attn_v with 4+ query heads a KV head and the first eighth of ffn_down), the output (a
 // tied embedding) q6_K, and 8-expert models q8_0 attn_k / attn_v, q5_K attn_output.
-enum class quant_mix { none, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, iq4_nl, iq4_xs };
+// IQ3_XS / IQ3_S / IQ3_M (mostly iq3_s) and IQ3_XXS (mostly iq3_xxs): attn_v q4_K with 4+ query heads a KV head
+// (IQ3_M always; IQ3_XXS else iq3_s); IQ3_XS iq3_xxs attn_q / attn_k and ffn_gate / ffn_up between the first and last
+// eighth; IQ3_M q4_K attn_output and the first eighth of ffn_down; IQ3_XXS iq3_s attn_output and token_embd, ffn_down
+// q4_K in the first eighth and q3_K after, a q5_K output, and iq2_s attn_q / attn_k, which tessera cannot produce
+// yet: those get iq3_xxs (a fallback). llama-quantize itself refuses IQ3_XXS and IQ3_XS without an importance matrix
+// (it requires one for any iq3_xxs or iq2_s tensor); tessera makes them with ggml's search without one.
+enum class quant_mix {
+    none,
+    q2_k,
+    q3_k_s,
+    q3_k_m,
+    q3_k_l,
+    q4_k_s,
+    q4_k_m,
+    q5_k_s,
+    q5_k_m,
+    iq3_xs,
+    iq3_xxs,
+    iq4_nl,
+    iq3_s,
+    iq3_m,
+    iq4_xs
+};
 // every mix but none, in llama_ftype order
-inline constexpr quant_mix all_quant_mixes[] = {quant_mix::q2_k,   quant_mix::q3_k_s, quant_mix::q3_k_m,
-                                                quant_mix::q3_k_l, quant_mix::q4_k_s, quant_mix::q4_k_m,
-                                                quant_mix::q5_k_s, quant_mix::q5_k_m, quant_mix::iq4_nl,
-                                                quant_mix::iq4_xs};
+inline constexpr quant_mix all_quant_mixes[] = {
+    quant_mix::q2_k,   quant_mix::q3_k_s,  quant_mix::q3_k_m, quant_mix::q3_k_l, quant_mix::q4_k_s,
+    quant_mix::q4_k_m, quant_mix::q5_k_s,  quant_mix::q5_k_m, quant_mix::iq3_xs, quant_mix::iq3_xxs,
+    quant_mix::iq4_nl, quant_mix::iq3_s,   quant_mix::iq3_m,  quant_mix::iq4_xs};
 // "Q4_K_M", "q5_k_s", ...; nullopt for any other name
 std::optional<quant_mix> quant_mix_from_name(std::string_view name);
 const char* quant_mix_name(quant_mix m); // "Q4_K_M"
-type quant_mix_type(quant_mix m);        // its format for most tensors (q2_K .. q5_K, iq4_nl, iq4_xs)
+type quant_mix_type(quant_mix m);        // its format for most tensors (q2_K .. q5_K, iq3_xxs, iq3_s, iq4_nl, iq4_xs)
 
 struct quantize_params {
     type target = type::q8_0;

@@ -387,7 +387,7 @@ std::vector<op_case> all_cases() {
         };
         for (type t :
              {type::q4_0, type::q4_1, type::q8_0, type::nvfp4, type::awq4, type::tq2_0, type::q4_k, type::q6_k,
-              type::q2_k, type::q3_k, type::iq4_nl, type::iq4_xs})
+              type::q2_k, type::q3_k, type::iq4_nl, type::iq4_xs, type::iq3_xxs, type::iq3_s})
             for (ffn_shape f : {ffn_shape{512, 1536, 1}, ffn_shape{512, 1536, 3}, ffn_shape{512, 1536, 8},
                                 ffn_shape{2048, 8192, 1}, ffn_shape{512, 1536, 40}}) {
                 if (t != type::q4_0 && (f.k == 2048 || f.cols == 40)) continue;
@@ -399,7 +399,7 @@ std::vector<op_case> all_cases() {
                              return mul_mat(c, l[3], swiglu(c, mul_mat(c, l[1], l[0]), mul_mat(c, l[2], l[0])));
                          },
                          t == type::tq2_0 || t == type::q4_k || t == type::q6_k || t == type::q2_k ||
-                                 t == type::q3_k || t == type::iq4_xs
+                                 t == type::q3_k || t == type::iq4_xs || t == type::iq3_xxs || t == type::iq3_s
                              ? 2e-4
                          : f.cols > 8 ? 2e-5
                                       : 3e-6);
@@ -535,7 +535,7 @@ std::vector<op_case> all_cases() {
     // per value, NMSE < 1e-6.
     for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q5_0, type::q5_1, type::q8_0,
                    type::nvfp4, type::awq4, type::awq4_g64, type::tq2_0, type::i2_s, type::q2_k, type::q3_k, type::q4_k,
-                   type::q5_k, type::q6_k, type::iq4_nl, type::iq4_xs})
+                   type::q5_k, type::q6_k, type::iq4_nl, type::iq4_xs, type::iq3_xxs, type::iq3_s})
         for (auto sh : {std::pair<int64_t, int64_t>{256, 11}, {1024, 50}})
             for (bool table : {true, false}) {
                 std::vector<int32_t> ids = {3, 0, 10, 3, 7};
@@ -616,7 +616,8 @@ std::vector<op_case> all_cases() {
     // or f16): the CPU's coarser rounding sets the bound, i8_s per row of 2048 the worst (step ~0.03 sigma -> NMSE
     // ~1e-4) -> 5e-4. One column also over long rows (k 4096, 14336: the GEMV's k split in parts).
     for (type t : {type::nvfp4, type::awq4, type::awq4_g64, type::q5_0, type::q5_1, type::tq2_0, type::i2_s,
-                   type::q2_k, type::q3_k, type::q4_k, type::q5_k, type::q6_k, type::iq4_nl, type::iq4_xs})
+                   type::q2_k, type::q3_k, type::q4_k, type::q5_k, type::q6_k, type::iq4_nl, type::iq4_xs,
+                   type::iq3_xxs, type::iq3_s})
         for (mm_shape s : {mm_shape{256, 33, 1}, mm_shape{4096, 300, 1}, mm_shape{14336, 40, 1}, mm_shape{512, 70, 3},
                            mm_shape{1024, 129, 8}, mm_shape{1024, 67, 9}, mm_shape{2048, 300, 100},
                            mm_shape{512, 200, 140}, mm_shape{2048, 257, 260}}) {
@@ -624,7 +625,8 @@ std::vector<op_case> all_cases() {
                                    t == type::q5_1 || t == type::iq4_nl;
             // q2_K: no int8 GEMM (a min a sub-block of 16), the f16 one from 8 columns: tq2_0's bound there
             const bool k_format = t == type::q3_k || t == type::q4_k || t == type::q5_k || t == type::q6_k ||
-                                  t == type::iq4_xs || (t == type::q2_k && s.m < 8);
+                                  t == type::iq4_xs || t == type::iq3_xxs || t == type::iq3_s ||
+                                  (t == type::q2_k && s.m < 8);
             add_case(std::string("mul_mat_") + type_name(t) + "_k" + std::to_string(s.k) + "_n" +
                          std::to_string(s.n) + "_m" + std::to_string(s.m),
                      {typed_leaf(t, {s.k, s.n}, 28), f32_leaf({s.k, s.m}, 29)},
@@ -1034,7 +1036,7 @@ std::vector<op_case> all_cases() {
     // (K formats: the CPU's q8_K integers, d as f16 -> 2e-6; H200: at most 5.7e-7)
     for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q5_0, type::q5_1, type::q8_0,
                    type::mxfp4, type::nvfp4, type::q2_k, type::q3_k, type::q4_k, type::q6_k, type::iq4_nl,
-                   type::iq4_xs})
+                   type::iq4_xs, type::iq3_xxs, type::iq3_s})
         for (int64_t n_tok : {1, 3, 40})
             for (bool shared : {true, false}) {
                 const int64_t k = 256, n = 72, n_expert = 16, n_used = 4;
@@ -1045,7 +1047,9 @@ std::vector<op_case> all_cases() {
                          [](context& c, const auto& l) { return mul_mat_id(c, l[0], l[1], l[2]); },
                          t == type::f32                          ? 1e-10
                          : t == type::bf16                       ? 1e-4
-                         : t == type::q4_k || t == type::q6_k || t == type::q3_k || t == type::iq4_xs ? 2e-6
+                         : t == type::q4_k || t == type::q6_k || t == type::q3_k || t == type::iq4_xs ||
+                                 t == type::iq3_xxs || t == type::iq3_s
+                             ? 2e-6
                          : t == type::q2_k                       ? 5e-4
                                                                  : 1e-6);
             }

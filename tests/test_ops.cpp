@@ -303,7 +303,8 @@ TEST(ops, soft_max_with_mask) {
 // i2_s is left out: get_rows does not apply its per-tensor scale yet (BitNet files keep token_embd in f16).
 TEST(ops, get_rows_every_type) {
     for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::tq2_0, type::nvfp4,
-                   type::awq4, type::awq4_g64, type::q2_k, type::q3_k, type::iq4_nl, type::iq4_xs}) {
+                   type::awq4, type::awq4_g64, type::q2_k, type::q3_k, type::iq4_nl, type::iq4_xs, type::iq3_xxs,
+                   type::iq3_s}) {
         harness h;
         std::vector<float> deq;
         const int64_t k = (96 + block_size(t) - 1) / block_size(t) * block_size(t);
@@ -323,7 +324,8 @@ TEST(ops, mul_mat_every_type) {
     };
     for (bool reference : {false, true})
         for (type t : {type::f32, type::f16, type::bf16, type::q4_0, type::q4_1, type::q8_0, type::tq2_0, type::i2_s,
-                       type::nvfp4, type::awq4, type::awq4_g64, type::q2_k, type::q3_k, type::iq4_nl, type::iq4_xs})
+                       type::nvfp4, type::awq4, type::awq4_g64, type::q2_k, type::q3_k, type::iq4_nl, type::iq4_xs,
+                       type::iq3_xxs, type::iq3_s})
             for (shape s : {shape{64, 1, 1}, shape{96, 17, 3}, shape{256, 33, 37}, shape{576, 5, 1}}) {
                 s.k = (s.k + block_size(t) - 1) / block_size(t) * block_size(t); // whole blocks: 64 -> 128 for awq4
                 harness h(3, reference);
@@ -891,7 +893,7 @@ TEST(ops, top_k_largest_in_ggml_order) {
 // sharing experts, an expert nobody chose, activations per slot and shared (n_b = 1), odd sizes, 3 threads.
 TEST(ops, mul_mat_id_every_type) {
     for (type t : {type::f32, type::f16, type::q8_0, type::q4_0, type::mxfp4, type::q2_k, type::q3_k, type::iq4_nl,
-                   type::iq4_xs})
+                   type::iq4_xs, type::iq3_xxs, type::iq3_s})
         for (int64_t n_b : {int64_t(3), int64_t(1)}) {
             const int64_t k = std::max<int64_t>(96, block_size(t)), n = 24, n_expert = 6, n_used = 3, n_tok = 5;
             harness h;
@@ -979,13 +981,15 @@ TEST(ops, mul_mat_id_repacked_experts_same_bits) {
             }
 }
 
-// llama.cpp's mul_mat_id per expert: chosen by 8 pairs or more, the K formats it does not repack (and iq4_xs) sum in
-// ggml's tiled order (vec_dot_batch8), else in vec_dot's (checked against libggml-cpu's mul_mat_id, sessions 58, 59);
+// llama.cpp's mul_mat_id per expert: chosen by 8 pairs or more, the K formats it does not repack (and iq4_xs, the
+// IQ3s) sum in ggml's tiled order (vec_dot_batch8), else in vec_dot's (checked against libggml-cpu's mul_mat_id,
+// sessions 58, 59);
 // q4_K and iq4_nl with rows % 8 (repacked there) keep their repacked order at any batch. Both paths (row kernels,
 // 16-row groups). Bound: same bits.
 TEST(ops, mul_mat_id_k_formats_tiled_from_8_pairs) {
     if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "no AVX2: the reference kernels are in use";
-    for (type t : {type::q2_k, type::q3_k, type::q4_k, type::q5_k, type::q6_k, type::iq4_xs, type::iq4_nl})
+    for (type t : {type::q2_k, type::q3_k, type::q4_k, type::q5_k, type::q6_k, type::iq4_xs, type::iq4_nl,
+                   type::iq3_xxs, type::iq3_s})
         for (int repack = 0; repack < 2; repack++) {
             const int64_t k = 512, n = 32, n_expert = 3, n_used = 2, n_tok = 12;
             std::vector<int32_t> idv; // expert 0: 12 pairs, 1: 3, 2: 9

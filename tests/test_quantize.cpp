@@ -10,6 +10,7 @@
 #include "quant/format.h"
 #include "quant/quantize.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <unistd.h>
@@ -353,6 +354,146 @@ TEST(quantize, llama_k_mixes) {
     fs::remove(path);
 }
 
+// llama-quantize's IQ3 mixes without an importance matrix (llama_tensor_get_type; IQ3_S / IQ3_M byte for byte
+// against llama-quantize on random 8- and 16-layer llama, 8-expert qwen3moe and SmolLM2 files; IQ3_XXS / IQ3_XS,
+// which llama-quantize refuses without an importance matrix, against its --dry-run types and libggml's bytes for
+// each tensor). 8 layers: the first eighth is layer 0, the last layer 7.
+TEST(quantize, llama_iq3_mixes) {
+    const std::string path = tmp_path("iq3_mix.gguf"), gqa4 = tmp_path("iq3_mix_gqa4.gguf");
+    test::tiny_model_spec spec;
+    spec.weight_type = type::f32;
+    spec.n_embd = 256, spec.n_ff = 512, spec.n_layer = 8; // 4 heads, 2 KV heads; tied output
+    test::write_tiny_model(path, spec);
+    spec.n_head = 8; // 4 query heads a KV head, and an output of its own
+    spec.tied_output = false;
+    test::write_tiny_model(gqa4, spec);
+    gguf_file in = gguf_file::open(path), in4 = gguf_file::open(gqa4);
+    const auto name = [](int l, const char* t) { return "blk." + std::to_string(l) + "." + t + ".weight"; };
+    auto plan_for = [](const gguf_file& f, quant_mix m, std::vector<std::string>* notes = nullptr) {
+        quantize_params p;
+        p.mix = m;
+        p.target = quant_mix_type(m);
+        if (notes) p.note = [notes](const std::string& s) { notes->push_back(s); };
+        return plan_quantization(f, p);
+    };
+
+    // IQ3_S: iq3_s everywhere but the (tied) output; attn_v q4_K only with 4+ query heads a KV head
+    auto plan = plan_for(in, quant_mix::iq3_s);
+    for (int l = 0; l < 8; l++)
+        for (const char* t : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+            EXPECT_EQ(plan_of(plan, name(l, t)).to, type::iq3_s) << l << " " << t;
+    EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::q6_k);
+    plan = plan_for(in4, quant_mix::iq3_s);
+    EXPECT_EQ(plan_of(plan, name(4, "attn_v")).to, type::q4_k);
+    EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::iq3_s);
+    EXPECT_EQ(plan_of(plan, "output.weight").to, type::q6_k);
+
+    // IQ3_M: q4_K attn_v (always), attn_output, the first eighth of ffn_down
+    plan = plan_for(in, quant_mix::iq3_m);
+    for (int l = 0; l < 8; l++) {
+        EXPECT_EQ(plan_of(plan, name(l, "attn_v")).to, type::q4_k) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "attn_output")).to, type::q4_k) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_down")).to, l < 1 ? type::q4_k : type::iq3_s) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "attn_q")).to, type::iq3_s) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_up")).to, type::iq3_s) << l;
+    }
+    EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::q6_k);
+
+    // IQ3_XS: iq3_s but iq3_xxs attn_q / attn_k, and ffn_gate / ffn_up between the first and last eighth
+    std::vector<std::string> notes;
+    plan = plan_for(in, quant_mix::iq3_xs, &notes);
+    for (int l = 0; l < 8; l++) {
+        const type mid = l >= 1 && l < 7 ? type::iq3_xxs : type::iq3_s;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_gate")).to, mid) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_up")).to, mid) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "attn_q")).to, type::iq3_xxs) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "attn_k")).to, type::iq3_xxs) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "attn_v")).to, type::iq3_s) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "attn_output")).to, type::iq3_s) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_down")).to, type::iq3_s) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "attn_q")).fallback, "") << l;
+    }
+    EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::q6_k);
+    ASSERT_EQ(notes.size(), 1u); // llama-quantize would want an importance matrix for the iq3_xxs tensors
+    EXPECT_NE(notes[0].find("importance matrix"), std::string::npos) << notes[0];
+    EXPECT_EQ(plan_of(plan_for(in4, quant_mix::iq3_xs), name(0, "attn_v")).to, type::q4_k);
+
+    // IQ3_XXS: iq3_xxs; attn_v / attn_output / token_embd iq3_s, ffn_down q4_K in the first eighth and q3_K after, a
+    // q5_K output; attn_q / attn_k get llama-quantize's iq2_s, which tessera cannot produce: iq3_xxs, as a fallback
+    plan = plan_for(in, quant_mix::iq3_xxs);
+    for (int l = 0; l < 8; l++) {
+        EXPECT_EQ(plan_of(plan, name(l, "attn_v")).to, type::iq3_s) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "attn_output")).to, type::iq3_s) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_down")).to, l < 1 ? type::q4_k : type::q3_k) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_gate")).to, type::iq3_xxs) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_up")).to, type::iq3_xxs) << l;
+        for (const char* t : {"attn_q", "attn_k"}) {
+            EXPECT_EQ(plan_of(plan, name(l, t)).to, type::iq3_xxs) << l << " " << t;
+            EXPECT_NE(plan_of(plan, name(l, t)).fallback.find("iq2_s"), std::string::npos) << l << " " << t;
+        }
+    }
+    EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::q5_k); // tied: the output's rule
+    plan = plan_for(in4, quant_mix::iq3_xxs);
+    EXPECT_EQ(plan_of(plan, name(0, "attn_v")).to, type::q4_k);
+    EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::iq3_s);
+    EXPECT_EQ(plan_of(plan, "output.weight").to, type::q5_k);
+
+    // 8 experts: q8_0 attn_k / attn_v and q5_K attn_output in every IQ3 mix; IQ3_M's ffn_down q4_K in the "more
+    // bits" layers (0, 3, 6, 7 of 8); IQ3_XS's experts' gate / up by the layer in their names
+    const std::string moe = tmp_path("iq3_mix_moe.gguf");
+    test::tiny_model_spec ms;
+    ms.arch = "qwen3moe";
+    ms.n_expert = 8, ms.n_expert_used = 2;
+    ms.weight_type = type::f32;
+    ms.n_embd = 256, ms.n_ff = 256, ms.n_layer = 8;
+    test::write_tiny_model(moe, ms);
+    gguf_file moe_in = gguf_file::open(moe);
+    for (quant_mix m : {quant_mix::iq3_xxs, quant_mix::iq3_xs, quant_mix::iq3_s, quant_mix::iq3_m}) {
+        plan = plan_for(moe_in, m);
+        EXPECT_EQ(plan_of(plan, name(2, "attn_k")).to, type::q8_0) << quant_mix_name(m);
+        EXPECT_EQ(plan_of(plan, name(2, "attn_v")).to, type::q8_0) << quant_mix_name(m);
+        EXPECT_EQ(plan_of(plan, name(2, "attn_output")).to, type::q5_k) << quant_mix_name(m);
+    }
+    plan = plan_for(moe_in, quant_mix::iq3_m);
+    for (int l = 0; l < 8; l++)
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_down_exps")).to,
+                  l == 0 || l == 3 || l == 6 || l == 7 ? type::q4_k : type::iq3_s)
+            << l;
+    plan = plan_for(moe_in, quant_mix::iq3_xs);
+    for (int l = 0; l < 8; l++) {
+        const type mid = l >= 1 && l < 7 ? type::iq3_xxs : type::iq3_s;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_gate_exps")).to, mid) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_up_exps")).to, mid) << l;
+        EXPECT_EQ(plan_of(plan, name(l, "ffn_gate_inp")).to, type::f32) << l; // the router is never quantized
+    }
+
+    // 64-wide rows (no 256 block): iq3_xxs / iq3_s (and iq2_s) fall back to iq4_nl, q3_K to q4_0, the output q8_0;
+    // general.file_type is the mix's (these files are quick to write: nothing is left in a 256 block)
+    const std::string narrow = tmp_path("iq3_mix_narrow.gguf");
+    spec = {};
+    spec.weight_type = type::f32;
+    test::write_tiny_model(narrow, spec);
+    gguf_file narrow_in = gguf_file::open(narrow);
+    const std::pair<quant_mix, int64_t> ftypes[] = {
+        {quant_mix::iq3_xs, 22}, {quant_mix::iq3_xxs, 23}, {quant_mix::iq3_s, 26}, {quant_mix::iq3_m, 27}};
+    for (const auto& [m, ftype] : ftypes) {
+        SCOPED_TRACE(quant_mix_name(m));
+        plan = plan_for(narrow_in, m);
+        EXPECT_EQ(plan_of(plan, name(0, "attn_q")).to, type::iq4_nl);
+        EXPECT_EQ(plan_of(plan, name(1, "ffn_up")).to, type::iq4_nl);
+        EXPECT_EQ(plan_of(plan, "token_embd.weight").to, type::q8_0);
+        EXPECT_EQ(plan_of(plan, name(1, "ffn_down")).to, m == quant_mix::iq3_xxs ? type::q4_0 : type::iq4_nl);
+        quantize_params p;
+        p.mix = m;
+        p.target = quant_mix_type(m);
+        EXPECT_EQ(gguf_file::from_memory(quantize_to_bytes(narrow_in, p)).get_int("general.file_type"), ftype);
+    }
+    fs::remove(narrow);
+    fs::remove(moe);
+    fs::remove(gqa4);
+    fs::remove(path);
+}
+
 // general.file_type's names as llama.h spells them (tessera info prints them beside the number)
 TEST(quantize, llama_ftype_names) {
     EXPECT_STREQ(llama_ftype_name(0), "F32");
@@ -360,7 +501,11 @@ TEST(quantize, llama_ftype_names) {
     EXPECT_STREQ(llama_ftype_name(10), "Q2_K");
     EXPECT_STREQ(llama_ftype_name(12), "Q3_K_M");
     EXPECT_STREQ(llama_ftype_name(15), "Q4_K_M");
+    EXPECT_STREQ(llama_ftype_name(22), "IQ3_XS");
+    EXPECT_STREQ(llama_ftype_name(23), "IQ3_XXS");
     EXPECT_STREQ(llama_ftype_name(25), "IQ4_NL");
+    EXPECT_STREQ(llama_ftype_name(26), "IQ3_S");
+    EXPECT_STREQ(llama_ftype_name(27), "IQ3_M");
     EXPECT_STREQ(llama_ftype_name(30), "IQ4_XS");
     EXPECT_STREQ(llama_ftype_name(32), "BF16");
     EXPECT_STREQ(llama_ftype_name(37), "TQ2_0");
@@ -369,6 +514,25 @@ TEST(quantize, llama_ftype_names) {
     EXPECT_EQ(llama_ftype_name(34), nullptr);
     EXPECT_EQ(llama_ftype_name(1024), nullptr);
     for (quant_mix m : all_quant_mixes) EXPECT_EQ(quant_mix_from_name(quant_mix_name(m)), m);
+    // the plain types' general.file_type: llama-quantize's IQ3_XXS and IQ3_S
+    EXPECT_EQ(llama_ftype_of(type::iq3_xxs), 23u);
+    EXPECT_EQ(llama_ftype_of(type::iq3_s), 26u);
+    // the mixes' names and formats, in llama_ftype order (IQ3_XS 22, IQ3_XXS 23, IQ4_NL 25, IQ3_S 26, IQ3_M 27, ...)
+    const std::pair<const char*, type> iq3[] = {
+        {"IQ3_XS", type::iq3_s}, {"IQ3_XXS", type::iq3_xxs}, {"IQ3_S", type::iq3_s}, {"IQ3_M", type::iq3_s}};
+    for (const auto& [n, t] : iq3) {
+        const std::optional<quant_mix> m = quant_mix_from_name(n);
+        ASSERT_TRUE(m.has_value()) << n;
+        EXPECT_STREQ(quant_mix_name(*m), n);
+        EXPECT_EQ(quant_mix_type(*m), t) << n;
+    }
+    const auto pos = [](quant_mix m) { return std::find(std::begin(all_quant_mixes), std::end(all_quant_mixes), m); };
+    EXPECT_LT(pos(quant_mix::q5_k_m), pos(quant_mix::iq3_xs));
+    EXPECT_LT(pos(quant_mix::iq3_xs), pos(quant_mix::iq3_xxs));
+    EXPECT_LT(pos(quant_mix::iq3_xxs), pos(quant_mix::iq4_nl));
+    EXPECT_LT(pos(quant_mix::iq4_nl), pos(quant_mix::iq3_s));
+    EXPECT_LT(pos(quant_mix::iq3_s), pos(quant_mix::iq3_m));
+    EXPECT_LT(pos(quant_mix::iq3_m), pos(quant_mix::iq4_xs));
 }
 
 TEST(quantize, metadata_marks_tessera_only_files) {
@@ -419,8 +583,8 @@ TEST(quantize, loader_refuses_tessera_types_without_the_marker) {
 TEST(quantize, failure_leaves_existing_output_untouched) {
     const std::string bad = tmp_path("bad_in.gguf");
     test::tiny_model_spec s;
-    s.n_embd = 256, s.n_ff = 512; // whole iq3_s blocks
-    s.retype["blk.1.ffn_up.weight"] = uint32_t(type::iq3_s); // a type tessera cannot read
+    s.n_embd = 256, s.n_ff = 512; // whole iq2_s blocks
+    s.retype["blk.1.ffn_up.weight"] = uint32_t(type::iq2_s); // a type tessera cannot read
     test::write_tiny_model(bad, s);
     const std::string out = tmp_path("existing_out.gguf");
     { std::ofstream(out, std::ios::binary) << "precious"; }

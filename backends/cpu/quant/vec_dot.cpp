@@ -57,6 +57,10 @@ void quantize_row_i8_s(const float* x, void* y, int64_t n);
 float vec_dot_nvfp4_q8_0(const void* w, const void* a, int64_t n);
 float vec_dot_mxfp4_q8_0(const void* w, const void* a, int64_t n);
 float vec_dot_mxfp4_q8_0_blockwise(const void* w, const void* a, int64_t n);
+float vec_dot_iq3_xxs_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_iq3_xxs_q8_k_tiled(const void* w, const void* a, int64_t n);
+float vec_dot_iq3_s_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_iq3_s_q8_k_tiled(const void* w, const void* a, int64_t n);
 float vec_dot_iq4_nl_q8_0(const void* w, const void* a, int64_t n);
 float vec_dot_iq4_nl_q8_0_lanes(const void* w, const void* a, int64_t n);
 float vec_dot_iq4_nl_q8_0_blockwise(const void* w, const void* a, int64_t n);
@@ -264,6 +268,11 @@ struct tables {
         fast[slot(type::iq4_nl)].vec_dot_rows8 = avx2::vec_dot_iq4_nl_q8_0_blockwise;
         set_fast(type::iq4_xs, avx2::vec_dot_iq4_xs_q8_k, avx2::quantize_row_q8_k);
         fast[slot(type::iq4_xs)].vec_dot_batch8 = avx2::vec_dot_iq4_xs_q8_k_tiled;
+        // iq3_xxs / iq3_s: ggml_vec_dot's lanes and the tiled kernels' order (llama.cpp repacks neither)
+        set_fast(type::iq3_xxs, avx2::vec_dot_iq3_xxs_q8_k, avx2::quantize_row_q8_k);
+        fast[slot(type::iq3_xxs)].vec_dot_batch8 = avx2::vec_dot_iq3_xxs_q8_k_tiled;
+        set_fast(type::iq3_s, avx2::vec_dot_iq3_s_q8_k, avx2::quantize_row_q8_k);
+        fast[slot(type::iq3_s)].vec_dot_batch8 = avx2::vec_dot_iq3_s_q8_k_tiled;
         fast[slot(type::q4_1)].gemv4 = avx2::gemv4_q4_1_q8_1;
         // no gemv4 for q8_0: measured 3x slower than the row dot on 49152 x 576 (5 vs 16-20 GB/s, this machine,
         // 2026-11-22); not understood yet

@@ -5,6 +5,7 @@
 
 #include "backends/cuda/quant/format.cuh"
 #include "backends/cuda/quant/awq4.cuh"
+#include "backends/cuda/quant/iq3.cuh"
 #include "backends/cuda/quant/iq4.cuh"
 #include "backends/cuda/quant/k_quants.cuh"
 #include "backends/cuda/quant/mxfp4.cuh"
