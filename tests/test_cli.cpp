@@ -394,8 +394,8 @@ TEST(cli_quantize, q2_k_mix_and_pure) {
 
 TEST(cli_quantize, bad_arguments_fail_with_one_line_and_write_nothing) {
     const std::string out = tmp_file("never.gguf");
-    auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " iq3_s");
-    expect_one_line_error(r, "unknown type 'iq3_s'");
+    auto r = run_tessera("quantize " + shell_quote(tiny_model()) + " " + shell_quote(out) + " iq2_s");
+    expect_one_line_error(r, "unknown type 'iq2_s'");
     EXPECT_NE(r.err.find("q4_0"), std::string::npos) << r.err; // the valid ones are listed
     EXPECT_NE(r.err.find("awq4"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("Q4_K_M"), std::string::npos) << r.err; // and the mixes
@@ -420,12 +420,12 @@ TEST(cli_quantize, bad_arguments_fail_with_one_line_and_write_nothing) {
 TEST(cli_quantize, failure_leaves_existing_output_untouched) {
     const std::string bad = tmp_file("bad_in.gguf"), out = tmp_file("existing.gguf");
     tessera::test::tiny_model_spec s;
-    s.n_embd = 256, s.n_ff = 512; // whole iq3_s blocks
-    s.retype["blk.0.attn_k.weight"] = uint32_t(tessera::type::iq3_s); // listed, but tessera cannot read it
+    s.n_embd = 256, s.n_ff = 512; // whole iq2_s blocks
+    s.retype["blk.0.attn_k.weight"] = uint32_t(tessera::type::iq2_s); // listed, but tessera cannot read it
     tessera::test::write_tiny_model(bad, s);
     { std::ofstream(out, std::ios::binary) << "old contents"; }
     auto r = run_tessera("quantize " + shell_quote(bad) + " " + shell_quote(out) + " q8_0");
-    expect_one_line_error(r, "iq3_s");
+    expect_one_line_error(r, "iq2_s");
     EXPECT_EQ(tessera::test::read_file(out), "old contents");
     EXPECT_TRUE(tessera::test::temps_of(out).empty());
     fs::remove(out);

@@ -284,10 +284,10 @@ TEST(model_load, broken_models_are_rejected_with_a_clear_message) {
     }
     {
         test::tiny_model_spec s;
-        s.retype["blk.0.ffn_down.weight"] = uint32_t(type::iq3_s);
+        s.retype["blk.0.ffn_down.weight"] = uint32_t(type::iq2_s);
         s.reshape["blk.0.ffn_down.weight"] = {256, 64};
         s.n_ff = 256;
-        cases.push_back({"uncomputable type", s, "type iq3_s which tessera cannot compute"});
+        cases.push_back({"uncomputable type", s, "type iq2_s which tessera cannot compute"});
     }
     {
         test::tiny_model_spec s;
