@@ -918,7 +918,8 @@ TEST(cpu_gemm4, iq4_orders) {
 // The IQ3 formats in the orders llama.cpp's x86 CPU sums them in: vec_dot (lane t = sum of (2 ls_s + 1) x the dot of
 // elements 32s + 4t..+3, fma of d_w d_a, hsum_float_8; iq3_xxs then x 0.25) and tiled (acc = fma(float(S) d_w', d_a,
 // acc), d_w' = d_w / 4 for iq3_xxs). Blocks of random bytes (every byte pattern is a valid block) with small random
-// d; scalar twins; bound: exact equality. Sizes: one super-block, an odd count, many.
+// d; scalar twins; the panels (row_panel, row_panel_batch8) equal the row kernels; bound: exact equality. Sizes: one
+// super-block, an odd count, many.
 TEST(cpu_gemm4, iq3_orders) {
     const cpu::cpu_type_ops* xxs = cpu::find_cpu_ops(type::iq3_xxs);
     const cpu::cpu_type_ops* s3 = cpu::find_cpu_ops(type::iq3_s);
@@ -972,6 +973,24 @@ TEST(cpu_gemm4, iq3_orders) {
             const float vd = t == type::iq3_xxs ? 0.25f * hsum8(acc) : hsum8(acc);
             EXPECT_EQ(ops->vec_dot(w.data(), a.data(), k), vd) << type_info(t).name << " " << k;
             EXPECT_EQ(ops->vec_dot_batch8(w.data(), a.data(), k), tiled) << type_info(t).name << " " << k;
+            // the panels (a weight row decoded once, then dotted with several activation rows): the same bits, row
+            // by row, on 6 rows (4 at once, then one by one; this one second)
+            {
+                std::vector<uint8_t> a6(6 * a.size());
+                auto z6 = random_normal(size_t(6 * k), uint32_t(95 + k));
+                for (int j = 0; j < 6; j++)
+                    if (j == 1) std::memcpy(a6.data() + a.size(), a.data(), a.size());
+                    else xxs->act_from_float(z6.data() + j * k, a6.data() + size_t(j) * a.size(), k);
+                float y[2][12];
+                ops->row_panel(w.data(), a6.data(), a.size(), 6, k, y[0], 2);
+                ops->row_panel_batch8(w.data(), a6.data(), a.size(), 6, k, y[1], 2);
+                for (int j = 0; j < 6; j++) {
+                    const uint8_t* aj = a6.data() + size_t(j) * a.size();
+                    EXPECT_EQ(y[0][2 * j], ops->vec_dot(w.data(), aj, k)) << type_info(t).name << " panel " << j;
+                    EXPECT_EQ(y[1][2 * j], ops->vec_dot_batch8(w.data(), aj, k)) << type_info(t).name << " panel " << j;
+                }
+                EXPECT_EQ(y[0][2], vd);
+            }
             // and the reference dot, within f32 summation-order error
             double mag = 0;
             std::vector<float> wd(static_cast<size_t>(k)), ad(static_cast<size_t>(k));

@@ -61,6 +61,10 @@ float vec_dot_iq3_xxs_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_iq3_xxs_q8_k_tiled(const void* w, const void* a, int64_t n);
 float vec_dot_iq3_s_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_iq3_s_q8_k_tiled(const void* w, const void* a, int64_t n);
+void row_panel_iq3_xxs_q8_k(const void* w, const void* a, size_t as, int64_t na, int64_t n, float* y, size_t ys);
+void row_panel_iq3_xxs_q8_k_tiled(const void* w, const void* a, size_t as, int64_t na, int64_t n, float* y, size_t ys);
+void row_panel_iq3_s_q8_k(const void* w, const void* a, size_t as, int64_t na, int64_t n, float* y, size_t ys);
+void row_panel_iq3_s_q8_k_tiled(const void* w, const void* a, size_t as, int64_t na, int64_t n, float* y, size_t ys);
 float vec_dot_iq4_nl_q8_0(const void* w, const void* a, int64_t n);
 float vec_dot_iq4_nl_q8_0_lanes(const void* w, const void* a, int64_t n);
 float vec_dot_iq4_nl_q8_0_blockwise(const void* w, const void* a, int64_t n);
@@ -273,6 +277,10 @@ struct tables {
         fast[slot(type::iq3_xxs)].vec_dot_batch8 = avx2::vec_dot_iq3_xxs_q8_k_tiled;
         set_fast(type::iq3_s, avx2::vec_dot_iq3_s_q8_k, avx2::quantize_row_q8_k);
         fast[slot(type::iq3_s)].vec_dot_batch8 = avx2::vec_dot_iq3_s_q8_k_tiled;
+        fast[slot(type::iq3_xxs)].row_panel = avx2::row_panel_iq3_xxs_q8_k;
+        fast[slot(type::iq3_xxs)].row_panel_batch8 = avx2::row_panel_iq3_xxs_q8_k_tiled;
+        fast[slot(type::iq3_s)].row_panel = avx2::row_panel_iq3_s_q8_k;
+        fast[slot(type::iq3_s)].row_panel_batch8 = avx2::row_panel_iq3_s_q8_k_tiled;
         fast[slot(type::q4_1)].gemv4 = avx2::gemv4_q4_1_q8_1;
         // no gemv4 for q8_0: measured 3x slower than the row dot on 49152 x 576 (5 vs 16-20 GB/s, this machine,
         // 2026-11-22); not understood yet

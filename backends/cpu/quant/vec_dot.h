@@ -21,6 +21,10 @@ using to_float_fn = void (*)(const void* x, float* y, int64_t n);
 // choice between the two is a speed decision only.
 using gemm4_fn = void (*)(const void* w, size_t w_stride, const void* a, size_t a_stride, int64_t n, float* y,
                           size_t y_stride);
+// One weight row (n elements) against na activation rows (row j at a + j * a_stride bytes): y[j * y_stride] = their
+// dots, each in exactly the order of the row kernel it stands for (same bits), the weight row decoded once for all.
+using row_panel_fn = void (*)(const void* w, const void* a, size_t a_stride, int64_t na, int64_t n, float* y,
+                              size_t y_stride);
 
 struct cpu_type_ops {
     type dot_type;               // activations are converted to this type before vec_dot
@@ -43,6 +47,11 @@ struct cpu_type_ops {
     // (llamafile's sgemm), whose order differs from vec_dot's for some types (iq4_nl): mul_mat then uses this row
     // kernel for every output (mul_mat_id never does); null where tinyBLAS sums as vec_dot does, or never runs.
     vec_dot_fn vec_dot_sgemm = nullptr;
+    // For formats whose weights cost more to decode than to dot (the IQ3 grids: a table load every 4 values), a
+    // weight row against a tile's activation rows, decoded once: vec_dot's order (row_panel) and vec_dot_batch8's
+    // (row_panel_batch8); mul_mat takes them for tiles of 2 or more activation rows; null where the type has none.
+    row_panel_fn row_panel = nullptr;
+    row_panel_fn row_panel_batch8 = nullptr;
 };
 
 // Float kernels whose rounding must match ggml's CPU code exactly (attention, silu); scalar, AVX2 and (the prefill
