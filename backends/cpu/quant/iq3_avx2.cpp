@@ -6,8 +6,9 @@
 //     t), acc_t), folded as hsum_float_8 (iq3_xxs: then times 0.25);
 //   tiled (8 or more activation rows): ggml's tiled kernels', S = the lanes' sum, acc = fma(float(S) d_w', d_a, acc)
 //     with d_w' = d_w / 4 for iq3_xxs, d_w for iq3_s.
-// The panels (row_panel) decode a weight row once into signed bytes (grid value x sign) and scales, then dot it with
-// each activation row in either order: the same lanes, so the same bits as the row kernels.
+// The panels (row_panel) decode a weight row once, then dot it with each activation row: vec_dot's from signed bytes
+// (grid value x sign; the same lanes), the tiled order's from unsigned ones (value + 64, the offset taken back through
+// q8_K's bsums: that order needs only each super-block's exact total). The same bits as the row kernels.
 #include "backends/cpu/quant/avx2.h"
 #include "quant/iq3_s.h"
 #include "quant/iq3_xxs.h"
