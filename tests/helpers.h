@@ -66,6 +66,10 @@ inline double nmse(const float* a, const float* ref, size_t n) {
     }
     return den > 0 ? num / den : num;
 }
+// Relative RMS error of a against ref: sqrt(nmse)
+inline double rel_rmse(const std::vector<float>& a, const std::vector<float>& ref) {
+    return std::sqrt(nmse(a.data(), ref.data(), a.size()));
+}
 
 inline std::string read_file(const std::string& path) {
     std::ifstream f(path, std::ios::binary);

@@ -14,6 +14,7 @@ namespace {
 
 using test::random_heavy;
 using test::random_normal;
+using test::rel_rmse;
 
 // Reproducible data without <random>: an LCG's uniform values, sums of 4 of them for a bell shape, and per block a
 // regime: scale 2^(b % 9 - 6), an all-zero sub-block, one below IQ3_XXS's 1e-8, an outlier, all negative.
@@ -56,15 +57,6 @@ template <class F> std::vector<float> round_trip(const std::vector<float>& x) {
     const auto q = quantize_blocks<F>(x);
     for (size_t b = 0; b < q.size(); b++) F::dequantize(q[b], y.data() + 256 * b);
     return y;
-}
-
-double rel_rmse(const std::vector<float>& a, const std::vector<float>& ref) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-        den += double(ref[i]) * ref[i];
-    }
-    return std::sqrt(num / den);
 }
 
 template <class F> uint64_t hash_of(const std::vector<typename F::block>& q) {

@@ -16,6 +16,7 @@
 using namespace tessera;
 using tessera::test::random_heavy;
 using tessera::test::random_normal;
+using tessera::test::rel_rmse;
 
 namespace {
 
@@ -31,15 +32,6 @@ template <class F> std::vector<float> dequantize_all(const std::vector<uint8_t>&
     EXPECT_TRUE(dequantize_tensor_ref(F::id, b.data(), y.data(), int64_t(y.size()), 1));
     return y;
 }
-double rel_rmse(const std::vector<float>& a, const std::vector<float>& ref) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-        den += double(ref[i]) * ref[i];
-    }
-    return std::sqrt(num / den);
-}
-
 // Round-trip error bounds (relative RMSE) per format, measured values in brackets (normal, heavy-tailed):
 // 8-bit ~ step/sqrt(12) with step = amax/127 of 32 values (~2.5 sigma) [q8_0 0.0054, 0.0082]; 4-bit ~ 16x that
 // [q4_0 0.087, 0.127]. q8_K / i8_s take one scale per 256 values / per row (65536 values here), so amax and the step

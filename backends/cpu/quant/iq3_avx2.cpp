@@ -143,7 +143,7 @@ template <class B> void panel(const void* w, const void* a, size_t as, int64_t n
         for (int64_t i = 0; i < nb; i++)
             acc = _mm256_fmadd_ps(_mm256_set1_ps(buf[size_t(i)].d * q[i].d),
                                   _mm256_cvtepi32_ps(decoded_lanes(buf[size_t(i)], q[i])), acc);
-        y[size_t(j) * ys] = F == 1.0f ? hsum8(acc) : F * hsum8(acc);
+        y[size_t(j) * ys] = F * hsum8(acc); // x 1 for iq3_s: exact
     }
 }
 
